@@ -1,0 +1,558 @@
+//! The collector framework: the one registration list, and the scrape that runs every enabled
+//! collector concurrently under a deadline.
+//!
+//! Invariants:
+//! - a scrape never fails and never waits past the deadline because of a collector;
+//! - a collector's units (devices) are read independently: a unit whose read hangs is not read
+//!   again until that read returns, so it hides only itself, and stuck threads never pile up
+//!   (at most one per hung unit);
+//! - every error is counted in `hpcnode_collector_errors_total` and logged once per distinct cause.
+
+use std::collections::{HashMap, HashSet};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use crate::config::Config;
+use crate::logging::{self, Level};
+use crate::metrics::{Desc, Kind, Samples, Value};
+use crate::rdma;
+
+/// What a collector does at scrape time, split into independent units (devices) so that one
+/// unit whose read hangs hides nothing but itself.
+pub trait Collector: Send + Sync + 'static {
+    /// The units to read in this scrape, listed fresh each time. An `Err` means the collector
+    /// cannot do its job at all (its success gauge goes to 0).
+    fn units(&self) -> Result<Vec<String>, CollectError>;
+
+    /// Reads one unit: samples and per-item errors go to `out`.
+    fn collect_unit(&self, unit: &str, out: &mut Output);
+}
+
+#[derive(Debug)]
+pub struct Registration {
+    pub name: &'static str,
+    pub enabled_by_default: bool,
+    pub help: &'static str,
+    pub build: fn(&Config) -> Box<dyn Collector>,
+}
+
+/// Every collector, once. Generates `--collector.<name>` / `--no-collector.<name>`.
+pub const COLLECTORS: &[Registration] = &[Registration {
+    name: "rdma",
+    enabled_by_default: true,
+    help: "RDMA (InfiniBand, RoCE, iWARP, Omni-Path) device and port state and counters from /sys/class/infiniband",
+    build: rdma::build,
+}];
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum ErrorKind {
+    Io,
+    Parse,
+    NotRegularFile,
+    Timeout,
+    StillRunning,
+    Panic,
+}
+
+impl ErrorKind {
+    pub const ALL: [ErrorKind; 6] = [
+        ErrorKind::Io,
+        ErrorKind::Parse,
+        ErrorKind::NotRegularFile,
+        ErrorKind::Timeout,
+        ErrorKind::StillRunning,
+        ErrorKind::Panic,
+    ];
+
+    pub fn as_str(self) -> &'static str {
+        match self {
+            ErrorKind::Io => "io",
+            ErrorKind::Parse => "parse",
+            ErrorKind::NotRegularFile => "not_regular_file",
+            ErrorKind::Timeout => "timeout",
+            ErrorKind::StillRunning => "still_running",
+            ErrorKind::Panic => "panic",
+        }
+    }
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct CollectError {
+    pub kind: ErrorKind,
+    /// Stable across scrapes for the same fault (a path and an errno, not a timestamp), since it
+    /// decides whether the error is logged again.
+    pub cause: String,
+}
+
+impl CollectError {
+    pub fn new(kind: ErrorKind, cause: impl Into<String>) -> Self {
+        CollectError {
+            kind,
+            cause: cause.into(),
+        }
+    }
+}
+
+impl From<crate::sysfs::SysfsError> for CollectError {
+    fn from(err: crate::sysfs::SysfsError) -> Self {
+        CollectError::new(err.kind(), err.to_string())
+    }
+}
+
+#[derive(Default)]
+pub struct Output {
+    pub samples: Samples,
+    pub errors: Vec<CollectError>,
+}
+
+const BUILD_INFO: Desc = Desc {
+    name: "hpcnode_build_info",
+    help: "A metric with a constant '1' value labeled by version and git revision of hpcnode_exporter.",
+    unit: None,
+    kind: Kind::Gauge,
+};
+const COLLECTOR_SUCCESS: Desc = Desc {
+    name: "hpcnode_scrape_collector_success",
+    help: "Whether a collector finished within the scrape deadline (1) or failed, overran or is still stuck (0).",
+    unit: None,
+    kind: Kind::Gauge,
+};
+const COLLECTOR_DURATION: Desc = Desc {
+    name: "hpcnode_scrape_collector_duration",
+    help: "How long a collector ran in this scrape; the deadline when it overran.",
+    unit: Some("seconds"),
+    kind: Kind::Gauge,
+};
+const COLLECTOR_ERRORS: Desc = Desc {
+    name: "hpcnode_collector_errors",
+    help: "Errors met by collectors since start, by kind (io, parse, not_regular_file, timeout, still_running, panic).",
+    unit: None,
+    kind: Kind::Counter,
+};
+
+/// Every metric the framework itself emits (for the METRICS.md check).
+pub const FRAMEWORK_METRICS: [Desc; 4] = [
+    BUILD_INFO,
+    COLLECTOR_SUCCESS,
+    COLLECTOR_DURATION,
+    COLLECTOR_ERRORS,
+];
+
+/// Distinct causes remembered for log deduplication; past this, new causes are counted but a
+/// single line says logging stopped, so a churning fault cannot grow memory without bound.
+const MAX_LOGGED_CAUSES: usize = 4096;
+
+/// Error counters and the once-per-cause log filter, shared by all scrapes.
+struct ErrorLog {
+    counts: HashMap<(&'static str, ErrorKind), AtomicU64>,
+    logged: Mutex<HashSet<String>>,
+}
+
+impl ErrorLog {
+    fn new(collectors: &[&'static str]) -> Self {
+        let counts = collectors
+            .iter()
+            .flat_map(|name| ErrorKind::ALL.map(|kind| ((*name, kind), AtomicU64::new(0))))
+            .collect();
+        ErrorLog {
+            counts,
+            logged: Mutex::new(HashSet::new()),
+        }
+    }
+
+    fn record(&self, collector: &'static str, error: &CollectError) {
+        if let Some(count) = self.counts.get(&(collector, error.kind)) {
+            count.fetch_add(1, Ordering::Relaxed);
+        }
+        let key = format!("{collector}\0{}\0{}", error.kind.as_str(), error.cause);
+        let mut logged = lock(&self.logged);
+        if logged.contains(&key) {
+            return;
+        }
+        match logged.len() {
+            n if n < MAX_LOGGED_CAUSES => {
+                logging::log(
+                    Level::Warn,
+                    "collector error (logged once per cause)",
+                    &[
+                        ("collector", collector),
+                        ("kind", error.kind.as_str()),
+                        ("err", &error.cause),
+                    ],
+                );
+                logged.insert(key);
+            }
+            MAX_LOGGED_CAUSES => {
+                logging::log(
+                    Level::Warn,
+                    "too many distinct collector errors; further new causes are counted, not logged",
+                    &[],
+                );
+                logged.insert(String::new());
+            }
+            _ => {}
+        }
+    }
+
+    fn export(&self, samples: &mut Samples) {
+        let mut counts: Vec<_> = self.counts.iter().collect();
+        counts.sort_by_key(|((collector, kind), _)| (*collector, kind.as_str()));
+        for ((collector, kind), count) in counts {
+            samples.push(
+                &COLLECTOR_ERRORS,
+                vec![
+                    ("collector", collector.to_string()),
+                    ("kind", kind.as_str().to_string()),
+                ],
+                Value::Int(count.load(Ordering::Relaxed)),
+            );
+        }
+    }
+}
+
+struct Slot {
+    name: &'static str,
+    collector: Arc<dyn Collector>,
+    /// Units (and [`LISTING`]) whose read is in progress, including reads abandoned at a deadline.
+    busy: Arc<Mutex<HashSet<String>>>,
+}
+
+/// The busy-set key of a collector's unit listing (no unit name is empty).
+const LISTING: &str = "";
+
+/// Marks a unit busy for as long as it lives; released however the read ends (a panic included).
+struct BusyGuard {
+    busy: Arc<Mutex<HashSet<String>>>,
+    unit: String,
+}
+
+impl BusyGuard {
+    /// `None` when the unit is still busy from an earlier scrape.
+    fn claim(busy: &Arc<Mutex<HashSet<String>>>, unit: &str) -> Option<BusyGuard> {
+        let newly = lock(busy).insert(unit.to_string());
+        newly.then(|| BusyGuard {
+            busy: busy.clone(),
+            unit: unit.to_string(),
+        })
+    }
+}
+
+impl Drop for BusyGuard {
+    fn drop(&mut self) {
+        lock(&self.busy).remove(&self.unit);
+    }
+}
+
+fn lock<T>(mutex: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    mutex
+        .lock()
+        .unwrap_or_else(|poisoned| poisoned.into_inner())
+}
+
+/// What one collector run has produced so far; the scrape takes it at the deadline.
+#[derive(Default)]
+struct RunState {
+    output: Output,
+    result: Option<Result<(), CollectError>>,
+    /// A unit was skipped because an earlier read of it is still hung.
+    skipped_busy_unit: bool,
+    duration: Duration,
+}
+
+/// Runs the enabled collectors for each scrape.
+pub struct Scraper {
+    slots: Vec<Slot>,
+    deadline: Duration,
+    errors: ErrorLog,
+    revision: &'static str,
+}
+
+impl Scraper {
+    pub fn new(collectors: Vec<(&'static str, Box<dyn Collector>)>, deadline: Duration) -> Self {
+        let names: Vec<_> = collectors.iter().map(|(name, _)| *name).collect();
+        Scraper {
+            slots: collectors
+                .into_iter()
+                .map(|(name, collector)| Slot {
+                    name,
+                    collector: Arc::from(collector),
+                    busy: Arc::default(),
+                })
+                .collect(),
+            deadline,
+            errors: ErrorLog::new(&names),
+            revision: env!("HPCNODE_REVISION"),
+        }
+    }
+
+    pub fn from_config(config: &Config) -> Self {
+        let collectors = config
+            .collectors
+            .iter()
+            .map(|registration| (registration.name, (registration.build)(config)))
+            .collect();
+        Scraper::new(collectors, config.scrape_timeout)
+    }
+
+    pub fn collector_names(&self) -> impl Iterator<Item = &'static str> + '_ {
+        self.slots.iter().map(|slot| slot.name)
+    }
+
+    /// One scrape: every collector's samples plus the framework's own metrics.
+    pub async fn scrape(&self) -> Samples {
+        let started = Instant::now();
+        let deadline = tokio::time::Instant::from_std(started + self.deadline);
+        let runs: Vec<_> = self.slots.iter().map(start).collect();
+
+        let mut samples = Samples::default();
+        samples.push(
+            &BUILD_INFO,
+            vec![
+                ("version", env!("CARGO_PKG_VERSION").to_string()),
+                ("revision", self.revision.to_string()),
+            ],
+            Value::Int(1),
+        );
+        for (slot, (state, handle)) in self.slots.iter().zip(runs) {
+            let finished = tokio::time::timeout_at(deadline, handle).await;
+            // At the deadline, take what the run has produced so far; it goes on alone.
+            let RunState {
+                output,
+                result,
+                skipped_busy_unit,
+                duration,
+            } = std::mem::take(&mut *lock(&state));
+            for error in &output.errors {
+                self.errors.record(slot.name, error);
+            }
+            samples.append(output.samples);
+            let (result, duration) = match finished {
+                Err(_) => {
+                    let mut busy: Vec<_> = lock(&slot.busy).iter().cloned().collect();
+                    busy.sort();
+                    let cause = format!(
+                        "did not finish within {:?}; still reading: {}",
+                        self.deadline,
+                        busy.join(", ")
+                    );
+                    (
+                        Err(CollectError::new(ErrorKind::Timeout, cause)),
+                        started.elapsed(),
+                    )
+                }
+                Ok(Err(join_error)) => {
+                    let cause = format!("collector panicked: {join_error}");
+                    (
+                        Err(CollectError::new(ErrorKind::Panic, cause)),
+                        started.elapsed(),
+                    )
+                }
+                Ok(Ok(())) => (result.unwrap_or(Ok(())), duration),
+            };
+            if let Err(error) = &result {
+                self.errors.record(slot.name, error);
+            }
+            let success = result.is_ok() && !skipped_busy_unit;
+            let label = vec![("collector", slot.name.to_string())];
+            samples.push(
+                &COLLECTOR_SUCCESS,
+                label.clone(),
+                Value::Int(u64::from(success)),
+            );
+            samples.push(
+                &COLLECTOR_DURATION,
+                label,
+                Value::Float(duration.as_secs_f64()),
+            );
+        }
+        self.errors.export(&mut samples);
+        samples
+    }
+}
+
+/// Starts one run of a collector on the blocking pool: list its units, then read each unit not
+/// still busy from an earlier, hung run. Results land in the shared state unit by unit.
+fn start(slot: &Slot) -> (Arc<Mutex<RunState>>, tokio::task::JoinHandle<()>) {
+    let state = Arc::new(Mutex::new(RunState::default()));
+    let shared = state.clone();
+    let collector = slot.collector.clone();
+    let busy = slot.busy.clone();
+    let handle = tokio::task::spawn_blocking(move || {
+        let started = Instant::now();
+        let still_running = |what: &str| {
+            CollectError::new(
+                ErrorKind::StillRunning,
+                format!(
+                    "{what}: an earlier read has not returned (hung); not read again until it does"
+                ),
+            )
+        };
+        let units = match BusyGuard::claim(&busy, LISTING) {
+            None => Err(still_running("listing")),
+            Some(_guard) => collector.units(),
+        };
+        for unit in units.as_deref().unwrap_or_default() {
+            let Some(_guard) = BusyGuard::claim(&busy, unit) else {
+                let mut state = lock(&shared);
+                state.output.errors.push(still_running(unit));
+                state.skipped_busy_unit = true;
+                continue;
+            };
+            let mut output = Output::default();
+            collector.collect_unit(unit, &mut output);
+            let mut state = lock(&shared);
+            state.output.samples.append(output.samples);
+            state.output.errors.extend(output.errors);
+        }
+        let mut state = lock(&shared);
+        state.result = Some(units.map(drop));
+        state.duration = started.elapsed();
+    });
+    (state, handle)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::metrics::{encode, Format};
+    use std::sync::mpsc;
+
+    const UP: Desc = Desc {
+        name: "hpcnode_test_up",
+        help: "Test.",
+        unit: None,
+        kind: Kind::Gauge,
+    };
+
+    /// Units `good` and `hung`; reading `hung` blocks until the test releases it, like a
+    /// wedged driver.
+    struct OneHungDevice {
+        release: Mutex<mpsc::Receiver<()>>,
+        hung_reads: AtomicU64,
+    }
+
+    impl Collector for OneHungDevice {
+        fn units(&self) -> Result<Vec<String>, CollectError> {
+            Ok(vec!["good".into(), "hung".into()])
+        }
+
+        fn collect_unit(&self, unit: &str, out: &mut Output) {
+            if unit == "hung" {
+                self.hung_reads.fetch_add(1, Ordering::SeqCst);
+                let _ = lock(&self.release).recv();
+            }
+            out.samples
+                .push(&UP, vec![("device", unit.to_string())], Value::Int(1));
+        }
+    }
+
+    struct Broken;
+
+    impl Collector for Broken {
+        fn units(&self) -> Result<Vec<String>, CollectError> {
+            Err(CollectError::new(ErrorKind::Io, "root unreadable"))
+        }
+
+        fn collect_unit(&self, _unit: &str, _out: &mut Output) {}
+    }
+
+    struct Panics;
+
+    impl Collector for Panics {
+        fn units(&self) -> Result<Vec<String>, CollectError> {
+            Ok(vec!["a".into()])
+        }
+
+        fn collect_unit(&self, _unit: &str, _out: &mut Output) {
+            panic!("bug")
+        }
+    }
+
+    fn text(samples: Samples) -> String {
+        encode(samples, Format::PrometheusText).unwrap()
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn hung_unit_hides_only_itself_and_is_not_read_again() {
+        let (release, wait) = mpsc::channel();
+        let collector = Arc::new(OneHungDevice {
+            release: Mutex::new(wait),
+            hung_reads: AtomicU64::new(0),
+        });
+        struct Shared(Arc<OneHungDevice>);
+        impl Collector for Shared {
+            fn units(&self) -> Result<Vec<String>, CollectError> {
+                self.0.units()
+            }
+            fn collect_unit(&self, unit: &str, out: &mut Output) {
+                self.0.collect_unit(unit, out)
+            }
+        }
+        let scraper = Scraper::new(
+            vec![("test", Box::new(Shared(collector.clone())))],
+            Duration::from_millis(200),
+        );
+
+        let first = text(scraper.scrape().await);
+        assert!(
+            first.contains("hpcnode_test_up{device=\"good\"} 1"),
+            "{first}"
+        );
+        assert!(first.contains("hpcnode_scrape_collector_success{collector=\"test\"} 0"));
+        assert!(
+            first.contains("hpcnode_collector_errors_total{collector=\"test\",kind=\"timeout\"} 1")
+        );
+
+        for _ in 0..5 {
+            let again = text(scraper.scrape().await);
+            assert!(
+                again.contains("hpcnode_test_up{device=\"good\"} 1"),
+                "{again}"
+            );
+            assert!(!again.contains("device=\"hung\""));
+            assert!(again.contains("hpcnode_scrape_collector_success{collector=\"test\"} 0"));
+        }
+        assert_eq!(
+            collector.hung_reads.load(Ordering::SeqCst),
+            1,
+            "a hung unit was read again"
+        );
+        let counted = text(scraper.scrape().await);
+        assert!(counted.contains(
+            "hpcnode_collector_errors_total{collector=\"test\",kind=\"still_running\"} 6"
+        ));
+
+        release.send(()).unwrap();
+        let deadline = Instant::now() + Duration::from_secs(5);
+        while lock(&scraper.slots[0].busy).contains("hung") {
+            assert!(Instant::now() < deadline, "released read never finished");
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+        release.send(()).unwrap();
+        let recovered = text(scraper.scrape().await);
+        assert!(recovered.contains("hpcnode_test_up{device=\"hung\"} 1"));
+        assert!(recovered.contains("hpcnode_scrape_collector_success{collector=\"test\"} 1"));
+        assert_eq!(collector.hung_reads.load(Ordering::SeqCst), 2);
+    }
+
+    #[tokio::test]
+    async fn failure_and_panic_are_reported_not_propagated() {
+        let scraper = Scraper::new(
+            vec![("broken", Box::new(Broken)), ("panics", Box::new(Panics))],
+            Duration::from_secs(5),
+        );
+        let out = text(scraper.scrape().await);
+        assert!(out.contains("hpcnode_scrape_collector_success{collector=\"broken\"} 0"));
+        assert!(out.contains("hpcnode_collector_errors_total{collector=\"broken\",kind=\"io\"} 1"));
+        assert!(out.contains("hpcnode_scrape_collector_success{collector=\"panics\"} 0"));
+        assert!(
+            out.contains("hpcnode_collector_errors_total{collector=\"panics\",kind=\"panic\"} 1")
+        );
+        // The panicking read released its unit: the next scrape reads it (and panics) again.
+        let again = text(scraper.scrape().await);
+        assert!(
+            again.contains("hpcnode_collector_errors_total{collector=\"panics\",kind=\"panic\"} 2")
+        );
+    }
+}

@@ -1,0 +1,479 @@
+//! Command line: raw flags parsed first, then validated into a `Config` before any I/O.
+//!
+//! Flag names follow node_exporter (`--web.listen-address`, `--path.sysfs`,
+//! `--[no-]collector.<name>`), generated from the one registration list.
+
+use std::ffi::OsString;
+use std::path::PathBuf;
+use std::time::Duration;
+
+use clap::{Arg, ArgAction, ArgMatches, Command};
+use regex::Regex;
+
+use crate::collector::{Registration, COLLECTORS};
+use crate::logging::{Level, LogFormat};
+
+#[derive(Debug, thiserror::Error)]
+pub enum ConfigError {
+    /// Unknown flag, missing value, ...: clap's message, first line only.
+    #[error("{0}")]
+    Flags(String),
+    #[error("invalid --web.listen-address {value:?}: {reason}")]
+    ListenAddress { value: String, reason: &'static str },
+    #[error("invalid --web.telemetry-path {0:?}: must start with '/' and must not be '/' or start with '/-/'")]
+    TelemetryPath(String),
+    #[error("invalid --web.max-requests {0:?}: must be a non-negative integer (0 = no limit)")]
+    MaxRequests(String),
+    #[error("invalid --scrape.timeout {value:?}: {reason}")]
+    Duration { value: String, reason: &'static str },
+    #[error("invalid {flag} {value:?}: {source}")]
+    Regex {
+        flag: &'static str,
+        value: String,
+        source: regex::Error,
+    },
+    #[error("--collector.rdma.device-include and --collector.rdma.device-exclude are mutually exclusive")]
+    IncludeAndExclude,
+    #[error("invalid --log.level {0:?}: one of debug, info, warn, error")]
+    LogLevel(String),
+    #[error("invalid --log.format {0:?}: one of logfmt, json")]
+    LogFormat(String),
+    #[error("invalid {flag}: must not be empty")]
+    EmptyPath { flag: &'static str },
+}
+
+/// What parsing the command line led to.
+pub enum Invocation {
+    Run(Box<Config>),
+    /// `--help` or `--version`: print this and exit 0.
+    Print(String),
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ListenAddress {
+    /// `None` for `:port`, meaning every interface.
+    pub host: Option<String>,
+    pub port: u16,
+}
+
+/// Which devices a collector exports, by name.
+#[derive(Debug, Clone)]
+pub enum DeviceFilter {
+    All,
+    Include(Regex),
+    Exclude(Regex),
+}
+
+impl DeviceFilter {
+    pub fn allows(&self, device: &str) -> bool {
+        match self {
+            DeviceFilter::All => true,
+            DeviceFilter::Include(re) => re.is_match(device),
+            DeviceFilter::Exclude(re) => !re.is_match(device),
+        }
+    }
+}
+
+#[derive(Debug)]
+pub struct Config {
+    pub listen_address: ListenAddress,
+    pub telemetry_path: String,
+    /// Concurrent scrapes allowed; 0 means no limit.
+    pub max_requests: usize,
+    pub sysfs: PathBuf,
+    pub procfs: PathBuf,
+    pub rootfs: PathBuf,
+    pub collectors: Vec<&'static Registration>,
+    pub rdma_devices: DeviceFilter,
+    pub scrape_timeout: Duration,
+    pub log_level: Level,
+    pub log_format: LogFormat,
+}
+
+/// Flag values as given, before validation.
+struct RawFlags {
+    listen_address: String,
+    telemetry_path: String,
+    max_requests: String,
+    sysfs: String,
+    procfs: String,
+    rootfs: String,
+    collectors: Vec<&'static Registration>,
+    rdma_device_include: Option<String>,
+    rdma_device_exclude: Option<String>,
+    scrape_timeout: String,
+    log_level: String,
+    log_format: String,
+}
+
+pub fn parse<I, T>(args: I) -> Result<Invocation, ConfigError>
+where
+    I: IntoIterator<Item = T>,
+    T: Into<OsString> + Clone,
+{
+    let mut command = command();
+    let matches = match command.try_get_matches_from_mut(args) {
+        Ok(matches) => matches,
+        Err(err) => {
+            return match err.kind() {
+                clap::error::ErrorKind::DisplayHelp | clap::error::ErrorKind::DisplayVersion => {
+                    Ok(Invocation::Print(err.render().to_string()))
+                }
+                _ => {
+                    let rendered = err.render().to_string();
+                    let first = rendered.lines().next().unwrap_or("invalid arguments");
+                    Err(ConfigError::Flags(
+                        first.trim_start_matches("error: ").to_string(),
+                    ))
+                }
+            };
+        }
+    };
+    validate(raw_flags(&matches)).map(|config| Invocation::Run(Box::new(config)))
+}
+
+fn command() -> Command {
+    let mut command = Command::new("hpcnode_exporter")
+        .version(env!("CARGO_PKG_VERSION"))
+        .about("Prometheus exporter for HPC node driver stacks: RDMA fabrics, Xeon Phi coprocessors, GPU passthrough.")
+        .arg(flag("web.listen-address", ":10050", "Address on which to expose metrics and the web interface."))
+        .arg(flag("web.telemetry-path", "/metrics", "Path under which to expose metrics."))
+        .arg(flag("web.max-requests", "40", "Maximum number of parallel scrape requests; beyond it, 503. 0 disables the limit."))
+        .arg(flag("path.sysfs", "/sys", "sysfs mountpoint."))
+        .arg(flag("path.procfs", "/proc", "procfs mountpoint."))
+        .arg(flag("path.rootfs", "/", "Root filesystem (for /lib/modules and /etc)."))
+        .arg(flag("scrape.timeout", "5s", "Deadline for each collector within one scrape (e.g. 500ms, 5s, 1m)."))
+        .arg(flag("log.level", "info", "Only log messages with the given severity or above: debug, info, warn, error."))
+        .arg(flag("log.format", "logfmt", "Output format of log messages: logfmt or json."))
+        .arg(
+            Arg::new("collector.disable-defaults")
+                .long("collector.disable-defaults")
+                .action(ArgAction::SetTrue)
+                .help("Set all collectors to disabled by default."),
+        )
+        .arg(optional("collector.rdma.device-include", "Regexp of RDMA devices to include (mutually exclusive with device-exclude)."))
+        .arg(optional("collector.rdma.device-exclude", "Regexp of RDMA devices to exclude (mutually exclusive with device-include)."));
+    for registration in COLLECTORS {
+        let enable = format!("collector.{}", registration.name);
+        let disable = format!("no-collector.{}", registration.name);
+        let default = if registration.enabled_by_default {
+            "enabled"
+        } else {
+            "disabled"
+        };
+        command = command
+            .arg(
+                Arg::new(enable.clone())
+                    .long(enable.clone())
+                    .action(ArgAction::SetTrue)
+                    .overrides_with(disable.clone())
+                    .help(format!(
+                        "Enable the {} collector (default: {default}). {}",
+                        registration.name, registration.help
+                    )),
+            )
+            .arg(
+                Arg::new(disable.clone())
+                    .long(disable)
+                    .action(ArgAction::SetTrue)
+                    .overrides_with(enable)
+                    .help(format!("Disable the {} collector.", registration.name)),
+            );
+    }
+    command
+}
+
+fn flag(name: &'static str, default: &'static str, help: &'static str) -> Arg {
+    Arg::new(name)
+        .long(name)
+        .value_name("VALUE")
+        .default_value(default)
+        .help(help)
+}
+
+fn optional(name: &'static str, help: &'static str) -> Arg {
+    Arg::new(name).long(name).value_name("REGEX").help(help)
+}
+
+fn raw_flags(matches: &ArgMatches) -> RawFlags {
+    let value = |name: &str| matches.get_one::<String>(name).cloned().unwrap_or_default();
+    let disable_defaults = matches.get_flag("collector.disable-defaults");
+    let collectors = COLLECTORS
+        .iter()
+        .filter(|registration| {
+            if matches.get_flag(&format!("collector.{}", registration.name)) {
+                true
+            } else if matches.get_flag(&format!("no-collector.{}", registration.name)) {
+                false
+            } else {
+                registration.enabled_by_default && !disable_defaults
+            }
+        })
+        .collect();
+    RawFlags {
+        listen_address: value("web.listen-address"),
+        telemetry_path: value("web.telemetry-path"),
+        max_requests: value("web.max-requests"),
+        sysfs: value("path.sysfs"),
+        procfs: value("path.procfs"),
+        rootfs: value("path.rootfs"),
+        collectors,
+        rdma_device_include: matches
+            .get_one::<String>("collector.rdma.device-include")
+            .cloned(),
+        rdma_device_exclude: matches
+            .get_one::<String>("collector.rdma.device-exclude")
+            .cloned(),
+        scrape_timeout: value("scrape.timeout"),
+        log_level: value("log.level"),
+        log_format: value("log.format"),
+    }
+}
+
+fn validate(raw: RawFlags) -> Result<Config, ConfigError> {
+    let telemetry_path = raw.telemetry_path;
+    if !telemetry_path.starts_with('/')
+        || telemetry_path == "/"
+        || telemetry_path.starts_with("/-/")
+    {
+        return Err(ConfigError::TelemetryPath(telemetry_path));
+    }
+    let max_requests = raw
+        .max_requests
+        .parse()
+        .map_err(|_| ConfigError::MaxRequests(raw.max_requests.clone()))?;
+    let rdma_devices = match (raw.rdma_device_include, raw.rdma_device_exclude) {
+        (Some(_), Some(_)) => return Err(ConfigError::IncludeAndExclude),
+        (Some(include), None) => {
+            DeviceFilter::Include(regex("--collector.rdma.device-include", include)?)
+        }
+        (None, Some(exclude)) => {
+            DeviceFilter::Exclude(regex("--collector.rdma.device-exclude", exclude)?)
+        }
+        (None, None) => DeviceFilter::All,
+    };
+    Ok(Config {
+        listen_address: parse_listen_address(&raw.listen_address)?,
+        telemetry_path,
+        max_requests,
+        sysfs: path("--path.sysfs", raw.sysfs)?,
+        procfs: path("--path.procfs", raw.procfs)?,
+        rootfs: path("--path.rootfs", raw.rootfs)?,
+        collectors: raw.collectors,
+        rdma_devices,
+        scrape_timeout: parse_duration(&raw.scrape_timeout)?,
+        log_level: Level::parse(&raw.log_level).ok_or(ConfigError::LogLevel(raw.log_level))?,
+        log_format: LogFormat::parse(&raw.log_format)
+            .ok_or(ConfigError::LogFormat(raw.log_format))?,
+    })
+}
+
+fn path(flag: &'static str, value: String) -> Result<PathBuf, ConfigError> {
+    if value.is_empty() {
+        return Err(ConfigError::EmptyPath { flag });
+    }
+    Ok(PathBuf::from(value))
+}
+
+/// Anchored like node_exporter's device filters: `mlx5` matches only a device named `mlx5`.
+fn regex(flag: &'static str, value: String) -> Result<Regex, ConfigError> {
+    Regex::new(&format!("^(?:{value})$")).map_err(|source| ConfigError::Regex {
+        flag,
+        value,
+        source,
+    })
+}
+
+fn parse_listen_address(value: &str) -> Result<ListenAddress, ConfigError> {
+    let invalid = |reason| ConfigError::ListenAddress {
+        value: value.to_string(),
+        reason,
+    };
+    let (host, port) = value
+        .rsplit_once(':')
+        .ok_or_else(|| invalid("expected [host]:port"))?;
+    let port = port
+        .parse::<u16>()
+        .map_err(|_| invalid("port must be a number from 0 to 65535"))?;
+    let host = host
+        .strip_prefix('[')
+        .and_then(|h| h.strip_suffix(']'))
+        .unwrap_or(host);
+    if host.contains(':') && !value.starts_with('[') {
+        return Err(invalid(
+            "an IPv6 host must be written in brackets, e.g. [::1]:10050",
+        ));
+    }
+    Ok(ListenAddress {
+        host: (!host.is_empty()).then(|| host.to_string()),
+        port,
+    })
+}
+
+/// Prometheus-style durations: `500ms`, `5s`, `1m30s`.
+pub fn parse_duration(value: &str) -> Result<Duration, ConfigError> {
+    let invalid = |reason| ConfigError::Duration {
+        value: value.to_string(),
+        reason,
+    };
+    let mut total = Duration::ZERO;
+    let mut rest = value;
+    if rest.is_empty() {
+        return Err(invalid("empty"));
+    }
+    while !rest.is_empty() {
+        let digits = rest
+            .find(|c: char| !c.is_ascii_digit())
+            .unwrap_or(rest.len());
+        if digits == 0 {
+            return Err(invalid(
+                "expected a number followed by a unit (ms, s, m, h)",
+            ));
+        }
+        let number: u64 = rest[..digits]
+            .parse()
+            .map_err(|_| invalid("number too large"))?;
+        rest = &rest[digits..];
+        let unit_len = rest
+            .find(|c: char| c.is_ascii_digit())
+            .unwrap_or(rest.len());
+        let millis_per_unit = match &rest[..unit_len] {
+            "ms" => 1,
+            "s" => 1_000,
+            "m" => 60_000,
+            "h" => 3_600_000,
+            _ => return Err(invalid("unit must be one of ms, s, m, h")),
+        };
+        rest = &rest[unit_len..];
+        let millis = number
+            .checked_mul(millis_per_unit)
+            .ok_or_else(|| invalid("too large"))?;
+        total = total
+            .checked_add(Duration::from_millis(millis))
+            .ok_or_else(|| invalid("too large"))?;
+    }
+    if total.is_zero() {
+        return Err(invalid("must be greater than zero"));
+    }
+    Ok(total)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn config(args: &[&str]) -> Result<Config, ConfigError> {
+        let argv = std::iter::once("hpcnode_exporter").chain(args.iter().copied());
+        match parse(argv)? {
+            Invocation::Run(config) => Ok(*config),
+            Invocation::Print(text) => panic!("unexpected print: {text}"),
+        }
+    }
+
+    #[test]
+    fn defaults_match_node_exporter_conventions() {
+        let config = config(&[]).unwrap();
+        assert_eq!(
+            config.listen_address,
+            ListenAddress {
+                host: None,
+                port: 10050
+            }
+        );
+        assert_eq!(config.telemetry_path, "/metrics");
+        assert_eq!(config.max_requests, 40);
+        assert_eq!(config.sysfs, PathBuf::from("/sys"));
+        assert_eq!(config.scrape_timeout, Duration::from_secs(5));
+        assert_eq!(
+            config.collectors.iter().map(|c| c.name).collect::<Vec<_>>(),
+            ["rdma"]
+        );
+    }
+
+    #[test]
+    fn collector_flags_last_one_wins() {
+        assert!(config(&["--no-collector.rdma"])
+            .unwrap()
+            .collectors
+            .is_empty());
+        assert_eq!(
+            config(&["--no-collector.rdma", "--collector.rdma"])
+                .unwrap()
+                .collectors
+                .len(),
+            1
+        );
+        assert!(config(&["--collector.disable-defaults"])
+            .unwrap()
+            .collectors
+            .is_empty());
+        assert_eq!(
+            config(&["--collector.disable-defaults", "--collector.rdma"])
+                .unwrap()
+                .collectors
+                .len(),
+            1
+        );
+    }
+
+    #[test]
+    fn listen_addresses() {
+        let parsed = |v: &str| parse_listen_address(v).unwrap();
+        assert_eq!(
+            parsed("127.0.0.1:9"),
+            ListenAddress {
+                host: Some("127.0.0.1".into()),
+                port: 9
+            }
+        );
+        assert_eq!(parsed("[::1]:10050").host.as_deref(), Some("::1"));
+        assert!(parse_listen_address("10050").is_err());
+        assert!(parse_listen_address(":99999").is_err());
+        assert!(parse_listen_address("::1:80").is_err());
+    }
+
+    #[test]
+    fn durations() {
+        assert_eq!(parse_duration("500ms").unwrap(), Duration::from_millis(500));
+        assert_eq!(parse_duration("1m30s").unwrap(), Duration::from_secs(90));
+        for bad in ["", "0s", "5", "s", "5x", "-1s", "99999999999999999999h"] {
+            assert!(parse_duration(bad).is_err(), "{bad:?} accepted");
+        }
+    }
+
+    #[test]
+    fn device_filters_are_anchored_and_exclusive() {
+        let include = config(&["--collector.rdma.device-include", "mlx5_.*"]).unwrap();
+        assert!(include.rdma_devices.allows("mlx5_0"));
+        assert!(!include.rdma_devices.allows("xmlx5_0"));
+        let exclude = config(&["--collector.rdma.device-exclude=rxe0"]).unwrap();
+        assert!(!exclude.rdma_devices.allows("rxe0"));
+        assert!(exclude.rdma_devices.allows("rxe01"));
+        assert!(matches!(
+            config(&[
+                "--collector.rdma.device-include=a",
+                "--collector.rdma.device-exclude=b"
+            ]),
+            Err(ConfigError::IncludeAndExclude)
+        ));
+        assert!(matches!(
+            config(&["--collector.rdma.device-include=("]),
+            Err(ConfigError::Regex { .. })
+        ));
+    }
+
+    #[test]
+    fn bad_values_are_one_line_errors() {
+        for args in [
+            &["--web.max-requests=-1"][..],
+            &["--log.level=loud"],
+            &["--log.format=xml"],
+            &["--web.telemetry-path=metrics"],
+            &["--no-such-flag"],
+            &["--path.sysfs="],
+        ] {
+            let err = config(args).unwrap_err().to_string();
+            assert!(!err.contains('\n'), "{args:?}: {err}");
+        }
+    }
+}

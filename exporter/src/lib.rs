@@ -1,0 +1,11 @@
+//! hpcnode_exporter: a Prometheus exporter for HPC node driver stacks.
+//!
+//! See ARCHITECTURE.md at the repository root for the code map and invariants.
+
+pub mod collector;
+pub mod config;
+pub mod http;
+pub mod logging;
+pub mod metrics;
+pub mod rdma;
+pub mod sysfs;

@@ -1,0 +1,221 @@
+//! The metric model collectors fill at scrape time, and its encoding (Prometheus text 0.0.4 and
+//! OpenMetrics 1.0, both by prometheus-client).
+//!
+//! Collectors describe each metric once, as a `const Desc`, and push samples against it; the
+//! encoder adds the unit and `_total` suffixes, so a name is spelled in exactly one place.
+
+use std::fmt;
+
+use prometheus_client::collector::Collector;
+use prometheus_client::encoding::{DescriptorEncoder, EncodeMetric};
+use prometheus_client::metrics::counter::ConstCounter;
+use prometheus_client::metrics::gauge::ConstGauge;
+use prometheus_client::metrics::MetricType;
+use prometheus_client::registry::{Registry, Unit};
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Kind {
+    Counter,
+    Gauge,
+}
+
+/// A metric's identity: base name (without unit or `_total`), help, unit, type.
+#[derive(Debug, Clone, Copy)]
+pub struct Desc {
+    pub name: &'static str,
+    pub help: &'static str,
+    pub unit: Option<&'static str>,
+    pub kind: Kind,
+}
+
+impl Desc {
+    /// The sample name as it appears in the 0.0.4 text format (and in METRICS.md).
+    pub fn sample_name(&self) -> String {
+        let mut name = self.name.to_string();
+        if let Some(unit) = self.unit {
+            name.push('_');
+            name.push_str(unit);
+        }
+        if self.kind == Kind::Counter {
+            name.push_str("_total");
+        }
+        name
+    }
+}
+
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub enum Value {
+    /// Exact integers: 64-bit byte counters exceed f64's 53-bit mantissa.
+    Int(u64),
+    Float(f64),
+}
+
+pub type Labels = Vec<(&'static str, String)>;
+
+#[derive(Debug)]
+pub struct Family {
+    pub desc: Desc,
+    pub samples: Vec<(Labels, Value)>,
+}
+
+/// The samples one collector (or the framework) produced in one scrape.
+#[derive(Debug, Default)]
+pub struct Samples {
+    families: Vec<Family>,
+}
+
+impl Samples {
+    pub fn push(&mut self, desc: &Desc, labels: Labels, value: Value) {
+        // Collectors push a metric's samples together, so the last family is nearly always it.
+        let index = match self.families.iter().rposition(|f| f.desc.name == desc.name) {
+            Some(index) => index,
+            None => {
+                self.families.push(Family {
+                    desc: *desc,
+                    samples: Vec::new(),
+                });
+                self.families.len() - 1
+            }
+        };
+        self.families[index].samples.push((labels, value));
+    }
+
+    pub fn append(&mut self, other: Samples) {
+        for family in other.families {
+            for (labels, value) in family.samples {
+                self.push(&family.desc, labels, value);
+            }
+        }
+    }
+
+    pub fn families(&self) -> &[Family] {
+        &self.families
+    }
+
+    fn sort_by_name(&mut self) {
+        self.families.sort_by(|a, b| a.desc.name.cmp(b.desc.name));
+    }
+}
+
+/// Exposition formats the telemetry endpoint can answer in.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Format {
+    PrometheusText,
+    OpenMetrics,
+}
+
+impl Format {
+    pub fn content_type(self) -> &'static str {
+        match self {
+            Format::PrometheusText => prometheus_client::encoding::prometheus_text::CONTENT_TYPE,
+            Format::OpenMetrics => "application/openmetrics-text; version=1.0.0; charset=utf-8",
+        }
+    }
+}
+
+/// Encodes one scrape's samples, families sorted by name for a stable output.
+pub fn encode(mut samples: Samples, format: Format) -> Result<String, fmt::Error> {
+    samples.sort_by_name();
+    let mut registry = Registry::default();
+    registry.register_collector(Box::new(Snapshot(samples)));
+    let mut out = String::with_capacity(64 * 1024);
+    match format {
+        Format::PrometheusText => {
+            prometheus_client::encoding::prometheus_text::encode(&mut out, &registry)?
+        }
+        Format::OpenMetrics => prometheus_client::encoding::text::encode(&mut out, &registry)?,
+    }
+    Ok(out)
+}
+
+#[derive(Debug)]
+struct Snapshot(Samples);
+
+impl Collector for Snapshot {
+    fn encode(&self, mut encoder: DescriptorEncoder) -> Result<(), fmt::Error> {
+        for family in &self.0.families {
+            let desc = &family.desc;
+            let unit = desc.unit.map(prometheus_unit);
+            let metric_type = match desc.kind {
+                Kind::Counter => MetricType::Counter,
+                Kind::Gauge => MetricType::Gauge,
+            };
+            let mut metric =
+                encoder.encode_descriptor(desc.name, desc.help, unit.as_ref(), metric_type)?;
+            for (labels, value) in &family.samples {
+                let sample = metric.encode_family(labels)?;
+                match (desc.kind, *value) {
+                    (Kind::Counter, Value::Int(v)) => ConstCounter::new(v).encode(sample)?,
+                    (Kind::Counter, Value::Float(v)) => ConstCounter::new(v).encode(sample)?,
+                    (Kind::Gauge, Value::Int(v)) => ConstGauge::new(v).encode(sample)?,
+                    (Kind::Gauge, Value::Float(v)) => ConstGauge::new(v).encode(sample)?,
+                }
+            }
+        }
+        Ok(())
+    }
+}
+
+fn prometheus_unit(unit: &'static str) -> Unit {
+    match unit {
+        "bytes" => Unit::Bytes,
+        "seconds" => Unit::Seconds,
+        "celsius" => Unit::Celsius,
+        "volts" => Unit::Volts,
+        "amperes" => Unit::Amperes,
+        other => Unit::Other(other.to_string()),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const BYTES: Desc = Desc {
+        name: "hpcnode_test_data",
+        help: "Test bytes.",
+        unit: Some("bytes"),
+        kind: Kind::Counter,
+    };
+    const STATE: Desc = Desc {
+        name: "hpcnode_test_state",
+        help: "Test state.",
+        unit: None,
+        kind: Kind::Gauge,
+    };
+
+    fn sample_set() -> Samples {
+        let mut samples = Samples::default();
+        samples.push(&STATE, vec![("device", "a\"b\n".into())], Value::Int(4));
+        samples.push(&BYTES, vec![("device", "x".into())], Value::Int(1 << 60));
+        samples
+    }
+
+    #[test]
+    fn prometheus_text_has_suffixes_sorted_families_and_exact_integers() {
+        let text = encode(sample_set(), Format::PrometheusText).unwrap();
+        assert_eq!(
+            text,
+            "# HELP hpcnode_test_data_bytes_total Test bytes.\n\
+             # TYPE hpcnode_test_data_bytes_total counter\n\
+             hpcnode_test_data_bytes_total{device=\"x\"} 1152921504606846976\n\
+             # HELP hpcnode_test_state Test state.\n\
+             # TYPE hpcnode_test_state gauge\n\
+             hpcnode_test_state{device=\"a\\\"b\\n\"} 4\n"
+        );
+    }
+
+    #[test]
+    fn openmetrics_has_unit_and_eof() {
+        let text = encode(sample_set(), Format::OpenMetrics).unwrap();
+        assert!(text.contains("# TYPE hpcnode_test_data_bytes counter\n"));
+        assert!(text.contains("# UNIT hpcnode_test_data_bytes bytes\n"));
+        assert!(text.ends_with("# EOF\n"));
+    }
+
+    #[test]
+    fn sample_name_matches_encoder() {
+        assert_eq!(BYTES.sample_name(), "hpcnode_test_data_bytes_total");
+        assert_eq!(STATE.sample_name(), "hpcnode_test_state");
+    }
+}
