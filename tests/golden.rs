@@ -1,0 +1,277 @@
+//! Golden end-to-end tests: the real binary on fixture trees, the whole `/metrics` output
+//! compared with `tests/golden/<case>.prom` (node_exporter's e2e-output.txt contract).
+//! `HPCNODE_UPDATE_GOLDEN=1 cargo test --test golden` rewrites the golden files.
+
+mod util;
+
+use std::fs;
+use std::os::unix::fs::PermissionsExt;
+use std::time::{Duration, Instant};
+
+use util::{fixture, is_root, run_with_stdin, tests_dir, Exporter, HungTree, TreeCopy};
+
+/// The sample lines whose values differ run to run, with the value masked.
+fn normalize(text: &str) -> String {
+    text.lines()
+        .map(|line| {
+            if line.starts_with("hpcnode_scrape_collector_duration_seconds{") {
+                let (series, _) = line.rsplit_once(' ').unwrap();
+                format!("{series} <duration>")
+            } else if line.starts_with("hpcnode_build_info{") {
+                let start = line.find("revision=\"").unwrap() + "revision=\"".len();
+                let end = start + line[start..].find('"').unwrap();
+                format!("{}<revision>{}", &line[..start], &line[end..])
+            } else {
+                line.to_string()
+            }
+        })
+        .map(|line| line + "\n")
+        .collect()
+}
+
+fn assert_golden(case: &str, output: &str) {
+    let path = tests_dir().join("golden").join(format!("{case}.prom"));
+    let actual = normalize(output);
+    if std::env::var_os("HPCNODE_UPDATE_GOLDEN").is_some() {
+        fs::create_dir_all(path.parent().unwrap()).unwrap();
+        fs::write(&path, &actual).unwrap();
+        return;
+    }
+    let expected = fs::read_to_string(&path)
+        .unwrap_or_else(|e| panic!("{}: {e}; run with HPCNODE_UPDATE_GOLDEN=1", path.display()));
+    if actual != expected {
+        let diff: Vec<String> = expected
+            .lines()
+            .filter(|l| !actual.lines().any(|a| a == *l))
+            .map(|l| format!("- {l}"))
+            .chain(
+                actual
+                    .lines()
+                    .filter(|l| !expected.lines().any(|e| e == *l))
+                    .map(|l| format!("+ {l}")),
+            )
+            .collect();
+        panic!(
+            "{case}: /metrics differs from {} (HPCNODE_UPDATE_GOLDEN=1 to accept):\n{}",
+            path.display(),
+            diff.join("\n")
+        );
+    }
+}
+
+/// `promtool check metrics` (the exposition lint Prometheus ships) must be clean.
+fn assert_promtool_clean(text: &str) {
+    let (ok, out) = run_with_stdin("promtool", &["check", "metrics"], text.as_bytes());
+    assert!(
+        ok && out.trim().is_empty(),
+        "promtool check metrics:\n{out}"
+    );
+}
+
+/// The OpenMetrics output must be accepted by the reference parser (Python prometheus_client's
+/// strict OpenMetrics parser); prints the number of samples it read.
+fn openmetrics_sample_count(text: &str) -> usize {
+    let script = "import sys\n\
+        from prometheus_client.openmetrics.parser import text_string_to_metric_families as parse\n\
+        print(sum(len(f.samples) for f in parse(sys.stdin.read())))";
+    let (ok, out) = run_with_stdin("/usr/bin/python3", &["-c", script], text.as_bytes());
+    assert!(ok, "OpenMetrics parser rejected the output:\n{out}");
+    out.trim().parse().unwrap()
+}
+
+fn scrape(exporter: &Exporter) -> String {
+    let response = exporter.get("/metrics");
+    assert_eq!(response.status, 200);
+    response.text()
+}
+
+fn scrape_openmetrics(exporter: &Exporter) -> String {
+    let response = exporter.get_with(
+        "/metrics",
+        &[("Accept", "application/openmetrics-text;version=1.0.0")],
+    );
+    assert_eq!(response.status, 200);
+    response.text()
+}
+
+fn sample_lines(text: &str) -> usize {
+    text.lines().filter(|l| !l.starts_with('#')).count()
+}
+
+/// Checks a fixture's output against its golden file and both format validators.
+fn check_fixture_output(case: &str, exporter: &Exporter) -> String {
+    let text = scrape(exporter);
+    assert_golden(case, &text);
+    assert_promtool_clean(&text);
+    let openmetrics = scrape_openmetrics(exporter);
+    assert_eq!(openmetrics_sample_count(&openmetrics), sample_lines(&text));
+    text
+}
+
+#[test]
+fn real_procfs_tree() {
+    let sysfs = format!("--path.sysfs={}", fixture("procfs").display());
+    let exporter = Exporter::start(&[&sysfs]);
+    let text = check_fixture_output("procfs", &exporter);
+
+    // Facts from the fixture's README (the procfs parser's own tests).
+    assert!(text.contains(
+        "hpcnode_rdma_port_data_received_bytes_total{device=\"hfi1_0\",port=\"1\"} 1380366808104\n"
+    ));
+    assert!(text.contains(
+        "hpcnode_rdma_port_rate_bytes_per_second{device=\"hfi1_0\",port=\"1\"} 12500000000.0\n"
+    ));
+    assert!(text.contains("hpcnode_rdma_port_physical_state_id{device=\"mlx5_0\",port=\"1\"} 4\n"));
+    // QDR: 40 Gb/s signalling, 32 Gb/s of data.
+    assert!(text.contains(
+        "hpcnode_rdma_port_rate_bytes_per_second{device=\"mlx4_0\",port=\"2\"} 5000000000.0\n"
+    ));
+    assert!(text.contains(
+        "hpcnode_rdma_port_data_rate_bytes_per_second{device=\"mlx4_0\",port=\"2\"} 4000000000.0\n"
+    ));
+    assert!(text.contains("hpcnode_scrape_collector_success{collector=\"rdma\"} 1\n"));
+}
+
+#[test]
+fn edge_cases_tree() {
+    let sysfs = format!("--path.sysfs={}", fixture("rdma_edge").display());
+    let exporter = Exporter::start(&[&sysfs]);
+    let text = check_fixture_output("rdma_edge", &exporter);
+
+    let lines_for = |device: &str| -> Vec<&str> {
+        text.lines()
+            .filter(|l| l.contains(&format!("device=\"{device}\"")))
+            .collect()
+    };
+    // iWARP: `N/A (no PMA)` means no counter series and no error.
+    assert!(!lines_for("irdma0")
+        .iter()
+        .any(|l| l.starts_with("hpcnode_rdma_port_errors_total")
+            || l.starts_with("hpcnode_rdma_port_data_transmitted")
+            || l.starts_with("hpcnode_rdma_port_pma_saturated")));
+    assert!(text.contains("hpcnode_scrape_collector_success{collector=\"rdma\"} 1\n"));
+    assert!(!text
+        .lines()
+        .any(|l| l.starts_with("hpcnode_collector_errors_total") && !l.ends_with(" 0")));
+    // Soft-RoCE has no counters/ but still exports state, rate and hw_counters.
+    let rxe = lines_for("rxe0");
+    for metric in [
+        "hpcnode_rdma_port_state_id",
+        "hpcnode_rdma_port_rate_bytes_per_second",
+        "hpcnode_rdma_port_hw_stat_total",
+    ] {
+        assert!(
+            rxe.iter().any(|l| l.starts_with(metric)),
+            "rxe0 lacks {metric}"
+        );
+    }
+    // Saturated PMA counters are flagged, one width each.
+    for counter in [
+        "port_xmit_wait",
+        "symbol_error",
+        "link_downed",
+        "local_link_integrity_errors",
+    ] {
+        assert!(
+            text.contains(&format!(
+                "hpcnode_rdma_port_pma_saturated{{device=\"mlx5_1\",port=\"1\",counter=\"{counter}\"}} 1\n"
+            )),
+            "{counter} not flagged"
+        );
+    }
+    // NDR 4X: 400 Gb/s is 5e10 bytes/s of data.
+    assert!(text.contains(
+        "hpcnode_rdma_port_data_rate_bytes_per_second{device=\"mlx5_1\",port=\"1\"} 50000000000.0\n"
+    ));
+}
+
+/// A FIFO where a counter belongs (it must not block), an unreadable file, garbage values, a
+/// directory in place of a file, a symlink loop: each is reported, the rest is exported.
+#[test]
+fn bad_input_tree() {
+    let tree = TreeCopy::of("rdma_bad");
+    let counters = tree
+        .sys()
+        .join("class/infiniband/mlx5_bad/ports/1/counters");
+    let fifo = counters.join("port_xmit_data");
+    let c_path = std::ffi::CString::new(fifo.to_str().unwrap()).unwrap();
+    assert_eq!(unsafe { libc::mkfifo(c_path.as_ptr(), 0o644) }, 0);
+    let unreadable = counters.join("port_rcv_packets");
+    fs::write(&unreadable, "12\n").unwrap();
+    fs::set_permissions(&unreadable, fs::Permissions::from_mode(0o000)).unwrap();
+    // Root reads anything: drop to nobody so the permission bits bite, as on a hardened node.
+    let uid = if is_root() {
+        fs::set_permissions(tree.dir.path(), fs::Permissions::from_mode(0o755)).unwrap();
+        Some(65534)
+    } else {
+        None
+    };
+    let exporter = Exporter::start_as(&[&tree.sys_arg()], uid);
+
+    let started = Instant::now();
+    let text = check_fixture_output("rdma_bad", &exporter);
+    assert!(
+        started.elapsed() < Duration::from_secs(10),
+        "a FIFO blocked the scrape"
+    );
+
+    let good: Vec<&str> = text
+        .lines()
+        .filter(|l| l.contains("device=\"mlx5_good\""))
+        .collect();
+    assert!(good
+        .iter()
+        .any(|l| l.starts_with("hpcnode_rdma_port_data_transmitted_bytes_total")));
+    assert!(good
+        .iter()
+        .any(|l| l.starts_with("hpcnode_rdma_port_state_id")));
+
+    // Two more scrapes: errors are counted each time but logged once per cause.
+    scrape(&exporter);
+    scrape(&exporter);
+    let log = exporter.log();
+    for cause in [
+        "port_xmit_data: not a regular file",
+        "port_rcv_packets: Permission denied",
+        "port_xmit_discards: not a regular file",
+        "symbol_error: Too many levels of symbolic links",
+    ] {
+        assert_eq!(log.matches(cause).count(), 1, "{cause:?} in log:\n{log}");
+    }
+}
+
+/// A read that hangs in the kernel (a FUSE file that never answers, standing in for a wedged
+/// driver) must not hang the scrape, hide other devices, or pile up threads.
+#[test]
+fn hung_read_is_bounded() {
+    let Some(hung) = HungTree::mount("hung_read_is_bounded") else {
+        return;
+    };
+    let exporter = Exporter::start(&[&hung.tree.sys_arg(), "--scrape.timeout=500ms"]);
+    let mut threads = Vec::new();
+    for attempt in 0..8 {
+        let started = Instant::now();
+        let text = scrape(&exporter);
+        assert!(
+            started.elapsed() < Duration::from_secs(5),
+            "scrape waited on a hung read"
+        );
+        assert!(text.contains("hpcnode_scrape_collector_success{collector=\"rdma\"} 0\n"));
+        assert!(text.contains("hpcnode_rdma_port_state_id{device=\"hfi1_0\",port=\"1\"} 4\n"));
+        // The first scrape loses what comes after the hung device (mlx5_0); from the second
+        // on, the hung device is skipped and hides only itself.
+        if attempt > 0 {
+            assert!(text.contains("hpcnode_rdma_port_state_id{device=\"mlx5_0\",port=\"1\"} 4\n"));
+            assert!(!text.contains("device=\"mlx4_0\",port=\"2\""));
+        }
+        threads.push(exporter.threads());
+    }
+    let text = scrape(&exporter);
+    assert!(
+        text.contains("hpcnode_collector_errors_total{collector=\"rdma\",kind=\"timeout\"} 1\n")
+    );
+    assert!(text
+        .contains("hpcnode_collector_errors_total{collector=\"rdma\",kind=\"still_running\"} 8\n"));
+    // One thread stays stuck in the hung read; after that the count must not grow.
+    assert_eq!(threads[1], threads[7], "threads grew: {threads:?}");
+}

@@ -1,0 +1,59 @@
+//! METRICS.md is the catalog: every emitted metric is listed there, and every listed metric is
+//! produced by some fixture tree.
+
+mod util;
+
+use std::collections::BTreeSet;
+
+use util::{fixture, Exporter};
+
+/// Backticked `hpcnode_*` names in the first column of METRICS.md's tables.
+fn catalog() -> BTreeSet<String> {
+    let text = std::fs::read_to_string(util::tests_dir().join("../METRICS.md")).unwrap();
+    text.lines()
+        .filter_map(|line| line.strip_prefix("| `"))
+        .filter_map(|rest| rest.split('`').next())
+        .filter(|name| name.starts_with("hpcnode_"))
+        .map(str::to_string)
+        .collect()
+}
+
+fn emitted(fixture_name: &str) -> BTreeSet<String> {
+    let sysfs = format!("--path.sysfs={}", fixture(fixture_name).display());
+    let text = Exporter::start(&[&sysfs]).get("/metrics").text();
+    text.lines()
+        .filter(|l| !l.starts_with('#') && !l.is_empty())
+        .map(|l| l.split(['{', ' ']).next().unwrap().to_string())
+        .collect()
+}
+
+#[test]
+fn metrics_md_matches_what_fixtures_produce() {
+    let listed = catalog();
+    assert!(listed.len() >= 20, "catalog parse found only {listed:?}");
+    let produced: BTreeSet<String> = ["procfs", "rdma_edge", "rdma_bad"]
+        .iter()
+        .flat_map(|f| emitted(f))
+        .collect();
+    let unlisted: Vec<_> = produced.difference(&listed).collect();
+    let unproduced: Vec<_> = listed.difference(&produced).collect();
+    assert!(
+        unlisted.is_empty(),
+        "emitted but not in METRICS.md: {unlisted:?}"
+    );
+    assert!(
+        unproduced.is_empty(),
+        "in METRICS.md but no fixture produces: {unproduced:?}"
+    );
+}
+
+#[test]
+fn code_descriptors_match_catalog() {
+    let listed = catalog();
+    let described: BTreeSet<String> = hpcnode_exporter::collector::FRAMEWORK_METRICS
+        .iter()
+        .chain(hpcnode_exporter::rdma::METRICS.iter())
+        .map(|desc| desc.sample_name())
+        .collect();
+    assert_eq!(described, listed);
+}

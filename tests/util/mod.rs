@@ -1,0 +1,316 @@
+//! Helpers for integration tests that run the real binary (ripgrep's tests/util.rs idea).
+
+#![allow(dead_code)] // each test binary uses a different subset
+
+use std::io::{BufRead, BufReader, Read, Write};
+use std::net::TcpStream;
+use std::os::unix::process::CommandExt;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, ExitStatus, Stdio};
+use std::sync::mpsc;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+pub const BINARY: &str = env!("CARGO_BIN_EXE_hpcnode_exporter");
+
+/// The repository's `tests/` directory.
+pub fn tests_dir() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("../tests")
+}
+
+pub fn fixture(name: &str) -> PathBuf {
+    tests_dir().join("fixtures").join(name).join("sys")
+}
+
+pub fn is_root() -> bool {
+    unsafe { libc::geteuid() == 0 }
+}
+
+/// A running exporter on a loopback port of its own choosing; killed on drop.
+pub struct Exporter {
+    child: Child,
+    pub address: String,
+    log: Arc<Mutex<String>>,
+}
+
+impl Exporter {
+    pub fn start(args: &[&str]) -> Exporter {
+        Exporter::start_as(args, None)
+    }
+
+    /// Starts the binary with `--web.listen-address=127.0.0.1:0`, as `uid` when given, and
+    /// waits (bounded) for its "listening" log line to learn the port.
+    pub fn start_as(args: &[&str], uid: Option<u32>) -> Exporter {
+        let mut command = Command::new(BINARY);
+        command
+            .arg("--web.listen-address=127.0.0.1:0")
+            .args(args)
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(Stdio::piped());
+        if let Some(uid) = uid {
+            command.uid(uid).gid(uid);
+        }
+        let mut child = command.spawn().expect("start hpcnode_exporter");
+        let stderr = child.stderr.take().unwrap();
+        let log = Arc::new(Mutex::new(String::new()));
+        let (found, address) = mpsc::channel();
+        let sink = log.clone();
+        std::thread::spawn(move || {
+            let mut found = Some(found);
+            for line in BufReader::new(stderr).lines().map_while(Result::ok) {
+                if line.contains("msg=listening") {
+                    if let (Some(tx), Some(addr)) = (found.take(), field(&line, "address")) {
+                        let _ = tx.send(addr);
+                    }
+                }
+                let mut log = sink.lock().unwrap();
+                log.push_str(&line);
+                log.push('\n');
+            }
+        });
+        let address = match address.recv_timeout(Duration::from_secs(20)) {
+            Ok(address) => address,
+            Err(_) => {
+                let _ = child.kill();
+                panic!("exporter did not start; log:\n{}", log.lock().unwrap());
+            }
+        };
+        Exporter {
+            child,
+            address,
+            log,
+        }
+    }
+
+    pub fn pid(&self) -> u32 {
+        self.child.id()
+    }
+
+    pub fn log(&self) -> String {
+        self.log.lock().unwrap().clone()
+    }
+
+    pub fn get(&self, path: &str) -> Response {
+        self.request(&format!(
+            "GET {path} HTTP/1.1\r\nHost: localhost\r\nConnection: close\r\n\r\n"
+        ))
+    }
+
+    pub fn get_with(&self, path: &str, headers: &[(&str, &str)]) -> Response {
+        let extra: String = headers
+            .iter()
+            .map(|(k, v)| format!("{k}: {v}\r\n"))
+            .collect();
+        self.request(&format!(
+            "GET {path} HTTP/1.1\r\nHost: localhost\r\nConnection: close\r\n{extra}\r\n"
+        ))
+    }
+
+    /// Sends raw bytes and reads the whole response (the server closes after it).
+    pub fn request(&self, raw: &str) -> Response {
+        let mut stream = self.connect();
+        stream.write_all(raw.as_bytes()).expect("send request");
+        let mut bytes = Vec::new();
+        stream.read_to_end(&mut bytes).expect("read response");
+        Response::parse(&bytes)
+    }
+
+    pub fn connect(&self) -> TcpStream {
+        let stream = TcpStream::connect(&self.address).expect("connect");
+        stream
+            .set_read_timeout(Some(Duration::from_secs(30)))
+            .unwrap();
+        stream
+    }
+
+    /// Sends SIGTERM and waits (bounded) for the exit status.
+    pub fn terminate(mut self) -> ExitStatus {
+        unsafe { libc::kill(self.child.id() as i32, libc::SIGTERM) };
+        let deadline = Instant::now() + Duration::from_secs(30);
+        loop {
+            if let Some(status) = self.child.try_wait().unwrap() {
+                return status;
+            }
+            assert!(Instant::now() < deadline, "exporter ignored SIGTERM");
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    }
+
+    /// `Threads:` from /proc/<pid>/status.
+    pub fn threads(&self) -> usize {
+        let status = std::fs::read_to_string(format!("/proc/{}/status", self.pid())).unwrap();
+        status
+            .lines()
+            .find_map(|l| l.strip_prefix("Threads:"))
+            .and_then(|n| n.trim().parse().ok())
+            .unwrap()
+    }
+}
+
+impl Drop for Exporter {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// `key=value` or `key="value"` from a logfmt line.
+fn field(line: &str, key: &str) -> Option<String> {
+    let start = line.find(&format!(" {key}="))? + key.len() + 2;
+    let rest = &line[start..];
+    let value = match rest.strip_prefix('"') {
+        Some(quoted) => &quoted[..quoted.find('"')?],
+        None => rest.split(' ').next()?,
+    };
+    Some(value.to_string())
+}
+
+#[derive(Debug)]
+pub struct Response {
+    pub status: u16,
+    pub headers: Vec<(String, String)>,
+    pub body: Vec<u8>,
+}
+
+impl Response {
+    fn parse(bytes: &[u8]) -> Response {
+        let split = bytes
+            .windows(4)
+            .position(|w| w == b"\r\n\r\n")
+            .unwrap_or_else(|| panic!("no response head in {:?}", String::from_utf8_lossy(bytes)));
+        let head = String::from_utf8_lossy(&bytes[..split]).into_owned();
+        let mut lines = head.split("\r\n");
+        let status = lines
+            .next()
+            .and_then(|l| l.split(' ').nth(1))
+            .and_then(|s| s.parse().ok())
+            .expect("status line");
+        let headers = lines
+            .filter_map(|l| l.split_once(':'))
+            .map(|(k, v)| (k.trim().to_ascii_lowercase(), v.trim().to_string()))
+            .collect();
+        Response {
+            status,
+            headers,
+            body: bytes[split + 4..].to_vec(),
+        }
+    }
+
+    pub fn header(&self, name: &str) -> Option<&str> {
+        self.headers
+            .iter()
+            .find(|(k, _)| k == name)
+            .map(|(_, v)| v.as_str())
+    }
+
+    pub fn text(&self) -> String {
+        String::from_utf8(self.body.clone()).expect("UTF-8 body")
+    }
+}
+
+/// A copy of a fixture tree in a temporary directory that tests may modify.
+pub struct TreeCopy {
+    pub dir: tempfile::TempDir,
+}
+
+impl TreeCopy {
+    pub fn of(fixture_name: &str) -> TreeCopy {
+        let dir = tempfile::tempdir().unwrap();
+        let status = Command::new("cp")
+            .arg("-a")
+            .arg(fixture(fixture_name))
+            .arg(dir.path())
+            .status()
+            .expect("cp");
+        assert!(status.success());
+        TreeCopy { dir }
+    }
+
+    pub fn sys(&self) -> PathBuf {
+        self.dir.path().join("sys")
+    }
+
+    pub fn sys_arg(&self) -> String {
+        format!("--path.sysfs={}", self.sys().display())
+    }
+}
+
+/// Runs a command with input on stdin; returns (success, stdout + stderr).
+pub fn run_with_stdin(program: &str, args: &[&str], input: &[u8]) -> (bool, String) {
+    let mut child = Command::new(program)
+        .args(args)
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap_or_else(|e| panic!("{program} is required for this test (see README: setup): {e}"));
+    child.stdin.take().unwrap().write_all(input).unwrap();
+    let out = child.wait_with_output().unwrap();
+    let mut text = String::from_utf8_lossy(&out.stdout).into_owned();
+    text.push_str(&String::from_utf8_lossy(&out.stderr));
+    (out.status.success(), text)
+}
+
+/// A copy of the real procfs tree whose `mlx4_0` port 2 counters live on a FUSE filesystem
+/// that never answers a read: a wedged driver, for real, in the kernel's read path.
+pub struct HungTree {
+    pub tree: TreeCopy,
+    mountpoint: PathBuf,
+    fuse: Child,
+}
+
+impl HungTree {
+    /// `None` (after saying why) where FUSE cannot be mounted; in CI that is a failure.
+    pub fn mount(test: &str) -> Option<HungTree> {
+        if !is_root() || !Path::new("/dev/fuse").exists() {
+            let why = "needs root and /dev/fuse to mount a FUSE filesystem";
+            assert!(
+                std::env::var_os("CI").is_none(),
+                "{test} must run in CI: {why}"
+            );
+            eprintln!("SKIPPED {test}: {why}");
+            return None;
+        }
+        let tree = TreeCopy::of("procfs");
+        let counters = tree.sys().join("class/infiniband/mlx4_0/ports/2/counters");
+        let names: Vec<String> = std::fs::read_dir(&counters)
+            .unwrap()
+            .map(|e| e.unwrap().file_name().into_string().unwrap())
+            .collect();
+        std::fs::remove_dir_all(&counters).unwrap();
+        std::fs::create_dir(&counters).unwrap();
+        let fuse = Command::new("/usr/bin/python3")
+            .arg(tests_dir().join("support/hung_sysfs.py"))
+            .arg(&counters)
+            .args(&names)
+            .stdout(Stdio::null())
+            .spawn()
+            .expect("start FUSE server (apt-get install python3-fusepy fuse3)");
+        let hung = HungTree {
+            tree,
+            mountpoint: counters.clone(),
+            fuse,
+        };
+        let started = Instant::now();
+        while !counters.join("port_xmit_data").exists() {
+            assert!(
+                started.elapsed() < Duration::from_secs(20),
+                "FUSE mount did not appear"
+            );
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        Some(hung)
+    }
+}
+
+impl Drop for HungTree {
+    fn drop(&mut self) {
+        let _ = Command::new("umount")
+            .arg("-l")
+            .arg(&self.mountpoint)
+            .status();
+        let _ = self.fuse.kill();
+        let _ = self.fuse.wait();
+    }
+}
