@@ -26,11 +26,11 @@ pub enum ConfigError {
     MaxRequests(String),
     #[error("invalid --scrape.timeout {value:?}: {reason}")]
     Duration { value: String, reason: &'static str },
-    #[error("invalid {flag} {value:?}: {source}")]
+    #[error("invalid {flag} {value:?}: {reason}")]
     Regex {
         flag: &'static str,
         value: String,
-        source: regex::Error,
+        reason: String,
     },
     #[error("--collector.rdma.device-include and --collector.rdma.device-exclude are mutually exclusive")]
     IncludeAndExclude,
@@ -277,10 +277,17 @@ fn path(flag: &'static str, value: String) -> Result<PathBuf, ConfigError> {
 
 /// Anchored like node_exporter's device filters: `mlx5` matches only a device named `mlx5`.
 fn regex(flag: &'static str, value: String) -> Result<Regex, ConfigError> {
-    Regex::new(&format!("^(?:{value})$")).map_err(|source| ConfigError::Regex {
+    Regex::new(&format!("^(?:{value})$")).map_err(|err| ConfigError::Regex {
         flag,
         value,
-        source,
+        // regex's message draws a caret diagram over several lines; keep the verdict line.
+        reason: err
+            .to_string()
+            .lines()
+            .last()
+            .unwrap_or("invalid regex")
+            .trim_start_matches("error: ")
+            .to_string(),
     })
 }
 

@@ -175,7 +175,7 @@ impl Server {
     }
 }
 
-fn header<'r>(request: &'r Request<Incoming>, name: hyper::header::HeaderName) -> &'r str {
+fn header(request: &Request<Incoming>, name: hyper::header::HeaderName) -> &str {
     request
         .headers()
         .get(name)

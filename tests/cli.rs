@@ -1,0 +1,114 @@
+//! The command line of the real binary: help, version, and one-line errors with exit code 2.
+
+mod util;
+
+use std::process::Command;
+
+use util::{Exporter, BINARY};
+
+fn run(args: &[&str]) -> (i32, String, String) {
+    let out = Command::new(BINARY).args(args).output().unwrap();
+    (
+        out.status.code().unwrap_or(-1),
+        String::from_utf8_lossy(&out.stdout).into_owned(),
+        String::from_utf8_lossy(&out.stderr).into_owned(),
+    )
+}
+
+#[test]
+fn help_lists_generated_collector_flags() {
+    let (code, stdout, _) = run(&["--help"]);
+    assert_eq!(code, 0);
+    for flag in [
+        "--web.listen-address",
+        "--web.telemetry-path",
+        "--web.max-requests",
+        "--path.sysfs",
+        "--path.procfs",
+        "--path.rootfs",
+        "--collector.rdma",
+        "--no-collector.rdma",
+        "--collector.rdma.device-include",
+        "--collector.rdma.device-exclude",
+        "--scrape.timeout",
+        "--log.level",
+        "--log.format",
+    ] {
+        assert!(stdout.contains(flag), "--help lacks {flag}");
+    }
+}
+
+#[test]
+fn version() {
+    let (code, stdout, _) = run(&["--version"]);
+    assert_eq!(code, 0);
+    assert_eq!(
+        stdout.trim(),
+        format!("hpcnode_exporter {}", env!("CARGO_PKG_VERSION"))
+    );
+}
+
+#[test]
+fn bad_values_give_one_line_and_exit_2() {
+    for args in [
+        &["--web.listen-address=nonsense"][..],
+        &["--web.max-requests=many"],
+        &["--scrape.timeout=soon"],
+        &["--collector.rdma.device-include=("],
+        &[
+            "--collector.rdma.device-include=a",
+            "--collector.rdma.device-exclude=b",
+        ],
+        &["--log.level=chatty"],
+        &["--log.format=xml"],
+        &["--no-such-flag"],
+    ] {
+        let (code, stdout, stderr) = run(args);
+        assert_eq!(code, 2, "{args:?}: {stderr}");
+        assert!(stdout.is_empty());
+        assert_eq!(stderr.lines().count(), 1, "{args:?}: {stderr}");
+        assert!(stderr.starts_with("hpcnode_exporter: error: "), "{stderr}");
+    }
+}
+
+#[test]
+fn port_in_use_exits_1_with_reason() {
+    let first = Exporter::start(&["--path.sysfs=/nonexistent"]);
+    let listen = format!("--web.listen-address={}", first.address);
+    let (code, _, stderr) = run(&[&listen]);
+    assert_eq!(code, 1);
+    assert!(stderr.contains("Address already in use"), "{stderr}");
+}
+
+#[test]
+fn json_logs() {
+    let mut child = Command::new(BINARY)
+        .args([
+            "--web.listen-address=127.0.0.1:0",
+            "--log.format=json",
+            "--path.sysfs=/nonexistent",
+        ])
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut line = String::new();
+    std::io::BufRead::read_line(
+        &mut std::io::BufReader::new(child.stderr.as_mut().unwrap()),
+        &mut line,
+    )
+    .unwrap();
+    let _ = child.kill();
+    let _ = child.wait();
+    assert!(
+        line.starts_with('{') && line.contains("\"msg\":\"listening\""),
+        "{line}"
+    );
+}
+
+#[test]
+fn missing_sysfs_tree_is_not_an_error() {
+    let exporter = Exporter::start(&["--path.sysfs=/nonexistent"]);
+    let text = exporter.get("/metrics").text();
+    assert!(text.contains("hpcnode_scrape_collector_success{collector=\"rdma\"} 1\n"));
+    assert!(!text.contains("hpcnode_rdma_"));
+}
