@@ -15,7 +15,7 @@ use std::time::{Duration, Instant};
 
 use crate::config::Config;
 use crate::logging::{self, Level};
-use crate::metrics::{Desc, Kind, Samples, Value};
+use crate::metrics::{Desc, Samples, Value};
 use crate::rdma;
 
 /// What a collector does at scrape time, split into independent units (devices) so that one
@@ -106,30 +106,26 @@ pub struct Output {
     pub errors: Vec<CollectError>,
 }
 
-const BUILD_INFO: Desc = Desc {
-    name: "hpcnode_build_info",
-    help: "A metric with a constant '1' value labeled by version and git revision of hpcnode_exporter.",
-    unit: None,
-    kind: Kind::Gauge,
-};
-const COLLECTOR_SUCCESS: Desc = Desc {
-    name: "hpcnode_scrape_collector_success",
-    help: "Whether a collector finished within the scrape deadline (1) or failed, overran or is still stuck (0).",
-    unit: None,
-    kind: Kind::Gauge,
-};
-const COLLECTOR_DURATION: Desc = Desc {
-    name: "hpcnode_scrape_collector_duration",
-    help: "How long a collector ran in this scrape; the deadline when it overran.",
-    unit: Some("seconds"),
-    kind: Kind::Gauge,
-};
-const COLLECTOR_ERRORS: Desc = Desc {
-    name: "hpcnode_collector_errors",
-    help: "Errors met by collectors since start, by kind (io, parse, not_regular_file, timeout, still_running, panic).",
-    unit: None,
-    kind: Kind::Counter,
-};
+const BUILD_INFO: Desc = Desc::gauge(
+    "hpcnode_build_info",
+    "A metric with a constant '1' value labeled by version and git revision of hpcnode_exporter.",
+    None,
+);
+const COLLECTOR_SUCCESS: Desc = Desc::gauge(
+    "hpcnode_scrape_collector_success",
+    "Whether a collector finished within the scrape deadline (1) or failed, overran or is still stuck (0).",
+    None,
+);
+const COLLECTOR_DURATION: Desc = Desc::gauge(
+    "hpcnode_scrape_collector_duration",
+    "How long a collector ran in this scrape; the deadline when it overran.",
+    Some("seconds"),
+);
+const COLLECTOR_ERRORS: Desc = Desc::counter(
+    "hpcnode_collector_errors",
+    "Errors met by collectors since start, by kind (io, parse, not_regular_file, timeout, still_running, panic).",
+    None,
+);
 
 /// Every metric the framework itself emits (for the METRICS.md check).
 pub const FRAMEWORK_METRICS: [Desc; 4] = [
@@ -418,12 +414,7 @@ mod tests {
     use crate::metrics::{encode, Format};
     use std::sync::mpsc;
 
-    const UP: Desc = Desc {
-        name: "hpcnode_test_up",
-        help: "Test.",
-        unit: None,
-        kind: Kind::Gauge,
-    };
+    const UP: Desc = Desc::gauge("hpcnode_test_up", "Test.", None);
 
     /// Units `good` and `hung`; reading `hung` blocks until the test releases it, like a
     /// wedged driver.

@@ -29,6 +29,28 @@ pub struct Desc {
 }
 
 impl Desc {
+    pub const fn gauge(name: &'static str, help: &'static str, unit: Option<&'static str>) -> Desc {
+        Desc {
+            name,
+            help,
+            unit,
+            kind: Kind::Gauge,
+        }
+    }
+
+    pub const fn counter(
+        name: &'static str,
+        help: &'static str,
+        unit: Option<&'static str>,
+    ) -> Desc {
+        Desc {
+            name,
+            help,
+            unit,
+            kind: Kind::Counter,
+        }
+    }
+
     /// The sample name as it appears in the 0.0.4 text format (and in METRICS.md).
     pub fn sample_name(&self) -> String {
         let mut name = self.name.to_string();
@@ -171,18 +193,8 @@ fn prometheus_unit(unit: &'static str) -> Unit {
 mod tests {
     use super::*;
 
-    const BYTES: Desc = Desc {
-        name: "hpcnode_test_data",
-        help: "Test bytes.",
-        unit: Some("bytes"),
-        kind: Kind::Counter,
-    };
-    const STATE: Desc = Desc {
-        name: "hpcnode_test_state",
-        help: "Test state.",
-        unit: None,
-        kind: Kind::Gauge,
-    };
+    const BYTES: Desc = Desc::counter("hpcnode_test_data", "Test bytes.", Some("bytes"));
+    const STATE: Desc = Desc::gauge("hpcnode_test_state", "Test state.", None);
 
     fn sample_set() -> Samples {
         let mut samples = Samples::default();

@@ -8,7 +8,7 @@ use std::path::{Path, PathBuf};
 
 use crate::collector::{CollectError, Collector, Output};
 use crate::config::{Config, DeviceFilter};
-use crate::metrics::{Desc, Kind, Labels, Samples, Value};
+use crate::metrics::{Desc, Labels, Samples, Value};
 use crate::sysfs::{link_target_name, sorted_entries, AttributeReader, SysfsError};
 
 pub fn build(config: &Config) -> Box<dyn Collector> {
@@ -23,120 +23,102 @@ pub struct RdmaCollector {
     devices: DeviceFilter,
 }
 
-const fn gauge(name: &'static str, help: &'static str, unit: Option<&'static str>) -> Desc {
-    Desc {
-        name,
-        help,
-        unit,
-        kind: Kind::Gauge,
-    }
-}
-
-const fn counter(name: &'static str, help: &'static str, unit: Option<&'static str>) -> Desc {
-    Desc {
-        name,
-        help,
-        unit,
-        kind: Kind::Counter,
-    }
-}
-
-const DEVICE_INFO: Desc = gauge(
+const DEVICE_INFO: Desc = Desc::gauge(
     "hpcnode_rdma_device_info",
     "RDMA device identity: firmware, board, HCA type, node GUID, PCI address and kernel driver.",
     None,
 );
-const PORT_INFO: Desc = gauge(
+const PORT_INFO: Desc = Desc::gauge(
     "hpcnode_rdma_port_info",
     "RDMA port identity: link layer, network device, LID and subnet manager LID.",
     None,
 );
-const PORT_STATE: Desc = gauge(
+const PORT_STATE: Desc = Desc::gauge(
     "hpcnode_rdma_port_state_id",
     "Logical port state: 1 DOWN, 2 INIT, 3 ARMED, 4 ACTIVE, 5 ACTIVE_DEFER.",
     None,
 );
-const PORT_PHYSICAL_STATE: Desc = gauge(
+const PORT_PHYSICAL_STATE: Desc = Desc::gauge(
     "hpcnode_rdma_port_physical_state_id",
     "Physical port state: 2 Polling, 3 Disabled, 5 LinkUp, 6 LinkErrorRecovery, ...",
     None,
 );
-const PORT_RATE: Desc = gauge(
+const PORT_RATE: Desc = Desc::gauge(
     "hpcnode_rdma_port_rate",
     "Port rate as the kernel reports it (the rate file), in bytes per second.",
     Some("bytes_per_second"),
 );
-const PORT_DATA_RATE: Desc = gauge(
+const PORT_DATA_RATE: Desc = Desc::gauge(
     "hpcnode_rdma_port_data_rate",
     "Payload rate after line encoding (8b/10b up to QDR, 64b/66b from FDR), in bytes per second.",
     Some("bytes_per_second"),
 );
-const PORT_DATA_TRANSMITTED: Desc = counter(
+const PORT_DATA_TRANSMITTED: Desc = Desc::counter(
     "hpcnode_rdma_port_data_transmitted",
     "Data transmitted on the port (port_xmit_data x 4).",
     Some("bytes"),
 );
-const PORT_DATA_RECEIVED: Desc = counter(
+const PORT_DATA_RECEIVED: Desc = Desc::counter(
     "hpcnode_rdma_port_data_received",
     "Data received on the port (port_rcv_data x 4).",
     Some("bytes"),
 );
-const PORT_PACKETS_TRANSMITTED: Desc = counter(
+const PORT_PACKETS_TRANSMITTED: Desc = Desc::counter(
     "hpcnode_rdma_port_packets_transmitted",
     "Packets transmitted on the port.",
     None,
 );
-const PORT_PACKETS_RECEIVED: Desc = counter(
+const PORT_PACKETS_RECEIVED: Desc = Desc::counter(
     "hpcnode_rdma_port_packets_received",
     "Packets received on the port.",
     None,
 );
-const PORT_UNICAST_TRANSMITTED: Desc = counter(
+const PORT_UNICAST_TRANSMITTED: Desc = Desc::counter(
     "hpcnode_rdma_port_unicast_packets_transmitted",
     "Unicast packets transmitted on the port.",
     None,
 );
-const PORT_UNICAST_RECEIVED: Desc = counter(
+const PORT_UNICAST_RECEIVED: Desc = Desc::counter(
     "hpcnode_rdma_port_unicast_packets_received",
     "Unicast packets received on the port.",
     None,
 );
-const PORT_MULTICAST_TRANSMITTED: Desc = counter(
+const PORT_MULTICAST_TRANSMITTED: Desc = Desc::counter(
     "hpcnode_rdma_port_multicast_packets_transmitted",
     "Multicast packets transmitted on the port.",
     None,
 );
-const PORT_MULTICAST_RECEIVED: Desc = counter(
+const PORT_MULTICAST_RECEIVED: Desc = Desc::counter(
     "hpcnode_rdma_port_multicast_packets_received",
     "Multicast packets received on the port.",
     None,
 );
-const PORT_TRANSMIT_WAIT: Desc = counter(
+const PORT_TRANSMIT_WAIT: Desc = Desc::counter(
     "hpcnode_rdma_port_transmit_wait",
     "Ticks during which the port had data to send but could not (port_xmit_wait; tick length is HCA specific).",
     None,
 );
-const PORT_ERRORS: Desc = counter(
+const PORT_ERRORS: Desc = Desc::counter(
     "hpcnode_rdma_port_errors",
     "PMA error counters of the port, by sysfs counter name.",
     None,
 );
-const PORT_PMA_SATURATED: Desc = gauge(
+const PORT_PMA_SATURATED: Desc = Desc::gauge(
     "hpcnode_rdma_port_pma_saturated",
     "1 when a PMA counter sits at its width's maximum and no longer counts (reset it with perfquery -R), else 0.",
     None,
 );
-const PORT_HW_STAT: Desc = counter(
+const PORT_HW_STAT: Desc = Desc::counter(
     "hpcnode_rdma_port_hw_stat",
     "Driver-specific port counters from hw_counters/, by file name.",
     None,
 );
-const PORT_HW_STATS_LIFESPAN: Desc = gauge(
+const PORT_HW_STATS_LIFESPAN: Desc = Desc::gauge(
     "hpcnode_rdma_port_hw_stats_lifespan",
     "How long the driver caches hw_counters values (a setting, not a counter).",
     Some("seconds"),
 );
-const DEVICE_HW_STAT: Desc = counter(
+const DEVICE_HW_STAT: Desc = Desc::counter(
     "hpcnode_rdma_device_hw_stat",
     "Driver-specific device-wide counters from hw_counters/, by file name.",
     None,

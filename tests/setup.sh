@@ -1,0 +1,22 @@
+#!/usr/bin/env bash
+# Installs what the test suite needs on a fresh Debian 12 machine (as root). Idempotent.
+#   prometheus, promtool   exposition lint, rule checks and unit tests, the end-to-end server
+#   python3-prometheus-client  the reference OpenMetrics parser
+#   python3-fusepy fuse3   a FUSE file that never answers a read (a wedged driver)
+#   prometheus-node-exporter  the peer the benchmark runs side by side
+set -euo pipefail
+packages=(prometheus python3-prometheus-client python3-fusepy fuse3 prometheus-node-exporter python3-yaml)
+missing=()
+for package in "${packages[@]}"; do
+  dpkg-query -W -f='${Status}' "$package" 2>/dev/null | grep -q "install ok installed" || missing+=("$package")
+done
+if ((${#missing[@]})); then
+  echo "setup: installing ${missing[*]}"
+  export DEBIAN_FRONTEND=noninteractive
+  # The prometheus package starts its own server on :9090 where an init system runs; the
+  # tests start their own on free ports, so a policy-rc.d keeps package scripts from starting services.
+  printf '#!/bin/sh\nexit 101\n' > /usr/sbin/policy-rc.d && chmod +x /usr/sbin/policy-rc.d
+  apt-get update -qq
+  apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
+  rm -f /usr/sbin/policy-rc.d
+fi
