@@ -249,7 +249,7 @@ fn hung_read_is_bounded() {
     };
     let exporter = Exporter::start(&[&hung.tree.sys_arg(), "--scrape.timeout=500ms"]);
     let mut threads = Vec::new();
-    for attempt in 0..8 {
+    for attempt in 0..20 {
         let started = Instant::now();
         let text = scrape(&exporter);
         assert!(
@@ -258,8 +258,8 @@ fn hung_read_is_bounded() {
         );
         assert!(text.contains("hpcnode_scrape_collector_success{collector=\"rdma\"} 0\n"));
         assert!(text.contains("hpcnode_rdma_port_state_id{device=\"hfi1_0\",port=\"1\"} 4\n"));
-        // The first scrape loses what comes after the hung device (mlx5_0); from the second
-        // on, the hung device is skipped and hides only itself.
+        // From the second scrape on, the hung device is skipped and hides only itself (in the
+        // first, a one-CPU machine has no second worker to read what comes after it).
         if attempt > 0 {
             assert!(text.contains("hpcnode_rdma_port_state_id{device=\"mlx5_0\",port=\"1\"} 4\n"));
             assert!(!text.contains("device=\"mlx4_0\",port=\"2\""));
@@ -270,8 +270,11 @@ fn hung_read_is_bounded() {
     assert!(
         text.contains("hpcnode_collector_errors_total{collector=\"rdma\",kind=\"timeout\"} 1\n")
     );
-    assert!(text
-        .contains("hpcnode_collector_errors_total{collector=\"rdma\",kind=\"still_running\"} 8\n"));
-    // One thread stays stuck in the hung read; after that the count must not grow.
-    assert_eq!(threads[1], threads[7], "threads grew: {threads:?}");
+    assert!(text.contains(
+        "hpcnode_collector_errors_total{collector=\"rdma\",kind=\"still_running\"} 20\n"
+    ));
+    // One thread stays stuck in the hung read, and the blocking pool may keep a spare or two;
+    // a pile-up would add a thread per scrape.
+    let most = *threads.iter().max().unwrap();
+    assert!(most <= threads[0] + 3, "threads grew: {threads:?}");
 }

@@ -9,7 +9,7 @@
 //! - every error is counted in `hpcnode_collector_errors_total` and logged once per distinct cause.
 
 use std::collections::{HashMap, HashSet};
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
@@ -198,8 +198,8 @@ impl ErrorLog {
             samples.push(
                 &COLLECTOR_ERRORS,
                 vec![
-                    ("collector", collector.to_string()),
-                    ("kind", kind.as_str().to_string()),
+                    ("collector", (*collector).into()),
+                    ("kind", kind.as_str().into()),
                 ],
                 Value::Int(count.load(Ordering::Relaxed)),
             );
@@ -246,13 +246,20 @@ fn lock<T>(mutex: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
         .unwrap_or_else(|poisoned| poisoned.into_inner())
 }
 
-/// What one collector run has produced so far; the scrape takes it at the deadline.
+/// What one collector run has produced; the scrape takes it at the deadline.
 #[derive(Default)]
 struct RunState {
+    /// Finished units' outputs by position in the listing, so output order is stable however
+    /// the workers interleave.
+    units: Vec<Option<Output>>,
+    /// Errors of the run itself (units skipped as still busy).
+    errors: Vec<CollectError>,
+}
+
+/// How one collector's part of a scrape ended.
+struct RunOutcome {
     output: Output,
-    result: Option<Result<(), CollectError>>,
-    /// A unit was skipped because an earlier read of it is still hung.
-    skipped_busy_unit: bool,
+    result: Result<(), CollectError>,
     duration: Duration,
 }
 
@@ -262,6 +269,7 @@ pub struct Scraper {
     deadline: Duration,
     errors: ErrorLog,
     revision: &'static str,
+    workers: usize,
 }
 
 impl Scraper {
@@ -279,6 +287,10 @@ impl Scraper {
             deadline,
             errors: ErrorLog::new(&names),
             revision: env!("HPCNODE_REVISION"),
+            // Unit reads are system-call bound: one worker per CPU, a few at most.
+            workers: std::thread::available_parallelism()
+                .map_or(1, |n| n.get())
+                .clamp(1, MAX_WORKERS_PER_COLLECTOR),
         }
     }
 
@@ -297,60 +309,52 @@ impl Scraper {
 
     /// One scrape: every collector's samples plus the framework's own metrics.
     pub async fn scrape(&self) -> Samples {
-        let started = Instant::now();
-        let deadline = tokio::time::Instant::from_std(started + self.deadline);
-        let runs: Vec<_> = self.slots.iter().map(start).collect();
+        let deadline = tokio::time::Instant::now() + self.deadline;
+        let runs: Vec<_> = self
+            .slots
+            .iter()
+            .map(|slot| {
+                tokio::spawn(run(
+                    slot.collector.clone(),
+                    slot.busy.clone(),
+                    deadline,
+                    self.workers,
+                ))
+            })
+            .collect();
 
         let mut samples = Samples::default();
         samples.push(
             &BUILD_INFO,
             vec![
-                ("version", env!("CARGO_PKG_VERSION").to_string()),
-                ("revision", self.revision.to_string()),
+                ("version", env!("CARGO_PKG_VERSION").into()),
+                ("revision", self.revision.into()),
             ],
             Value::Int(1),
         );
-        for (slot, (state, handle)) in self.slots.iter().zip(runs) {
-            let finished = tokio::time::timeout_at(deadline, handle).await;
-            // At the deadline, take what the run has produced so far; it goes on alone.
-            let RunState {
-                output,
-                result,
-                skipped_busy_unit,
-                duration,
-            } = std::mem::take(&mut *lock(&state));
-            for error in &output.errors {
+        for (slot, run) in self.slots.iter().zip(runs) {
+            let outcome = run.await.unwrap_or_else(|join_error| RunOutcome {
+                output: Output::default(),
+                result: Err(CollectError::new(
+                    ErrorKind::Panic,
+                    format!("scrape task failed: {join_error}"),
+                )),
+                duration: self.deadline,
+            });
+            for error in &outcome.output.errors {
                 self.errors.record(slot.name, error);
             }
-            samples.append(output.samples);
-            let (result, duration) = match finished {
-                Err(_) => {
-                    let mut busy: Vec<_> = lock(&slot.busy).iter().cloned().collect();
-                    busy.sort();
-                    let cause = format!(
-                        "did not finish within {:?}; still reading: {}",
-                        self.deadline,
-                        busy.join(", ")
-                    );
-                    (
-                        Err(CollectError::new(ErrorKind::Timeout, cause)),
-                        started.elapsed(),
-                    )
-                }
-                Ok(Err(join_error)) => {
-                    let cause = format!("collector panicked: {join_error}");
-                    (
-                        Err(CollectError::new(ErrorKind::Panic, cause)),
-                        started.elapsed(),
-                    )
-                }
-                Ok(Ok(())) => (result.unwrap_or(Ok(())), duration),
-            };
-            if let Err(error) = &result {
+            samples.append(outcome.output.samples);
+            if let Err(error) = &outcome.result {
                 self.errors.record(slot.name, error);
             }
-            let success = result.is_ok() && !skipped_busy_unit;
-            let label = vec![("collector", slot.name.to_string())];
+            let success = outcome.result.is_ok()
+                && outcome
+                    .output
+                    .errors
+                    .iter()
+                    .all(|e| e.kind != ErrorKind::StillRunning);
+            let label = vec![("collector", slot.name.into())];
             samples.push(
                 &COLLECTOR_SUCCESS,
                 label.clone(),
@@ -359,7 +363,7 @@ impl Scraper {
             samples.push(
                 &COLLECTOR_DURATION,
                 label,
-                Value::Float(duration.as_secs_f64()),
+                Value::Float(outcome.duration.as_secs_f64()),
             );
         }
         self.errors.export(&mut samples);
@@ -367,45 +371,130 @@ impl Scraper {
     }
 }
 
-/// Starts one run of a collector on the blocking pool: list its units, then read each unit not
-/// still busy from an earlier, hung run. Results land in the shared state unit by unit.
-fn start(slot: &Slot) -> (Arc<Mutex<RunState>>, tokio::task::JoinHandle<()>) {
-    let state = Arc::new(Mutex::new(RunState::default()));
-    let shared = state.clone();
-    let collector = slot.collector.clone();
-    let busy = slot.busy.clone();
-    let handle = tokio::task::spawn_blocking(move || {
-        let started = Instant::now();
-        let still_running = |what: &str| {
-            CollectError::new(
-                ErrorKind::StillRunning,
-                format!(
-                    "{what}: an earlier read has not returned (hung); not read again until it does"
-                ),
-            )
-        };
-        let units = match BusyGuard::claim(&busy, LISTING) {
+/// Upper bound on threads reading one collector's units at once.
+const MAX_WORKERS_PER_COLLECTOR: usize = 4;
+
+/// One collector's part of a scrape: list its units, then read them with a few workers on the
+/// blocking pool, each unit skipped while an earlier read of it is still hung. Whatever has
+/// finished by the deadline is returned; the rest goes on alone and is dropped.
+async fn run(
+    collector: Arc<dyn Collector>,
+    busy: Arc<Mutex<HashSet<String>>>,
+    deadline: tokio::time::Instant,
+    workers: usize,
+) -> RunOutcome {
+    let started = Instant::now();
+    let outcome = |output, result| RunOutcome {
+        output,
+        result,
+        duration: started.elapsed(),
+    };
+    let still_running = |what: &str| {
+        CollectError::new(
+            ErrorKind::StillRunning,
+            format!(
+                "{what}: an earlier read has not returned (hung); not read again until it does"
+            ),
+        )
+    };
+
+    let listing = {
+        let (collector, busy) = (collector.clone(), busy.clone());
+        tokio::task::spawn_blocking(move || match BusyGuard::claim(&busy, LISTING) {
             None => Err(still_running("listing")),
             Some(_guard) => collector.units(),
-        };
-        for unit in units.as_deref().unwrap_or_default() {
-            let Some(_guard) = BusyGuard::claim(&busy, unit) else {
-                let mut state = lock(&shared);
-                state.output.errors.push(still_running(unit));
-                state.skipped_busy_unit = true;
-                continue;
-            };
-            let mut output = Output::default();
-            collector.collect_unit(unit, &mut output);
-            let mut state = lock(&shared);
-            state.output.samples.append(output.samples);
-            state.output.errors.extend(output.errors);
+        })
+    };
+    let units = match tokio::time::timeout_at(deadline, listing).await {
+        Ok(Ok(Ok(units))) => Arc::new(units),
+        Ok(Ok(Err(error))) => return outcome(Output::default(), Err(error)),
+        Ok(Err(join_error)) => return outcome(Output::default(), Err(panicked(join_error))),
+        Err(_) => return outcome(Output::default(), Err(timed_out(&busy))),
+    };
+
+    let state = Arc::new(Mutex::new(RunState {
+        units: (0..units.len()).map(|_| None).collect(),
+        errors: Vec::new(),
+    }));
+    let next = Arc::new(AtomicUsize::new(0));
+    let handles: Vec<_> = (0..workers.min(units.len()))
+        .map(|_| {
+            let (collector, busy, units, state, next) = (
+                collector.clone(),
+                busy.clone(),
+                units.clone(),
+                state.clone(),
+                next.clone(),
+            );
+            tokio::task::spawn_blocking(move || loop {
+                let index = next.fetch_add(1, Ordering::Relaxed);
+                let Some(unit) = units.get(index) else {
+                    return;
+                };
+                let Some(_guard) = BusyGuard::claim(&busy, unit) else {
+                    lock(&state).errors.push(still_running(unit));
+                    continue;
+                };
+                let mut output = Output::default();
+                collector.collect_unit(unit, &mut output);
+                lock(&state).units[index] = Some(output);
+            })
+        })
+        .collect();
+    let mut result = Ok(());
+    for handle in handles {
+        match tokio::time::timeout_at(deadline, handle).await {
+            Ok(Ok(())) => {}
+            Ok(Err(join_error)) => result = Err(panicked(join_error)),
+            Err(_) => {
+                result = Err(timed_out(&busy));
+                break;
+            }
         }
-        let mut state = lock(&shared);
-        state.result = Some(units.map(drop));
-        state.duration = started.elapsed();
-    });
-    (state, handle)
+    }
+
+    let RunState { units, errors } = std::mem::take(&mut *lock(&state));
+    let mut output = Output::default();
+    for unit in units.into_iter().flatten() {
+        output.samples.append(unit.samples);
+        output.errors.extend(unit.errors);
+    }
+    output.errors.extend(errors);
+    outcome(output, result)
+}
+
+fn timed_out(busy: &Mutex<HashSet<String>>) -> CollectError {
+    let mut reading: Vec<_> = lock(busy)
+        .iter()
+        .map(|unit| {
+            if unit == LISTING {
+                "(listing)".to_string()
+            } else {
+                unit.clone()
+            }
+        })
+        .collect();
+    reading.sort();
+    CollectError::new(
+        ErrorKind::Timeout,
+        format!(
+            "did not finish in time; still reading: {}",
+            reading.join(", ")
+        ),
+    )
+}
+
+/// The panic's message without the task id, so one bug is logged once.
+fn panicked(error: tokio::task::JoinError) -> CollectError {
+    let message = match error.try_into_panic() {
+        Ok(payload) => payload
+            .downcast_ref::<&str>()
+            .map(|s| s.to_string())
+            .or_else(|| payload.downcast_ref::<String>().cloned())
+            .unwrap_or_else(|| "non-string panic payload".to_string()),
+        Err(error) => error.to_string(),
+    };
+    CollectError::new(ErrorKind::Panic, format!("collector panicked: {message}"))
 }
 
 #[cfg(test)]
@@ -433,8 +522,11 @@ mod tests {
                 self.hung_reads.fetch_add(1, Ordering::SeqCst);
                 let _ = lock(&self.release).recv();
             }
-            out.samples
-                .push(&UP, vec![("device", unit.to_string())], Value::Int(1));
+            out.samples.push(
+                &UP,
+                vec![("device", unit.to_string().into())],
+                Value::Int(1),
+            );
         }
     }
 

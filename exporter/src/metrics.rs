@@ -5,9 +5,12 @@
 //! encoder adds the unit and `_total` suffixes, so a name is spelled in exactly one place.
 
 use std::fmt;
+use std::sync::Arc;
 
 use prometheus_client::collector::Collector;
-use prometheus_client::encoding::{DescriptorEncoder, EncodeMetric};
+use prometheus_client::encoding::{
+    DescriptorEncoder, EncodeLabelValue, EncodeMetric, LabelValueEncoder,
+};
 use prometheus_client::metrics::counter::ConstCounter;
 use prometheus_client::metrics::gauge::ConstGauge;
 use prometheus_client::metrics::MetricType;
@@ -72,7 +75,42 @@ pub enum Value {
     Float(f64),
 }
 
-pub type Labels = Vec<(&'static str, String)>;
+/// A label value: static text, or shared text cloned into many samples without allocating
+/// (a device name labels hundreds of series).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum LabelValue {
+    Static(&'static str),
+    Shared(Arc<str>),
+}
+
+impl LabelValue {
+    pub fn as_str(&self) -> &str {
+        match self {
+            LabelValue::Static(text) => text,
+            LabelValue::Shared(text) => text,
+        }
+    }
+}
+
+impl From<&'static str> for LabelValue {
+    fn from(text: &'static str) -> Self {
+        LabelValue::Static(text)
+    }
+}
+
+impl From<String> for LabelValue {
+    fn from(text: String) -> Self {
+        LabelValue::Shared(text.into())
+    }
+}
+
+impl EncodeLabelValue for LabelValue {
+    fn encode(&self, encoder: &mut LabelValueEncoder) -> Result<(), fmt::Error> {
+        fmt::Write::write_str(encoder, self.as_str())
+    }
+}
+
+pub type Labels = Vec<(&'static str, LabelValue)>;
 
 #[derive(Debug)]
 pub struct Family {
@@ -104,8 +142,13 @@ impl Samples {
 
     pub fn append(&mut self, other: Samples) {
         for family in other.families {
-            for (labels, value) in family.samples {
-                self.push(&family.desc, labels, value);
+            match self
+                .families
+                .iter_mut()
+                .find(|f| f.desc.name == family.desc.name)
+            {
+                Some(existing) => existing.samples.extend(family.samples),
+                None => self.families.push(family),
             }
         }
     }

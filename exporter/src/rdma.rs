@@ -8,8 +8,8 @@ use std::path::{Path, PathBuf};
 
 use crate::collector::{CollectError, Collector, Output};
 use crate::config::{Config, DeviceFilter};
-use crate::metrics::{Desc, Labels, Samples, Value};
-use crate::sysfs::{link_target_name, sorted_entries, AttributeReader, SysfsError};
+use crate::metrics::{Desc, LabelValue, Labels, Value};
+use crate::sysfs::{AttributeReader, SysDir, SysfsError};
 
 pub fn build(config: &Config) -> Box<dyn Collector> {
     Box::new(RdmaCollector {
@@ -254,7 +254,7 @@ const NO_PMA: &str = "N/A (no PMA)";
 
 impl Collector for RdmaCollector {
     fn units(&self) -> Result<Vec<String>, CollectError> {
-        match sorted_entries(&self.class_dir) {
+        match SysDir::open(&self.class_dir).and_then(|dir| dir.entries()) {
             Ok(mut devices) => {
                 devices.retain(|device| self.devices.allows(device));
                 Ok(devices)
@@ -266,32 +266,55 @@ impl Collector for RdmaCollector {
     }
 
     fn collect_unit(&self, device: &str, out: &mut Output) {
-        let mut scrape = Scrape {
+        let mut read = DeviceRead {
             reader: AttributeReader::default(),
             out,
+            device: device.to_string().into(),
         };
-        scrape.device(&self.class_dir.join(device), device);
+        match SysDir::open(&self.class_dir.join(device)) {
+            Ok(dir) => read.device(&dir),
+            Err(err) => read.error(err),
+        }
     }
 }
 
 /// One device's read: the read buffer and where samples and errors go.
-struct Scrape<'a> {
+struct DeviceRead<'a> {
     reader: AttributeReader,
     out: &'a mut Output,
+    device: LabelValue,
 }
 
-impl Scrape<'_> {
-    fn samples(&mut self) -> &mut Samples {
-        &mut self.out.samples
+impl DeviceRead<'_> {
+    fn push(&mut self, desc: &Desc, labels: Labels, value: Value) {
+        self.out.samples.push(desc, labels, value);
     }
 
     fn error(&mut self, err: SysfsError) {
         self.out.errors.push(err.into());
     }
 
+    fn device_labels(&self) -> Labels {
+        vec![("device", self.device.clone())]
+    }
+
+    fn port_labels(&self, port: &LabelValue) -> Labels {
+        vec![("device", self.device.clone()), ("port", port.clone())]
+    }
+
+    /// Labels of a per-counter series: device, port when given, counter.
+    fn counter_labels(&self, port: Option<&LabelValue>, counter: LabelValue) -> Labels {
+        let mut labels = match port {
+            Some(port) => self.port_labels(port),
+            None => self.device_labels(),
+        };
+        labels.push(("counter", counter));
+        labels
+    }
+
     /// An optional text attribute: missing is "", other failures are reported and give "".
-    fn text(&mut self, path: &Path) -> String {
-        match self.reader.read(path) {
+    fn text(&mut self, dir: &SysDir, name: &str) -> String {
+        match dir.read(name, &mut self.reader) {
             Ok(text) => text.to_string(),
             Err(err) => {
                 if !err.is_not_found() {
@@ -303,9 +326,9 @@ impl Scrape<'_> {
     }
 
     /// An optional symlink's target name: missing is "", other failures are reported.
-    fn link(&mut self, path: &Path) -> String {
-        match link_target_name(path) {
-            Ok(name) => name,
+    fn link(&mut self, dir: &SysDir, name: &str) -> String {
+        match dir.link_target_name(name) {
+            Ok(target) => target,
             Err(err) => {
                 if !err.is_not_found() {
                     self.error(err);
@@ -315,81 +338,91 @@ impl Scrape<'_> {
         }
     }
 
-    fn device(&mut self, dir: &Path, device: &str) {
-        let labels = vec![
-            ("device", device.to_string()),
-            ("board_id", self.text(&dir.join("board_id"))),
-            ("firmware_version", self.text(&dir.join("fw_ver"))),
-            ("hca_type", self.text(&dir.join("hca_type"))),
-            ("node_guid", self.text(&dir.join("node_guid"))),
-            ("node_type", self.text(&dir.join("node_type"))),
-            ("pci_address", self.link(&dir.join("device"))),
-            ("driver", self.link(&dir.join("device/driver"))),
-        ];
-        self.samples().push(&DEVICE_INFO, labels, Value::Int(1));
-        self.hw_counters(&dir.join("hw_counters"), &DEVICE_HW_STAT, None, || {
-            vec![("device", device.to_string())]
-        });
+    /// An optional subdirectory: `None` when missing, or broken (then reported).
+    fn subdir(&mut self, dir: &SysDir, name: &str) -> Option<SysDir> {
+        match dir.subdir(name) {
+            Ok(sub) => Some(sub),
+            Err(err) => {
+                if !err.is_not_found() {
+                    self.error(err);
+                }
+                None
+            }
+        }
+    }
 
-        let ports_dir = dir.join("ports");
-        match sorted_entries(&ports_dir) {
-            Ok(ports) => {
-                for port in ports {
-                    self.port(&ports_dir.join(&port), device, &port);
+    fn device(&mut self, dir: &SysDir) {
+        let mut labels = self.device_labels();
+        labels.extend([
+            ("board_id", self.text(dir, "board_id").into()),
+            ("firmware_version", self.text(dir, "fw_ver").into()),
+            ("hca_type", self.text(dir, "hca_type").into()),
+            ("node_guid", self.text(dir, "node_guid").into()),
+            ("node_type", self.text(dir, "node_type").into()),
+            ("pci_address", self.link(dir, "device").into()),
+            ("driver", self.link(dir, "device/driver").into()),
+        ]);
+        self.push(&DEVICE_INFO, labels, Value::Int(1));
+        if let Some(hw) = self.subdir(dir, "hw_counters") {
+            self.hw_counters(&hw, None);
+        }
+
+        let Some(ports) = self.subdir(dir, "ports") else {
+            return;
+        };
+        match ports.entries() {
+            Ok(names) => {
+                for port in names {
+                    match ports.subdir(&port) {
+                        Ok(port_dir) => self.port(&port_dir, &port.into()),
+                        Err(err) => self.error(err),
+                    }
                 }
             }
             Err(err) => self.error(err),
         }
     }
 
-    fn port(&mut self, dir: &Path, device: &str, port: &str) {
-        let labels = || vec![("device", device.to_string()), ("port", port.to_string())];
-
-        let link_layer = self.text(&dir.join("link_layer"));
-        let netdev = if link_layer == "Ethernet" {
-            self.netdev(&dir.join("gid_attrs/ndevs"))
-        } else {
-            String::new()
+    fn port(&mut self, dir: &SysDir, port: &LabelValue) {
+        let link_layer = self.text(dir, "link_layer");
+        let netdev = match link_layer.as_str() {
+            "Ethernet" => self.netdev(dir),
+            _ => String::new(),
         };
-        let mut info = labels();
+        let mut info = self.port_labels(port);
         info.extend([
-            ("link_layer", link_layer.clone()),
-            ("netdev", netdev),
-            ("lid", self.text(&dir.join("lid"))),
-            ("sm_lid", self.text(&dir.join("sm_lid"))),
+            ("link_layer", link_layer.clone().into()),
+            ("netdev", netdev.into()),
+            ("lid", self.text(dir, "lid").into()),
+            ("sm_lid", self.text(dir, "sm_lid").into()),
         ]);
-        self.samples().push(&PORT_INFO, info, Value::Int(1));
+        self.push(&PORT_INFO, info, Value::Int(1));
 
         for (file, desc) in [("state", &PORT_STATE), ("phys_state", &PORT_PHYSICAL_STATE)] {
-            let path = dir.join(file);
-            match self
-                .reader
-                .read(&path)
-                .and_then(|t| parse_state_id(&path, t))
+            match dir
+                .read(file, &mut self.reader)
+                .and_then(|text| parse_state_id(&dir.path(file), text))
             {
-                Ok(id) => self.samples().push(desc, labels(), Value::Int(id)),
+                Ok(id) => self.push(desc, self.port_labels(port), Value::Int(id)),
                 Err(err) => self.error(err),
             }
         }
 
-        let rate_path = dir.join("rate");
-        match self
-            .reader
-            .read(&rate_path)
-            .and_then(|text| parse_rate(&rate_path, text))
+        match dir
+            .read("rate", &mut self.reader)
+            .and_then(|text| parse_rate(&dir.path("rate"), text))
         {
             Ok(rate) => {
-                let data_rate = rate.data_gbps(link_layer == "Ethernet");
-                self.samples()
-                    .push(&PORT_RATE, labels(), Value::Float(gbps_to_bytes(rate.gbps)));
-                match data_rate {
-                    Some(gbps) => self.samples().push(
+                let bytes = Value::Float(gbps_to_bytes(rate.gbps));
+                self.push(&PORT_RATE, self.port_labels(port), bytes);
+                match rate.data_gbps(link_layer == "Ethernet") {
+                    Some(gbps) => self.push(
                         &PORT_DATA_RATE,
-                        labels(),
+                        self.port_labels(port),
                         Value::Float(gbps_to_bytes(gbps)),
                     ),
                     None => self.error(SysfsError::parse(
-                        &rate_path,
+                        &dir.path("rate"),
                         "unknown link speed generation; data rate not exported",
                         &rate.generation,
                     )),
@@ -398,104 +431,96 @@ impl Scrape<'_> {
             Err(err) => self.error(err),
         }
 
-        let replaced = self.counters_ext(&dir.join("counters_ext"), &labels);
-        self.pma_counters(&dir.join("counters"), &labels, &replaced);
-        self.hw_counters(
-            &dir.join("hw_counters"),
-            &PORT_HW_STAT,
-            Some(&PORT_HW_STATS_LIFESPAN),
-            labels,
-        );
+        let replaced = match self.subdir(dir, "counters_ext") {
+            Some(ext) => self.counters_ext(&ext, port),
+            None => Vec::new(),
+        };
+        // Soft-RoCE, irdma and bnxt_re have no PMA: no counters/ at all.
+        if let Some(counters) = self.subdir(dir, "counters") {
+            self.pma_counters(&counters, port, &replaced);
+        }
+        if let Some(hw) = self.subdir(dir, "hw_counters") {
+            self.hw_counters(&hw, Some(port));
+        }
     }
 
     /// The first network device bound to a GID of a RoCE port. Unused GID entries fail to read
     /// on real kernels, so failures here are expected and not reported.
-    fn netdev(&mut self, ndevs: &Path) -> String {
-        let Ok(indexes) = sorted_entries(ndevs) else {
+    fn netdev(&mut self, port_dir: &SysDir) -> String {
+        let Ok(ndevs) = port_dir.subdir("gid_attrs/ndevs") else {
             return String::new();
         };
+        let indexes = ndevs.entries().unwrap_or_default();
         indexes
             .iter()
-            .find_map(|index| match self.reader.read(&ndevs.join(index)) {
+            .find_map(|index| match ndevs.read(index, &mut self.reader) {
                 Ok(name) if !name.is_empty() => Some(name.to_string()),
                 _ => None,
             })
             .unwrap_or_default()
     }
 
-    /// Reads `counters_ext/` if present; returns the `counters/` files it supersedes.
-    fn counters_ext(&mut self, dir: &Path, labels: &dyn Fn() -> Labels) -> Vec<&'static str> {
+    /// Reads the legacy 64-bit `counters_ext/`; returns the `counters/` files it supersedes.
+    fn counters_ext(&mut self, dir: &SysDir, port: &LabelValue) -> Vec<&'static str> {
         let mut replaced = Vec::new();
-        if !dir.is_dir() {
-            return replaced;
-        }
         for (file, legacy) in COUNTERS_EXT {
-            let path = dir.join(file);
-            let Some(value) = self.counter_value(&path) else {
+            let Some(value) = self.counter_value(dir, file) else {
                 continue;
             };
-            let pma = PMA_COUNTERS
+            let target = PMA_COUNTERS
                 .iter()
                 .find(|c| c.file == legacy)
-                .expect("every counters_ext file maps to a counters file");
-            if let Target::Metric(desc, factor) = pma.target {
-                self.samples()
-                    .push(desc, labels(), Value::Int(value.wrapping_mul(factor)));
+                .map(|c| c.target);
+            if let Some(Target::Metric(desc, factor)) = target {
+                let labels = self.port_labels(port);
+                self.push(desc, labels, Value::Int(value.wrapping_mul(factor)));
                 replaced.push(legacy);
             }
         }
         replaced
     }
 
-    fn pma_counters(&mut self, dir: &Path, labels: &dyn Fn() -> Labels, replaced: &[&str]) {
-        // Soft-RoCE, irdma and bnxt_re have no PMA: no counters/ at all.
-        if !dir.is_dir() {
-            return;
-        }
+    fn pma_counters(&mut self, dir: &SysDir, port: &LabelValue, replaced: &[&str]) {
         for counter in PMA_COUNTERS.iter().filter(|c| !replaced.contains(&c.file)) {
-            let Some(value) = self.counter_value(&dir.join(counter.file)) else {
+            let Some(value) = self.counter_value(dir, counter.file) else {
                 continue;
             };
             match counter.target {
                 Target::Metric(desc, factor) => {
-                    self.samples()
-                        .push(desc, labels(), Value::Int(value.wrapping_mul(factor)))
+                    let labels = self.port_labels(port);
+                    self.push(desc, labels, Value::Int(value.wrapping_mul(factor)));
                 }
-                Target::Error => self.push_error_counter(labels, counter.file, value),
+                Target::Error => {
+                    let labels = self.counter_labels(Some(port), counter.file.into());
+                    self.push(&PORT_ERRORS, labels, Value::Int(value));
+                }
             }
             if let Some(width) = counter.width {
                 let saturated = value == (1u64 << width) - 1;
-                let mut with_counter = labels();
-                with_counter.push(("counter", counter.file.to_string()));
-                self.samples().push(
+                let labels = self.counter_labels(Some(port), counter.file.into());
+                self.push(
                     &PORT_PMA_SATURATED,
-                    with_counter,
+                    labels,
                     Value::Int(u64::from(saturated)),
                 );
             }
         }
         for file in PMA_EXTRA_ERRORS {
-            if let Some(value) = self.counter_value(&dir.join(file)) {
-                self.push_error_counter(labels, file, value);
+            if let Some(value) = self.counter_value(dir, file) {
+                let labels = self.counter_labels(Some(port), file.into());
+                self.push(&PORT_ERRORS, labels, Value::Int(value));
             }
         }
     }
 
-    fn push_error_counter(&mut self, labels: &dyn Fn() -> Labels, file: &str, value: u64) {
-        let mut with_counter = labels();
-        with_counter.push(("counter", file.to_string()));
-        self.samples()
-            .push(&PORT_ERRORS, with_counter, Value::Int(value));
-    }
-
     /// A counter's value; `None` when absent, `N/A (no PMA)`, or broken (then reported).
-    fn counter_value(&mut self, path: &Path) -> Option<u64> {
-        match self.reader.read(path) {
+    fn counter_value(&mut self, dir: &SysDir, name: &str) -> Option<u64> {
+        match dir.read(name, &mut self.reader) {
             Ok(NO_PMA) => None,
             Ok(text) => match text.parse() {
                 Ok(value) => Some(value),
                 Err(_) => {
-                    let err = SysfsError::parse(path, "not an unsigned integer", text);
+                    let err = SysfsError::parse(&dir.path(name), "not an unsigned integer", text);
                     self.error(err);
                     None
                 }
@@ -509,34 +534,32 @@ impl Scrape<'_> {
     }
 
     /// Every file of a `hw_counters/` directory, whatever its name; `lifespan` is a setting.
-    fn hw_counters(
-        &mut self,
-        dir: &Path,
-        desc: &Desc,
-        lifespan: Option<&Desc>,
-        labels: impl Fn() -> Labels,
-    ) {
-        let names = match sorted_entries(dir) {
+    /// `port` is `None` for the device-wide directory.
+    fn hw_counters(&mut self, dir: &SysDir, port: Option<&LabelValue>) {
+        let names = match dir.entries() {
             Ok(names) => names,
-            Err(err) if err.is_not_found() => return,
             Err(err) => return self.error(err),
         };
         for name in names {
-            let path = dir.join(&name);
-            let Some(value) = self.counter_value(&path) else {
+            let Some(value) = self.counter_value(dir, &name) else {
                 continue;
             };
-            if name == "lifespan" {
-                if let Some(lifespan) = lifespan {
-                    let seconds = value as f64 / 1000.0;
-                    self.samples()
-                        .push(lifespan, labels(), Value::Float(seconds));
+            match (name.as_str(), port) {
+                ("lifespan", Some(port)) => {
+                    let seconds = Value::Float(value as f64 / 1000.0);
+                    self.push(&PORT_HW_STATS_LIFESPAN, self.port_labels(port), seconds);
                 }
-                continue;
+                // The device-wide lifespan mirrors the ports'; it is not exported twice.
+                ("lifespan", None) => {}
+                (_, Some(port)) => {
+                    let labels = self.counter_labels(Some(port), name.into());
+                    self.push(&PORT_HW_STAT, labels, Value::Int(value));
+                }
+                (_, None) => {
+                    let labels = self.counter_labels(None, name.into());
+                    self.push(&DEVICE_HW_STAT, labels, Value::Int(value));
+                }
             }
-            let mut with_counter = labels();
-            with_counter.push(("counter", name));
-            self.samples().push(desc, with_counter, Value::Int(value));
         }
     }
 }

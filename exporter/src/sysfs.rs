@@ -1,24 +1,31 @@
-//! Reading sysfs attributes: the one place that opens files under `--path.sysfs`.
+//! Reading sysfs: the one place that opens files under `--path.sysfs`.
 //!
-//! Every read is non-blocking at open (a FIFO planted where an attribute belongs returns at once
-//! instead of waiting for a writer) and refuses anything that is not a regular file. A read that
-//! still hangs inside a driver is bounded by the collector framework's deadline, not here.
+//! A scrape reads thousands of small attributes, so every read is relative to an open directory
+//! (`openat`: one path component to resolve, not ten) and takes three system calls: open, one
+//! read, close. Opens are non-blocking, so a FIFO planted where an attribute belongs returns at
+//! once; whatever is not a regular file is refused. A read that still hangs inside a driver is
+//! bounded by the collector framework's deadline, not here.
 
-use std::fs::{self, File, OpenOptions};
-use std::io::{self, Read};
-use std::os::unix::fs::OpenOptionsExt;
+use std::ffi::CStr;
+use std::os::fd::OwnedFd;
 use std::path::{Path, PathBuf};
+
+use rustix::fs::{FileType, Mode, OFlags};
+use rustix::io::Errno;
 
 use crate::collector::ErrorKind;
 
 /// sysfs attributes are at most one page; anything longer is not an attribute.
 const MAX_ATTRIBUTE_BYTES: usize = 4096;
 
-/// Why one sysfs attribute could not be used.
+/// Why one sysfs attribute or directory could not be used.
 #[derive(Debug, thiserror::Error)]
 pub enum SysfsError {
     #[error("read {path}: {source}")]
-    Io { path: PathBuf, source: io::Error },
+    Io {
+        path: PathBuf,
+        source: std::io::Error,
+    },
     #[error("read {path}: not a regular file")]
     NotRegularFile { path: PathBuf },
     #[error("parse {path}: {reason}: {content:?}")]
@@ -38,9 +45,9 @@ impl SysfsError {
         }
     }
 
-    /// True when the attribute simply does not exist (an optional file on this driver).
+    /// True when the file simply does not exist (an optional attribute of this driver).
     pub fn is_not_found(&self) -> bool {
-        matches!(self, SysfsError::Io { source, .. } if source.kind() == io::ErrorKind::NotFound)
+        matches!(self, SysfsError::Io { source, .. } if source.kind() == std::io::ErrorKind::NotFound)
     }
 
     pub fn parse(path: &Path, reason: &'static str, content: &str) -> Self {
@@ -50,160 +57,271 @@ impl SysfsError {
             content: content.chars().take(64).collect(),
         }
     }
+
+    fn io(path: PathBuf, errno: Errno) -> Self {
+        match errno {
+            Errno::ISDIR => SysfsError::NotRegularFile { path },
+            errno => SysfsError::Io {
+                path,
+                source: errno.into(),
+            },
+        }
+    }
 }
 
-/// Reads attributes with one reusable buffer (a scrape reads thousands of small files).
-#[derive(Default)]
+/// One reusable read buffer per device read.
 pub struct AttributeReader {
     buf: Vec<u8>,
 }
 
-impl AttributeReader {
-    /// The attribute's content with surrounding whitespace (the kernel's trailing newline, the
-    /// extra blank line some drivers print) removed.
-    pub fn read(&mut self, path: &Path) -> Result<&str, SysfsError> {
-        let io_error = |source| SysfsError::Io {
-            path: path.to_path_buf(),
-            source,
-        };
-        let file = open_nonblocking(path).map_err(io_error)?;
-        if !file.metadata().map_err(io_error)?.is_file() {
-            return Err(SysfsError::NotRegularFile {
-                path: path.to_path_buf(),
-            });
+impl Default for AttributeReader {
+    fn default() -> Self {
+        AttributeReader {
+            // One byte more than an attribute can hold, to tell "full page" from "too long".
+            buf: vec![0; MAX_ATTRIBUTE_BYTES + 1],
         }
-        self.buf.clear();
-        file.take(MAX_ATTRIBUTE_BYTES as u64)
-            .read_to_end(&mut self.buf)
-            .map_err(io_error)?;
-        match std::str::from_utf8(&self.buf) {
+    }
+}
+
+/// An open sysfs directory; attributes and subdirectories are opened relative to it.
+pub struct SysDir {
+    fd: OwnedFd,
+    path: PathBuf,
+}
+
+impl SysDir {
+    pub fn open(path: &Path) -> Result<SysDir, SysfsError> {
+        let fd = rustix::fs::open(path, dir_flags(), Mode::empty())
+            .map_err(|errno| SysfsError::io(path.to_path_buf(), errno))?;
+        Ok(SysDir {
+            fd,
+            path: path.to_path_buf(),
+        })
+    }
+
+    /// A subdirectory (following symlinks, as `class/infiniband/<dev>` is one).
+    pub fn subdir(&self, name: &str) -> Result<SysDir, SysfsError> {
+        let fd = rustix::fs::openat(&self.fd, name, dir_flags(), Mode::empty())
+            .map_err(|errno| SysfsError::io(self.path(name), errno))?;
+        Ok(SysDir {
+            fd,
+            path: self.path(name),
+        })
+    }
+
+    /// The full path of an entry, for messages.
+    pub fn path(&self, name: &str) -> PathBuf {
+        self.path.join(name)
+    }
+
+    /// An attribute's content with surrounding whitespace (the kernel's trailing newline, the
+    /// extra blank line some drivers print) removed.
+    pub fn read<'r>(
+        &self,
+        name: &str,
+        reader: &'r mut AttributeReader,
+    ) -> Result<&'r str, SysfsError> {
+        let flags = OFlags::RDONLY | OFlags::NONBLOCK | OFlags::CLOEXEC | OFlags::NOCTTY;
+        let fd = rustix::fs::openat(&self.fd, name, flags, Mode::empty())
+            .map_err(|errno| SysfsError::io(self.path(name), errno))?;
+        // Regular files return everything up to EOF in one read; only an empty or refused read
+        // needs a look at what the file is (a FIFO reads as empty or EAGAIN).
+        let len = match rustix::io::read(&fd, &mut reader.buf[..]) {
+            Ok(0) | Err(Errno::AGAIN) => {
+                let stat = rustix::fs::fstat(&fd)
+                    .map_err(|errno| SysfsError::io(self.path(name), errno))?;
+                if FileType::from_raw_mode(stat.st_mode) != FileType::RegularFile {
+                    return Err(SysfsError::NotRegularFile {
+                        path: self.path(name),
+                    });
+                }
+                0
+            }
+            Ok(len) => len,
+            Err(errno) => return Err(SysfsError::io(self.path(name), errno)),
+        };
+        let content = &reader.buf[..len];
+        if len > MAX_ATTRIBUTE_BYTES {
+            let text = String::from_utf8_lossy(content);
+            return Err(SysfsError::parse(
+                &self.path(name),
+                "longer than a page",
+                &text,
+            ));
+        }
+        match std::str::from_utf8(content) {
             Ok(text) => Ok(text.trim()),
             Err(_) => Err(SysfsError::parse(
-                path,
+                &self.path(name),
                 "not UTF-8 text",
-                &String::from_utf8_lossy(&self.buf),
+                &String::from_utf8_lossy(content),
             )),
         }
     }
 
     /// An unsigned integer attribute (counters, ids).
-    pub fn read_u64(&mut self, path: &Path) -> Result<u64, SysfsError> {
-        let text = self.read(path)?;
+    pub fn read_u64(&self, name: &str, reader: &mut AttributeReader) -> Result<u64, SysfsError> {
+        let text = self.read(name, reader)?;
         text.parse()
-            .map_err(|_| SysfsError::parse(path, "not an unsigned integer", text))
+            .map_err(|_| SysfsError::parse(&self.path(name), "not an unsigned integer", text))
     }
-}
 
-fn open_nonblocking(path: &Path) -> io::Result<File> {
-    OpenOptions::new()
-        .read(true)
-        .custom_flags(libc::O_NONBLOCK)
-        .open(path)
-}
-
-/// Names of the entries of a directory, sorted so output order is stable.
-/// Numeric names (ports, GID indexes) sort by value.
-pub fn sorted_entries(dir: &Path) -> Result<Vec<String>, SysfsError> {
-    let io_error = |source| SysfsError::Io {
-        path: dir.to_path_buf(),
-        source,
-    };
-    let mut names = Vec::new();
-    for entry in fs::read_dir(dir).map_err(io_error)? {
-        let entry = entry.map_err(io_error)?;
-        match entry.file_name().into_string() {
-            Ok(name) => names.push(name),
-            Err(raw) => {
-                return Err(SysfsError::parse(
-                    &dir.join(&raw),
-                    "entry name is not UTF-8",
-                    &raw.to_string_lossy(),
-                ))
+    /// Names of the directory's entries, sorted so output order is stable; numeric names
+    /// (ports, GID indexes) sort by value.
+    pub fn entries(&self) -> Result<Vec<String>, SysfsError> {
+        let io_error = |errno| SysfsError::io(self.path.clone(), errno);
+        let listing = rustix::fs::openat(&self.fd, ".", dir_flags(), Mode::empty())
+            .and_then(rustix::fs::Dir::new)
+            .map_err(io_error)?;
+        let mut names = Vec::new();
+        for entry in listing {
+            let entry = entry.map_err(io_error)?;
+            let name = entry.file_name();
+            if name == c"." || name == c".." {
+                continue;
             }
+            names.push(utf8_name(&self.path, name)?);
         }
+        // Numbers first, by value; then the rest by name: a total order whatever the names.
+        names.sort_by_cached_key(|name| {
+            (
+                name.parse::<u64>().map_or(1, |_| 0),
+                name.parse::<u64>().unwrap_or(0),
+                name.clone(),
+            )
+        });
+        Ok(names)
     }
-    names.sort_by(|a, b| match (a.parse::<u64>(), b.parse::<u64>()) {
-        (Ok(x), Ok(y)) => x.cmp(&y),
-        _ => a.cmp(b),
-    });
-    Ok(names)
+
+    /// The last path component of a symlink's target (`device` -> `0000:05:00.0`,
+    /// `device/driver` -> `mlx5_core`).
+    pub fn link_target_name(&self, name: &str) -> Result<String, SysfsError> {
+        let target = rustix::fs::readlinkat(&self.fd, name, Vec::new())
+            .map_err(|errno| SysfsError::io(self.path(name), errno))?;
+        let target = target.to_string_lossy();
+        Ok(target.rsplit('/').next().unwrap_or_default().to_string())
+    }
 }
 
-/// The last path component of a symlink's target (`device` -> `0000:05:00.0`,
-/// `device/driver` -> `mlx5_core`).
-pub fn link_target_name(link: &Path) -> Result<String, SysfsError> {
-    let target = fs::read_link(link).map_err(|source| SysfsError::Io {
-        path: link.to_path_buf(),
-        source,
-    })?;
-    Ok(target
-        .file_name()
-        .map(|name| name.to_string_lossy().into_owned())
-        .unwrap_or_default())
+fn dir_flags() -> OFlags {
+    OFlags::RDONLY | OFlags::DIRECTORY | OFlags::CLOEXEC
+}
+
+fn utf8_name(dir: &Path, name: &CStr) -> Result<String, SysfsError> {
+    name.to_str().map(str::to_string).map_err(|_| {
+        let lossy = name.to_string_lossy();
+        SysfsError::parse(&dir.join(&*lossy), "entry name is not UTF-8", &lossy)
+    })
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
     use std::ffi::CString;
+    use std::fs;
     use std::os::unix::ffi::OsStrExt;
     use std::time::{Duration, Instant};
 
+    fn dir_with(files: &[(&str, &str)]) -> (tempfile::TempDir, SysDir) {
+        let tmp = tempfile::tempdir().unwrap();
+        for (name, content) in files {
+            fs::write(tmp.path().join(name), content).unwrap();
+        }
+        let dir = SysDir::open(tmp.path()).unwrap();
+        (tmp, dir)
+    }
+
     #[test]
     fn trims_trailing_newline_and_blank_lines() {
-        let dir = tempfile::tempdir().unwrap();
-        let path = dir.path().join("link_layer");
-        fs::write(&path, "InfiniBand\n\n").unwrap();
-        assert_eq!(
-            AttributeReader::default().read(&path).unwrap(),
-            "InfiniBand"
-        );
+        let (_tmp, dir) = dir_with(&[("link_layer", "InfiniBand\n\n")]);
+        let mut reader = AttributeReader::default();
+        assert_eq!(dir.read("link_layer", &mut reader).unwrap(), "InfiniBand");
+    }
+
+    #[test]
+    fn empty_regular_file_is_empty_text() {
+        let (_tmp, dir) = dir_with(&[("0", "")]);
+        assert_eq!(dir.read("0", &mut AttributeReader::default()).unwrap(), "");
     }
 
     #[test]
     fn fifo_is_refused_without_blocking() {
-        let dir = tempfile::tempdir().unwrap();
-        let path = dir.path().join("port_xmit_data");
+        let (tmp, dir) = dir_with(&[]);
+        let path = tmp.path().join("port_xmit_data");
         let c_path = CString::new(path.as_os_str().as_bytes()).unwrap();
         assert_eq!(unsafe { libc::mkfifo(c_path.as_ptr(), 0o644) }, 0);
         let started = Instant::now();
-        let err = AttributeReader::default().read(&path).unwrap_err();
+        let err = dir
+            .read("port_xmit_data", &mut AttributeReader::default())
+            .unwrap_err();
         assert!(started.elapsed() < Duration::from_secs(1));
         assert_eq!(err.kind(), ErrorKind::NotRegularFile, "{err}");
     }
 
     #[test]
-    fn directory_is_not_an_attribute() {
-        let dir = tempfile::tempdir().unwrap();
-        let err = AttributeReader::default().read(dir.path()).unwrap_err();
+    fn fifo_with_a_silent_writer_is_refused_without_blocking() {
+        let (tmp, dir) = dir_with(&[]);
+        let path = tmp.path().join("rate");
+        let c_path = CString::new(path.as_os_str().as_bytes()).unwrap();
+        assert_eq!(unsafe { libc::mkfifo(c_path.as_ptr(), 0o644) }, 0);
+        let _writer = fs::OpenOptions::new()
+            .read(true)
+            .write(true)
+            .open(&path)
+            .unwrap();
+        let err = dir
+            .read("rate", &mut AttributeReader::default())
+            .unwrap_err();
         assert_eq!(err.kind(), ErrorKind::NotRegularFile, "{err}");
     }
 
     #[test]
+    fn directory_is_not_an_attribute() {
+        let (tmp, dir) = dir_with(&[]);
+        fs::create_dir(tmp.path().join("port_xmit_discards")).unwrap();
+        let err = dir
+            .read("port_xmit_discards", &mut AttributeReader::default())
+            .unwrap_err();
+        assert_eq!(err.kind(), ErrorKind::NotRegularFile, "{err}");
+    }
+
+    #[test]
+    fn longer_than_a_page_is_refused() {
+        let long = "1".repeat(MAX_ATTRIBUTE_BYTES + 10);
+        let (_tmp, dir) = dir_with(&[("big", &long)]);
+        let err = dir
+            .read("big", &mut AttributeReader::default())
+            .unwrap_err();
+        assert_eq!(err.kind(), ErrorKind::Parse, "{err}");
+    }
+
+    #[test]
     fn garbage_integer_is_a_parse_error_naming_the_file() {
-        let dir = tempfile::tempdir().unwrap();
-        let path = dir.path().join("symbol_error");
-        fs::write(&path, "-x\n").unwrap();
-        let err = AttributeReader::default().read_u64(&path).unwrap_err();
+        let (_tmp, dir) = dir_with(&[("symbol_error", "-x\n")]);
+        let err = dir
+            .read_u64("symbol_error", &mut AttributeReader::default())
+            .unwrap_err();
         assert_eq!(err.kind(), ErrorKind::Parse);
         assert!(err.to_string().contains("symbol_error"), "{err}");
     }
 
     #[test]
     fn missing_file_is_not_found() {
-        let dir = tempfile::tempdir().unwrap();
-        let err = AttributeReader::default()
-            .read(&dir.path().join("hca_type"))
+        let (_tmp, dir) = dir_with(&[]);
+        let err = dir
+            .read("hca_type", &mut AttributeReader::default())
             .unwrap_err();
         assert!(err.is_not_found());
     }
 
     #[test]
-    fn ports_sort_numerically() {
-        let dir = tempfile::tempdir().unwrap();
+    fn entries_sort_numerically_and_links_name_their_target() {
+        let (tmp, dir) = dir_with(&[]);
         for name in ["10", "2", "1"] {
-            fs::create_dir(dir.path().join(name)).unwrap();
+            fs::create_dir(tmp.path().join(name)).unwrap();
         }
-        assert_eq!(sorted_entries(dir.path()).unwrap(), ["1", "2", "10"]);
+        std::os::unix::fs::symlink("../../../0000:05:00.0", tmp.path().join("device")).unwrap();
+        assert_eq!(dir.entries().unwrap(), ["1", "2", "10", "device"]);
+        assert_eq!(dir.link_target_name("device").unwrap(), "0000:05:00.0");
     }
 }
