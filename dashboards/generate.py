@@ -1,0 +1,469 @@
+#!/usr/bin/python3
+"""Generates the Grafana dashboards in this directory from the panel definitions below.
+
+    /usr/bin/python3 dashboards/generate.py           # rewrite dashboards/*.json
+    /usr/bin/python3 dashboards/generate.py --check   # exit 1 if a committed file differs
+
+The JSON files are committed (Grafana provisioning reads them); edit this file, not the
+JSON, and run it. Each collector owns one function that returns its panels, so a new
+collector adds its section here, its alerts and recording rules in alerts/, and its
+promtool tests in alerts/tests/; tests/rules/check.sh lints all of them.
+Standard library only.
+"""
+
+import json
+import sys
+from pathlib import Path
+
+HERE = Path(__file__).resolve().parent
+SCHEMA_VERSION = 42  # the latest of Grafana's classic-model migrations
+DS = {"type": "prometheus", "uid": "${datasource}"}
+
+# Label matchers every query carries, so the variables at the top of a dashboard apply.
+NODE = 'job=~"$job", instance=~"$instance"'
+PORT = NODE + ', device=~"$device", port=~"$port"'
+
+PORT_STATES = {1: ("DOWN", "red"), 2: ("INIT", "orange"), 3: ("ARMED", "orange"),
+               4: ("ACTIVE", "green"), 5: ("ACTIVE_DEFER", "green")}
+PHYS_STATES = {1: ("Sleep", "red"), 2: ("Polling", "red"), 3: ("Disabled", "red"),
+               4: ("PortConfigurationTraining", "orange"), 5: ("LinkUp", "green"),
+               6: ("LinkErrorRecovery", "orange"), 7: ("PhyTest", "orange")}
+# hw_counters that say something about congestion and retransmission (mlx5 names).
+HW_CONGESTION = ("out_of_buffer|out_of_sequence|duplicate_request|local_ack_timeout_err|"
+                 "rnr_nak_retry_err|packet_seq_err|implied_nak_seq_err|roce_adp_retrans|"
+                 "roce_adp_retrans_to|roce_slow_restart|np_cnp_sent|rp_cnp_handled|"
+                 "np_ecn_marked_roce_packets")
+
+
+# ---------------------------------------------------------------- building blocks
+
+def value_mappings(states):
+    return [{"type": "value", "options": {
+        str(k): {"text": text, "color": color, "index": i}
+        for i, (k, (text, color)) in enumerate(sorted(states.items()))}}]
+
+
+def target(expr, legend="", ref="A", instant=False, table=False):
+    t = {"datasource": DS, "refId": ref, "expr": expr, "editorMode": "code",
+         "legendFormat": legend or "__auto", "range": not instant, "instant": instant}
+    if table:
+        t["format"] = "table"
+    return t
+
+
+def panel(kind, title, description, targets, unit, w=12, h=8, decimals=None,
+          mappings=None, thresholds=None, custom=None, options=None, overrides=None,
+          transformations=None, extra=None):
+    defaults = {"unit": unit, "color": {"mode": "palette-classic"}}
+    if decimals is not None:
+        defaults["decimals"] = decimals
+    if mappings:
+        defaults["mappings"] = mappings
+        defaults["color"] = {"mode": "thresholds"}
+    if thresholds:
+        defaults["thresholds"] = {"mode": "absolute", "steps": thresholds}
+        defaults["color"] = {"mode": "thresholds"}
+    if custom:
+        defaults["custom"] = custom
+    p = {"type": kind, "title": title, "description": description, "datasource": DS,
+         "gridPos": {"w": w, "h": h},
+         "fieldConfig": {"defaults": defaults, "overrides": overrides or []},
+         "options": options or {}, "targets": targets}
+    if transformations:
+        p["transformations"] = transformations
+    if extra:
+        p.update(extra)
+    return p
+
+
+def timeseries(title, description, targets, unit, w=12, h=8, **kw):
+    kw.setdefault("options", {
+        "legend": {"displayMode": "table", "placement": "bottom", "showLegend": True,
+                   "calcs": ["mean", "max"]},
+        "tooltip": {"mode": "multi", "sort": "desc"}})
+    kw.setdefault("custom", {"drawStyle": "line", "lineWidth": 1, "fillOpacity": 10,
+                             "showPoints": "never", "spanNulls": False})
+    return panel("timeseries", title, description, targets, unit, w, h, **kw)
+
+
+def stat(title, description, targets, unit, w=4, h=4, **kw):
+    kw.setdefault("options", {
+        "reduceOptions": {"calcs": ["lastNotNull"], "fields": "", "values": False},
+        "colorMode": "background", "graphMode": "none", "textMode": "auto",
+        "justifyMode": "auto", "orientation": "auto"})
+    return panel("stat", title, description, targets, unit, w, h, **kw)
+
+
+def state_timeline(title, description, targets, states, w=12, h=8):
+    return panel("state-timeline", title, description, targets, "none", w, h,
+                 mappings=value_mappings(states),
+                 thresholds=[{"color": "text", "value": None}],
+                 options={"showValue": "auto", "mergeValues": True, "rowHeight": 0.9,
+                          "legend": {"displayMode": "list", "placement": "bottom",
+                                     "showLegend": False},
+                          "tooltip": {"mode": "single", "sort": "none"}})
+
+
+def column(ref, name, unit, mappings=None, cell=None):
+    props = [{"id": "displayName", "value": name}, {"id": "unit", "value": unit}]
+    if mappings:
+        props.append({"id": "mappings", "value": mappings})
+    if cell:
+        props.append({"id": "custom.cellOptions", "value": {"type": cell}})
+    return {"matcher": {"id": "byName", "options": "Value #" + ref}, "properties": props}
+
+
+def table(title, description, targets, unit, columns, hide, order, w=24, h=8, sort=None):
+    """An instant table: the queries' rows merged on their labels, `hide` label columns
+    dropped, `order` label columns first, value columns described by `columns`."""
+    organize = {"excludeByName": {name: True for name in ["Time"] + hide},
+                "indexByName": {name: i for i, name in enumerate(order)},
+                "renameByName": {}}
+    options = {"showHeader": True, "cellHeight": "sm",
+               "footer": {"show": False, "reducer": ["sum"], "countRows": False}}
+    if sort:
+        options["sortBy"] = [{"displayName": sort, "desc": False}]
+    return panel("table", title, description, targets, unit, w, h,
+                 custom={"align": "auto", "cellOptions": {"type": "auto"}},
+                 thresholds=[{"color": "text", "value": None}],
+                 overrides=columns, options=options,
+                 transformations=[{"id": "merge", "options": {}},
+                                  {"id": "organize", "options": organize}])
+
+
+def text(title, description, content, w=24, h=3):
+    return {"type": "text", "title": title, "description": description,
+            "gridPos": {"w": w, "h": h},
+            "options": {"mode": "markdown", "content": content,
+                        "code": {"language": "plaintext", "showLineNumbers": False,
+                                 "showMiniMap": False}}}
+
+
+def row(title, panels, collapsed=False):
+    return {"type": "row", "title": title, "collapsed": collapsed, "panels": panels}
+
+
+def layout(sections):
+    """Numbers the panels and places them left to right, top to bottom, on the 24-column
+    grid. A collapsed row carries its panels inside it, as Grafana saves them."""
+    out, next_id, y = [], 1, 0
+
+    def place(panels, y):
+        nonlocal next_id
+        x, row_h = 0, 0
+        for p in panels:
+            w, h = p["gridPos"]["w"], p["gridPos"]["h"]
+            if x + w > 24:
+                x, y, row_h = 0, y + row_h, 0
+            p["id"] = next_id
+            next_id += 1
+            p["gridPos"] = {"h": h, "w": w, "x": x, "y": y}
+            x += w
+            row_h = max(row_h, h)
+        return y + row_h
+
+    for section in sections:
+        section["id"] = next_id
+        next_id += 1
+        section["gridPos"] = {"h": 1, "w": 24, "x": 0, "y": y}
+        y += 1
+        out.append(section)
+        if section["collapsed"]:
+            place(section["panels"], y)
+        else:
+            y = place(section["panels"], y)
+            out.extend(section["panels"])
+            section["panels"] = []
+    return out
+
+
+def query_variable(name, label, query, multi=True, include_all=True):
+    v = {"name": name, "label": label, "type": "query", "datasource": DS,
+         "query": {"qryType": 1, "query": query,
+                   "refId": "PrometheusVariableQueryEditor-VariableQuery"},
+         "definition": query, "refresh": 2, "regex": "", "sort": 1,
+         "multi": multi, "includeAll": include_all, "current": {}, "options": [],
+         "hide": 0}
+    if include_all:
+        v["allValue"] = ".*"
+    return v
+
+
+def datasource_variable():
+    return {"name": "datasource", "label": "Data source", "type": "datasource",
+            "query": "prometheus", "regex": "", "current": {}, "options": [],
+            "refresh": 1, "hide": 0, "multi": False, "includeAll": False}
+
+
+def dashboard(uid, title, description, tags, variables, sections, time_from="now-6h"):
+    return {
+        "uid": uid, "title": title, "description": description, "tags": tags,
+        "schemaVersion": SCHEMA_VERSION, "version": 1, "editable": True,
+        "graphTooltip": 1, "liveNow": False, "refresh": "1m", "timezone": "",
+        "time": {"from": time_from, "to": "now"}, "timepicker": {},
+        "fiscalYearStartMonth": 0, "weekStart": "",
+        "annotations": {"list": [{
+            "builtIn": 1, "datasource": {"type": "grafana", "uid": "-- Grafana --"},
+            "enable": True, "hide": True, "iconColor": "rgba(0, 211, 255, 1)",
+            "name": "Annotations & Alerts", "type": "dashboard"}]},
+        "links": [{"title": "hpcnode dashboards", "type": "dashboards", "tags": ["hpcnode"],
+                   "asDropdown": True, "includeVars": True, "keepTime": True,
+                   "icon": "external link", "targetBlank": False, "tooltip": "", "url": ""}],
+        "templating": {"list": variables},
+        "panels": layout(sections),
+    }
+
+
+def node_variables(single_instance):
+    return [
+        datasource_variable(),
+        query_variable("job", "Job", "label_values(hpcnode_build_info, job)"),
+        query_variable("instance", "Node", 'label_values(hpcnode_build_info{job=~"$job"}, instance)',
+                       multi=not single_instance, include_all=not single_instance),
+        query_variable("device", "RDMA device",
+                       'label_values(hpcnode_rdma_port_state_id{job=~"$job", instance=~"$instance"}, device)'),
+        query_variable("port", "Port",
+                       'label_values(hpcnode_rdma_port_state_id{job=~"$job", instance=~"$instance", device=~"$device"}, port)'),
+    ]
+
+
+# ---------------------------------------------------------------- exporter health
+
+def exporter_panels():
+    return [
+        stat("Exporter up", "Whether Prometheus scraped the exporter at its last attempt (the `up` series of the scrape job). DOWN means none of the panels below are current.",
+             [target(f'up{{{NODE}}}', "{{instance}}", instant=True)], "none",
+             mappings=[{"type": "value", "options": {"0": {"text": "DOWN", "color": "red", "index": 0},
+                                                     "1": {"text": "UP", "color": "green", "index": 1}}}]),
+        stat("Exporter version", "hpcnode_exporter version and git revision (hpcnode_build_info).",
+             [target(f'hpcnode_build_info{{{NODE}}}', "{{version}} ({{revision}})", instant=True)], "none",
+             options={"reduceOptions": {"calcs": ["lastNotNull"], "fields": "", "values": False},
+                      "colorMode": "none", "graphMode": "none", "textMode": "name",
+                      "justifyMode": "auto", "orientation": "auto"}),
+        stat("Collectors failing", "Collectors whose last run failed, overran --scrape.timeout or is still stuck (hpcnode_scrape_collector_success == 0). Alert: HpcnodeCollectorFailing.",
+             [target(f'count(hpcnode_scrape_collector_success{{{NODE}}} == 0) or vector(0)', "failing", instant=True)], "none",
+             thresholds=[{"color": "green", "value": None}, {"color": "red", "value": 1}]),
+        stat("Collector errors in range", "Read and parse errors of all collectors in the dashboard's time range (hpcnode_collector_errors_total). One bad file never hides the other devices; the exporter log names it. Alert: HpcnodeCollectorReadErrors.",
+             [target(f'sum(increase(hpcnode_collector_errors_total{{{NODE}}}[$__range]))', "errors", instant=True)], "none",
+             decimals=0, thresholds=[{"color": "green", "value": None}, {"color": "orange", "value": 1}]),
+        stat("RDMA ports not ACTIVE", "Ports whose state is neither ACTIVE nor ACTIVE_DEFER. Alert: HpcnodeRdmaPortNotActive.",
+             [target(f'count(hpcnode_rdma_port_state_id{{{PORT}}} != 4 and hpcnode_rdma_port_state_id{{{PORT}}} != 5) or vector(0)', "ports", instant=True)], "none",
+             thresholds=[{"color": "green", "value": None}, {"color": "red", "value": 1}]),
+        stat("Saturated counters", "PMA counters stuck at their maximum: they no longer count, so their rates read 0 (hpcnode_rdma_port_pma_saturated). Reset them with perfquery -R. Alert: HpcnodeRdmaPortCounterSaturated.",
+             [target(f'sum(hpcnode_rdma_port_pma_saturated{{{PORT}}}) or vector(0)', "counters", instant=True)], "none",
+             thresholds=[{"color": "green", "value": None}, {"color": "orange", "value": 1}]),
+        state_timeline("Collector health", "Each collector's result at every scrape: OK, or FAILED when it failed, overran --scrape.timeout or was still stuck in an earlier run.",
+                       [target(f'hpcnode_scrape_collector_success{{{NODE}}}', "{{instance}} {{collector}}")],
+                       {0: ("FAILED", "red"), 1: ("OK", "green")}, w=8),
+        timeseries("Collector duration", "Time each collector took per scrape; an overrun shows the deadline (--scrape.timeout).",
+                   [target(f'hpcnode_scrape_collector_duration_seconds{{{NODE}}}', "{{instance}} {{collector}}")], "s", w=8),
+        timeseries("Collector errors", "Errors per second by collector and kind: io (a read failed), parse (unexpected content), not_regular_file, timeout, still_running.",
+                   [target(f'sum by (instance, collector, kind) (rate(hpcnode_collector_errors_total{{{NODE}}}[$__rate_interval]))', "{{instance}} {{collector}} {{kind}}")], "cps", w=8),
+    ]
+
+
+# ---------------------------------------------------------------- rdma collector
+
+# Query B of a two-direction panel is drawn below the axis.
+RECEIVE_BELOW_AXIS = {"matcher": {"id": "byFrameRefID", "options": "B"},
+                      "properties": [{"id": "custom.transform", "value": "negative-Y"}]}
+
+
+def rdma_port_table():
+    """One row per port: the same label joins on every query, so that `merge` lines them up."""
+    def joined(metric_expr):
+        return (f'{metric_expr}\n'
+                f'* on (job, instance, device, port) group_left (link_layer, netdev, lid)\n'
+                f'  hpcnode_rdma_port_info{{{PORT}}}\n'
+                f'* on (job, instance, device) group_left (firmware_version, hca_type, board_id)\n'
+                f'  hpcnode_rdma_device_info{{{NODE}}}')
+    targets = [
+        target(joined(f'hpcnode_rdma_port_state_id{{{PORT}}}'), ref="A", instant=True, table=True),
+        target(joined(f'hpcnode_rdma_port_physical_state_id{{{PORT}}}'), ref="B", instant=True, table=True),
+        target(joined(f'hpcnode_rdma_port_rate_bytes_per_second{{{PORT}}} * 8'), ref="C", instant=True, table=True),
+        target(joined(f'hpcnode_rdma_port_data_rate_bytes_per_second{{{PORT}}} * 8'), ref="D", instant=True, table=True),
+    ]
+    columns = [
+        column("A", "State", "none", value_mappings(PORT_STATES), "color-background"),
+        column("B", "Physical state", "none", value_mappings(PHYS_STATES), "color-background"),
+        column("C", "Rate", "bps"),
+        column("D", "Data rate", "bps"),
+    ]
+    return table(
+        "RDMA ports at a glance",
+        "Every RDMA port of the node at a glance: state (ACTIVE expected), physical state (LinkUp expected; "
+        "some mlx5 firmware prints 4 for a working link), the signalling rate the port trained at, the data rate "
+        "after line encoding (QDR 40 Gb/s carries 32 Gb/s), link layer, network device, LID, firmware and HCA type. "
+        "A rate lower than the node's peers means a link trained at lower width or speed.",
+        targets, "none", columns, hide=["job", "__name__"],
+        order=["instance", "device", "port", "Value #A", "Value #B", "Value #C", "Value #D",
+               "link_layer", "netdev", "lid", "firmware_version", "hca_type", "board_id"],
+        h=7)
+
+
+def rdma_node_panels():
+    return [
+        rdma_port_table(),
+        state_timeline("Port state over time", "Port state at every scrape (hpcnode_rdma_port_state_id): when a link went down and came back.",
+                       [target(f'hpcnode_rdma_port_state_id{{{PORT}}}', "{{instance}} {{device}}/{{port}}")], PORT_STATES),
+        state_timeline("Physical state over time", "Physical link state at every scrape (hpcnode_rdma_port_physical_state_id). Polling: no link partner; LinkErrorRecovery: retraining.",
+                       [target(f'hpcnode_rdma_port_physical_state_id{{{PORT}}}', "{{instance}} {{device}}/{{port}}")], PHYS_STATES),
+        timeseries("Throughput", "Bytes per second sent (above the axis) and received (below it) per port; the exporter already converts the 4-byte PMA data words to bytes.",
+                   [target(f'rate(hpcnode_rdma_port_data_transmitted_bytes_total{{{PORT}}}[$__rate_interval])', "{{instance}} {{device}}/{{port}} transmit", "A"),
+                    target(f'rate(hpcnode_rdma_port_data_received_bytes_total{{{PORT}}}[$__rate_interval])', "{{instance}} {{device}}/{{port}} receive", "B")], "Bps",
+                   overrides=[RECEIVE_BELOW_AXIS]),
+        timeseries("Utilisation of the data rate", "Throughput as a fraction of the port's data rate after line encoding (hpcnode_rdma_port_data_rate_bytes_per_second), per direction. Ports with a data rate of 0 are left out.",
+                   [target(f'rate(hpcnode_rdma_port_data_transmitted_bytes_total{{{PORT}}}[$__rate_interval]) / (hpcnode_rdma_port_data_rate_bytes_per_second{{{PORT}}} > 0)', "{{instance}} {{device}}/{{port}} transmit", "A"),
+                    target(f'rate(hpcnode_rdma_port_data_received_bytes_total{{{PORT}}}[$__rate_interval]) / (hpcnode_rdma_port_data_rate_bytes_per_second{{{PORT}}} > 0)', "{{instance}} {{device}}/{{port}} receive", "B")], "percentunit"),
+        timeseries("Packets", "Packets per second sent (above the axis) and received (below it) per port.",
+                   [target(f'rate(hpcnode_rdma_port_packets_transmitted_total{{{PORT}}}[$__rate_interval])', "{{instance}} {{device}}/{{port}} transmit", "A"),
+                    target(f'rate(hpcnode_rdma_port_packets_received_total{{{PORT}}}[$__rate_interval])', "{{instance}} {{device}}/{{port}} receive", "B")], "pps",
+                   overrides=[RECEIVE_BELOW_AXIS]),
+        timeseries("Error counters", "PMA error counters per second, by counter (hpcnode_rdma_port_errors_total). symbol_error, link_error_recovery and link_downed: the physical link; port_rcv_errors: bad packets on this link; port_rcv_remote_physical_errors: bad packets from elsewhere; port_xmit_discards: packets the fabric did not take.",
+                   [target(f'sum by (instance, device, port, counter) (rate(hpcnode_rdma_port_errors_total{{{PORT}}}[$__rate_interval]))', "{{instance}} {{device}}/{{port}} {{counter}}")], "cps"),
+        timeseries("Congestion and retransmission (hw_counters)", "Driver hw_counters per second that count drops, retransmissions and congestion notifications (mlx5 names: out_of_buffer, local_ack_timeout_err, roce_adp_retrans*, np_cnp_sent, rp_cnp_handled, ...). Empty for drivers without hw_counters.",
+                   [target(f'sum by (instance, device, port, counter) (rate(hpcnode_rdma_port_hw_stat_total{{{PORT}, counter=~"{HW_CONGESTION}"}}[$__rate_interval]))', "{{instance}} {{device}}/{{port}} {{counter}}")], "cps"),
+        timeseries("Transmit wait", "port_xmit_wait ticks per second: ticks in which the port had data to send but could not (no credits from the other end: congestion downstream). The tick length is HCA-specific; the capacity planning dashboard converts ticks into a fraction of time under a stated assumption.",
+                   [target(f'rate(hpcnode_rdma_port_transmit_wait_total{{{PORT}}}[$__rate_interval])', "{{instance}} {{device}}/{{port}}")], "suffix: ticks/s"),
+    ]
+
+
+def reserved_rows():
+    """Rows kept for the collectors that come next; each replaces its text panel."""
+    return [
+        row("Kernel modules and signatures", [text(
+            "Reserved: kernel modules and signatures",
+            "Placeholder for the modules collector's panels.",
+            "Filled by the **modules** collector: expected modules loaded, module signature verification "
+            "failures (EKEYREJECTED under Secure Boot), per-module and kernel taint, Secure Boot and lockdown state.")],
+            collapsed=True),
+        row("Xeon Phi (MIC) cards", [text(
+            "Reserved: Xeon Phi cards",
+            "Placeholder for the MIC collector's panels.",
+            "Filled by the **mic** collector: card state (ready, booting, lost...), post code, boot and crash "
+            "counts, temperatures, voltages, power, firmware versions.")],
+            collapsed=True),
+        row("GPU passthrough", [text(
+            "Reserved: GPU passthrough",
+            "Placeholder for the PCI/IOMMU collector's panels.",
+            "Filled by the **pci** collector: per-device passthrough readiness (BARs assigned, vfio-pci bound, "
+            "MSI-X, IRQ, IOMMU on, IOMMU group isolated) and IOMMU faults.")],
+            collapsed=True),
+    ]
+
+
+def driver_stack_dashboard():
+    return dashboard(
+        "hpcnode-driver-stack", "Node driver stack",
+        "Per node: is the accelerator and fabric driver stack healthy? RDMA port state, rates, errors and "
+        "congestion counters, and the exporter's own collector health.",
+        ["hpcnode", "rdma", "infiniband"], node_variables(single_instance=True),
+        [row("Exporter and collectors", exporter_panels()),
+         row("RDMA ports", rdma_node_panels())] + reserved_rows())
+
+
+# ---------------------------------------------------------------- rdma capacity planning
+
+FLEET = 'job=~"$job", instance=~"$instance"'
+FLEET_PORT = FLEET + ', device=~"$device", port=~"$port"'
+
+
+def capacity_dashboard():
+    variables = node_variables(single_instance=False) + [{
+        "name": "topn", "label": "Top N", "type": "custom", "query": "5,10,20,50",
+        "current": {"text": "10", "value": "10"}, "multi": False, "includeAll": False,
+        "options": [{"text": n, "value": n, "selected": n == "10"} for n in ("5", "10", "20", "50")],
+        "hide": 0}]
+    now = [
+        stat("Fleet transmit", "Bytes per second sent by all selected ports (hpcnode:rdma_node_data_bytes:rate5m).",
+             [target(f'sum(hpcnode:rdma_node_data_bytes:rate5m{{{FLEET}, direction="transmit"}})', "transmit", instant=True)], "Bps", w=6,
+             thresholds=[{"color": "blue", "value": None}]),
+        stat("Fleet receive", "Bytes per second received by all selected ports.",
+             [target(f'sum(hpcnode:rdma_node_data_bytes:rate5m{{{FLEET}, direction="receive"}})', "receive", instant=True)], "Bps", w=6,
+             thresholds=[{"color": "blue", "value": None}]),
+        stat("Fleet utilisation", "Total throughput over the total data rate of the ACTIVE ports, per direction (5m rates).",
+             [target(f'sum by (direction) (hpcnode:rdma_node_data_bytes:rate5m{{{FLEET}}})\n/ ignoring (direction) group_left ()\nsum(hpcnode:rdma_node_data_rate_bytes_per_second:sum_active{{{FLEET}}})', "{{direction}}", instant=True)], "percentunit", w=6,
+             thresholds=[{"color": "green", "value": None}, {"color": "orange", "value": 0.7}, {"color": "red", "value": 0.9}]),
+        stat("Ports above the high-utilisation threshold", "Ports whose 5m utilisation exceeds hpcnode:threshold{threshold=\"rdma_port_utilisation_high_ratio\"} (alerts/config.rules.yml) right now, in either direction.",
+             [target(f'count(\n  hpcnode:rdma_port_utilisation:ratio_rate5m{{{FLEET_PORT}}}\n    > on () group_left ()\n  hpcnode:threshold{{threshold="rdma_port_utilisation_high_ratio"}}\n) or vector(0)', "ports", instant=True)], "none", w=6,
+             thresholds=[{"color": "green", "value": None}, {"color": "orange", "value": 1}]),
+        timeseries("Fleet throughput", "Bytes per second over all selected nodes, by direction (5m rates from the recording rules).",
+                   [target(f'sum by (direction) (hpcnode:rdma_node_data_bytes:rate5m{{{FLEET}}})', "{{direction}}")], "Bps"),
+        timeseries("Busiest nodes", "The $topn nodes with the highest throughput, by direction.",
+                   [target(f'topk($topn, hpcnode:rdma_node_data_bytes:rate5m{{{FLEET}}})', "{{instance}} {{direction}}")], "Bps"),
+        table("Top $topn busiest ports", "The ports with the highest 5m utilisation of their data rate right now, either direction.",
+              [target(f'topk($topn, hpcnode:rdma_port_utilisation:ratio_rate5m{{{FLEET_PORT}}})', ref="A", instant=True, table=True),
+               target(f'hpcnode:rdma_port_data_bytes:rate5m{{{FLEET_PORT}}}\nand on (job, instance, device, port, direction)\ntopk($topn, hpcnode:rdma_port_utilisation:ratio_rate5m{{{FLEET_PORT}}})', ref="B", instant=True, table=True)],
+              "percentunit",
+              [column("A", "Utilisation", "percentunit", cell="gauge"), column("B", "Throughput", "Bps")],
+              hide=["job", "__name__"], order=["instance", "device", "port", "direction", "Value #A", "Value #B"],
+              w=12, h=8, sort="Utilisation"),
+        timeseries("Transmit wait (congestion)", "Fraction of time the $topn most congested ports had data to send but no credits to send it (hpcnode:rdma_port_transmit_wait:ratio_rate5m). port_xmit_wait counts ticks whose length the InfiniBand specification leaves to the hardware: this assumes one tick is the time to send hpcnode:setting{setting=\"rdma_transmit_wait_bytes_per_tick\"} = 8 bytes at the port's data rate (NVIDIA's figure for current devices; Switch-IB/SwitchX count 32 bytes per lane, HCAs are not documented). Compare ports with each other rather than reading it as an exact fraction.",
+                   [target(f'topk($topn, hpcnode:rdma_port_transmit_wait:ratio_rate5m{{{FLEET_PORT}}})', "{{instance}} {{device}}/{{port}}")], "percentunit"),
+        panel("histogram", "Utilisation distribution", "How many ports run at each level of utilisation right now (5m rates, both directions), in buckets of 5 %.",
+              [target(f'hpcnode:rdma_port_utilisation:ratio_rate5m{{{FLEET_PORT}}}', "{{instance}} {{device}}/{{port}} {{direction}}", instant=True)],
+              "percentunit", w=12, h=8,
+              options={"bucketSize": 0.05, "bucketOffset": 0, "combine": True,
+                       "legend": {"displayMode": "list", "placement": "bottom", "showLegend": False}},
+              custom={"fillOpacity": 80, "lineWidth": 1}),
+    ]
+    trends = [
+        timeseries("Daily p95 utilisation, 30 days", "Each port's rolling daily 95th percentile of utilisation (hpcnode:rdma_port_utilisation:p95_1d) over 30 days, with the planning threshold (hpcnode:threshold{threshold=\"rdma_port_utilisation_planning_ratio\"}) as a dashed line.",
+                   [target(f'hpcnode:rdma_port_utilisation:p95_1d{{{FLEET_PORT}}}', "{{instance}} {{device}}/{{port}} {{direction}}", "A"),
+                    target('hpcnode:threshold{threshold="rdma_port_utilisation_planning_ratio"}', "planning threshold", "B")],
+                   "percentunit", extra={"timeFrom": "30d"},
+                   overrides=[{"matcher": {"id": "byName", "options": "planning threshold"},
+                               "properties": [{"id": "custom.lineStyle", "value": {"fill": "dash", "dash": [10, 10]}},
+                                              {"id": "color", "value": {"mode": "fixed", "fixedColor": "red"}}]}]),
+        timeseries("Fleet throughput, 30 days", "Total bytes per second by direction over 30 days: the long-term trend behind the per-port predictions.",
+                   [target(f'sum by (direction) (hpcnode:rdma_node_data_bytes:rate5m{{{FLEET}}})', "{{direction}}")], "Bps",
+                   extra={"timeFrom": "30d"}),
+        table("Predicted threshold crossing", "For every port whose daily p95 utilisation rises, the date at which a straight line fitted to its last 30 days (hourly points) reaches the planning threshold (hpcnode:rdma_port_utilisation_p95_1d:crossing_timestamp_seconds), soonest first, with today's p95. Ports that are flat, falling or already above the threshold have no date. Needs more than an hour of recorded p95 to appear.",
+              [target(f'hpcnode:rdma_port_utilisation_p95_1d:crossing_timestamp_seconds{{{FLEET_PORT}}} * 1000', ref="A", instant=True, table=True),
+               target(f'hpcnode:rdma_port_utilisation:p95_1d{{{FLEET_PORT}}}\nand on (job, instance, device, port, direction)\nhpcnode:rdma_port_utilisation_p95_1d:crossing_timestamp_seconds{{{FLEET_PORT}}}', ref="B", instant=True, table=True)],
+              "dateTimeAsIso",
+              [column("A", "Predicted crossing", "dateTimeAsIso"), column("B", "Daily p95 now", "percentunit")],
+              hide=["job", "__name__"], order=["instance", "device", "port", "direction", "Value #A", "Value #B"],
+              w=24, h=8, sort="Predicted crossing"),
+    ]
+    return dashboard(
+        "hpcnode-rdma-capacity", "RDMA capacity planning",
+        "Fleet-wide RDMA throughput and utilisation of the ports' data rates, the busiest ports, congestion, "
+        "and 30-day trends with the date each port's daily p95 is predicted to cross the planning threshold. "
+        "Built on the recording rules in alerts/rdma.rules.yml.",
+        ["hpcnode", "rdma", "capacity"], variables,
+        [row("Now", now), row("30-day trends", trends)], time_from="now-24h")
+
+
+DASHBOARDS = {
+    "hpcnode-driver-stack.json": driver_stack_dashboard,
+    "hpcnode-rdma-capacity.json": capacity_dashboard,
+}
+
+
+def render(build):
+    return json.dumps(build(), indent=2, sort_keys=False) + "\n"
+
+
+def main(argv):
+    check = argv[1:] == ["--check"]
+    if argv[1:] and not check:
+        print(__doc__, file=sys.stderr)
+        return 2
+    stale = []
+    for name, build in DASHBOARDS.items():
+        path = HERE / name
+        text_out = render(build)
+        if check:
+            if not path.exists() or path.read_text() != text_out:
+                stale.append(name)
+        else:
+            path.write_text(text_out)
+    if stale:
+        print("dashboards out of date (run /usr/bin/python3 dashboards/generate.py): " + ", ".join(stale))
+        return 1
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv))

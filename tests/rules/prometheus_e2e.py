@@ -1,0 +1,489 @@
+#!/usr/bin/python3
+"""End to end against a real Prometheus: tests/rules/prometheus_e2e.sh <hpcnode_exporter binary>
+
+Starts two exporters on loopback, one on a writable copy of the real procfs fixture tree
+(tests/fixtures/procfs/sys) and one on tests/fixtures/rdma_edge/sys, and Debian's
+prometheus on loopback with its own config (1s scrape and evaluation intervals), a temporary
+storage directory and the rule files of alerts/. Then, through Prometheus's HTTP API:
+  - `up` is 1 for both targets and every rule evaluates without error;
+  - the recording rules give the numbers that the fixture's facts predict while the test
+    drives the fixture's data counters at known rates (the data rates of 4X QDR, 4X EDR and
+    1X EDR ports, the x4 data unit, the per-node sums, the transmit-wait fraction);
+  - on the untouched edge tree exactly the expected alerts fire (the DOWN port, the four
+    saturated counters), and none on the healthy procfs tree;
+  - an alert reaches `firing` when the test turns a port DOWN and resolves when it is ACTIVE
+    again; symbol errors, a vanished port and a killed exporter fire theirs;
+  - every dashboard query executes, and returns data except where the fixtures lack the input.
+Every wait is bounded; both exporters and Prometheus are stopped on every exit path.
+
+The alerting rules are loaded with their `for:` durations shortened to FOR_IN_TEST (minutes
+would make the test take minutes); everything else, the recording rules and thresholds
+included, is loaded exactly as in alerts/.
+"""
+
+import json
+import math
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+import urllib.error
+import urllib.parse
+import urllib.request
+from pathlib import Path
+
+import yaml
+
+sys.dont_write_bytecode = True  # no __pycache__ in the checkout
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+import lint  # noqa: E402  (the rule and dashboard helpers)
+
+ROOT = lint.ROOT
+PROCFS_TREE = ROOT / "tests" / "fixtures" / "procfs" / "sys"
+EDGE_TREE = ROOT / "tests" / "fixtures" / "rdma_edge" / "sys"
+FOR_IN_TEST = "2s"
+OVERALL_TIMEOUT_S = 240
+REL = 1e-9  # recorded value against the same formula evaluated by Prometheus
+
+# Facts of the procfs fixture: the data rate of each port after line encoding, bytes/s.
+DATA_RATE = {("hfi1_0", "1"): 1.25e10,   # 100 Gb/sec (4X EDR)
+             ("mlx4_0", "1"): 4e9,       # 40 Gb/sec (4X QDR): 32 Gb/s of data
+             ("mlx4_0", "2"): 4e9,
+             ("mlx5_0", "1"): 3.125e9}   # 25 Gb/sec (1X EDR)
+# What the test adds to sysfs counters, per second: (device, port, file) -> increment.
+# port_*_data count 4-byte words: 250,000,000 words/s is 1e9 bytes/s.
+DRIVE = {("mlx4_0", "1", "port_xmit_data"): 250_000_000,    # 1e9 B/s: 25 % of 4e9
+         ("mlx4_0", "1", "port_rcv_data"): 125_000_000,     # 5e8 B/s
+         ("hfi1_0", "1", "port_xmit_data"): 312_500_000,    # 1.25e9 B/s: 10 % of 1.25e10
+         ("mlx5_0", "1", "port_xmit_data"): 390_625_000,    # 1.5625e9 B/s: 50 % of 3.125e9
+         ("mlx4_0", "1", "port_xmit_wait"): 5_000_000}      # x 8 bytes / 4e9 B/s = 1 % of the time
+
+children = []
+failures = []
+passes = 0
+
+
+def log(msg):
+    print(f"[e2e {time.strftime('%H:%M:%S')}] {msg}", flush=True)
+
+
+def check(ok, what):
+    global passes
+    if ok:
+        passes += 1
+        log(f"ok    {what}")
+    else:
+        failures.append(what)
+        log(f"FAIL  {what}")
+    return ok
+
+
+def free_port():
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def start(argv, logfile):
+    p = subprocess.Popen(argv, stdout=logfile, stderr=subprocess.STDOUT, start_new_session=True)
+    children.append(p)
+    return p
+
+
+def stop(p):
+    if p.poll() is None:
+        p.terminate()
+        try:
+            p.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            p.kill()
+            p.wait(timeout=10)
+
+
+def stop_all(*_):
+    for p in children:
+        stop(p)
+
+
+def http_get(url, timeout=5):
+    with urllib.request.urlopen(url, timeout=timeout) as r:
+        return r.read().decode()
+
+
+def wait_until(what, fn, timeout):
+    """Polls fn() until it returns a true value or `timeout` seconds pass."""
+    deadline = time.monotonic() + timeout
+    last = None
+    while time.monotonic() < deadline:
+        try:
+            last = fn()
+            if last:
+                return last
+        except (urllib.error.URLError, ConnectionError, OSError, ValueError, KeyError) as e:
+            last = e
+        time.sleep(0.5)
+    log(f"timed out after {timeout}s waiting for {what} (last: {last!r})")
+    return None
+
+
+class Prom:
+    def __init__(self, base):
+        self.base = base
+
+    def api(self, path, **params):
+        url = f"{self.base}/api/v1/{path}?" + urllib.parse.urlencode(params)
+        try:
+            body = json.loads(http_get(url, timeout=10))
+        except urllib.error.HTTPError as e:
+            body = json.loads(e.read().decode())
+        if body.get("status") != "success":
+            raise ValueError(f"{path} {params}: {body.get('errorType')}: {body.get('error')}")
+        return body["data"]
+
+    def query(self, q, at=None):
+        params = {"query": q}
+        if at is not None:
+            params["time"] = f"{at:.3f}"
+        return self.api("query", **params)["result"]
+
+    def alerts(self, name=None, state="firing"):
+        return [a for a in self.api("alerts")["alerts"]
+                if a["state"] == state and (name is None or a["labels"]["alertname"] == name)]
+
+
+def key(labels, *names):
+    return tuple(labels.get(n, "") for n in names)
+
+
+# ---------------------------------------------------------------- fixture driver
+
+class CounterDriver(threading.Thread):
+    """Rewrites the driven sysfs counters every 100 ms as base + increment x elapsed time,
+    so that any scrape reads a value proportional to its time. Files are replaced with a
+    rename, so the exporter never reads half a number."""
+
+    def __init__(self, sysfs, scratch):
+        super().__init__(daemon=True)
+        self.sysfs, self.scratch = sysfs, scratch
+        self.stop_event = threading.Event()
+        self.lock = threading.Lock()
+        self.written = {k: set() for k in DRIVE}  # every value written, per counter
+        self.base = {}
+        for (dev, port, name) in DRIVE:
+            path = self.path(dev, port, name)
+            self.base[(dev, port, name)] = int(path.read_text().split()[0])
+        self.t0 = time.monotonic()
+
+    def path(self, dev, port, name):
+        return self.sysfs / "class" / "infiniband" / dev / "ports" / port / "counters" / name
+
+    def was_written(self, k, value):
+        with self.lock:
+            return value in self.written[k] or value == self.base[k]
+
+    def run(self):
+        while not self.stop_event.is_set():
+            elapsed = time.monotonic() - self.t0
+            for k, per_s in DRIVE.items():
+                value = self.base[k] + int(per_s * elapsed)
+                with self.lock:
+                    self.written[k].add(value)
+                write_atomically(self.path(*k), f"{value}\n", self.scratch)
+            self.stop_event.wait(0.1)
+
+
+def write_atomically(path, text, scratch):
+    tmp = scratch / f"{path.name}.{threading.get_ident()}"
+    tmp.write_text(text)
+    os.replace(tmp, path)
+
+
+# ---------------------------------------------------------------- the checks
+
+def check_targets_and_rules(prom):
+    ups = wait_until("both targets up", lambda: len(prom.query('up{job="hpcnode"} == 1')) == 2, 30)
+    check(ups is not None, "up == 1 for both exporters")
+
+    def rules_evaluated():
+        rules = [r for g in prom.api("rules")["groups"] for r in g["rules"]]
+        return rules if rules and all(not r["lastEvaluation"].startswith("0001") for r in rules) else None
+    rules = wait_until("every rule evaluated", rules_evaluated, 30) or []
+    bad = [(r["name"], r.get("lastError")) for r in rules if r.get("health") != "ok"]
+    check(rules and not bad, f"all {len(rules)} rules evaluate with health ok {bad or ''}")
+    expected = {r["record"] for _, _, r in lint.load_rules() if "record" in r} | \
+               {r["alert"] for _, _, r in lint.load_rules() if "alert" in r}
+    loaded = {r["name"] for r in rules}
+    check(expected <= loaded, f"Prometheus loaded every rule of alerts/ (missing: {sorted(expected - loaded)})")
+
+
+def recent_recorded(prom, series, window="8s"):
+    """[(labels, timestamp, value)] of the samples recorded in the last `window`."""
+    out = []
+    for r in prom.query(f"{series}[{window}]"):
+        for ts, v in r["values"]:
+            out.append((r["metric"], float(ts), float(v)))
+    return out
+
+
+def compare_at_timestamps(prom, what, recorded, reference):
+    """Each recorded sample against `reference(labels)` (a PromQL expression) evaluated at the
+    sample's own timestamp. A scrape committed just after a rule evaluation can make a single
+    sample differ, so at least half must match to REL and all within 5 %."""
+    exact, close, total, worst = 0, 0, 0, None
+    for labels, ts, v in recorded:
+        res = prom.query(reference(labels), at=ts)
+        if len(res) != 1:
+            continue
+        ref = float(res[0]["value"][1])
+        total += 1
+        if math.isclose(v, ref, rel_tol=REL, abs_tol=1e-12):
+            exact += 1
+        if math.isclose(v, ref, rel_tol=0.05, abs_tol=1e-9):
+            close += 1
+        else:
+            worst = (labels, ts, v, ref)
+    check(total > 0 and exact * 2 >= total and close == total,
+          f"{what}: {exact}/{total} recorded samples equal the formula at their timestamp"
+          + (f" (off by more than 5 %: {worst})" if worst else ""))
+
+
+def check_recording_rules(prom, inst, driver):
+    sel = f'instance="{inst}"'
+    # The x4 data unit, applied once: every scraped byte count is 4 x a word count the test
+    # wrote into port_xmit_data; port_xmit_wait ticks are exported as they are.
+    for (dev, port, name), metric, factor in (
+            (("mlx4_0", "1", "port_xmit_data"), "hpcnode_rdma_port_data_transmitted_bytes_total", 4),
+            (("mlx4_0", "1", "port_rcv_data"), "hpcnode_rdma_port_data_received_bytes_total", 4),
+            (("mlx4_0", "1", "port_xmit_wait"), "hpcnode_rdma_port_transmit_wait_total", 1)):
+        res = prom.query(f'{metric}{{{sel}, device="{dev}", port="{port}"}}[10s]')
+        values = [int(float(v)) for _, v in res[0]["values"]] if res else []
+        matched = [v for v in values if v % factor == 0 and driver.was_written((dev, port, name), v // factor)]
+        check(len(values) >= 5 and len(matched) == len(values) and len(set(values)) > 1,
+              f"{metric}: all {len(values)} samples of the last 10s are {factor} x a value written to {name}")
+
+    for direction, metric in (("transmit", "hpcnode_rdma_port_data_transmitted_bytes_total"),
+                              ("receive", "hpcnode_rdma_port_data_received_bytes_total")):
+        rec = recent_recorded(prom, f'hpcnode:rdma_port_data_bytes:rate5m{{{sel}, direction="{direction}"}}')
+        check(len({key(l, "device", "port") for l, _, _ in rec}) == 4,
+              f"hpcnode:rdma_port_data_bytes:rate5m has all 4 fixture ports ({direction})")
+        compare_at_timestamps(
+            prom, f"{direction} bytes/s per port = rate(bytes[5m])", rec,
+            lambda l, m=metric: f'rate({m}{{{sel}, device="{l["device"]}", port="{l["port"]}"}}[5m])')
+        util = recent_recorded(prom, f'hpcnode:rdma_port_utilisation:ratio_rate5m{{{sel}, direction="{direction}"}}')
+        compare_at_timestamps(
+            prom, f"{direction} utilisation = rate(bytes[5m]) / the fixture's encoding-adjusted data rate", util,
+            lambda l, m=metric: f'rate({m}{{{sel}, device="{l["device"]}", port="{l["port"]}"}}[5m]) / {DATA_RATE[(l["device"], l["port"])]!r}')
+        node = recent_recorded(prom, f'hpcnode:rdma_node_data_bytes:rate5m{{{sel}, direction="{direction}"}}')
+        compare_at_timestamps(prom, f"node {direction} bytes/s = sum over ports", node,
+                              lambda l, m=metric: f'sum(rate({m}{{{sel}}}[5m]))')
+        node_util = recent_recorded(prom, f'hpcnode:rdma_node_utilisation:ratio_rate5m{{{sel}, direction="{direction}"}}')
+        compare_at_timestamps(prom, f"node {direction} utilisation = sum of bytes/s / sum of data rates", node_util,
+                              lambda l, m=metric: f'sum(rate({m}{{{sel}}}[5m])) / {sum(DATA_RATE.values())!r}')
+
+    cap = prom.query(f'hpcnode:rdma_node_data_rate_bytes_per_second:sum_active{{{sel}}}')
+    got = float(cap[0]["value"][1]) if cap else float("nan")
+    check(got == sum(DATA_RATE.values()),
+          f"node data rate of the ACTIVE ports = 1.25e10 + 2 x 4e9 + 3.125e9 = {sum(DATA_RATE.values())!r} (got {got!r})")
+
+    wait = recent_recorded(prom, f'hpcnode:rdma_port_transmit_wait:ratio_rate5m{{{sel}, device="mlx4_0", port="1"}}')
+    compare_at_timestamps(prom, "transmit-wait fraction = rate(ticks[5m]) x 8 bytes / 4e9 B/s", wait,
+                          lambda l: f'rate(hpcnode_rdma_port_transmit_wait_total{{{sel}, device="mlx4_0", port="1"}}[5m]) * 8 / 4e9')
+    check(all(v > 0 for _, _, v in wait), "the driven port's transmit-wait fraction is above 0")
+
+    p95 = prom.query(f'hpcnode:rdma_port_utilisation:p95_1d{{{sel}}}')
+    check(len(p95) == 8 and all(0 <= float(r["value"][1]) <= 1 for r in p95),
+          f"daily p95 recorded for 4 ports x 2 directions, within [0, 1] ({len(p95)} series)")
+
+
+def alert_keys(prom, inst, state="firing"):
+    return sorted(key(a["labels"], "alertname", "device", "port", "counter")
+                  for a in prom.alerts(state=state) if a["labels"].get("instance") == inst)
+
+
+def check_alerts(prom, procfs_inst, edge_inst, tree, scratch, exporter_procfs):
+    expected_edge = sorted([
+        ("HpcnodeRdmaPortNotActive", "mlx4_1", "1", ""),
+        ("HpcnodeRdmaPortPhysicalStateNotLinkUp", "mlx4_1", "1", ""),
+        ("HpcnodeRdmaPortCounterSaturated", "mlx5_1", "1", "link_downed"),
+        ("HpcnodeRdmaPortCounterSaturated", "mlx5_1", "1", "local_link_integrity_errors"),
+        ("HpcnodeRdmaPortCounterSaturated", "mlx5_1", "1", "port_xmit_wait"),
+        ("HpcnodeRdmaPortCounterSaturated", "mlx5_1", "1", "symbol_error"),
+    ])
+    got = wait_until("the edge tree's alerts", lambda: alert_keys(prom, edge_inst) == expected_edge, 30)
+    check(got is not None, f"edge tree: exactly the DOWN port's and the 4 saturated counters' alerts fire "
+                           f"(firing: {alert_keys(prom, edge_inst)})")
+    pending_or_firing = alert_keys(prom, procfs_inst) + alert_keys(prom, procfs_inst, "pending")
+    check(pending_or_firing == [], f"procfs tree (healthy, mlx5_0 phys_state '4: ACTIVE'): no alert ({pending_or_firing})")
+
+    port = tree / "class" / "infiniband" / "mlx4_0" / "ports" / "1"
+    state0, phys0 = (port / "state").read_bytes(), (port / "phys_state").read_bytes()
+    write_atomically(port / "state", "1: DOWN\n", scratch)
+    write_atomically(port / "phys_state", "2: Polling\n", scratch)
+    t = time.monotonic()
+    down = ("HpcnodeRdmaPortNotActive", "mlx4_0", "1", "")
+    got = wait_until("HpcnodeRdmaPortNotActive firing", lambda: down in alert_keys(prom, procfs_inst), 30)
+    check(got is not None, f"mlx4_0/1 turned DOWN: HpcnodeRdmaPortNotActive firing after {time.monotonic() - t:.1f}s")
+    phys = ("HpcnodeRdmaPortPhysicalStateNotLinkUp", "mlx4_0", "1", "")
+    check(wait_until("physical state alert", lambda: phys in alert_keys(prom, procfs_inst), 15) is not None,
+          "mlx4_0/1 Polling: HpcnodeRdmaPortPhysicalStateNotLinkUp firing")
+    lower = sum(DATA_RATE.values()) - 4e9
+    check(wait_until("the node's ACTIVE data rate to drop", lambda: [
+        r for r in prom.query(f'hpcnode:rdma_node_data_rate_bytes_per_second:sum_active{{instance="{procfs_inst}"}}')
+        if float(r["value"][1]) == lower], 15) is not None,
+        f"node data rate of the ACTIVE ports drops by the DOWN port's 4e9 to {lower!r}")
+    write_atomically(port / "state", state0.decode(), scratch)
+    write_atomically(port / "phys_state", phys0.decode(), scratch)
+    t = time.monotonic()
+    gone = wait_until("the alerts to resolve", lambda: down not in alert_keys(prom, procfs_inst) and
+                      down not in alert_keys(prom, procfs_inst, "pending") and phys not in alert_keys(prom, procfs_inst), 30)
+    check(gone is not None, f"mlx4_0/1 ACTIVE again: alerts resolved after {time.monotonic() - t:.1f}s")
+
+    # 20 symbol errors on mlx4_0/2 (threshold 10 an hour, from config.rules.yml).
+    write_atomically(tree / "class" / "infiniband" / "mlx4_0" / "ports" / "2" / "counters" / "symbol_error", "20\n", scratch)
+    sym = ("HpcnodeRdmaPortSymbolErrors", "mlx4_0", "2", "symbol_error")
+    check(wait_until("symbol error alert", lambda: sym in alert_keys(prom, procfs_inst), 30) is not None,
+          "20 symbol errors on mlx4_0/2: HpcnodeRdmaPortSymbolErrors firing")
+
+    # The port disappears from sysfs while the collector keeps working.
+    shutil.move(str(tree / "class" / "infiniband" / "mlx4_0" / "ports" / "2"), str(scratch / "mlx4_0-port-2"))
+    van = ("HpcnodeRdmaPortVanished", "mlx4_0", "2", "")
+    check(wait_until("vanished alert", lambda: van in alert_keys(prom, procfs_inst), 30) is not None,
+          "mlx4_0/2 removed from sysfs: HpcnodeRdmaPortVanished firing")
+
+    stop(exporter_procfs)
+    dead = ("HpcnodeExporterDown", "", "", "")
+    check(wait_until("exporter down alert", lambda: dead in alert_keys(prom, procfs_inst), 30) is not None,
+          "exporter killed: HpcnodeExporterDown firing")
+
+
+def check_dashboards(prom):
+    # Panels whose input needs more history than a test has: the crossing prediction fits a
+    # line through hourly points of the daily p95, so it needs two hours of recordings.
+    needs_history = {"Predicted threshold crossing"}
+    values = {"job": "hpcnode", "__rate_interval": "10s", "__range": "1m"}
+    for path in lint.dashboard_files():
+        d = json.loads(path.read_text())
+        names = {v["name"] for v in d["templating"]["list"]}
+        for where, expr in lint.dashboard_queries(d):
+            q = lint.substitute(expr, dict(lint.other_variables(names), **values))
+            title = where.split('"')[1] if '"' in where else where
+            try:
+                res = prom.query(q)
+            except ValueError as e:
+                check(False, f"{path.name}: {where} executes: {e}")
+                continue
+            if title in needs_history:
+                check(True, f"{path.name}: {where} executes ({len(res)} series; needs hours of history)")
+            else:
+                check(len(res) > 0, f"{path.name}: {where} executes and returns data ({len(res)} series)")
+
+
+def rule_files_for_test(dest):
+    """alerts/*.yml as Prometheus loads them, with every alert's `for:` set to FOR_IN_TEST."""
+    files = []
+    for path in lint.rule_files():
+        doc = yaml.safe_load(path.read_text())
+        for group in doc["groups"]:
+            for rule in group["rules"]:
+                if "alert" in rule and "for" in rule:
+                    rule["for"] = FOR_IN_TEST
+        out = dest / path.name
+        out.write_text(yaml.safe_dump(doc, sort_keys=False))
+        files.append(out)
+    return files
+
+
+def on_overall_timeout(*_):
+    raise TimeoutError(f"the test took over {OVERALL_TIMEOUT_S}s")
+
+
+def main():
+    if len(sys.argv) != 2:
+        print("usage: prometheus_e2e.sh <path of the hpcnode_exporter binary>", file=sys.stderr)
+        return 2
+    exporter = Path(sys.argv[1]).resolve()
+    if not os.access(exporter, os.X_OK):
+        print(f"e2e: {exporter} is not an executable (run cargo build first)", file=sys.stderr)
+        return 2
+    prometheus = shutil.which("prometheus")
+    if not prometheus:
+        print("e2e: prometheus not found (apt-get install prometheus)", file=sys.stderr)
+        return 2
+
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
+    signal.signal(signal.SIGALRM, on_overall_timeout)
+    signal.alarm(OVERALL_TIMEOUT_S)
+    started = time.monotonic()
+    tmp = Path(tempfile.mkdtemp(prefix="hpcnode-e2e-"))
+    driver = None
+    try:
+        tree = tmp / "procfs" / "sys"
+        shutil.copytree(PROCFS_TREE, tree, symlinks=True)
+        scratch = tmp / "scratch"
+        scratch.mkdir()
+        logs = tmp / "logs"
+        logs.mkdir()
+        rules_dir = tmp / "rules"
+        rules_dir.mkdir()
+
+        p_procfs, p_edge, p_prom = free_port(), free_port(), free_port()
+        procfs_inst, edge_inst = f"127.0.0.1:{p_procfs}", f"127.0.0.1:{p_edge}"
+        driver = CounterDriver(tree, scratch)
+        driver.start()
+        exp_procfs = start([str(exporter), f"--web.listen-address={procfs_inst}", f"--path.sysfs={tree}"],
+                           open(logs / "exporter-procfs.log", "w"))
+        start([str(exporter), f"--web.listen-address={edge_inst}", f"--path.sysfs={EDGE_TREE}"],
+              open(logs / "exporter-edge.log", "w"))
+        for inst in (procfs_inst, edge_inst):
+            ok = wait_until(f"exporter {inst}", lambda i=inst: "hpcnode_scrape_collector_success" in http_get(f"http://{i}/metrics"), 30)
+            if not check(ok is not None, f"exporter serves /metrics on {inst}"):
+                return 1
+
+        config = {
+            "global": {"scrape_interval": "1s", "scrape_timeout": "1s", "evaluation_interval": "1s"},
+            "rule_files": [str(f) for f in rule_files_for_test(rules_dir)],
+            "scrape_configs": [{"job_name": "hpcnode",
+                                "static_configs": [{"targets": [procfs_inst, edge_inst]}]}],
+        }
+        (tmp / "prometheus.yml").write_text(yaml.safe_dump(config))
+        start([prometheus, f"--config.file={tmp / 'prometheus.yml'}", f"--storage.tsdb.path={tmp / 'data'}",
+               f"--web.listen-address=127.0.0.1:{p_prom}", "--log.level=warn"],
+              open(logs / "prometheus.log", "w"))
+        prom = Prom(f"http://127.0.0.1:{p_prom}")
+        ready = wait_until("prometheus ready", lambda: "Ready" in http_get(f"{prom.base}/-/ready"), 60)
+        if not check(ready is not None, "prometheus is ready"):
+            print((logs / "prometheus.log").read_text()[-3000:])
+            return 1
+
+        check_targets_and_rules(prom)
+        # Let the rates build up over a dozen scrapes before checking numbers.
+        time.sleep(max(0.0, 15 - (time.monotonic() - driver.t0)))
+        check_recording_rules(prom, procfs_inst, driver)
+        check_dashboards(prom)
+        check_alerts(prom, procfs_inst, edge_inst, tree, scratch, exp_procfs)
+    except Exception as e:  # a crash of the test itself is a failure, with its reason
+        check(False, f"e2e aborted: {type(e).__name__}: {e}")
+    finally:
+        signal.alarm(0)
+        if driver:
+            driver.stop_event.set()
+        stop_all()
+        if failures:
+            for name in sorted((tmp / "logs").glob("*.log")) if (tmp / "logs").exists() else []:
+                tail = name.read_text()[-1500:]
+                if tail.strip():
+                    print(f"--- {name.name} (tail)\n{tail}")
+        shutil.rmtree(tmp, ignore_errors=True)
+    log(f"prometheus e2e: {passes} passed, {len(failures)} failed in {time.monotonic() - started:.0f}s")
+    for f in failures:
+        log(f"failed: {f}")
+    return 1 if failures else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
