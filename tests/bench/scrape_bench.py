@@ -307,6 +307,7 @@ def run_one(n, args, exporter, node_exporter):
     try:
         sysfs = make_tree(workdir, n)
         n_files = sum(len(fs) for _, _, fs in os.walk(sysfs))
+        floor_ms = read_floor(workdir, os.path.join(sysfs, "devices"))
         if exporter:
             targets.append(Target(
                 "hpcnode", lambda port: [exporter, "--web.listen-address=127.0.0.1:%d" % port,
@@ -348,7 +349,7 @@ def run_one(n, args, exporter, node_exporter):
             final = check_body(t.label, status, body, 2 * n)
             if final.startswith("BAD") and not t.check.startswith("BAD"):
                 t.check = final + " (last scrape)"
-        return {"n": n, "files": n_files, "targets": targets}
+        return {"n": n, "files": n_files, "targets": targets, "floor_ms": floor_ms}
     finally:
         for t in targets:
             t.stop()
@@ -356,6 +357,21 @@ def run_one(n, args, exporter, node_exporter):
             log("kept %s" % workdir)
         else:
             shutil.rmtree(workdir, ignore_errors=True)
+
+
+def read_floor(workdir, tree):
+    """Milliseconds one thread needs to open, read and close every file of the tree once
+    (tests/bench/read_floor.c), or None without a C compiler."""
+    binary = os.path.join(workdir, "read_floor")
+    source = os.path.join(os.path.dirname(os.path.abspath(__file__)), "read_floor.c")
+    try:
+        subprocess.run(["cc", "-O2", "-o", binary, source], check=True, timeout=60,
+                       stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        out = subprocess.run([binary, tree, "50"], check=True, timeout=120,
+                             capture_output=True, text=True).stdout.split()
+        return float(out[1])
+    except (OSError, subprocess.SubprocessError, IndexError, ValueError):
+        return None
 
 
 def print_table(res, args):
@@ -384,6 +400,9 @@ def print_table(res, args):
         ratio = "%.2f" % (h / ne) if h is not None and ne else "-"
         print("  %-26s %12s %14s %18s" % (name, fmt % h if h is not None else "-",
                                            fmt % ne if ne is not None else "-", ratio))
+    if res.get("floor_ms") is not None:
+        print("  kernel floor: open+read+close of every file in the tree, one thread, C: %.2f ms"
+              % res["floor_ms"])
     for k, t in by.items():
         extra = ", %d reconnects" % t.reconnects if t.reconnects else ""
         print("  %s: %s%s" % (k, t.check, extra))
