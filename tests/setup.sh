@@ -15,8 +15,12 @@ if ((${#missing[@]})); then
   export DEBIAN_FRONTEND=noninteractive
   # The prometheus package starts its own server on :9090 where an init system runs; the
   # tests start their own on free ports, so a policy-rc.d keeps package scripts from starting services.
-  printf '#!/bin/sh\nexit 101\n' > /usr/sbin/policy-rc.d && chmod +x /usr/sbin/policy-rc.d
+  created_policy=
+  if [ ! -e /usr/sbin/policy-rc.d ]; then
+    printf '#!/bin/sh\nexit 101\n' > /usr/sbin/policy-rc.d && chmod +x /usr/sbin/policy-rc.d
+    created_policy=1
+  fi
   apt-get update -qq
   apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
-  rm -f /usr/sbin/policy-rc.d
+  if [ -n "$created_policy" ]; then rm -f /usr/sbin/policy-rc.d; fi
 fi

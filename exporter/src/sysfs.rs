@@ -222,6 +222,11 @@ mod tests {
     use std::os::unix::ffi::OsStrExt;
     use std::time::{Duration, Instant};
 
+    fn mkfifo(path: &Path) {
+        let c_path = CString::new(path.as_os_str().as_bytes()).unwrap();
+        assert_eq!(unsafe { libc::mkfifo(c_path.as_ptr(), 0o644) }, 0);
+    }
+
     fn dir_with(files: &[(&str, &str)]) -> (tempfile::TempDir, SysDir) {
         let tmp = tempfile::tempdir().unwrap();
         for (name, content) in files {
@@ -247,9 +252,7 @@ mod tests {
     #[test]
     fn fifo_is_refused_without_blocking() {
         let (tmp, dir) = dir_with(&[]);
-        let path = tmp.path().join("port_xmit_data");
-        let c_path = CString::new(path.as_os_str().as_bytes()).unwrap();
-        assert_eq!(unsafe { libc::mkfifo(c_path.as_ptr(), 0o644) }, 0);
+        mkfifo(&tmp.path().join("port_xmit_data"));
         let started = Instant::now();
         let err = dir
             .read("port_xmit_data", &mut AttributeReader::default())
@@ -262,8 +265,7 @@ mod tests {
     fn fifo_with_a_silent_writer_is_refused_without_blocking() {
         let (tmp, dir) = dir_with(&[]);
         let path = tmp.path().join("rate");
-        let c_path = CString::new(path.as_os_str().as_bytes()).unwrap();
-        assert_eq!(unsafe { libc::mkfifo(c_path.as_ptr(), 0o644) }, 0);
+        mkfifo(&path);
         let _writer = fs::OpenOptions::new()
             .read(true)
             .write(true)

@@ -227,27 +227,27 @@ class Target:
         self.hwm_kib = vals.get("VmHWM")
         self.rss_kib = vals.get("VmRSS")
 
+    def _signal_and_wait(self, sig):
+        """Signals the process group; True once the process has exited (waits at most 5 s)."""
+        try:
+            os.killpg(self.proc.pid, sig)
+        except ProcessLookupError:
+            pass
+        try:
+            self.proc.wait(timeout=5)
+            return True
+        except subprocess.TimeoutExpired:
+            return False
+
     def stop(self):
         if self.conn is not None:
             self.conn.close()
             self.conn = None
         if self.proc is not None and self.proc.poll() is None:
-            try:
-                os.killpg(self.proc.pid, signal.SIGTERM)
-            except ProcessLookupError:
-                pass
-            try:
-                self.proc.wait(timeout=5)
-            except subprocess.TimeoutExpired:
-                try:
-                    os.killpg(self.proc.pid, signal.SIGKILL)
-                except ProcessLookupError:
-                    pass
-                try:
-                    self.proc.wait(timeout=5)
-                except subprocess.TimeoutExpired:
-                    log("warning: %s (pid %d) did not exit after SIGKILL"
-                        % (self.label, self.proc.pid))
+            if not self._signal_and_wait(signal.SIGTERM) and \
+                    not self._signal_and_wait(signal.SIGKILL):
+                log("warning: %s (pid %d) did not exit after SIGKILL"
+                    % (self.label, self.proc.pid))
         if self.logfile is not None:
             self.logfile.close()
             self.logfile = None
