@@ -437,7 +437,10 @@ async fn run(
                 };
                 let mut output = Output::default();
                 collector.collect_unit(unit, &mut output);
-                lock(&state).units[index] = Some(output);
+                // After the deadline the scrape has taken the state: a late result is dropped.
+                if let Some(slot) = lock(&state).units.get_mut(index) {
+                    *slot = Some(output);
+                }
             })
         })
         .collect();
