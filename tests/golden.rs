@@ -111,7 +111,7 @@ fn check_fixture_output(case: &str, exporter: &Exporter) -> String {
 #[test]
 fn real_procfs_tree() {
     let sysfs = format!("--path.sysfs={}", fixture("procfs").display());
-    let exporter = Exporter::start(&[&sysfs]);
+    let exporter = Exporter::start(&["--collector.disable-defaults", "--collector.rdma", &sysfs]);
     let text = check_fixture_output("procfs", &exporter);
 
     // Facts from the fixture's README (the procfs parser's own tests).
@@ -135,7 +135,7 @@ fn real_procfs_tree() {
 #[test]
 fn edge_cases_tree() {
     let sysfs = format!("--path.sysfs={}", fixture("rdma_edge").display());
-    let exporter = Exporter::start(&[&sysfs]);
+    let exporter = Exporter::start(&["--collector.disable-defaults", "--collector.rdma", &sysfs]);
     let text = check_fixture_output("rdma_edge", &exporter);
 
     let lines_for = |device: &str| -> Vec<&str> {
@@ -206,7 +206,14 @@ fn bad_input_tree() {
     } else {
         None
     };
-    let exporter = Exporter::start_as(&[&tree.sys_arg()], uid);
+    let exporter = Exporter::start_as(
+        &[
+            "--collector.disable-defaults",
+            "--collector.rdma",
+            &tree.sys_arg(),
+        ],
+        uid,
+    );
 
     let started = Instant::now();
     let text = check_fixture_output("rdma_bad", &exporter);
@@ -247,7 +254,12 @@ fn hung_read_is_bounded() {
     let Some(hung) = HungTree::mount("hung_read_is_bounded") else {
         return;
     };
-    let exporter = Exporter::start(&[&hung.tree.sys_arg(), "--scrape.timeout=500ms"]);
+    let exporter = Exporter::start(&[
+        "--collector.disable-defaults",
+        "--collector.rdma",
+        &hung.tree.sys_arg(),
+        "--scrape.timeout=500ms",
+    ]);
     let mut threads = Vec::new();
     for attempt in 0..20 {
         let started = Instant::now();

@@ -10,7 +10,11 @@ use util::{fixture, Exporter, HungTree};
 
 fn procfs_exporter(extra: &[&str]) -> Exporter {
     let sysfs = format!("--path.sysfs={}", fixture("procfs").display());
-    let mut args = vec![sysfs.as_str()];
+    let mut args = vec![
+        "--collector.disable-defaults",
+        "--collector.rdma",
+        sysfs.as_str(),
+    ];
     args.extend_from_slice(extra);
     Exporter::start(&args)
 }
@@ -141,6 +145,8 @@ fn request_limit_and_disconnects() {
         return;
     };
     let exporter = Exporter::start(&[
+        "--collector.disable-defaults",
+        "--collector.rdma",
         &hung.tree.sys_arg(),
         "--web.max-requests=1",
         "--scrape.timeout=2s",
@@ -192,7 +198,12 @@ fn graceful_shutdown_finishes_in_flight_scrapes() {
     let Some(hung) = HungTree::mount("graceful_shutdown_finishes_in_flight_scrapes") else {
         return;
     };
-    let exporter = Exporter::start(&[&hung.tree.sys_arg(), "--scrape.timeout=1s"]);
+    let exporter = Exporter::start(&[
+        "--collector.disable-defaults",
+        "--collector.rdma",
+        &hung.tree.sys_arg(),
+        "--scrape.timeout=1s",
+    ]);
     let mut in_flight = exporter.connect();
     in_flight
         .write_all(b"GET /metrics HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n")

@@ -5,7 +5,7 @@ mod util;
 
 use std::collections::BTreeSet;
 
-use util::{fixture, Exporter};
+use util::Exporter;
 
 /// Backticked `hpcnode_*` names in the first column of METRICS.md's tables.
 fn catalog() -> BTreeSet<String> {
@@ -18,9 +18,22 @@ fn catalog() -> BTreeSet<String> {
         .collect()
 }
 
-fn emitted(fixture_name: &str) -> BTreeSet<String> {
-    let sysfs = format!("--path.sysfs={}", fixture(fixture_name).display());
-    let text = Exporter::start(&[&sysfs]).get("/metrics").text();
+/// Exporter runs whose outputs together must produce every metric in METRICS.md: one line
+/// per collector, its flags and the fixture trees (under tests/fixtures) it reads.
+const RUNS: &[(&[&str], &[&str])] =
+    &[(&["--collector.rdma"], &["procfs", "rdma_edge", "rdma_bad"])];
+
+fn emitted(flags: &[&str], fixture_name: &str) -> BTreeSet<String> {
+    let root = util::tests_dir().join("fixtures").join(fixture_name);
+    let paths = [
+        format!("--path.sysfs={}", root.join("sys").display()),
+        format!("--path.procfs={}", root.join("proc").display()),
+        format!("--path.rootfs={}", root.display()),
+    ];
+    let mut args = vec!["--collector.disable-defaults"];
+    args.extend(paths.iter().map(String::as_str));
+    args.extend_from_slice(flags);
+    let text = Exporter::start(&args).get("/metrics").text();
     text.lines()
         .filter(|l| !l.starts_with('#') && !l.is_empty())
         .map(|l| l.split(['{', ' ']).next().unwrap().to_string())
@@ -31,9 +44,10 @@ fn emitted(fixture_name: &str) -> BTreeSet<String> {
 fn metrics_md_matches_what_fixtures_produce() {
     let listed = catalog();
     assert!(listed.len() >= 20, "catalog parse found only {listed:?}");
-    let produced: BTreeSet<String> = ["procfs", "rdma_edge", "rdma_bad"]
+    let produced: BTreeSet<String> = RUNS
         .iter()
-        .flat_map(|f| emitted(f))
+        .flat_map(|(flags, fixtures)| fixtures.iter().map(|f| emitted(flags, f)))
+        .flatten()
         .collect();
     let unlisted: Vec<_> = produced.difference(&listed).collect();
     let unproduced: Vec<_> = listed.difference(&produced).collect();
@@ -52,7 +66,11 @@ fn code_descriptors_match_catalog() {
     let listed = catalog();
     let described: BTreeSet<String> = hpcnode_exporter::collector::FRAMEWORK_METRICS
         .iter()
-        .chain(hpcnode_exporter::rdma::METRICS.iter())
+        .chain(
+            hpcnode_exporter::collector::COLLECTORS
+                .iter()
+                .flat_map(|registration| registration.metrics),
+        )
         .map(|desc| desc.sample_name())
         .collect();
     assert_eq!(described, listed);

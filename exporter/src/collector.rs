@@ -35,6 +35,8 @@ pub struct Registration {
     pub enabled_by_default: bool,
     pub help: &'static str,
     pub build: fn(&Config) -> Box<dyn Collector>,
+    /// Every metric the collector can emit (checked against METRICS.md).
+    pub metrics: &'static [Desc],
 }
 
 /// Every collector, once. Generates `--collector.<name>` / `--no-collector.<name>`.
@@ -43,6 +45,7 @@ pub const COLLECTORS: &[Registration] = &[Registration {
     enabled_by_default: true,
     help: "RDMA (InfiniBand, RoCE, iWARP, Omni-Path) device and port state and counters from /sys/class/infiniband",
     build: rdma::build,
+    metrics: &rdma::METRICS,
 }];
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
