@@ -614,48 +614,30 @@ impl CardRead<'_> {
     }
 
     fn library_readings(&mut self, library: &MicLib, device: &OpenDevice) {
-        let mut failures = Vec::new();
-        let card = self.device.as_str().to_string();
-        let mut check = |call: &'static str, code: c_int| {
-            if code != 0 {
-                failures.push(LibraryError::Call {
-                    call,
-                    card: card.clone(),
-                    code,
-                });
-            }
-            code == 0
+        let mut calls = Calls {
+            card: self.device.as_str(),
+            failures: Vec::new(),
         };
         let mut readings: Vec<(&'static Desc, ReadingKind, Value)> = Vec::new();
-
-        // SAFETY: every pointer passed is either a handle the library returned and has not
-        // freed, or a pointer to a local of the type the prototype (miclib.h) names.
+        // SAFETY: every handle passed is one the library returned and has not freed, and every
+        // reader has the prototype miclib.h declares for its name.
         unsafe {
-            let mut thermal = ptr::null_mut();
-            if check(
-                "mic_get_thermal_info",
-                (library.get_thermal_info)(device.handle, &mut thermal),
-            ) {
+            let get_thermal = ("mic_get_thermal_info", library.get_thermal_info);
+            if let Some(thermal) = calls.info(get_thermal, device.handle) {
                 for sensor in &library.temperatures {
-                    let mut valid: c_int = 0;
-                    if !check(sensor.valid_call, (sensor.valid)(thermal, &mut valid)) {
+                    let Some(valid) = calls.read((sensor.valid_call, sensor.valid), thermal) else {
                         continue;
-                    }
+                    };
                     let kind = Some(("sensor", sensor.sensor));
-                    let status = Value::Int(if valid != 0 { 0 } else { UNAVAILABLE });
-                    readings.push((&TEMPERATURE_STATUS, kind, status));
+                    let status = if valid != 0 { 0 } else { UNAVAILABLE };
+                    readings.push((&TEMPERATURE_STATUS, kind, Value::Int(status)));
                     if valid == 0 {
                         continue;
                     }
                     let celsius = match sensor.read {
-                        Temperature::Wide(read) => {
-                            let mut value = 0u32;
-                            check(sensor.read_call, read(thermal, &mut value)).then_some(value)
-                        }
+                        Temperature::Wide(read) => calls.read((sensor.read_call, read), thermal),
                         Temperature::Narrow(read) => {
-                            let mut value = 0u16;
-                            check(sensor.read_call, read(thermal, &mut value))
-                                .then_some(u32::from(value))
+                            calls.read((sensor.read_call, read), thermal).map(u32::from)
                         }
                     };
                     if let Some(celsius) = celsius {
@@ -665,79 +647,108 @@ impl CardRead<'_> {
                 (library.free_thermal_info)(thermal);
             }
 
-            let mut power = ptr::null_mut();
-            if check(
-                "mic_get_power_utilization_info",
-                (library.get_power_info)(device.handle, &mut power),
-            ) {
+            let get_power = ("mic_get_power_utilization_info", library.get_power_info);
+            if let Some(power) = calls.info(get_power, device.handle) {
                 for (reading, call, read) in &library.power {
-                    let mut microwatts = 0u32;
-                    if check(call, read(power, &mut microwatts)) {
-                        let watts = micro(u64::from(microwatts));
-                        readings.push((&POWER, Some(("reading", reading)), watts));
+                    if let Some(microwatts) = calls.read((call, *read), power) {
+                        let kind = Some(("reading", *reading));
+                        readings.push((&POWER, kind, micro(u64::from(microwatts))));
                     }
                 }
-                for (rail, calls) in &library.rails {
-                    for ((call, read), desc) in
-                        calls
-                            .iter()
-                            .zip([&RAIL_POWER, &RAIL_CURRENT, &RAIL_VOLTAGE])
-                    {
-                        let mut value = 0u32;
-                        if check(call, read(power, &mut value)) {
-                            readings.push((desc, Some(("rail", rail)), micro(u64::from(value))));
+                let rail_metrics = [&RAIL_POWER, &RAIL_CURRENT, &RAIL_VOLTAGE];
+                for (rail, readers) in &library.rails {
+                    for (reader, desc) in readers.iter().zip(rail_metrics) {
+                        if let Some(micros) = calls.read(*reader, power) {
+                            readings.push((desc, Some(("rail", *rail)), micro(u64::from(micros))));
                         }
                     }
                 }
                 (library.free_power_info)(power);
             }
 
-            let mut cores = ptr::null_mut();
-            if check(
-                "mic_get_cores_info",
-                (library.get_cores_info)(device.handle, &mut cores),
-            ) {
-                let mut microvolts = 0u32;
-                if check(
-                    "mic_get_cores_voltage",
-                    (library.cores_voltage)(cores, &mut microvolts),
-                ) {
+            let get_cores = ("mic_get_cores_info", library.get_cores_info);
+            if let Some(cores) = calls.info(get_cores, device.handle) {
+                let voltage = ("mic_get_cores_voltage", library.cores_voltage);
+                if let Some(microvolts) = calls.read(voltage, cores) {
                     readings.push((&CORE_VOLTAGE, None, micro(u64::from(microvolts))));
                 }
-                let mut kilohertz = 0u32;
-                if check(
-                    "mic_get_cores_frequency",
-                    (library.cores_frequency)(cores, &mut kilohertz),
-                ) {
-                    readings.push((
-                        &CORE_FREQUENCY,
-                        None,
-                        Value::Float(f64::from(kilohertz) * 1e3),
-                    ));
+                let frequency = ("mic_get_cores_frequency", library.cores_frequency);
+                if let Some(kilohertz) = calls.read(frequency, cores) {
+                    let hertz = Value::Float(f64::from(kilohertz) * 1e3);
+                    readings.push((&CORE_FREQUENCY, None, hertz));
                 }
                 (library.free_cores_info)(cores);
             }
 
-            let mut memory = ptr::null_mut();
-            if check(
-                "mic_get_memory_info",
-                (library.get_memory_info)(device.handle, &mut memory),
-            ) {
-                let mut microvolts = 0u32;
-                if check(
-                    "mic_get_memory_voltage",
-                    (library.memory_voltage)(memory, &mut microvolts),
-                ) {
+            let get_memory = ("mic_get_memory_info", library.get_memory_info);
+            if let Some(memory) = calls.info(get_memory, device.handle) {
+                let voltage = ("mic_get_memory_voltage", library.memory_voltage);
+                if let Some(microvolts) = calls.read(voltage, memory) {
                     readings.push((&MEMORY_VOLTAGE, None, micro(u64::from(microvolts))));
                 }
                 (library.free_memory_info)(memory);
             }
         }
+        let failures = calls.failures;
         for (desc, kind, value) in readings {
             self.reading(desc, kind, SOURCE_LIBRARY, value);
         }
         for failure in failures {
             self.error(failure);
+        }
+    }
+}
+
+/// libmicmgmt calls for one card: each returns 0 on success; failures are kept to report.
+struct Calls<'c> {
+    card: &'c str,
+    failures: Vec<LibraryError>,
+}
+
+impl Calls<'_> {
+    fn failed(&mut self, call: &'static str, code: c_int) {
+        self.failures.push(LibraryError::Call {
+            call,
+            card: self.card.to_string(),
+            code,
+        });
+    }
+
+    /// An info structure of an open device (thermal, power, cores, memory), to be freed.
+    ///
+    /// # Safety
+    /// `device` is an open device handle; `get` has the `mic_get_*_info` prototype.
+    unsafe fn info(
+        &mut self,
+        (call, get): (&'static str, GetInfo),
+        device: Handle,
+    ) -> Option<Handle> {
+        let mut info = ptr::null_mut();
+        match get(device, &mut info) {
+            0 if !info.is_null() => Some(info),
+            code => {
+                self.failed(call, code);
+                None
+            }
+        }
+    }
+
+    /// One value read from an info structure.
+    ///
+    /// # Safety
+    /// `info` is a live info structure of the kind `read` takes.
+    unsafe fn read<T: Default>(
+        &mut self,
+        (call, read): (&'static str, unsafe extern "C" fn(Handle, *mut T) -> c_int),
+        info: Handle,
+    ) -> Option<T> {
+        let mut value = T::default();
+        match read(info, &mut value) {
+            0 => Some(value),
+            code => {
+                self.failed(call, code);
+                None
+            }
         }
     }
 }
