@@ -49,6 +49,19 @@ fn error_count(text: &str, kind: &str) -> f64 {
     )
 }
 
+/// The exporter's log once it holds `cause` (the test reads stderr on a thread of its own, which
+/// may lag behind the scrape that logged it); fails after a few seconds without it.
+fn log_with(exporter: &Exporter, cause: &str) -> String {
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(5);
+    loop {
+        let log = exporter.log();
+        if log.contains(cause) || std::time::Instant::now() > deadline {
+            return log;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    }
+}
+
 fn no_errors(text: &str) -> bool {
     !text.lines().any(|l| {
         l.starts_with("hpcnode_collector_errors_total{collector=\"mic\"") && !l.ends_with(" 0")
@@ -272,7 +285,6 @@ fn bad_input_is_reported_and_the_rest_exported() {
     assert_eq!(error_count(&fourth, "parse"), 4.0 * 10.0);
     assert_eq!(error_count(&fourth, "not_regular_file"), 4.0);
     assert_eq!(error_count(&fourth, "io"), 4.0);
-    let log = exporter.log();
     for cause in [
         "mic1/state: unknown state: \\\"sleeping\\\"",
         "mic1/boot_count: not an unsigned integer",
@@ -285,6 +297,7 @@ fn bad_input_is_reported_and_the_rest_exported() {
         "mic1/plim: expected unsigned numbers",
         "micras/mic2: No such file or directory",
     ] {
+        let log = log_with(&exporter, cause);
         assert_eq!(log.matches(cause).count(), 1, "{cause:?} in log:\n{log}");
     }
 }
@@ -322,9 +335,15 @@ fn root_or_skip(test: &str) -> bool {
     false
 }
 
-fn start_with_library(root: &Path, library_dir: &Path, uid: Option<u32>) -> Exporter {
+fn start_with_library(
+    root: &Path,
+    library_dir: &Path,
+    uid: Option<u32>,
+    extra: &[&str],
+) -> Exporter {
     let mut args = tree_args(root);
     args.push(MIC0_MICRAS.into());
+    args.extend(extra.iter().map(|s| s.to_string()));
     Exporter::start_with_env(
         &args.iter().map(String::as_str).collect::<Vec<_>>(),
         uid,
@@ -338,7 +357,7 @@ fn libmicmgmt_readings_come_first_and_once() {
         return;
     }
     let library = fake_library(&[]);
-    let exporter = start_with_library(&fixture_root("mic_mpss3"), library.path(), None);
+    let exporter = start_with_library(&fixture_root("mic_mpss3"), library.path(), None, &[]);
     let text = check_fixture_output("mic_mpss3_libmicmgmt", &exporter);
 
     // The values micinfo printed from the same calls, in base units.
@@ -391,7 +410,7 @@ fn library_missing_a_symbol_is_reported_once_and_sysfs_kept() {
         return;
     }
     let library = fake_library(&["-DWITHOUT_CORES_FREQUENCY"]);
-    let exporter = start_with_library(&fixture_root("mic_mpss3"), library.path(), None);
+    let exporter = start_with_library(&fixture_root("mic_mpss3"), library.path(), None, &[]);
     scrape(&exporter);
     scrape(&exporter);
     let text = scrape(&exporter);
@@ -408,13 +427,9 @@ fn library_missing_a_symbol_is_reported_once_and_sysfs_kept() {
         "{text}"
     );
     assert_eq!(error_count(&text, "io"), 1.0);
-    let log = exporter.log();
-    assert_eq!(
-        log.matches("libmicmgmt.so.0 lacks the symbol mic_get_cores_frequency")
-            .count(),
-        1,
-        "{log}"
-    );
+    let cause = "libmicmgmt.so.0 lacks the symbol mic_get_cores_frequency";
+    let log = log_with(&exporter, cause);
+    assert_eq!(log.matches(cause).count(), 1, "{log}");
 }
 
 /// Without root the library is not even loaded, and the metric and one log line say so. Run as
@@ -425,7 +440,7 @@ fn library_needs_root() {
     let tree = TreeCopy::with_rootfs("mic_mpss3");
     fs::set_permissions(tree.dir.path(), fs::Permissions::from_mode(0o755)).unwrap();
     let uid = is_root().then_some(65534);
-    let exporter = start_with_library(tree.dir.path(), library.path(), uid);
+    let exporter = start_with_library(tree.dir.path(), library.path(), uid, &[]);
     scrape(&exporter);
     let text = scrape(&exporter);
     assert!(
@@ -438,10 +453,46 @@ fn library_needs_root() {
         text.contains("hpcnode_mic_core_voltage_volts{device=\"mic0\",source=\"micras\"} 1.041\n")
     );
     assert_eq!(error_count(&text, "io"), 1.0);
-    let log = exporter.log();
-    assert_eq!(
-        log.matches("reading cards over SCIF needs root").count(),
-        1,
-        "{log}"
+    let cause = "reading cards over SCIF needs root";
+    let log = log_with(&exporter, cause);
+    assert_eq!(log.matches(cause).count(), 1, "{log}");
+}
+
+/// A library call that never returns (a card that stopped answering over SCIF) holds only its
+/// card: the scrape answers by the deadline, the card is skipped until the call returns, the
+/// other card is still read, and no thread is started for it again.
+#[test]
+fn hung_library_call_is_bounded() {
+    if !root_or_skip("hung_library_call_is_bounded") {
+        return;
+    }
+    let library = fake_library(&["-DHANG_IN_THERMAL"]);
+    let exporter = start_with_library(
+        &fixture_root("mic_mpss3"),
+        library.path(),
+        None,
+        &["--scrape.timeout=500ms"],
     );
+    let mut threads = Vec::new();
+    for attempt in 0..5 {
+        let started = std::time::Instant::now();
+        let text = scrape(&exporter);
+        assert!(
+            started.elapsed() < std::time::Duration::from_secs(5),
+            "scrape waited on a hung library call"
+        );
+        assert!(text.contains("hpcnode_scrape_collector_success{collector=\"mic\"} 0\n"));
+        // From the second scrape on the hung card is skipped (in the first, a one-CPU machine
+        // has no second worker for the other card).
+        if attempt > 0 {
+            assert!(text.contains("hpcnode_mic_card_state{device=\"mic1\",state=\"booting\"} 1\n"));
+            assert!(!text.contains("device=\"mic0\""));
+        }
+        threads.push(exporter.threads());
+    }
+    let text = scrape(&exporter);
+    assert_eq!(error_count(&text, "timeout"), 1.0);
+    assert_eq!(error_count(&text, "still_running"), 5.0);
+    let most = *threads.iter().max().unwrap();
+    assert!(most <= threads[0] + 3, "threads grew: {threads:?}");
 }

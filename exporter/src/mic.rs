@@ -276,23 +276,22 @@ impl Collector for MicCollector {
             device: card.to_string().into(),
             seen: HashSet::new(),
         };
-        let number = card_number(card);
-        let mut state = None;
-        let mut on_host = false;
-        if number.is_some() {
+        // A card the host driver lists: its number, and its state when it could be read.
+        let mut host_card = None;
+        if let Some(number) = card_number(card) {
             match SysDir::open(&self.class_dir.join(card)) {
                 Ok(dir) => {
-                    on_host = true;
                     let version = self.mpss_version(&mut read);
-                    state = read.host(&dir, version);
+                    host_card = Some((number, read.host(&dir, version)));
                 }
                 // A card known only from its micras copy.
                 Err(err) if err.is_not_found() => {}
                 Err(err) => read.error(err),
             }
         }
-        if let (Some(library), Some(number), true) = (&self.library, number, on_host) {
-            let available = read.library(library, number, state.as_deref() == Some("online"));
+        if let (Some(library), Some((number, state))) = (&self.library, &host_card) {
+            let online = state.as_deref() == Some("online");
+            let available = read.library(library, *number, online);
             read.source_available(SOURCE_LIBRARY, available);
         }
         let micras = if card == LOCAL_CARD {

@@ -9,10 +9,12 @@
  * freed, fails with E_MIC_INVAL, so a collector that misuses the API shows errors.
  *
  * Build: gcc -shared -fPIC -o libmicmgmt.so.0 fake_libmicmgmt.c
- * -DWITHOUT_CORES_FREQUENCY leaves out mic_get_cores_frequency (a library missing a symbol).
+ * -DWITHOUT_CORES_FREQUENCY leaves out mic_get_cores_frequency (a library missing a symbol);
+ * -DHANG_IN_THERMAL makes mic_get_thermal_info never return (a card that stopped answering SCIF).
  */
 #include <stdint.h>
 #include <stddef.h>
+#include <unistd.h>
 
 enum { E_MIC_SUCCESS = 0, E_MIC_INVAL = 1, E_MIC_NOENT = 3 };
 
@@ -114,7 +116,17 @@ int mic_close_device(struct mic_device *device)
 		return E_MIC_SUCCESS;                                 \
 	}
 
+#ifdef HANG_IN_THERMAL
+int mic_get_thermal_info(struct mic_device *device, struct mic_thermal_info **out)
+{
+	(void)device;
+	*out = &thermal_info;
+	for (;;)
+		pause();
+}
+#else
 GET_INFO(mic_get_thermal_info, mic_thermal_info, thermal_info)
+#endif
 FREE_INFO(mic_free_thermal_info, mic_thermal_info)
 READING(mic_get_die_temp, mic_thermal_info, uint32_t, 50)
 READING(mic_get_gddr_temp, mic_thermal_info, uint16_t, 45)
