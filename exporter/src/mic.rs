@@ -503,7 +503,7 @@ impl CardRead<'_> {
                 .zip(lines.iter().skip(POWER_READINGS.len()))
             {
                 if let Some(values) = self.fields(dir, "power", line) {
-                    self.rail(rail, values, SOURCE_MICRAS);
+                    self.micras_rail(rail, values);
                 }
             }
         }
@@ -534,13 +534,13 @@ impl CardRead<'_> {
         }
     }
 
-    /// A rail's `[uW, uA, uV]` in base units.
-    fn rail(&mut self, rail: &'static str, values: [u64; 3], source: &'static str) {
+    /// A micras rail line's `[uW, uA, uV]` in base units.
+    fn micras_rail(&mut self, rail: &'static str, values: [u64; 3]) {
         let kind = Some(("rail", rail));
         let [microwatts, microamperes, microvolts] = values;
-        self.reading(&RAIL_POWER, kind, source, micro(microwatts));
-        self.reading(&RAIL_CURRENT, kind, source, micro(microamperes));
-        self.reading(&RAIL_VOLTAGE, kind, source, micro(microvolts));
+        self.reading(&RAIL_POWER, kind, SOURCE_MICRAS, micro(microwatts));
+        self.reading(&RAIL_CURRENT, kind, SOURCE_MICRAS, micro(microamperes));
+        self.reading(&RAIL_VOLTAGE, kind, SOURCE_MICRAS, micro(microvolts));
     }
 
     /// The non-empty lines of a micras file; fewer than the driver prints is reported (the
@@ -580,7 +580,7 @@ impl CardRead<'_> {
         self.fields(dir, file, line)
     }
 
-    /// Telemetry over SCIF for a host card; returns whether the card answered.
+    /// Telemetry over SCIF for a host card; returns whether the card gave any reading.
     fn library(&mut self, source: &LibrarySource, number: u32, online: bool) -> bool {
         let library = match source.load() {
             Ok(library) => library,
@@ -601,10 +601,7 @@ impl CardRead<'_> {
             .lock()
             .unwrap_or_else(|poisoned| poisoned.into_inner());
         match library.open(number) {
-            Ok(device) => {
-                self.library_readings(library, &device);
-                true
-            }
+            Ok(device) => self.library_readings(library, &device),
             Err(err) => {
                 self.error(err);
                 false
@@ -612,7 +609,8 @@ impl CardRead<'_> {
         }
     }
 
-    fn library_readings(&mut self, library: &MicLib, device: &OpenDevice) {
+    /// Every reading the library gives for an open card; returns whether there was any.
+    fn library_readings(&mut self, library: &MicLib, device: &OpenDevice) -> bool {
         let mut calls = Calls {
             card: self.device.as_str(),
             failures: Vec::new(),
@@ -689,12 +687,14 @@ impl CardRead<'_> {
             }
         }
         let failures = calls.failures;
+        let answered = !readings.is_empty();
         for (desc, kind, value) in readings {
             self.reading(desc, kind, SOURCE_LIBRARY, value);
         }
         for failure in failures {
             self.error(failure);
         }
+        answered
     }
 }
 
