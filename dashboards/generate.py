@@ -328,6 +328,69 @@ def rdma_node_panels():
     ]
 
 
+# ---------------------------------------------------------------- mic collector
+
+# Card states folded into four classes for the timeline; the state itself is a label.
+MIC_STATE_CLASSES = {1: ("ONLINE", "green"), 2: ("BOOTING", "orange"),
+                     3: ("NOT STARTED", "blue"), 4: ("FAILED", "red")}
+MIC_STATES_BOOTING = "booting|booting_firmware"
+MIC_STATES_NOT_STARTED = "ready|shutdown|shutting_down|resetting|online_firmware"
+
+
+def mic_state_class():
+    """One series per card whose value is its state's class (MIC_STATE_CLASSES)."""
+    def cls(states, code):
+        return f'(hpcnode_mic_card_state{{{NODE}, state=~"{states}"}} == 1) * {code}'
+    failed = f'(hpcnode_mic_card_state{{{NODE}, state!~"online|{MIC_STATES_BOOTING}|{MIC_STATES_NOT_STARTED}"}} == 1) * 4'
+    return ("max by (instance, device) (\n  "
+            + "\nor\n  ".join([cls("online", 1), cls(MIC_STATES_BOOTING, 2),
+                                 cls(MIC_STATES_NOT_STARTED, 3), failed])
+            + "\n)")
+
+
+def dashed(name):
+    return {"matcher": {"id": "byRegexp", "options": name},
+            "properties": [{"id": "custom.lineStyle", "value": {"fill": "dash", "dash": [10, 10]}},
+                           {"id": "color", "value": {"mode": "fixed", "fixedColor": "red"}}]}
+
+
+def mic_panels():
+    # Two sources may give a reading (libmicmgmt, micras): the panels ignore which one did.
+    return [
+        stat("Cards not online", "Xeon Phi cards whose state is anything but online (hpcnode_mic_card_state). Alerts: HpcnodeMicCardNotOnline, HpcnodeMicCardStuckBooting.",
+             [target(f'count(hpcnode_mic_card_state{{{NODE}, state!="online"}} == 1) or vector(0)', "cards", instant=True)], "none",
+             thresholds=[{"color": "green", "value": None}, {"color": "red", "value": 1}]),
+        stat("Card crashes in range", "Crashes of the cards' OS in the dashboard's time range (hpcnode_mic_card_crashes_total). Alert: HpcnodeMicCardCrashed.",
+             [target(f'sum(increase(hpcnode_mic_card_crashes_total{{{NODE}}}[$__range])) or vector(0)', "crashes", instant=True)], "none",
+             decimals=0, thresholds=[{"color": "green", "value": None}, {"color": "red", "value": 1}]),
+        stat("Cards with telemetry, by source", "Cards for which each telemetry source gave readings in the last scrape (hpcnode_mic_source_available). libmicmgmt at 0 means the library is missing or incomplete, the exporter is not root (the log says which), or the cards are not online; micras at 0 means a configured micras directory is missing.",
+             [target(f'sum by (source) (hpcnode_mic_source_available{{{NODE}}})', "{{source}}", instant=True)], "none",
+             thresholds=[{"color": "orange", "value": None}, {"color": "green", "value": 1}]),
+        table("Cards", "Every card with its identity and last POST code (FF once booted; a code that stays while the card boots names the stage that hangs), from hpcnode_mic_card_info and hpcnode_mic_card_post_code_info.",
+              [target(f'hpcnode_mic_card_info{{{NODE}}}\n* on (job, instance, device) group_left (post_code)\nhpcnode_mic_card_post_code_info{{{NODE}}}', ref="A", instant=True, table=True)],
+              "none", [], hide=["job", "__name__", "Value #A", "Value"],
+              order=["instance", "device", "post_code", "family", "stepping", "sku", "serial_number", "mode", "mpss_version"],
+              w=12, h=4),
+        state_timeline("Card state over time", "Each card's state at every scrape (hpcnode_mic_card_state): ONLINE; BOOTING (booting, booting_firmware); NOT STARTED (ready, shutdown, shutting_down, resetting, online_firmware); FAILED (lost, no response, boot failed, reset failed, error, invalid, unknown).",
+                       [target(mic_state_class(), "{{instance}} {{device}}")], MIC_STATE_CLASSES, w=24, h=6),
+        timeseries("Temperatures", "Card temperatures by sensor (hpcnode_mic_temperature_celsius; vccp, vddg and vddq are the voltage regulators'), with the die temperature alert threshold (hpcnode:threshold{threshold=\"mic_die_temperature_high_celsius\"}) dashed. Sensors whose status is unavailable are left out. Alert: HpcnodeMicDieTemperatureHigh.",
+                   [target(f'max without (source) (hpcnode_mic_temperature_celsius{{{NODE}}})', "{{instance}} {{device}} {{sensor}}", "A"),
+                    target('hpcnode:threshold{threshold="mic_die_temperature_high_celsius"}', "die threshold", "B")],
+                   "celsius", overrides=[dashed("die threshold")]),
+        timeseries("Power against its limit", "Card power over the first averaging window (hpcnode_mic_power_watts, reading total_window0) and the card's physical power limit (hpcnode_mic_power_limit_watts), with the level at which HpcnodeMicPowerNearLimit fires (the limit times hpcnode:threshold{threshold=\"mic_power_limit_ratio\"}) dashed.",
+                   [target(f'max without (source) (hpcnode_mic_power_watts{{{NODE}, reading="total_window0"}})', "{{instance}} {{device}} power", "A"),
+                    target(f'max without (source) (hpcnode_mic_power_limit_watts{{{NODE}, limit="physical"}})', "{{instance}} {{device}} limit", "B"),
+                    target(f'max without (source) (hpcnode_mic_power_limit_watts{{{NODE}, limit="physical"}})\n* on () group_left ()\nhpcnode:threshold{{threshold="mic_power_limit_ratio"}}', "{{instance}} {{device}} alert level", "C")],
+                   "watt", overrides=[dashed(".* alert level")]),
+        timeseries("Boots and crashes", "Boot and crash counts of each card since the host driver loaded (hpcnode_mic_card_boots_total, hpcnode_mic_card_crashes_total): a step is a reboot or a crash.",
+                   [target(f'hpcnode_mic_card_boots_total{{{NODE}}}', "{{instance}} {{device}} boots", "A"),
+                    target(f'hpcnode_mic_card_crashes_total{{{NODE}}}', "{{instance}} {{device}} crashes", "B")], "none"),
+        timeseries("Core and memory voltage", "Core and GDDR voltage of each card (hpcnode_mic_core_voltage_volts, hpcnode_mic_memory_voltage_volts).",
+                   [target(f'max without (source) (hpcnode_mic_core_voltage_volts{{{NODE}}})', "{{instance}} {{device}} core", "A"),
+                    target(f'max without (source) (hpcnode_mic_memory_voltage_volts{{{NODE}}})', "{{instance}} {{device}} memory", "B")], "volt"),
+    ]
+
+
 def reserved_rows():
     """Rows kept for the collectors that come next; each replaces its text panel."""
     return [
@@ -337,12 +400,7 @@ def reserved_rows():
             "Filled by the **modules** collector: expected modules loaded, module signature verification "
             "failures (EKEYREJECTED under Secure Boot), per-module and kernel taint, Secure Boot and lockdown state.")],
             collapsed=True),
-        row("Xeon Phi (MIC) cards", [text(
-            "Reserved: Xeon Phi cards",
-            "Placeholder for the MIC collector's panels.",
-            "Filled by the **mic** collector: card state (ready, booting, lost...), post code, boot and crash "
-            "counts, temperatures, voltages, power, firmware versions.")],
-            collapsed=True),
+        row("Xeon Phi (MIC) cards", mic_panels(), collapsed=True),
         row("GPU passthrough", [text(
             "Reserved: GPU passthrough",
             "Placeholder for the PCI/IOMMU collector's panels.",

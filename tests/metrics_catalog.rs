@@ -20,8 +20,17 @@ fn catalog() -> BTreeSet<String> {
 
 /// Exporter runs whose outputs together must produce every metric in METRICS.md: one line
 /// per collector, its flags and the fixture trees (under tests/fixtures) it reads.
-const RUNS: &[(&[&str], &[&str])] =
-    &[(&["--collector.rdma"], &["procfs", "rdma_edge", "rdma_bad"])];
+const RUNS: &[(&[&str], &[&str])] = &[
+    (&["--collector.rdma"], &["procfs", "rdma_edge", "rdma_bad"]),
+    (
+        &[
+            "--collector.mic",
+            "--no-collector.mic.libmicmgmt",
+            "--collector.mic.micras-path=mic0=/var/lib/micras/mic0",
+        ],
+        &["mic_mpss3", "mic_mpss4", "mic_card"],
+    ),
+];
 
 fn emitted(flags: &[&str], fixture_name: &str) -> BTreeSet<String> {
     let root = util::tests_dir().join("fixtures").join(fixture_name);

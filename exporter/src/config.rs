@@ -40,6 +40,8 @@ pub enum ConfigError {
     LogFormat(String),
     #[error("invalid {flag}: must not be empty")]
     EmptyPath { flag: &'static str },
+    #[error("invalid --collector.mic.micras-path {value:?}: {reason}")]
+    MicrasPath { value: String, reason: &'static str },
 }
 
 /// What parsing the command line led to.
@@ -85,6 +87,10 @@ pub struct Config {
     pub rootfs: PathBuf,
     pub collectors: Vec<&'static Registration>,
     pub rdma_devices: DeviceFilter,
+    /// Per-card directories of copied-out micras files, below `rootfs`, sorted by card.
+    pub mic_micras_paths: Vec<MicrasPath>,
+    /// Whether the mic collector asks libmicmgmt (root only) for card telemetry.
+    pub mic_libmicmgmt: bool,
     pub scrape_timeout: Duration,
     pub log_level: Level,
     pub log_format: LogFormat,
@@ -101,6 +107,8 @@ struct RawFlags {
     collectors: Vec<&'static Registration>,
     rdma_device_include: Option<String>,
     rdma_device_exclude: Option<String>,
+    mic_micras_paths: Vec<String>,
+    mic_libmicmgmt: bool,
     scrape_timeout: String,
     log_level: String,
     log_format: String,
@@ -152,7 +160,28 @@ fn command() -> Command {
                 .help("Set all collectors to disabled by default."),
         )
         .arg(optional("collector.rdma.device-include", "Regexp of RDMA devices to include (mutually exclusive with device-exclude)."))
-        .arg(optional("collector.rdma.device-exclude", "Regexp of RDMA devices to exclude (mutually exclusive with device-include)."));
+        .arg(optional("collector.rdma.device-exclude", "Regexp of RDMA devices to exclude (mutually exclusive with device-include)."))
+        .arg(
+            Arg::new("collector.mic.micras-path")
+                .long("collector.mic.micras-path")
+                .value_name("micN=DIR")
+                .action(ArgAction::Append)
+                .help("Directory holding a copy of card micN's /sys/class/micras files (absolute, read below --path.rootfs). Repeat once per card."),
+        )
+        .arg(
+            Arg::new("collector.mic.libmicmgmt")
+                .long("collector.mic.libmicmgmt")
+                .action(ArgAction::SetTrue)
+                .overrides_with("no-collector.mic.libmicmgmt")
+                .help("Read card telemetry over SCIF with libmicmgmt.so.0, loaded at run time; needs root (default: enabled)."),
+        )
+        .arg(
+            Arg::new("no-collector.mic.libmicmgmt")
+                .long("no-collector.mic.libmicmgmt")
+                .action(ArgAction::SetTrue)
+                .overrides_with("collector.mic.libmicmgmt")
+                .help("Do not load libmicmgmt."),
+        );
     for registration in COLLECTORS {
         let enable = format!("collector.{}", registration.name);
         let disable = format!("no-collector.{}", registration.name);
@@ -224,6 +253,11 @@ fn raw_flags(matches: &ArgMatches) -> RawFlags {
         rdma_device_exclude: matches
             .get_one::<String>("collector.rdma.device-exclude")
             .cloned(),
+        mic_micras_paths: matches
+            .get_many::<String>("collector.mic.micras-path")
+            .map(|values| values.cloned().collect())
+            .unwrap_or_default(),
+        mic_libmicmgmt: !matches.get_flag("no-collector.mic.libmicmgmt"),
         scrape_timeout: value("scrape.timeout"),
         log_level: value("log.level"),
         log_format: value("log.format"),
@@ -261,6 +295,8 @@ fn validate(raw: RawFlags) -> Result<Config, ConfigError> {
         rootfs: path("--path.rootfs", raw.rootfs)?,
         collectors: raw.collectors,
         rdma_devices,
+        mic_micras_paths: parse_micras_paths(&raw.mic_micras_paths)?,
+        mic_libmicmgmt: raw.mic_libmicmgmt,
         scrape_timeout: parse_duration(&raw.scrape_timeout)?,
         log_level: Level::parse(&raw.log_level).ok_or(ConfigError::LogLevel(raw.log_level))?,
         log_format: LogFormat::parse(&raw.log_format)
@@ -289,6 +325,46 @@ fn regex(flag: &'static str, value: String) -> Result<Regex, ConfigError> {
             .trim_start_matches("error: ")
             .to_string(),
     })
+}
+
+/// One `--collector.mic.micras-path=micN=DIR`: where card `micN`'s micras files were copied.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct MicrasPath {
+    pub card: String,
+    /// Absolute as given; the collector reads it below `--path.rootfs`.
+    pub dir: PathBuf,
+}
+
+/// Card names as the host driver spells them (`mic0`), each card at most once.
+fn parse_micras_paths(values: &[String]) -> Result<Vec<MicrasPath>, ConfigError> {
+    let mut paths: Vec<MicrasPath> = Vec::new();
+    for value in values {
+        let invalid = |reason| ConfigError::MicrasPath {
+            value: value.clone(),
+            reason,
+        };
+        let (card, dir) = value
+            .split_once('=')
+            .ok_or_else(|| invalid("expected micN=DIR"))?;
+        let number = card
+            .strip_prefix("mic")
+            .ok_or_else(|| invalid("the card must be named micN, as in /sys/class/mic"))?;
+        if number.is_empty() || !number.bytes().all(|b| b.is_ascii_digit()) {
+            return Err(invalid("the card must be named micN, as in /sys/class/mic"));
+        }
+        if !dir.starts_with('/') {
+            return Err(invalid("DIR must be an absolute path"));
+        }
+        if paths.iter().any(|path| path.card == card) {
+            return Err(invalid("a card may be given only once"));
+        }
+        paths.push(MicrasPath {
+            card: card.to_string(),
+            dir: PathBuf::from(dir),
+        });
+    }
+    paths.sort_by(|a, b| a.card.cmp(&b.card));
+    Ok(paths)
 }
 
 fn parse_listen_address(value: &str) -> Result<ListenAddress, ConfigError> {
@@ -393,23 +469,19 @@ mod tests {
         assert_eq!(config.scrape_timeout, Duration::from_secs(5));
         assert_eq!(
             config.collectors.iter().map(|c| c.name).collect::<Vec<_>>(),
-            ["rdma"]
+            ["rdma", "mic"]
         );
     }
 
     #[test]
     fn collector_flags_last_one_wins() {
-        assert!(config(&["--no-collector.rdma"])
-            .unwrap()
-            .collectors
-            .is_empty());
-        assert_eq!(
-            config(&["--no-collector.rdma", "--collector.rdma"])
-                .unwrap()
-                .collectors
-                .len(),
-            1
-        );
+        // Robust to other collectors being on by default.
+        let names = |args: &[&str]| -> Vec<&str> {
+            let config = config(args).unwrap();
+            config.collectors.iter().map(|c| c.name).collect()
+        };
+        assert!(!names(&["--no-collector.rdma"]).contains(&"rdma"));
+        assert!(names(&["--no-collector.rdma", "--collector.rdma"]).contains(&"rdma"));
         assert!(config(&["--collector.disable-defaults"])
             .unwrap()
             .collectors
@@ -470,6 +542,42 @@ mod tests {
     }
 
     #[test]
+    fn micras_paths_name_each_card_once() {
+        let parsed = config(&[
+            "--collector.mic.micras-path=mic1=/srv/micras/mic1",
+            "--collector.mic.micras-path",
+            "mic0=/srv/micras/mic0",
+        ])
+        .unwrap();
+        assert_eq!(
+            parsed.mic_micras_paths,
+            [
+                MicrasPath {
+                    card: "mic0".into(),
+                    dir: "/srv/micras/mic0".into()
+                },
+                MicrasPath {
+                    card: "mic1".into(),
+                    dir: "/srv/micras/mic1".into()
+                },
+            ]
+        );
+        assert!(matches!(
+            config(&[
+                "--collector.mic.micras-path=mic0=/a",
+                "--collector.mic.micras-path=mic0=/b"
+            ]),
+            Err(ConfigError::MicrasPath { .. })
+        ));
+        assert!(config(&[]).unwrap().mic_libmicmgmt);
+        assert!(
+            !config(&["--no-collector.mic.libmicmgmt"])
+                .unwrap()
+                .mic_libmicmgmt
+        );
+    }
+
+    #[test]
     fn bad_values_are_one_line_errors() {
         for args in [
             &["--web.max-requests=-1"][..],
@@ -478,6 +586,10 @@ mod tests {
             &["--web.telemetry-path=metrics"],
             &["--no-such-flag"],
             &["--path.sysfs="],
+            &["--collector.mic.micras-path=mic0"],
+            &["--collector.mic.micras-path=card0=/var/lib/micras"],
+            &["--collector.mic.micras-path=mic=/var/lib/micras"],
+            &["--collector.mic.micras-path=mic0=relative/dir"],
         ] {
             let err = config(args).unwrap_err().to_string();
             assert!(!err.contains('\n'), "{args:?}: {err}");

@@ -46,6 +46,8 @@ import lint  # noqa: E402  (the rule and dashboard helpers)
 ROOT = lint.ROOT
 PROCFS_TREE = ROOT / "tests" / "fixtures" / "procfs" / "sys"
 EDGE_TREE = ROOT / "tests" / "fixtures" / "rdma_edge" / "sys"
+# Xeon Phi host: mic0 online with a micras copy, mic1 stuck booting.
+MIC_ROOT = ROOT / "tests" / "fixtures" / "mic_mpss3"
 FOR_IN_TEST = "2s"
 OVERALL_TIMEOUT_S = 240
 REL = 1e-9  # recorded value against the same formula evaluated by Prometheus
@@ -206,8 +208,8 @@ def write_atomically(path, text, scratch):
 # ---------------------------------------------------------------- the checks
 
 def check_targets_and_rules(prom):
-    ups = wait_until("both targets up", lambda: len(prom.query('up{job="hpcnode"} == 1')) == 2, 30)
-    check(ups is not None, "up == 1 for both exporters")
+    ups = wait_until("every target up", lambda: len(prom.query('up{job="hpcnode"} == 1')) == 3, 30)
+    check(ups is not None, "up == 1 for all three exporters")
 
     def rules_evaluated():
         rules = [r for g in prom.api("rules")["groups"] for r in g["rules"]]
@@ -303,6 +305,12 @@ def check_recording_rules(prom, inst, driver):
 def alert_keys(prom, inst, state="firing"):
     return sorted(key(a["labels"], "alertname", "device", "port", "counter")
                   for a in prom.alerts(state=state) if a["labels"].get("instance") == inst)
+
+
+def check_mic_alerts(prom, mic_inst):
+    expected = [("HpcnodeMicCardStuckBooting", "mic1", "", "")]
+    got = wait_until("the mic tree's alerts", lambda: alert_keys(prom, mic_inst) == expected, 30)
+    check(got is not None, f"mic tree: only the booting card's alert fires (firing: {alert_keys(prom, mic_inst)})")
 
 
 def check_alerts(prom, procfs_inst, edge_inst, tree, scratch, exporter_procfs):
@@ -431,15 +439,20 @@ def main():
         rules_dir = tmp / "rules"
         rules_dir.mkdir()
 
-        p_procfs, p_edge, p_prom = free_port(), free_port(), free_port()
+        p_procfs, p_edge, p_mic, p_prom = free_port(), free_port(), free_port(), free_port()
         procfs_inst, edge_inst = f"127.0.0.1:{p_procfs}", f"127.0.0.1:{p_edge}"
+        mic_inst = f"127.0.0.1:{p_mic}"
         driver = CounterDriver(tree, scratch)
         driver.start()
         exp_procfs = start([str(exporter), f"--web.listen-address={procfs_inst}", f"--path.sysfs={tree}"],
                            open(logs / "exporter-procfs.log", "w"))
         start([str(exporter), f"--web.listen-address={edge_inst}", f"--path.sysfs={EDGE_TREE}"],
               open(logs / "exporter-edge.log", "w"))
-        for inst in (procfs_inst, edge_inst):
+        start([str(exporter), f"--web.listen-address={mic_inst}", f"--path.sysfs={MIC_ROOT / 'sys'}",
+               f"--path.rootfs={MIC_ROOT}", "--collector.mic.micras-path=mic0=/var/lib/micras/mic0",
+               "--no-collector.mic.libmicmgmt"],
+              open(logs / "exporter-mic.log", "w"))
+        for inst in (procfs_inst, edge_inst, mic_inst):
             ok = wait_until(f"exporter {inst}", lambda i=inst: "hpcnode_scrape_collector_success" in http_get(f"http://{i}/metrics"), 30)
             if not check(ok is not None, f"exporter serves /metrics on {inst}"):
                 return 1
@@ -448,7 +461,7 @@ def main():
             "global": {"scrape_interval": "1s", "scrape_timeout": "1s", "evaluation_interval": "1s"},
             "rule_files": [str(f) for f in rule_files_for_test(rules_dir)],
             "scrape_configs": [{"job_name": "hpcnode",
-                                "static_configs": [{"targets": [procfs_inst, edge_inst]}]}],
+                                "static_configs": [{"targets": [procfs_inst, edge_inst, mic_inst]}]}],
         }
         (tmp / "prometheus.yml").write_text(yaml.safe_dump(config))
         start([prometheus, f"--config.file={tmp / 'prometheus.yml'}", f"--storage.tsdb.path={tmp / 'data'}",
@@ -465,6 +478,7 @@ def main():
         time.sleep(max(0.0, 15 - (time.monotonic() - driver.t0)))
         check_recording_rules(prom, procfs_inst, driver)
         check_dashboards(prom)
+        check_mic_alerts(prom, mic_inst)
         check_alerts(prom, procfs_inst, edge_inst, tree, scratch, exp_procfs)
     except Exception as e:  # a crash of the test itself is a failure, with its reason
         check(False, f"e2e aborted: {type(e).__name__}: {e}")

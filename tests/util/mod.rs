@@ -2,6 +2,8 @@
 
 #![allow(dead_code)] // each test binary uses a different subset
 
+pub mod golden;
+
 use std::io::{BufRead, BufReader, Read, Write};
 use std::net::TcpStream;
 use std::os::unix::process::CommandExt;
@@ -41,10 +43,16 @@ impl Exporter {
     /// Starts the binary with `--web.listen-address=127.0.0.1:0`, as `uid` when given, and
     /// waits (bounded) for its "listening" log line to learn the port.
     pub fn start_as(args: &[&str], uid: Option<u32>) -> Exporter {
+        Exporter::start_with_env(args, uid, &[])
+    }
+
+    /// As `start_as`, with extra environment variables (`LD_LIBRARY_PATH` for a test library).
+    pub fn start_with_env(args: &[&str], uid: Option<u32>, env: &[(&str, &Path)]) -> Exporter {
         let mut command = Command::new(BINARY);
         command
             .arg("--web.listen-address=127.0.0.1:0")
             .args(args)
+            .envs(env.iter().copied())
             .stdin(Stdio::null())
             .stdout(Stdio::null())
             .stderr(Stdio::piped());
@@ -220,6 +228,19 @@ impl TreeCopy {
         let status = Command::new("cp")
             .arg("-a")
             .arg(fixture(fixture_name))
+            .arg(dir.path())
+            .status()
+            .expect("cp");
+        assert!(status.success());
+        TreeCopy { dir }
+    }
+
+    /// A copy of a whole fixture directory: `sys/` and the rootfs content beside it.
+    pub fn with_rootfs(fixture_name: &str) -> TreeCopy {
+        let dir = tempfile::tempdir().unwrap();
+        let status = Command::new("cp")
+            .arg("-a")
+            .arg(tests_dir().join("fixtures").join(fixture_name).join("."))
             .arg(dir.path())
             .status()
             .expect("cp");
