@@ -9,7 +9,7 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 
 use util::golden::{check_fixture_output, scrape};
-use util::{tests_dir, Exporter};
+use util::{tests_dir, Exporter, HungFiles};
 
 /// The list from issue 4, plus `8250`, built into every kernel these fixtures stand for.
 const EXPECTED: &str =
@@ -329,4 +329,45 @@ fn running_kernel() {
         assert!(lines_of(&text, "hpcnode_module_info").is_empty());
     }
     assert_eq!(error_total(&text), 0, "{text}\n{}", exporter.log());
+}
+
+/// An EFI variable read that never returns (firmware runtime services can hang; here a FUSE
+/// file that never answers) hides only the Secure Boot state, and is not read again while hung.
+#[test]
+fn hung_efi_variable_hides_only_secure_boot() {
+    let tmp = copy_root("modules_secureboot");
+    let root = tmp.path();
+    let efivars = root.join("sys/firmware/efi/efivars");
+    let names: Vec<String> = fs::read_dir(&efivars)
+        .unwrap()
+        .map(|e| e.unwrap().file_name().into_string().unwrap())
+        .collect();
+    let Some(_hung) =
+        HungFiles::mount("hung_efi_variable_hides_only_secure_boot", &efivars, &names)
+    else {
+        return;
+    };
+    let exporter = start(root, &[EXPECTED, "--scrape.timeout=500ms"]);
+    for _ in 0..3 {
+        let text = scrape(&exporter);
+        assert_has(
+            &text,
+            &[
+                "hpcnode_scrape_collector_success{collector=\"modules\"} 0",
+                "hpcnode_kernel_taint_mask 0",
+                "hpcnode_module_expected_loaded{module=\"mlx5_ib\"} 0",
+                "hpcnode_kernel_lockdown_mode{mode=\"integrity\"} 1",
+                "hpcnode_module_sig_enforce 1",
+            ],
+        );
+        assert!(lines_of(&text, "hpcnode_secure_boot_enabled").is_empty());
+    }
+    let text = scrape(&exporter);
+    assert_has(
+        &text,
+        &[
+            "hpcnode_collector_errors_total{collector=\"modules\",kind=\"timeout\"} 1",
+            "hpcnode_collector_errors_total{collector=\"modules\",kind=\"still_running\"} 3",
+        ],
+    );
 }

@@ -144,11 +144,12 @@ const MODPROBE_DIRS: [&str; 5] = [
 
 const SECURE_BOOT_VARIABLE: &str = "SecureBoot-8be4df61-93ca-11d2-aa0d-00e098032b8c";
 
-/// The collector's units: each a separate read, so that a hung EFI variable read (firmware
-/// runtime services) hides only the signing state.
+/// The collector's units: each a separate read, so that a hung EFI variable read (it calls
+/// into the firmware's runtime services) hides only the Secure Boot state.
 const UNIT_KERNEL: &str = "kernel";
 const UNIT_EXPECTED: &str = "expected";
 const UNIT_SIGNING: &str = "signing";
+const UNIT_SECURE_BOOT: &str = "secure_boot";
 
 impl Collector for ModulesCollector {
     fn units(&self) -> Result<Vec<String>, CollectError> {
@@ -156,7 +157,7 @@ impl Collector for ModulesCollector {
         if !self.expected.is_empty() {
             units.push(UNIT_EXPECTED.to_string());
         }
-        units.push(UNIT_SIGNING.to_string());
+        units.extend([UNIT_SIGNING.to_string(), UNIT_SECURE_BOOT.to_string()]);
         Ok(units)
     }
 
@@ -170,6 +171,7 @@ impl Collector for ModulesCollector {
             UNIT_KERNEL => read.kernel(),
             UNIT_EXPECTED => read.expected(),
             UNIT_SIGNING => read.signing(),
+            UNIT_SECURE_BOOT => read.secure_boot(),
             _ => {}
         }
     }
@@ -504,8 +506,11 @@ impl Read<'_> {
                 self.push(&LOCKDOWN_MODE, labels, u64::from(active));
             }
         }
+    }
 
-        if let Some(enabled) = self.secure_boot(&sysfs) {
+    fn secure_boot(&mut self) {
+        let sysfs = self.collector.sysfs.clone();
+        if let Some(enabled) = self.secure_boot_enabled(&sysfs) {
             self.push(&SECURE_BOOT, Vec::new(), enabled);
         }
     }
@@ -513,7 +518,7 @@ impl Read<'_> {
     /// Secure Boot from the EFI variable: 4 attribute bytes, then 1 data byte (1 = on). No EFI
     /// (BIOS boot), or efivarfs not mounted: unknown, no series. EFI without the variable:
     /// firmware without Secure Boot, so off.
-    fn secure_boot(&mut self, sysfs: &Path) -> Option<u64> {
+    fn secure_boot_enabled(&mut self, sysfs: &Path) -> Option<u64> {
         let efi = self.dir(sysfs, "firmware/efi")?;
         let efivars = self.optional(efi.subdir("efivars"))?;
         let path = efivars.path(SECURE_BOOT_VARIABLE);
