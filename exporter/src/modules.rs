@@ -177,8 +177,25 @@ impl Collector for ModulesCollector {
     }
 }
 
+/// What `/proc/modules` says.
+enum Modules {
+    /// No `/proc/modules`: a kernel built without loadable module support.
+    Unsupported,
+    /// The loaded modules, newest first.
+    Listed(Vec<LoadedModule>),
+}
+
+impl Modules {
+    fn list(&self) -> &[LoadedModule] {
+        match self {
+            Modules::Unsupported => &[],
+            Modules::Listed(modules) => modules,
+        }
+    }
+}
+
 /// A loaded module as `/proc/modules` lists it.
-#[derive(Debug, PartialEq)]
+#[derive(Debug)]
 struct LoadedModule {
     name: String,
     state: &'static str,
@@ -224,20 +241,20 @@ impl Read<'_> {
         self.reported(SysDir::open(&self.collector.procfs))
     }
 
-    /// The loaded modules; `Ok(None)` on a kernel without module support.
-    fn loaded_modules(&mut self, procfs: &SysDir) -> Result<Option<Vec<LoadedModule>>, ()> {
+    /// What `/proc/modules` says; `None` when it cannot be read (reported).
+    fn loaded_modules(&mut self, procfs: &SysDir) -> Option<Modules> {
         match procfs.read_text_file("modules", MAX_LIST_BYTES) {
             Ok(text) => {
                 let (modules, errors) = parse_modules(&procfs.path("modules"), &text);
                 for err in errors {
                     self.error(err);
                 }
-                Ok(Some(modules))
+                Some(Modules::Listed(modules))
             }
-            Err(err) if err.is_not_found() => Ok(None),
+            Err(err) if err.is_not_found() => Some(Modules::Unsupported),
             Err(err) => {
                 self.error(err);
-                Err(())
+                None
             }
         }
     }
@@ -273,11 +290,12 @@ impl Read<'_> {
             }
         }
 
-        let Ok(modules) = self.loaded_modules(&procfs) else {
+        let Some(modules) = self.loaded_modules(&procfs) else {
             return;
         };
-        self.push(&MODULES_SUPPORTED, Vec::new(), u64::from(modules.is_some()));
-        let modules = modules.unwrap_or_default();
+        let supported = matches!(modules, Modules::Listed(_));
+        self.push(&MODULES_SUPPORTED, Vec::new(), u64::from(supported));
+        let modules = modules.list();
         let max = self.collector.max_modules;
         for module in modules.iter().take(max) {
             let labels = vec![
@@ -305,8 +323,9 @@ impl Read<'_> {
     /// container with the host's root at `--path.rootfs`.
     fn build_dir_present(&mut self, release: &str) -> Option<u64> {
         let rootfs = self.collector.rootfs.clone();
-        let Some(modules_dir) = self.dir(&rootfs, &format!("lib/modules/{release}")) else {
-            return Some(0);
+        let modules_dir = match SysDir::open(&rootfs.join(format!("lib/modules/{release}"))) {
+            Err(err) if is_absent(&err) => return Some(0),
+            opened => self.reported(opened)?,
         };
         let build = match modules_dir.link_target("build") {
             Ok(target) if target.is_absolute() => rootfs.join(target.strip_prefix("/").ok()?),
@@ -328,16 +347,16 @@ impl Read<'_> {
         let Some(procfs) = self.procfs() else {
             return;
         };
-        let Ok(modules) = self.loaded_modules(&procfs) else {
+        let Some(modules) = self.loaded_modules(&procfs) else {
             return;
         };
+        let modules = modules.list();
         let live: HashSet<&str> = modules
             .iter()
-            .flatten()
             .filter(|m| m.state == "Live")
             .map(|m| m.name.as_str())
             .collect();
-        let listed: HashSet<&str> = modules.iter().flatten().map(|m| m.name.as_str()).collect();
+        let listed: HashSet<&str> = modules.iter().map(|m| m.name.as_str()).collect();
         let builtin_index = self.builtin_index(&procfs);
         let sysfs = self.collector.sysfs.clone();
         let sys_module = self.dir(&sysfs, "module");

@@ -374,6 +374,19 @@ mod tests {
         assert_eq!(err.kind(), ErrorKind::Parse, "{err}");
     }
 
+    /// A real procfs seq file hands out at most a buffer per read(): the loop must read on.
+    #[test]
+    fn procfs_seq_file_longer_than_a_page_is_read_whole() {
+        let proc = SysDir::open(Path::new("/proc")).unwrap();
+        let text = proc.read_text_file("crypto", 1 << 20).unwrap();
+        assert!(
+            text.len() > MAX_ATTRIBUTE_BYTES,
+            "/proc/crypto is {} bytes on this kernel; the test needs a multi-page seq file",
+            text.len()
+        );
+        assert_eq!(text, fs::read_to_string("/proc/crypto").unwrap());
+    }
+
     #[test]
     fn text_file_from_a_fifo_is_refused_without_blocking() {
         let (tmp, dir) = dir_with(&[]);
