@@ -30,6 +30,13 @@ const RUNS: &[(&[&str], &[&str])] = &[
         ],
         &["mic_mpss3", "mic_mpss4", "mic_card"],
     ),
+    (
+        &[
+            "--collector.modules",
+            "--collector.modules.expected=mlx5_core,mlx5_ib,rdma_ucm,vfio_pci,nvidia,8250",
+        ],
+        &["modules_rhel7", "modules_secureboot", "modules_none"],
+    ),
 ];
 
 fn emitted(flags: &[&str], fixture_name: &str) -> BTreeSet<String> {

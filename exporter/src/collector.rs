@@ -17,6 +17,7 @@ use crate::config::Config;
 use crate::logging::{self, Level};
 use crate::metrics::{Desc, Samples, Value};
 use crate::mic;
+use crate::modules;
 use crate::rdma;
 
 /// What a collector does at scrape time, split into independent units (devices) so that one
@@ -55,6 +56,13 @@ pub const COLLECTORS: &[Registration] = &[
         help: "Xeon Phi (MIC) card state, boot and crash counts from /sys/class/mic; temperatures, voltages and power from micras files and libmicmgmt",
         build: mic::build,
         metrics: &mic::METRICS,
+    },
+    Registration {
+        name: "modules",
+        enabled_by_default: true,
+        help: "Kernel taint, loaded and expected modules, modprobe.d rules, module signature enforcement, lockdown and Secure Boot",
+        build: modules::build,
+        metrics: &modules::METRICS,
     },
 ];
 

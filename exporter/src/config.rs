@@ -42,6 +42,10 @@ pub enum ConfigError {
     EmptyPath { flag: &'static str },
     #[error("invalid --collector.mic.micras-path {value:?}: {reason}")]
     MicrasPath { value: String, reason: &'static str },
+    #[error("invalid --collector.modules.expected module {value:?}: {reason}")]
+    ModuleName { value: String, reason: &'static str },
+    #[error("invalid --collector.modules.max-modules {0:?}: must be an integer from 1 to 65536")]
+    MaxModules(String),
 }
 
 /// What parsing the command line led to.
@@ -91,6 +95,10 @@ pub struct Config {
     pub mic_micras_paths: Vec<MicrasPath>,
     /// Whether the mic collector asks libmicmgmt (root only) for card telemetry.
     pub mic_libmicmgmt: bool,
+    /// Modules that must be loaded (or built in), in the kernel's spelling: `-` becomes `_`.
+    pub modules_expected: Vec<String>,
+    /// `hpcnode_module_info` series per scrape; the rest fold into one `other` series.
+    pub modules_max_modules: usize,
     pub scrape_timeout: Duration,
     pub log_level: Level,
     pub log_format: LogFormat,
@@ -109,6 +117,8 @@ struct RawFlags {
     rdma_device_exclude: Option<String>,
     mic_micras_paths: Vec<String>,
     mic_libmicmgmt: bool,
+    modules_expected: String,
+    modules_max_modules: String,
     scrape_timeout: String,
     log_level: String,
     log_format: String,
@@ -181,7 +191,9 @@ fn command() -> Command {
                 .action(ArgAction::SetTrue)
                 .overrides_with("collector.mic.libmicmgmt")
                 .help("Do not load libmicmgmt."),
-        );
+        )
+        .arg(flag("collector.modules.expected", "", "Comma-separated kernel modules that must be loaded or built in, e.g. mlx5_core,mlx5_ib,ib_uverbs ('-' and '_' are the same)."))
+        .arg(flag("collector.modules.max-modules", "2048", "Loaded modules exported one series each; the rest are counted in one module=\"other\" series."));
     for registration in COLLECTORS {
         let enable = format!("collector.{}", registration.name);
         let disable = format!("no-collector.{}", registration.name);
@@ -258,6 +270,8 @@ fn raw_flags(matches: &ArgMatches) -> RawFlags {
             .map(|values| values.cloned().collect())
             .unwrap_or_default(),
         mic_libmicmgmt: !matches.get_flag("no-collector.mic.libmicmgmt"),
+        modules_expected: value("collector.modules.expected"),
+        modules_max_modules: value("collector.modules.max-modules"),
         scrape_timeout: value("scrape.timeout"),
         log_level: value("log.level"),
         log_format: value("log.format"),
@@ -297,11 +311,49 @@ fn validate(raw: RawFlags) -> Result<Config, ConfigError> {
         rdma_devices,
         mic_micras_paths: parse_micras_paths(&raw.mic_micras_paths)?,
         mic_libmicmgmt: raw.mic_libmicmgmt,
+        modules_expected: parse_module_list(&raw.modules_expected)?,
+        modules_max_modules: match raw.modules_max_modules.parse() {
+            Ok(n @ 1..=65536) => n,
+            _ => return Err(ConfigError::MaxModules(raw.modules_max_modules)),
+        },
         scrape_timeout: parse_duration(&raw.scrape_timeout)?,
         log_level: Level::parse(&raw.log_level).ok_or(ConfigError::LogLevel(raw.log_level))?,
         log_format: LogFormat::parse(&raw.log_format)
             .ok_or(ConfigError::LogFormat(raw.log_format))?,
     })
+}
+
+/// `mlx5_core,ib-uverbs` -> `["mlx5_core", "ib_uverbs"]`: the kernel treats `-` and `_` in
+/// module names alike and reports `_`; duplicates after that are dropped.
+fn parse_module_list(value: &str) -> Result<Vec<String>, ConfigError> {
+    let mut modules: Vec<String> = Vec::new();
+    if value.is_empty() {
+        return Ok(modules);
+    }
+    for name in value.split(',').map(str::trim) {
+        let invalid = |reason| ConfigError::ModuleName {
+            value: name.to_string(),
+            reason,
+        };
+        if name.is_empty() {
+            return Err(invalid("empty name"));
+        }
+        // The kernel's MODULE_NAME_LEN is 64 bytes less a pointer: 55 characters and the NUL.
+        if name.len() > 55 {
+            return Err(invalid("longer than the kernel's 55 characters"));
+        }
+        if !name
+            .chars()
+            .all(|c| c.is_ascii_alphanumeric() || c == '_' || c == '-')
+        {
+            return Err(invalid("only letters, digits, '_' and '-' are allowed"));
+        }
+        let name = name.replace('-', "_");
+        if !modules.contains(&name) {
+            modules.push(name);
+        }
+    }
+    Ok(modules)
 }
 
 fn path(flag: &'static str, value: String) -> Result<PathBuf, ConfigError> {
@@ -469,7 +521,7 @@ mod tests {
         assert_eq!(config.scrape_timeout, Duration::from_secs(5));
         assert_eq!(
             config.collectors.iter().map(|c| c.name).collect::<Vec<_>>(),
-            ["rdma", "mic"]
+            ["rdma", "mic", "modules"]
         );
     }
 
@@ -482,16 +534,10 @@ mod tests {
         };
         assert!(!names(&["--no-collector.rdma"]).contains(&"rdma"));
         assert!(names(&["--no-collector.rdma", "--collector.rdma"]).contains(&"rdma"));
-        assert!(config(&["--collector.disable-defaults"])
-            .unwrap()
-            .collectors
-            .is_empty());
+        assert!(names(&["--collector.disable-defaults"]).is_empty());
         assert_eq!(
-            config(&["--collector.disable-defaults", "--collector.rdma"])
-                .unwrap()
-                .collectors
-                .len(),
-            1
+            names(&["--collector.disable-defaults", "--collector.rdma"]),
+            ["rdma"]
         );
     }
 
@@ -575,6 +621,32 @@ mod tests {
                 .unwrap()
                 .mic_libmicmgmt
         );
+    }
+
+    #[test]
+    fn expected_modules_are_normalised_like_the_kernel_does() {
+        let parsed = config(&["--collector.modules.expected=mlx5_core, ib-uverbs,ib_uverbs"]);
+        assert_eq!(parsed.unwrap().modules_expected, ["mlx5_core", "ib_uverbs"]);
+        assert!(config(&[]).unwrap().modules_expected.is_empty());
+        let too_long = "m".repeat(56);
+        for bad in [
+            "mlx5_core,",
+            "a b",
+            "../x",
+            "nvidia;reboot",
+            too_long.as_str(),
+        ] {
+            let flag = format!("--collector.modules.expected={bad}");
+            assert!(
+                matches!(config(&[&flag]), Err(ConfigError::ModuleName { .. })),
+                "{bad:?} accepted"
+            );
+        }
+        assert_eq!(config(&[]).unwrap().modules_max_modules, 2048);
+        for bad in ["0", "-1", "65537", "many"] {
+            let flag = format!("--collector.modules.max-modules={bad}");
+            assert!(matches!(config(&[&flag]), Err(ConfigError::MaxModules(_))));
+        }
     }
 
     #[test]

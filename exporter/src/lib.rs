@@ -8,5 +8,6 @@ pub mod http;
 pub mod logging;
 pub mod metrics;
 pub mod mic;
+pub mod modules;
 pub mod rdma;
 pub mod sysfs;
