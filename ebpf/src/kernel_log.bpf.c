@@ -29,6 +29,9 @@ static __always_inline void forward_line(const char *text, __u64 len)
 	if (len > LINE_MAX - 1)
 		len = LINE_MAX - 1;
 	line->len = len;
+	/* Hide the clamp from clang, which would otherwise drop the mask that gives the
+	 * verifier its bound on the copy size. */
+	asm volatile("" : "+r"(len));
 	bpf_probe_read(line->text, len & (LINE_MAX - 1), text);
 	bpf_ringbuf_submit(line, BPF_RB_NO_WAKEUP);
 }

@@ -368,3 +368,57 @@ pub fn read_counts(probe: Probe, attachment: &Attachment) -> Result<ProbeCounts,
     }
     Ok(counts)
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::ebpf::probes::attempts;
+
+    /// Every BPF program the probes can use passes this kernel's verifier, including those
+    /// whose hooks this kernel lacks (loading a raw_tp, tracepoint or kprobe program does not
+    /// need its target; tp_btf and fexit programs do, and are loaded where it exists).
+    #[test]
+    fn every_program_passes_the_verifier_here() {
+        if unsafe { libc::geteuid() } != 0 {
+            assert!(std::env::var_os("CI").is_none(), "must run as root in CI");
+            eprintln!("SKIPPED every_program_passes_the_verifier_here: needs root");
+            return;
+        }
+        let btf = kernel_btf().ok();
+        let mut loaded = 0;
+        for probe in Probe::ALL {
+            for attempt in attempts(probe) {
+                let result = match attempt.hook {
+                    Hook::Perf | Hook::Kmsg => continue,
+                    _ => load_only(probe, attempt, btf.as_ref()),
+                };
+                // tp_btf and fexit programs are verified against their target's BTF type.
+                if matches!(&result, Err(err) if err.contains("unknown BTF type")) {
+                    continue;
+                }
+                result.unwrap_or_else(|err| panic!("{}/{}: {err}", probe.name(), attempt.program));
+                loaded += 1;
+            }
+        }
+        assert!(loaded >= 9, "only {loaded} programs loaded");
+    }
+
+    fn load_only(probe: Probe, attempt: &Attempt, btf: Option<&Btf>) -> Result<(), String> {
+        let mut ebpf = EbpfLoader::new()
+            .btf(btf)
+            .load(object(probe))
+            .map_err(|err| one_line(&err))?;
+        let program = ebpf.program_mut(attempt.program).ok_or("missing")?;
+        let result: Result<(), aya::programs::ProgramError> = match attempt.hook {
+            Hook::TpBtf => <&mut BtfTracePoint>::try_from(program)
+                .and_then(|p| p.load(attempt.targets[0], btf.unwrap())),
+            Hook::Fexit => <&mut FExit>::try_from(program)
+                .and_then(|p| p.load(attempt.targets[0], btf.unwrap())),
+            Hook::RawTp => <&mut RawTracePoint>::try_from(program).and_then(|p| p.load()),
+            Hook::Tracepoint => <&mut TracePoint>::try_from(program).and_then(|p| p.load()),
+            Hook::Kretprobe => <&mut KProbe>::try_from(program).and_then(|p| p.load()),
+            Hook::Perf | Hook::Kmsg => Ok(()),
+        };
+        result.map_err(|err| one_line(&err))
+    }
+}
