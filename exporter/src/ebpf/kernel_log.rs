@@ -272,6 +272,60 @@ mod tests {
         assert_eq!(kmsg_record_text(b"no separator"), None);
     }
 
+    /// The /dev/kmsg fallback on the real device: only lines written after it opened count.
+    #[test]
+    fn kmsg_fallback_counts_new_lines() {
+        if unsafe { libc::geteuid() } != 0 {
+            assert!(std::env::var_os("CI").is_none(), "must run as root in CI");
+            eprintln!("SKIPPED kmsg_fallback_counts_new_lines: needs root to read /dev/kmsg");
+            return;
+        }
+        let module = format!("hpcnode_kmsg{}", std::process::id());
+        let line = format!(
+            "{module}: module verification failed: signature and/or required key missing - tainting kernel"
+        );
+        let write = || {
+            use std::io::Write;
+            let mut kmsg = std::fs::OpenOptions::new()
+                .write(true)
+                .open("/dev/kmsg")
+                .unwrap();
+            kmsg.write_all(format!("{line}\n").as_bytes()).unwrap();
+        };
+        write(); // before the reader opens: not counted
+        let counts = KernelLogCounts::new();
+        let kmsg = open_kmsg().unwrap();
+        std::thread::spawn({
+            let counts = counts.clone();
+            move || follow_kmsg(kmsg, counts)
+        });
+        for _ in 0..5 {
+            write();
+        }
+        let key = (
+            "module_verification_failed",
+            vec![("module", module.clone())],
+        );
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+        loop {
+            let counted = counts.snapshot().into_iter().find(|(k, _)| *k == key);
+            if let Some((_, 5)) = counted {
+                break;
+            }
+            assert!(std::time::Instant::now() < deadline, "{counted:?}");
+            std::thread::sleep(std::time::Duration::from_millis(20));
+        }
+    }
+
+    #[test]
+    fn every_pattern_label_is_a_named_group() {
+        for pattern in PATTERNS {
+            let regex = Regex::new(pattern.regex).unwrap();
+            let groups: Vec<_> = regex.capture_names().flatten().collect();
+            assert_eq!(groups, pattern.labels, "{}", pattern.event);
+        }
+    }
+
     #[test]
     fn ring_records() {
         let mut record = 11u32.to_ne_bytes().to_vec();

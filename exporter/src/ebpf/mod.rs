@@ -188,6 +188,8 @@ impl Probes {
                 ProbeState { probe, outcome }
             })
             .collect();
+        drop(kernel);
+        sys::release_startup_memory();
         Probes {
             probes,
             kernel_log,
