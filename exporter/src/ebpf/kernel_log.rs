@@ -10,6 +10,8 @@ use std::sync::{Arc, Mutex};
 
 use regex::{Regex, RegexSet};
 
+use crate::logging::{self, Level};
+
 /// One kind of kernel log line: the event it counts, a regex, and the regex's named capture
 /// groups that become labels. Later issues add IOMMU and vfio lines here.
 pub struct LinePattern {
@@ -154,9 +156,9 @@ pub fn open_kmsg() -> std::io::Result<File> {
 /// overwritten before they were read (EPIPE) are skipped: the count is then a lower bound.
 pub fn follow_kmsg(mut kmsg: File, counts: Arc<KernelLogCounts>) {
     let mut record = vec![0u8; 8192];
-    loop {
+    let stopped = loop {
         match kmsg.read(&mut record) {
-            Ok(0) => return,
+            Ok(0) => break "end of file".to_string(),
             Ok(len) => {
                 if let Some(text) = kmsg_record_text(&record[..len]) {
                     counts.count_line(&text);
@@ -164,9 +166,14 @@ pub fn follow_kmsg(mut kmsg: File, counts: Arc<KernelLogCounts>) {
             }
             Err(err) if err.raw_os_error() == Some(libc::EPIPE) => {}
             Err(err) if err.kind() == std::io::ErrorKind::Interrupted => {}
-            Err(_) => return,
+            Err(err) => break err.to_string(),
         }
-    }
+    };
+    logging::log(
+        Level::Warn,
+        "stopped reading /dev/kmsg; kernel log events are no longer counted",
+        &[("err", &stopped)],
+    );
 }
 
 #[cfg(test)]
@@ -275,9 +282,7 @@ mod tests {
     /// The /dev/kmsg fallback on the real device: only lines written after it opened count.
     #[test]
     fn kmsg_fallback_counts_new_lines() {
-        if unsafe { libc::geteuid() } != 0 {
-            assert!(std::env::var_os("CI").is_none(), "must run as root in CI");
-            eprintln!("SKIPPED kmsg_fallback_counts_new_lines: needs root to read /dev/kmsg");
+        if !crate::ebpf::tests::running_as_root("kmsg_fallback_counts_new_lines") {
             return;
         }
         let module = format!("hpcnode_kmsg{}", std::process::id());

@@ -370,8 +370,22 @@ impl Collector for EbpfCollector {
 }
 
 #[cfg(test)]
-mod tests {
+pub(crate) mod tests {
     use super::*;
+
+    /// Whether a test that needs root (BPF, /dev/kmsg) can run; where it cannot it says so, and
+    /// in CI (which runs as root) that is a failure.
+    pub(crate) fn running_as_root(test: &str) -> bool {
+        if unsafe { libc::geteuid() } == 0 {
+            return true;
+        }
+        assert!(
+            std::env::var_os("CI").is_none(),
+            "{test} must run as root in CI"
+        );
+        eprintln!("SKIPPED {test}: needs root");
+        false
+    }
 
     #[test]
     fn releases() {

@@ -68,7 +68,9 @@ impl AyaKernel {
         let program = ebpf
             .program_mut(attempt.program)
             .ok_or_else(|| format!("program {} missing from the object", attempt.program))?;
-        load_and_attach(program, attempt, self.btf.as_ref()).map_err(|err| one_line(&*err))?;
+        load_program(program, attempt, self.btf.as_ref())
+            .and_then(|()| attach_program(program, attempt))
+            .map_err(|err| one_line(&*err))?;
         if probe == Probe::KernelLog {
             let ring = ebpf
                 .take_map("kernel_log_lines")
@@ -114,7 +116,8 @@ fn spawn(name: &str, body: impl FnOnce() + Send + 'static) -> Result<(), String>
         .map_err(|err| format!("starting a thread: {err}"))
 }
 
-fn load_and_attach(
+/// Loads (verifies) the attempt's program for its hook.
+fn load_program(
     program: &mut Program,
     attempt: &Attempt,
     btf: Option<&Btf>,
@@ -122,33 +125,38 @@ fn load_and_attach(
     let target = attempt.targets.first().copied().unwrap_or_default();
     let btf = || btf.ok_or("no kernel BTF");
     match attempt.hook {
+        Hook::TpBtf => <&mut BtfTracePoint>::try_from(program)?.load(target, btf()?)?,
+        Hook::Fexit => <&mut FExit>::try_from(program)?.load(target, btf()?)?,
+        Hook::RawTp => <&mut RawTracePoint>::try_from(program)?.load()?,
+        Hook::Tracepoint => <&mut TracePoint>::try_from(program)?.load()?,
+        Hook::Kretprobe => <&mut KProbe>::try_from(program)?.load()?,
+        Hook::Perf | Hook::Kmsg => return Err("not a BPF hook".into()),
+    }
+    Ok(())
+}
+
+/// Attaches a loaded program to the attempt's targets; the links live as long as the program.
+fn attach_program(program: &mut Program, attempt: &Attempt) -> Result<(), Box<dyn Error>> {
+    let target = attempt.targets.first().copied().unwrap_or_default();
+    match attempt.hook {
         Hook::TpBtf => {
-            let program: &mut BtfTracePoint = program.try_into()?;
-            program.load(target, btf()?)?;
-            program.attach()?;
+            <&mut BtfTracePoint>::try_from(program)?.attach()?;
+        }
+        Hook::Fexit => {
+            <&mut FExit>::try_from(program)?.attach()?;
         }
         Hook::RawTp => {
-            let program: &mut RawTracePoint = program.try_into()?;
-            program.load()?;
-            program.attach(target)?;
+            <&mut RawTracePoint>::try_from(program)?.attach(target)?;
+        }
+        Hook::Kretprobe => {
+            <&mut KProbe>::try_from(program)?.attach(target, 0)?;
         }
         Hook::Tracepoint => {
-            let program: &mut TracePoint = program.try_into()?;
-            program.load()?;
+            let program = <&mut TracePoint>::try_from(program)?;
             for target in attempt.targets {
                 let (category, name) = target.split_once('/').ok_or("bad tracepoint name")?;
                 program.attach(category, name)?;
             }
-        }
-        Hook::Fexit => {
-            let program: &mut FExit = program.try_into()?;
-            program.load(target, btf()?)?;
-            program.attach()?;
-        }
-        Hook::Kretprobe => {
-            let program: &mut KProbe = program.try_into()?;
-            program.load()?;
-            program.attach(target, 0)?;
         }
         Hook::Perf | Hook::Kmsg => return Err("not a BPF hook".into()),
     }
@@ -386,9 +394,7 @@ mod tests {
     /// need its target; tp_btf and fexit programs do, and are loaded where it exists).
     #[test]
     fn every_program_passes_the_verifier_here() {
-        if unsafe { libc::geteuid() } != 0 {
-            assert!(std::env::var_os("CI").is_none(), "must run as root in CI");
-            eprintln!("SKIPPED every_program_passes_the_verifier_here: needs root");
+        if !crate::ebpf::tests::running_as_root("every_program_passes_the_verifier_here") {
             return;
         }
         let btf = kernel_btf().ok();
@@ -416,16 +422,6 @@ mod tests {
             .load(object(probe))
             .map_err(|err| one_line(&err))?;
         let program = ebpf.program_mut(attempt.program).ok_or("missing")?;
-        let result: Result<(), aya::programs::ProgramError> = match attempt.hook {
-            Hook::TpBtf => <&mut BtfTracePoint>::try_from(program)
-                .and_then(|p| p.load(attempt.targets[0], btf.unwrap())),
-            Hook::Fexit => <&mut FExit>::try_from(program)
-                .and_then(|p| p.load(attempt.targets[0], btf.unwrap())),
-            Hook::RawTp => <&mut RawTracePoint>::try_from(program).and_then(|p| p.load()),
-            Hook::Tracepoint => <&mut TracePoint>::try_from(program).and_then(|p| p.load()),
-            Hook::Kretprobe => <&mut KProbe>::try_from(program).and_then(|p| p.load()),
-            Hook::Perf | Hook::Kmsg => Ok(()),
-        };
-        result.map_err(|err| one_line(&err))
+        load_program(program, attempt, btf).map_err(|err| one_line(&*err))
     }
 }
