@@ -388,6 +388,7 @@ pub fn read_counts(probe: Probe, attachment: &Attachment) -> Result<ProbeCounts,
 mod tests {
     use super::*;
     use crate::ebpf::probes::attempts;
+    use std::os::fd::{AsFd, AsRawFd};
 
     /// Every BPF program the probes can use passes this kernel's verifier, including those
     /// whose hooks this kernel lacks (loading a raw_tp, tracepoint or kprobe program does not
@@ -414,6 +415,75 @@ mod tests {
             }
         }
         assert!(loaded >= 9, "only {loaded} programs loaded");
+    }
+
+    /// The syscall probe's kernel side, run by BPF_PROG_TEST_RUN on its raw_tp program with a
+    /// made-up `sys_exit(regs, ret)`: failures of the two module syscalls are recorded under
+    /// the key the exporter reads, anything else is ignored.
+    #[test]
+    fn syscall_exit_program_records_module_syscall_failures() {
+        if !crate::ebpf::tests::running_as_root(
+            "syscall_exit_program_records_module_syscall_failures",
+        ) {
+            return;
+        }
+        let btf = kernel_btf().unwrap();
+        let attempt = attempts(Probe::ModuleLoadSyscall)
+            .iter()
+            .find(|a| a.hook == Hook::RawTp)
+            .unwrap();
+        let mut ebpf = EbpfLoader::new()
+            .btf(Some(&btf))
+            .load(object(Probe::ModuleLoadSyscall))
+            .unwrap();
+        let program = ebpf.program_mut(attempt.program).unwrap();
+        load_program(program, attempt, Some(&btf)).unwrap();
+        let fd = program.fd().unwrap().as_fd().as_raw_fd();
+        let exits = [
+            (libc::SYS_finit_module, -129),
+            (libc::SYS_finit_module, -129),
+            (libc::SYS_init_module, -1),
+            (libc::SYS_finit_module, 0), // success: not a failure
+            (libc::SYS_read, -9),        // another syscall
+        ];
+        for (nr, ret) in exits {
+            test_run_sys_exit(fd, nr as u64, ret);
+        }
+        let attachment = Attachment::Bpf {
+            ebpf: Mutex::new(ebpf),
+            program: attempt.program,
+        };
+        let counts = read_counts(Probe::ModuleLoadSyscall, &attachment).unwrap();
+        let expected = BTreeMap::from([
+            ((libc::SYS_init_module as u32, 1), 1),
+            ((libc::SYS_finit_module as u32, 129), 2),
+        ]);
+        assert_eq!(counts.load_failures, expected);
+        assert_eq!(counts.dropped, 0);
+    }
+
+    /// BPF_PROG_TEST_RUN of a raw_tp program with the arguments `(regs, ret)`, `regs` a user
+    /// buffer laid out as x86-64 `struct pt_regs` (orig_ax at byte 120).
+    fn test_run_sys_exit(prog_fd: i32, nr: u64, ret: i64) {
+        let mut regs = [0u64; 21];
+        regs[15] = nr;
+        let ctx: [u64; 2] = [regs.as_ptr() as u64, ret as u64];
+        // union bpf_attr, the `test` member: prog_fd at 0, ctx_size_in at 40, ctx_in at 48.
+        let mut attr = [0u8; 80];
+        attr[0..4].copy_from_slice(&(prog_fd as u32).to_ne_bytes());
+        attr[40..44].copy_from_slice(&(std::mem::size_of_val(&ctx) as u32).to_ne_bytes());
+        attr[48..56].copy_from_slice(&(ctx.as_ptr() as u64).to_ne_bytes());
+        const BPF_PROG_TEST_RUN: libc::c_long = 10;
+        // SAFETY: attr is a valid bpf_attr prefix of the given size; ctx and regs outlive the call.
+        let rc = unsafe {
+            libc::syscall(
+                libc::SYS_bpf,
+                BPF_PROG_TEST_RUN,
+                attr.as_mut_ptr(),
+                attr.len(),
+            )
+        };
+        assert_eq!(rc, 0, "{}", std::io::Error::last_os_error());
     }
 
     fn load_only(probe: Probe, attempt: &Attempt, btf: Option<&Btf>) -> Result<(), String> {
