@@ -446,8 +446,10 @@ mod tests {
             (libc::SYS_finit_module, 0), // success: not a failure
             (libc::SYS_read, -9),        // another syscall
         ];
+        let mut regs = [0u64; 21]; // x86-64 struct pt_regs, orig_ax at byte 120
         for (nr, ret) in exits {
-            test_run_sys_exit(fd, nr as u64, ret);
+            regs[15] = nr as u64;
+            test_run_raw_tp(fd, &[regs.as_ptr() as u64, ret as u64]);
         }
         let attachment = Attachment::Bpf {
             ebpf: Mutex::new(ebpf),
@@ -462,19 +464,49 @@ mod tests {
         assert_eq!(counts.dropped, 0);
     }
 
-    /// BPF_PROG_TEST_RUN of a raw_tp program with the arguments `(regs, ret)`, `regs` a user
-    /// buffer laid out as x86-64 `struct pt_regs` (orig_ax at byte 120).
-    fn test_run_sys_exit(prog_fd: i32, nr: u64, ret: i64) {
-        let mut regs = [0u64; 21];
-        regs[15] = nr;
-        let ctx: [u64; 2] = [regs.as_ptr() as u64, ret as u64];
+    /// The kernel log probe's raw_tp program (the fallback when tp_btf is missing), run by
+    /// BPF_PROG_TEST_RUN with a made-up `console(text, len)`: the line reaches the ring buffer
+    /// in the record layout the exporter parses, cut at 255 bytes.
+    #[test]
+    fn console_program_forwards_lines_to_the_ring_buffer() {
+        if !crate::ebpf::tests::running_as_root("console_program_forwards_lines_to_the_ring_buffer")
+        {
+            return;
+        }
+        let attempt = attempts(Probe::KernelLog)
+            .iter()
+            .find(|a| a.hook == Hook::RawTp)
+            .unwrap();
+        let mut ebpf = EbpfLoader::new()
+            .btf(None)
+            .load(object(Probe::KernelLog))
+            .unwrap();
+        let program = ebpf.program_mut(attempt.program).unwrap();
+        load_program(program, attempt, None).unwrap();
+        let fd = program.fd().unwrap().as_fd().as_raw_fd();
+        let short = "Loading of unsigned module is rejected";
+        let long = "x".repeat(400);
+        for text in [short, &long] {
+            test_run_raw_tp(fd, &[text.as_ptr() as u64, text.len() as u64]);
+        }
+        let mut ring = RingBuf::try_from(ebpf.take_map("kernel_log_lines").unwrap()).unwrap();
+        let first = ring.next().map(|r| kernel_log::ring_record_text(&r));
+        assert_eq!(first, Some(Some(short.to_string())));
+        let second = ring.next().map(|r| kernel_log::ring_record_text(&r));
+        assert_eq!(second, Some(Some("x".repeat(255))));
+        assert!(ring.next().is_none());
+    }
+
+    /// BPF_PROG_TEST_RUN of a raw_tp program with the given tracepoint arguments.
+    fn test_run_raw_tp(prog_fd: i32, args: &[u64]) {
         // union bpf_attr, the `test` member: prog_fd at 0, ctx_size_in at 40, ctx_in at 48.
         let mut attr = [0u8; 80];
         attr[0..4].copy_from_slice(&(prog_fd as u32).to_ne_bytes());
-        attr[40..44].copy_from_slice(&(std::mem::size_of_val(&ctx) as u32).to_ne_bytes());
-        attr[48..56].copy_from_slice(&(ctx.as_ptr() as u64).to_ne_bytes());
+        attr[40..44].copy_from_slice(&(std::mem::size_of_val(args) as u32).to_ne_bytes());
+        attr[48..56].copy_from_slice(&(args.as_ptr() as u64).to_ne_bytes());
         const BPF_PROG_TEST_RUN: libc::c_long = 10;
-        // SAFETY: attr is a valid bpf_attr prefix of the given size; ctx and regs outlive the call.
+        // SAFETY: attr is a valid bpf_attr prefix of the given size; args and the memory it
+        // points to outlive the call.
         let rc = unsafe {
             libc::syscall(
                 libc::SYS_bpf,
