@@ -163,13 +163,18 @@ fn attach_program(program: &mut Program, attempt: &Attempt) -> Result<(), Box<dy
     Ok(())
 }
 
-/// An error and its causes on one line, the verifier log (if any) cut to its last lines.
+/// An error and its causes on one line, whitespace (the verifier log's newlines) collapsed,
+/// cut to its last 300 bytes, where the verifier says why it refused.
 fn one_line(err: &dyn Error) -> String {
     let mut text = err.to_string();
     let mut source = err.source();
     while let Some(cause) = source {
-        text.push_str(": ");
-        text.push_str(&cause.to_string());
+        // Some errors already print their cause; say it once.
+        let cause_text = cause.to_string();
+        if !text.contains(&cause_text) {
+            text.push_str(": ");
+            text.push_str(&cause_text);
+        }
         source = cause.source();
     }
     let words: Vec<&str> = text.split_whitespace().collect();
