@@ -502,6 +502,33 @@ mod tests {
         assert!(ring.next().is_none());
     }
 
+    /// The perf fallback (module loads where BPF is refused) counts a tracepoint on every CPU;
+    /// here on printk:console, which this kernel has, with lines written to /dev/kmsg.
+    #[test]
+    fn perf_counts_a_tracepoint_on_every_cpu() {
+        if !crate::ebpf::tests::running_as_root("perf_counts_a_tracepoint_on_every_cpu") {
+            return;
+        }
+        ensure_tracefs().unwrap();
+        let attachment = count_with_perf(&["printk/console"]).unwrap();
+        let read = || {
+            read_counts(Probe::ModuleLoad, &attachment)
+                .unwrap()
+                .unnamed_module_loads
+        };
+        let before = read();
+        for _ in 0..3 {
+            use std::io::Write;
+            let mut kmsg = std::fs::OpenOptions::new()
+                .write(true)
+                .open("/dev/kmsg")
+                .unwrap();
+            kmsg.write_all(b"hpcnode perf counting test\n").unwrap();
+        }
+        // Other processes may log too: at least our three lines.
+        assert!(read() >= before + 3, "{before} -> {}", read());
+    }
+
     /// BPF_PROG_TEST_RUN of a raw_tp program with the given tracepoint arguments.
     fn test_run_raw_tp(prog_fd: i32, args: &[u64]) {
         // union bpf_attr, the `test` member: prog_fd at 0, ctx_size_in at 40, ctx_in at 48.
