@@ -141,12 +141,8 @@ impl Probes {
             modules: config.procfs.join("modules").exists(),
         };
         match sys::ensure_tracefs() {
-            Ok(true) => logging::log(
-                Level::Info,
-                "mounted tracefs",
-                &[("path", "/sys/kernel/tracing")],
-            ),
-            Ok(false) => {}
+            Ok(Some(mounted)) => logging::log(Level::Info, "mounted", &[("what", mounted)]),
+            Ok(None) => {}
             Err(err) => logging::log(
                 Level::Warn,
                 "tracefs unavailable; classic tracepoint hooks will fail",

@@ -238,29 +238,48 @@ fn tracefs_dir() -> Option<&'static str> {
         .find(|dir| Path::new(dir).join("events").is_dir())
 }
 
-/// Mounts tracefs at /sys/kernel/tracing unless it is mounted already; the classic
-/// tracepoint hooks need it. `Ok(true)` when this call mounted it.
-pub fn ensure_tracefs() -> Result<bool, String> {
+/// Makes tracefs available (the classic tracepoint hooks need it) unless it is mounted
+/// already: tracefs at /sys/kernel/tracing, else debugfs at /sys/kernel/debug, whose
+/// `tracing` directory is where kernels before 4.1 keep it. Returns what this call mounted.
+pub fn ensure_tracefs() -> Result<Option<&'static str>, String> {
     if tracefs_dir().is_some() {
-        return Ok(false);
+        return Ok(None);
     }
-    let (source, target, fstype) = (c"tracefs", c"/sys/kernel/tracing", c"tracefs");
-    // SAFETY: constant NUL-terminated strings and no mount data.
-    let rc = unsafe {
-        libc::mount(
-            source.as_ptr(),
-            target.as_ptr(),
-            fstype.as_ptr(),
-            0,
-            std::ptr::null(),
-        )
-    };
-    if rc == 0 {
-        Ok(true)
-    } else {
-        let err = std::io::Error::last_os_error();
-        Err(format!("mounting tracefs at /sys/kernel/tracing: {err}"))
+    let mounts = [
+        (
+            c"tracefs",
+            c"/sys/kernel/tracing",
+            "tracefs at /sys/kernel/tracing",
+        ),
+        (
+            c"debugfs",
+            c"/sys/kernel/debug",
+            "debugfs at /sys/kernel/debug",
+        ),
+    ];
+    let mut failures = Vec::new();
+    for (fstype, target, what) in mounts {
+        // SAFETY: constant NUL-terminated strings and no mount data.
+        let rc = unsafe {
+            libc::mount(
+                fstype.as_ptr(),
+                target.as_ptr(),
+                fstype.as_ptr(),
+                0,
+                std::ptr::null(),
+            )
+        };
+        if rc != 0 {
+            failures.push(format!(
+                "mounting {what}: {}",
+                std::io::Error::last_os_error()
+            ));
+        } else if tracefs_dir().is_some() {
+            return Ok(Some(what));
+        }
     }
+    failures.push("no tracing directory".into());
+    Err(failures.join("; "))
 }
 
 /// The kernel's BTF, or why it is not available.
