@@ -289,14 +289,7 @@ mod tests {
         let line = format!(
             "{module}: module verification failed: signature and/or required key missing - tainting kernel"
         );
-        let write = || {
-            use std::io::Write;
-            let mut kmsg = std::fs::OpenOptions::new()
-                .write(true)
-                .open("/dev/kmsg")
-                .unwrap();
-            kmsg.write_all(format!("{line}\n").as_bytes()).unwrap();
-        };
+        let write = || crate::ebpf::tests::write_kmsg(&line);
         write(); // before the reader opens: not counted
         let counts = KernelLogCounts::new();
         let kmsg = open_kmsg().unwrap();

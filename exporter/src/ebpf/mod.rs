@@ -383,6 +383,16 @@ pub(crate) mod tests {
         false
     }
 
+    /// Writes one kernel log line, opening /dev/kmsg per line (its ratelimit is per open file).
+    pub(crate) fn write_kmsg(line: &str) {
+        use std::io::Write;
+        let mut kmsg = std::fs::OpenOptions::new()
+            .write(true)
+            .open("/dev/kmsg")
+            .unwrap();
+        kmsg.write_all(format!("{line}\n").as_bytes()).unwrap();
+    }
+
     #[test]
     fn releases() {
         assert_eq!(parse_release("6.1.0-27-amd64"), Some((6, 1)));
