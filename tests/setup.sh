@@ -4,8 +4,9 @@
 #   python3-prometheus-client  the reference OpenMetrics parser
 #   python3-fusepy fuse3   a FUSE file that never answers a read (a wedged driver)
 #   prometheus-node-exporter  the peer the benchmark runs side by side
+#   clang llvm             rebuild the eBPF probes (ebpf/build.sh --check compares with the committed objects)
 set -euo pipefail
-packages=(prometheus python3-prometheus-client python3-fusepy fuse3 prometheus-node-exporter python3-yaml)
+packages=(prometheus python3-prometheus-client python3-fusepy fuse3 prometheus-node-exporter python3-yaml clang llvm)
 missing=()
 for package in "${packages[@]}"; do
   dpkg-query -W -f='${Status}' "$package" 2>/dev/null | grep -q "install ok installed" || missing+=("$package")

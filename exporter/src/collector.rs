@@ -14,6 +14,7 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use crate::config::Config;
+use crate::ebpf;
 use crate::logging::{self, Level};
 use crate::metrics::{Desc, Samples, Value};
 use crate::mic;
@@ -63,6 +64,13 @@ pub const COLLECTORS: &[Registration] = &[
         help: "Kernel taint, loaded and expected modules, modprobe.d rules, module signature enforcement, lockdown and Secure Boot",
         build: modules::build,
         metrics: &modules::METRICS,
+    },
+    Registration {
+        name: "ebpf",
+        enabled_by_default: true,
+        help: "Kernel probes (eBPF, perf, /dev/kmsg): module loads and taints, signature verdicts, failed load syscalls, kernel log events",
+        build: ebpf::build,
+        metrics: &ebpf::METRICS,
     },
 ];
 

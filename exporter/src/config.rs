@@ -102,6 +102,8 @@ pub struct Config {
     pub scrape_timeout: Duration,
     pub log_level: Level,
     pub log_format: LogFormat,
+    /// `--ebpf.strict`: a probe that attaches to no hook is a startup error.
+    pub ebpf_strict: bool,
 }
 
 /// Flag values as given, before validation.
@@ -122,6 +124,7 @@ struct RawFlags {
     scrape_timeout: String,
     log_level: String,
     log_format: String,
+    ebpf_strict: bool,
 }
 
 pub fn parse<I, T>(args: I) -> Result<Invocation, ConfigError>
@@ -193,7 +196,13 @@ fn command() -> Command {
                 .help("Do not load libmicmgmt."),
         )
         .arg(flag("collector.modules.expected", "", "Comma-separated kernel modules that must be loaded or built in, e.g. mlx5_core,mlx5_ib,ib_uverbs ('-' and '_' are the same)."))
-        .arg(flag("collector.modules.max-modules", "2048", "Loaded modules exported one series each; the rest are counted in one module=\"other\" series."));
+        .arg(flag("collector.modules.max-modules", "2048", "Loaded modules exported one series each; the rest are counted in one module=\"other\" series."))
+        .arg(
+            Arg::new("ebpf.strict")
+                .long("ebpf.strict")
+                .action(ArgAction::SetTrue)
+                .help("Exit with an error at startup if any eBPF probe attaches to no hook (for CI)."),
+        );
     for registration in COLLECTORS {
         let enable = format!("collector.{}", registration.name);
         let disable = format!("no-collector.{}", registration.name);
@@ -275,6 +284,7 @@ fn raw_flags(matches: &ArgMatches) -> RawFlags {
         scrape_timeout: value("scrape.timeout"),
         log_level: value("log.level"),
         log_format: value("log.format"),
+        ebpf_strict: matches.get_flag("ebpf.strict"),
     }
 }
 
@@ -320,6 +330,7 @@ fn validate(raw: RawFlags) -> Result<Config, ConfigError> {
         log_level: Level::parse(&raw.log_level).ok_or(ConfigError::LogLevel(raw.log_level))?,
         log_format: LogFormat::parse(&raw.log_format)
             .ok_or(ConfigError::LogFormat(raw.log_format))?,
+        ebpf_strict: raw.ebpf_strict,
     })
 }
 
@@ -521,7 +532,7 @@ mod tests {
         assert_eq!(config.scrape_timeout, Duration::from_secs(5));
         assert_eq!(
             config.collectors.iter().map(|c| c.name).collect::<Vec<_>>(),
-            ["rdma", "mic", "modules"]
+            ["rdma", "mic", "modules", "ebpf"]
         );
     }
 

@@ -11,8 +11,7 @@
     lint.py promql        every dashboard query parses (promtool check rules on a generated
                           rule file with one recording rule per query)
     lint.py metric-names  every metric name used by rules and dashboards is listed in
-                          METRICS.md or recorded by a rule in alerts/ (or, until branch
-                          issue-4-ebpf is merged, in EBPF_BRANCH_METRICS)
+                          METRICS.md or recorded by a rule in alerts/
 
 Each prints what it found and exits 1 on a failure. Needs python3-yaml and promtool.
 The e2e test (prometheus_e2e.py) imports the query helpers from here.
@@ -39,14 +38,6 @@ REQUIRED_VARIABLES = ("datasource", "job", "instance", "device", "port")
 DATASOURCE_REF = "${datasource}"
 # Series Prometheus itself attaches to every scrape; dashboards may use them.
 PROMETHEUS_SERIES = {"up"}
-# Produced by the ebpf collector (branch issue-4-ebpf), not yet merged: the modules alerts and
-# panels use them already. Delete this set when that branch is merged and METRICS.md lists them
-# (metric-names fails while a name is in both places).
-EBPF_BRANCH_METRICS = {
-    "hpcnode_module_loads_total", "hpcnode_module_tainted_loads_total",
-    "hpcnode_module_signature_checks_total", "hpcnode_module_load_failures_total",
-    "hpcnode_kernel_log_events_total",
-}
 # Values Grafana would put in for its variables, for parsing and for the e2e test.
 GRAFANA_SUBSTITUTIONS = {
     "__rate_interval": "15s", "__interval": "5s", "__range": "5m",
@@ -389,9 +380,6 @@ def check_metric_names():
     r = Report("metric-names")
     listed, recorded = metrics_md_names(), recorded_names()
     r.check(len(listed) > 10, "found almost no backticked hpcnode_* names in METRICS.md")
-    for name in sorted(EBPF_BRANCH_METRICS & listed):
-        r.check(False, f"{name} is in METRICS.md now: delete it from EBPF_BRANCH_METRICS in lint.py")
-    listed |= EBPF_BRANCH_METRICS
     used = []
     for path, group, rule in load_rules():
         used.append((f"{path.name}: {rule.get('alert') or rule.get('record')}", rule["expr"]))

@@ -3,6 +3,7 @@
 #![allow(dead_code)] // each test binary uses a different subset
 
 pub mod golden;
+pub mod kernel;
 
 use std::io::{BufRead, BufReader, Read, Write};
 use std::net::TcpStream;
