@@ -20,8 +20,21 @@ fn catalog() -> BTreeSet<String> {
 
 /// Exporter runs whose outputs together must produce every metric in METRICS.md: one line
 /// per collector, its flags and the fixture trees (under tests/fixtures) it reads.
-const RUNS: &[(&[&str], &[&str])] =
-    &[(&["--collector.rdma"], &["procfs", "rdma_edge", "rdma_bad"])];
+const RUNS: &[(&[&str], &[&str])] = &[
+    (&["--collector.rdma"], &["procfs", "rdma_edge", "rdma_bad"]),
+    (
+        &[
+            "--collector.pci",
+            "--collector.pci.nova-config=../tests/fixtures/pci_host/etc/kolla/config/nova.conf",
+            "--collector.pci.nova-config=../tests/fixtures/pci_host/etc/kolla/config/nova/nova-compute.conf",
+        ],
+        &["pci_host"],
+    ),
+    (
+        &["--collector.pci", "--collector.pci.passthrough-device=10de:1eb8"],
+        &["pci_failing_host"],
+    ),
+];
 
 fn emitted(flags: &[&str], fixture_name: &str) -> BTreeSet<String> {
     let root = util::tests_dir().join("fixtures").join(fixture_name);

@@ -16,6 +16,7 @@ use std::time::{Duration, Instant};
 use crate::config::Config;
 use crate::logging::{self, Level};
 use crate::metrics::{Desc, Samples, Value};
+use crate::pci;
 use crate::rdma;
 
 /// What a collector does at scrape time, split into independent units (devices) so that one
@@ -40,13 +41,22 @@ pub struct Registration {
 }
 
 /// Every collector, once. Generates `--collector.<name>` / `--no-collector.<name>`.
-pub const COLLECTORS: &[Registration] = &[Registration {
-    name: "rdma",
-    enabled_by_default: true,
-    help: "RDMA (InfiniBand, RoCE, iWARP, Omni-Path) device and port state and counters from /sys/class/infiniband",
-    build: rdma::build,
-    metrics: &rdma::METRICS,
-}];
+pub const COLLECTORS: &[Registration] = &[
+    Registration {
+        name: "rdma",
+        enabled_by_default: true,
+        help: "RDMA (InfiniBand, RoCE, iWARP, Omni-Path) device and port state and counters from /sys/class/infiniband",
+        build: rdma::build,
+        metrics: &rdma::METRICS,
+    },
+    Registration {
+        name: "pci",
+        enabled_by_default: true,
+        help: "GPU, accelerator and fabric PCI devices: passthrough readiness, IOMMU state, unbound devices, Nova [pci] config check",
+        build: pci::build,
+        metrics: &pci::METRICS,
+    },
+];
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum ErrorKind {

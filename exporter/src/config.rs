@@ -12,6 +12,7 @@ use regex::Regex;
 
 use crate::collector::{Registration, COLLECTORS};
 use crate::logging::{Level, LogFormat};
+use crate::pci::DeviceSelector;
 
 #[derive(Debug, thiserror::Error)]
 pub enum ConfigError {
@@ -40,6 +41,12 @@ pub enum ConfigError {
     LogFormat(String),
     #[error("invalid {flag}: must not be empty")]
     EmptyPath { flag: &'static str },
+    #[error("invalid {flag} {value:?}: expected vendor:device in hexadecimal (10de:1eb8){also}")]
+    PciDevice {
+        flag: &'static str,
+        value: String,
+        also: &'static str,
+    },
 }
 
 /// What parsing the command line led to.
@@ -85,6 +92,10 @@ pub struct Config {
     pub rootfs: PathBuf,
     pub collectors: Vec<&'static Registration>,
     pub rdma_devices: DeviceFilter,
+    /// PCI collector: extra devices of interest, devices meant for passthrough, Nova configs.
+    pub pci_devices: Vec<DeviceSelector>,
+    pub pci_passthrough_devices: Vec<DeviceSelector>,
+    pub pci_nova_configs: Vec<PathBuf>,
     pub scrape_timeout: Duration,
     pub log_level: Level,
     pub log_format: LogFormat,
@@ -101,6 +112,9 @@ struct RawFlags {
     collectors: Vec<&'static Registration>,
     rdma_device_include: Option<String>,
     rdma_device_exclude: Option<String>,
+    pci_devices: Vec<String>,
+    pci_passthrough_devices: Vec<String>,
+    pci_nova_configs: Vec<String>,
     scrape_timeout: String,
     log_level: String,
     log_format: String,
@@ -152,7 +166,10 @@ fn command() -> Command {
                 .help("Set all collectors to disabled by default."),
         )
         .arg(optional("collector.rdma.device-include", "Regexp of RDMA devices to include (mutually exclusive with device-exclude)."))
-        .arg(optional("collector.rdma.device-exclude", "Regexp of RDMA devices to exclude (mutually exclusive with device-include)."));
+        .arg(optional("collector.rdma.device-exclude", "Regexp of RDMA devices to exclude (mutually exclusive with device-include)."))
+        .arg(repeated("collector.pci.device", "VENDOR:DEVICE", "A PCI device of interest beyond the GPU, accelerator and fabric classes, by ids (10de:1eb8). Repeatable."))
+        .arg(repeated("collector.pci.passthrough-device", "ADDRESS|VENDOR:DEVICE", "A PCI device meant for passthrough, by address (0000:3b:00.0) or ids; its readiness is reported even when not bound to vfio-pci. Repeatable."))
+        .arg(repeated("collector.pci.nova-config", "PATH", "An OpenStack Nova config file whose [pci] device_spec and alias are checked against the devices present (repeat for Kolla's split files)."));
     for registration in COLLECTORS {
         let enable = format!("collector.{}", registration.name);
         let disable = format!("no-collector.{}", registration.name);
@@ -195,7 +212,21 @@ fn optional(name: &'static str, help: &'static str) -> Arg {
     Arg::new(name).long(name).value_name("REGEX").help(help)
 }
 
+fn repeated(name: &'static str, value_name: &'static str, help: &'static str) -> Arg {
+    Arg::new(name)
+        .long(name)
+        .value_name(value_name)
+        .action(ArgAction::Append)
+        .help(help)
+}
+
 fn raw_flags(matches: &ArgMatches) -> RawFlags {
+    let values = |name: &str| -> Vec<String> {
+        matches
+            .get_many::<String>(name)
+            .map(|v| v.cloned().collect())
+            .unwrap_or_default()
+    };
     let value = |name: &str| matches.get_one::<String>(name).cloned().unwrap_or_default();
     let disable_defaults = matches.get_flag("collector.disable-defaults");
     let collectors = COLLECTORS
@@ -224,6 +255,9 @@ fn raw_flags(matches: &ArgMatches) -> RawFlags {
         rdma_device_exclude: matches
             .get_one::<String>("collector.rdma.device-exclude")
             .cloned(),
+        pci_devices: values("collector.pci.device"),
+        pci_passthrough_devices: values("collector.pci.passthrough-device"),
+        pci_nova_configs: values("collector.pci.nova-config"),
         scrape_timeout: value("scrape.timeout"),
         log_level: value("log.level"),
         log_format: value("log.format"),
@@ -252,6 +286,34 @@ fn validate(raw: RawFlags) -> Result<Config, ConfigError> {
         }
         (None, None) => DeviceFilter::All,
     };
+    let pci_devices = raw
+        .pci_devices
+        .into_iter()
+        .map(|value| match DeviceSelector::parse(&value) {
+            Some(selector @ DeviceSelector::Ids { .. }) => Ok(selector),
+            _ => Err(ConfigError::PciDevice {
+                flag: "--collector.pci.device",
+                value,
+                also: "",
+            }),
+        })
+        .collect::<Result<_, _>>()?;
+    let pci_passthrough_devices = raw
+        .pci_passthrough_devices
+        .into_iter()
+        .map(|value| {
+            DeviceSelector::parse(&value).ok_or(ConfigError::PciDevice {
+                flag: "--collector.pci.passthrough-device",
+                value,
+                also: " or a PCI address (0000:3b:00.0)",
+            })
+        })
+        .collect::<Result<_, _>>()?;
+    let pci_nova_configs = raw
+        .pci_nova_configs
+        .into_iter()
+        .map(|value| path("--collector.pci.nova-config", value))
+        .collect::<Result<_, _>>()?;
     Ok(Config {
         listen_address: parse_listen_address(&raw.listen_address)?,
         telemetry_path,
@@ -261,6 +323,9 @@ fn validate(raw: RawFlags) -> Result<Config, ConfigError> {
         rootfs: path("--path.rootfs", raw.rootfs)?,
         collectors: raw.collectors,
         rdma_devices,
+        pci_devices,
+        pci_passthrough_devices,
+        pci_nova_configs,
         scrape_timeout: parse_duration(&raw.scrape_timeout)?,
         log_level: Level::parse(&raw.log_level).ok_or(ConfigError::LogLevel(raw.log_level))?,
         log_format: LogFormat::parse(&raw.log_format)
@@ -393,22 +458,27 @@ mod tests {
         assert_eq!(config.scrape_timeout, Duration::from_secs(5));
         assert_eq!(
             config.collectors.iter().map(|c| c.name).collect::<Vec<_>>(),
-            ["rdma"]
+            ["rdma", "pci"]
         );
     }
 
     #[test]
     fn collector_flags_last_one_wins() {
-        assert!(config(&["--no-collector.rdma"])
-            .unwrap()
-            .collectors
-            .is_empty());
+        assert_eq!(
+            config(&["--no-collector.rdma"])
+                .unwrap()
+                .collectors
+                .iter()
+                .map(|c| c.name)
+                .collect::<Vec<_>>(),
+            ["pci"]
+        );
         assert_eq!(
             config(&["--no-collector.rdma", "--collector.rdma"])
                 .unwrap()
                 .collectors
                 .len(),
-            1
+            2
         );
         assert!(config(&["--collector.disable-defaults"])
             .unwrap()
@@ -478,6 +548,8 @@ mod tests {
             &["--web.telemetry-path=metrics"],
             &["--no-such-flag"],
             &["--path.sysfs="],
+            &["--collector.pci.device=0000:3b:00.0"],
+            &["--collector.pci.passthrough-device=nvidia"],
         ] {
             let err = config(args).unwrap_err().to_string();
             assert!(!err.contains('\n'), "{args:?}: {err}");

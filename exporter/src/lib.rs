@@ -7,5 +7,6 @@ pub mod config;
 pub mod http;
 pub mod logging;
 pub mod metrics;
+pub mod pci;
 pub mod rdma;
 pub mod sysfs;

@@ -159,6 +159,45 @@ impl SysDir {
         }
     }
 
+    /// A whole file as bytes, at most `limit` of them: binary attributes (a PCI device's
+    /// `config`, up to 4096 bytes) and the few longer text files read under `--path.rootfs`
+    /// (`modules.alias`, `nova.conf`). Same rules as [`SysDir::read`]: non-blocking, regular
+    /// files only (checked before reading, since this reads until end of file), and a file
+    /// longer than `limit` is refused rather than cut.
+    pub fn read_bytes(&self, name: &str, limit: usize) -> Result<Vec<u8>, SysfsError> {
+        let flags = OFlags::RDONLY | OFlags::NONBLOCK | OFlags::CLOEXEC | OFlags::NOCTTY;
+        let io_error = |errno| SysfsError::io(self.path(name), errno);
+        let fd = rustix::fs::openat(&self.fd, name, flags, Mode::empty()).map_err(io_error)?;
+        let stat = rustix::fs::fstat(&fd).map_err(io_error)?;
+        if FileType::from_raw_mode(stat.st_mode) != FileType::RegularFile {
+            return Err(SysfsError::NotRegularFile {
+                path: self.path(name),
+            });
+        }
+        // sysfs reports a size that need not match what a read returns (`config` says 4096
+        // and gives 64 bytes to non-root readers), so the size is only a capacity hint.
+        let hint = usize::try_from(stat.st_size).unwrap_or(limit).min(limit);
+        let mut content = Vec::with_capacity(hint + 1);
+        let mut chunk = [0u8; 4096];
+        loop {
+            match rustix::io::read(&fd, &mut chunk[..]) {
+                Ok(0) => return Ok(content),
+                Ok(len) => {
+                    content.extend_from_slice(&chunk[..len]);
+                    if content.len() > limit {
+                        return Err(SysfsError::parse(
+                            &self.path(name),
+                            "longer than this file may be",
+                            &String::from_utf8_lossy(&content[..content.len().min(64)]),
+                        ));
+                    }
+                }
+                Err(Errno::INTR) => continue,
+                Err(errno) => return Err(io_error(errno)),
+            }
+        }
+    }
+
     /// An unsigned integer attribute (counters, ids).
     pub fn read_u64(&self, name: &str, reader: &mut AttributeReader) -> Result<u64, SysfsError> {
         let text = self.read(name, reader)?;
@@ -314,6 +353,20 @@ mod tests {
             .read("hca_type", &mut AttributeReader::default())
             .unwrap_err();
         assert!(err.is_not_found());
+    }
+
+    #[test]
+    fn bytes_are_read_whole_up_to_the_limit() {
+        let config: Vec<u8> = (0..=255u8).cycle().take(4096).collect();
+        let tmp = tempfile::tempdir().unwrap();
+        fs::write(tmp.path().join("config"), &config).unwrap();
+        let dir = SysDir::open(tmp.path()).unwrap();
+        assert_eq!(dir.read_bytes("config", 4096).unwrap(), config);
+        let err = dir.read_bytes("config", 4095).unwrap_err();
+        assert_eq!(err.kind(), ErrorKind::Parse, "{err}");
+        mkfifo(&tmp.path().join("fifo"));
+        let err = dir.read_bytes("fifo", 4096).unwrap_err();
+        assert_eq!(err.kind(), ErrorKind::NotRegularFile, "{err}");
     }
 
     #[test]

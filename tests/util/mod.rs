@@ -11,6 +11,8 @@ use std::sync::mpsc;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
+pub mod golden;
+
 pub const BINARY: &str = env!("CARGO_BIN_EXE_hpcnode_exporter");
 
 /// The repository's `tests/` directory.
