@@ -210,3 +210,67 @@ fn failing_host() {
         "hpcnode_pci_link_width{device=\"0000:3b:00.0\",link=\"current\"} 16"
     ));
 }
+
+/// A node without a GPU, accelerator or fabric adapter on PCI: nothing from this collector.
+#[test]
+fn silent_without_devices_of_interest() {
+    let exporter = start("rdma_edge", &[]);
+    let text = scrape(&exporter);
+    assert!(has(
+        &text,
+        "hpcnode_scrape_collector_success{collector=\"pci\"} 1"
+    ));
+    assert_eq!(errors_total(&text), 0, "{text}");
+    assert!(
+        !text.contains("hpcnode_pci_") && !text.contains("hpcnode_iommu_"),
+        "{text}"
+    );
+}
+
+/// A FIFO where `config` belongs, garbage in `resource` and `power_state`: each is reported
+/// once, the scrape does not block, and the other devices and attributes are exported.
+#[test]
+fn bad_input_is_reported_and_the_rest_exported() {
+    let tree = util::TreeCopy::of("pci_host");
+    let devices = tree.sys().join("bus/pci/devices");
+    let config = devices.join("0000:3b:00.0/config");
+    std::fs::remove_file(&config).unwrap();
+    let c_path = std::ffi::CString::new(config.to_str().unwrap()).unwrap();
+    assert_eq!(unsafe { libc::mkfifo(c_path.as_ptr(), 0o644) }, 0);
+    std::fs::write(devices.join("0000:06:00.0/resource"), "banana\n").unwrap();
+    std::fs::write(devices.join("0000:07:00.0/power_state"), "D9\n").unwrap();
+    let root = format!("{FIXTURES}/pci_host");
+    let exporter = Exporter::start(&[
+        "--collector.disable-defaults",
+        "--collector.pci",
+        &tree.sys_arg(),
+        &format!("--path.procfs={root}/proc"),
+        &format!("--path.rootfs={root}"),
+    ]);
+    let text = scrape(&exporter);
+    scrape(&exporter);
+    assert_lines(
+        &text,
+        &[
+            "hpcnode_collector_errors_total{collector=\"pci\",kind=\"not_regular_file\"} 1",
+            "hpcnode_collector_errors_total{collector=\"pci\",kind=\"parse\"} 2",
+            "hpcnode_scrape_collector_success{collector=\"pci\"} 1",
+            // Without config space the T4 still has its sysfs facts and its verdict.
+            "hpcnode_pci_link_width{device=\"0000:3b:00.0\",link=\"current\"} 16",
+            "hpcnode_pci_passthrough_ready{device=\"0000:3b:00.0\"} 1",
+            // A resource file that cannot be read gives no BARs: not ready, and said why.
+            "hpcnode_pci_passthrough_check{device=\"0000:06:00.0\",check=\"bars_assigned\"} 0",
+            "hpcnode_pci_interrupt_capability_enabled{device=\"0000:07:00.0\",capability=\"msi\"} 1",
+            "hpcnode_pci_passthrough_ready{device=\"0000:af:00.0\"} 0",
+        ],
+    );
+    assert!(!text.contains("hpcnode_pci_power_state_id{device=\"0000:07:00.0\"}"));
+    let log = exporter.log();
+    for cause in [
+        "0000:3b:00.0/config: not a regular file",
+        "0000:06:00.0/resource",
+        "0000:07:00.0/power_state",
+    ] {
+        assert_eq!(log.matches(cause).count(), 1, "{cause:?} in log:\n{log}");
+    }
+}

@@ -291,31 +291,30 @@ const NOVA_SELECTED: &str = " nova";
 
 impl Collector for PciCollector {
     fn units(&self) -> Result<Vec<String>, CollectError> {
-        let devices_dir = self.sysfs.join("bus/pci/devices");
-        let addresses = match SysDir::open(&devices_dir).and_then(|dir| dir.entries()) {
-            Ok(addresses) => addresses,
+        let listing = SysDir::open(&self.sysfs.join("bus/pci/devices"))
+            .and_then(|dir| dir.entries().map(|addresses| (dir, addresses)));
+        let (devices, addresses) = match listing {
+            Ok(listing) => listing,
             // No PCI bus: nothing to report.
             Err(err) if err.is_not_found() => return Ok(Vec::new()),
             Err(err) => return Err(err.into()),
         };
+        // Errors in these files are the nova unit's to report.
         let specs: Vec<nova::DeviceSpec> = self
             .nova_configs
             .iter()
             .flat_map(|path| read_nova_config(path).map(|c| c.specs).unwrap_or_default())
             .collect();
-        let devices = SysDir::open(&devices_dir)?;
+        let with_netdevs = specs.iter().any(nova::DeviceSpec::names_netdev);
         let mut reader = AttributeReader::default();
-        let mut units = vec![HOST_UNIT.to_string()];
-        if !self.nova_configs.is_empty() {
-            units.push(NOVA_UNIT.to_string());
-        }
+        let mut units = Vec::new();
         for address in &addresses {
             // A device that vanished or cannot be identified is not one of interest; a
             // device named by address that is absent is still listed (to report it absent).
             let Ok(dir) = devices.subdir(address) else {
                 continue;
             };
-            let Some(identity) = read_identity(&dir, address, &mut reader) else {
+            let Some(identity) = read_identity(&dir, address, &mut reader, with_netdevs) else {
                 continue;
             };
             let by_nova = specs.iter().any(|spec| spec.matches(&identity.nova));
@@ -345,6 +344,14 @@ impl Collector for PciCollector {
                 }
             }
         }
+        // The host's IOMMU state matters where there is a device to pass through or check;
+        // a node without one stays silent.
+        if !self.nova_configs.is_empty() {
+            units.insert(0, NOVA_UNIT.to_string());
+        }
+        if !units.is_empty() {
+            units.insert(0, HOST_UNIT.to_string());
+        }
         Ok(units)
     }
 
@@ -371,7 +378,18 @@ struct Identity {
     nova: PciIdentity,
 }
 
-fn read_identity(dir: &SysDir, address: &str, reader: &mut AttributeReader) -> Option<Identity> {
+/// `0x10de` -> 0x10de.
+fn hex_id(text: &str) -> Option<u16> {
+    u16::from_str_radix(text.strip_prefix("0x")?, 16).ok()
+}
+
+/// `with_netdevs` lists the device's network interfaces too (for `devname` specs).
+fn read_identity(
+    dir: &SysDir,
+    address: &str,
+    reader: &mut AttributeReader,
+    with_netdevs: bool,
+) -> Option<Identity> {
     let mut hex = |name: &str| {
         let text = dir.read(name, reader).ok()?;
         u32::from_str_radix(text.trim_start_matches("0x"), 16).ok()
@@ -383,10 +401,13 @@ fn read_identity(dir: &SysDir, address: &str, reader: &mut AttributeReader) -> O
             address: Address::parse(address)?,
             vendor: u16::try_from(vendor).ok()?,
             device: u16::try_from(device).ok()?,
-            netdevs: dir
-                .subdir("net")
-                .and_then(|net| net.entries())
-                .unwrap_or_default(),
+            netdevs: match with_netdevs {
+                true => dir
+                    .subdir("net")
+                    .and_then(|net| net.entries())
+                    .unwrap_or_default(),
+                false => Vec::new(),
+            },
         },
     })
 }
@@ -427,6 +448,8 @@ struct Read<'a> {
 
 /// What the passthrough checks and the fault gauges need from a device's read.
 struct DeviceState {
+    /// Vendor and device ids.
+    ids: Option<(u16, u16)>,
     driver: String,
     bars_implemented: usize,
     bars_assigned: usize,
@@ -507,19 +530,24 @@ impl Read<'_> {
         let dir = match SysDir::open(&collector.sysfs.join("bus/pci/devices").join(address)) {
             Ok(dir) => dir,
             Err(err) if err.is_not_found() => {
-                // Named for passthrough but not on the bus (removed, or the wrong address).
-                self.passthrough(&labels(), &[("present", false)]);
+                // Meant for passthrough but not on the bus (removed, or a wrong address); any
+                // other device that vanished since the listing is simply gone.
+                let named = collector
+                    .passthrough
+                    .contains(&DeviceSelector::Address(address.to_string()));
+                if named || by_nova {
+                    self.passthrough(&labels(), &[("present", false)]);
+                }
                 return;
             }
             Err(err) => return self.error(err),
         };
         let state = self.device_attributes(&dir, &labels());
-        let vendor_device = read_identity(&dir, address, &mut self.reader);
-        let named = vendor_device.as_ref().is_some_and(|identity| {
+        let named = state.ids.is_some_and(|(vendor, device)| {
             collector
                 .passthrough
                 .iter()
-                .any(|s| s.matches(address, identity.nova.vendor, identity.nova.device))
+                .any(|s| s.matches(address, vendor, device))
         });
         if by_nova || named || state.driver == VFIO_DRIVER {
             let iommu_enabled = !self.iommu_units().is_empty();
@@ -557,10 +585,12 @@ impl Read<'_> {
         let text = |read: &mut Self, name: &str| read.optional(dir, name).unwrap_or_default();
         let driver = self.link(dir, "driver");
         let device_type = nova_device_type(dir, &mut self.reader);
+        let (vendor, device) = (text(self, "vendor"), text(self, "device"));
+        let ids = hex_id(&vendor).zip(hex_id(&device));
         let mut info = labels.clone();
         info.extend([
-            ("vendor_id", text(self, "vendor").into()),
-            ("device_id", text(self, "device").into()),
+            ("vendor_id", vendor.into()),
+            ("device_id", device.into()),
             ("subsystem_vendor_id", text(self, "subsystem_vendor").into()),
             ("subsystem_device_id", text(self, "subsystem_device").into()),
             ("class", text(self, "class").into()),
@@ -666,6 +696,7 @@ impl Read<'_> {
             }
         }
         DeviceState {
+            ids,
             driver,
             bars_implemented,
             bars_assigned,
@@ -961,7 +992,7 @@ impl Read<'_> {
             let Ok(dir) = devices.subdir(&address) else {
                 continue;
             };
-            if let Some(identity) = read_identity(&dir, &address, &mut self.reader) {
+            if let Some(identity) = read_identity(&dir, &address, &mut self.reader, true) {
                 let device_type = nova_device_type(&dir, &mut self.reader);
                 present.push((identity.nova, device_type));
             }

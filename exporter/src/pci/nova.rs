@@ -138,6 +138,11 @@ pub struct DeviceSpec {
 }
 
 impl DeviceSpec {
+    /// Whether the spec selects by network interface name (`devname`).
+    pub fn names_netdev(&self) -> bool {
+        self.devname.is_some()
+    }
+
     pub fn matches(&self, device: &PciIdentity) -> bool {
         let address = match &self.address {
             AddressSpec::Any => true,
