@@ -332,6 +332,10 @@ def rdma_node_panels():
 
 READY = {0: ("NOT READY", "red"), 1: ("READY", "green")}
 CHECK = {0: ("FAIL", "red"), 1: ("ok", "green")}
+# Query ref, check label, column title of the readiness table.
+PASSTHROUGH_CHECKS = [("B", "present", "Present"), ("C", "iommu_enabled", "IOMMU on"),
+                      ("D", "vfio_bound", "vfio-pci"), ("E", "group_isolated", "Group isolated"),
+                      ("F", "bars_assigned", "BARs assigned")]
 
 
 def pci_panels():
@@ -360,22 +364,15 @@ def pci_panels():
              mappings=[{"type": "value", "options": {"0": {"text": "INVALID", "color": "red", "index": 0},
                                                      "1": {"text": "valid", "color": "green", "index": 1}}}]),
         table("Passthrough readiness", "One row per device meant for passthrough: the verdict and each check (present, iommu_enabled, vfio_bound, group_isolated, bars_assigned), with its identity. An idle GPU on vfio-pci with memory decode off, IRQ 255 and D3hot is normal and READY.",
-              [target(f'hpcnode_pci_passthrough_ready{{{NODE}}}\n* on (job, instance, device) group_left (vendor_id, device_id, driver, iommu_group)\n  {info}', ref="A", instant=True, table=True),
-               target(f'max by (job, instance, device) (hpcnode_pci_passthrough_check{{{NODE}, check="iommu_enabled"}})', ref="B", instant=True, table=True),
-               target(f'max by (job, instance, device) (hpcnode_pci_passthrough_check{{{NODE}, check="vfio_bound"}})', ref="C", instant=True, table=True),
-               target(f'max by (job, instance, device) (hpcnode_pci_passthrough_check{{{NODE}, check="group_isolated"}})', ref="D", instant=True, table=True),
-               target(f'max by (job, instance, device) (hpcnode_pci_passthrough_check{{{NODE}, check="bars_assigned"}})', ref="E", instant=True, table=True),
-               target(f'max by (job, instance, device) (hpcnode_pci_passthrough_check{{{NODE}, check="present"}})', ref="F", instant=True, table=True)],
+              [target(f'hpcnode_pci_passthrough_ready{{{NODE}}}\n* on (job, instance, device) group_left (vendor_id, device_id, driver, iommu_group)\n  {info}', ref="A", instant=True, table=True)]
+              + [target(f'max by (job, instance, device) (hpcnode_pci_passthrough_check{{{NODE}, check="{check}"}})', ref=ref, instant=True, table=True)
+                 for ref, check, _ in PASSTHROUGH_CHECKS],
               "none",
-              [column("A", "Verdict", "none", value_mappings(READY), "color-background"),
-               column("B", "IOMMU on", "none", value_mappings(CHECK), "color-background"),
-               column("C", "vfio-pci", "none", value_mappings(CHECK), "color-background"),
-               column("D", "Group isolated", "none", value_mappings(CHECK), "color-background"),
-               column("E", "BARs assigned", "none", value_mappings(CHECK), "color-background"),
-               column("F", "Present", "none", value_mappings(CHECK), "color-background")],
+              [column("A", "Verdict", "none", value_mappings(READY), "color-background")]
+              + [column(ref, name, "none", value_mappings(CHECK), "color-background") for ref, _, name in PASSTHROUGH_CHECKS],
               hide=["job", "__name__"],
-              order=["instance", "device", "Value #A", "Value #F", "Value #B", "Value #C", "Value #D", "Value #E",
-                     "vendor_id", "device_id", "driver", "iommu_group"], h=7),
+              order=["instance", "device", "Value #A"] + ["Value #" + ref for ref, _, _ in PASSTHROUGH_CHECKS]
+              + ["vendor_id", "device_id", "driver", "iommu_group"], h=7),
         table("Failing passthrough checks", "The checks that fail right now, one row per device and check (hpcnode_pci_passthrough_check == 0): what to fix first.",
               [target(f'hpcnode_pci_passthrough_check{{{NODE}}} == 0', ref="A", instant=True, table=True)], "none",
               [column("A", "Result", "none", value_mappings(CHECK), "color-background")],
