@@ -339,8 +339,8 @@ PASSTHROUGH_CHECKS = [("B", "present", "Present"), ("C", "iommu_enabled", "IOMMU
 
 
 def pci_panels():
-    """Passthrough readiness per device with the failing checks named, the host's IOMMU state,
-    links trained down, devices without a driver and Nova alias mismatches."""
+    """Passthrough readiness per device with the failing checks named, the host's IOMMU state
+    and faults, links trained down, devices without a driver and Nova alias mismatches."""
     info = f'hpcnode_pci_device_info{{{NODE}}}'
     return [
         stat("IOMMU", "Whether an IOMMU is active on the node (hpcnode_iommu_enabled: /sys/class/iommu has an entry). Without it no device can be passed through.",
@@ -383,6 +383,9 @@ def pci_panels():
               hide=["job", "__name__"], order=["instance", "device", "module", "install", "blacklisted", "Value #A"], w=12, h=7),
         timeseries("PCIe link width", "Current link width of each device as a fraction of its maximum (1 = full width); a line below 1 is a link trained down. Speed is not shown: GPUs lower their link speed when idle on purpose.",
                    [target(f'hpcnode_pci_link_width{{{NODE}, link="current"}} / ignoring (link) hpcnode_pci_link_width{{{NODE}, link="maximum"}}', "{{instance}} {{device}}")], "percentunit"),
+        timeseries("IOMMU faults by device", "IOMMU faults the kernel logged (DMAR, AMD-Vi) per device, access and reason (hpcnode_iommu_faults_total from the ebpf collector's kernel-log probe; a lower bound, the kernel ratelimits them). Intel prints the device without PCI segment (3b:00.0). Alert: HpcnodeIommuFaults.",
+                   [target(f'sum by (instance, device, access, reason) (increase(hpcnode_iommu_faults_total{{{NODE}}}[$__rate_interval]))', "{{instance}} {{device}} {{access}} {{reason}}")], "none",
+                   custom={"drawStyle": "bars", "lineWidth": 1, "fillOpacity": 80, "showPoints": "never", "spanNulls": False}),
         state_timeline("Passthrough readiness over time", "Each passthrough device's verdict at every scrape (hpcnode_pci_passthrough_ready): when it stopped being ready.",
                        [target(f'hpcnode_pci_passthrough_ready{{{NODE}}}', "{{instance}} {{device}}")], READY),
     ]

@@ -274,3 +274,57 @@ fn bad_input_is_reported_and_the_rest_exported() {
         assert_eq!(log.matches(cause).count(), 1, "{cause:?} in log:\n{log}");
     }
 }
+
+/// IOMMU fault lines in every format the kernel prints, written to /dev/kmsg on this machine's
+/// kernel, are counted by the ebpf collector's kernel-log probe with `source="kernel_log"`.
+#[test]
+fn iommu_faults_from_the_kernel_log() {
+    if !util::kernel::require_bpf("iommu_faults_from_the_kernel_log") {
+        return;
+    }
+    let exporter = Exporter::start(&["--collector.disable-defaults", "--collector.ebpf"]);
+    // Requester addresses of our own, so other writers of the kernel log cannot disturb them.
+    let pid = std::process::id();
+    let intel = format!("{:02x}:{:02x}.{}", pid % 256, (pid / 256) % 32, 7);
+    let amd = format!(
+        "{:04x}:{:02x}:{:02x}.{}",
+        0xee,
+        pid % 256,
+        (pid / 256) % 32,
+        6
+    );
+    let write = |line: String| util::kernel::write_kmsg(&line);
+    for _ in 0..3 {
+        write(format!("DMAR: [DMA Read NO_PASID] Request device [{intel}] fault addr 0x300000 [fault reason 0x06] PTE Read access is not set"));
+    }
+    write(format!("DMAR: [DMA Write NO_PASID] Request device [{intel}] fault addr 0x400000 [fault reason 0x05] PTE Write access is not set"));
+    // The two-line form of 3.10/4.x kernels.
+    write(format!(
+        "DMAR:[DMA Write] Request device [{intel}] fault addr 1ff000 "
+    ));
+    write("DMAR:[fault reason 05] PTE Write access is not set".to_string());
+    write(format!("vfio-pci {amd}: AMD-Vi: Event logged [IO_PAGE_FAULT domain=0x000b address=0xfffd1000 flags=0x0020]"));
+    write(format!("vfio-pci {amd}: AMD-Vi: Event logged [IO_PAGE_FAULT domain=0x000b address=0xfffd2000 flags=0x0000]"));
+    let expected = [
+        (format!("hpcnode_iommu_faults_total{{device=\"{intel}\",access=\"read\",reason=\"PTE Read access is not set\",source=\"kernel_log\"}}"), 3),
+        (format!("hpcnode_iommu_faults_total{{device=\"{intel}\",access=\"write\",reason=\"PTE Write access is not set\",source=\"kernel_log\"}}"), 2),
+        (format!("hpcnode_iommu_faults_total{{device=\"{amd}\",access=\"write\",reason=\"IO_PAGE_FAULT\",source=\"kernel_log\"}}"), 1),
+        (format!("hpcnode_iommu_faults_total{{device=\"{amd}\",access=\"read\",reason=\"IO_PAGE_FAULT\",source=\"kernel_log\"}}"), 1),
+    ];
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+    loop {
+        let text = scrape(&exporter);
+        let missing: Vec<_> = expected
+            .iter()
+            .filter(|(series, count)| !has(&text, &format!("{series} {count}")))
+            .collect();
+        if missing.is_empty() {
+            break;
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "not counted: {missing:#?}\n{text}"
+        );
+        std::thread::sleep(std::time::Duration::from_millis(100));
+    }
+}
