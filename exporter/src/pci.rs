@@ -430,13 +430,10 @@ fn read_nova_config(path: &Path) -> Result<NovaConfig, SysfsError> {
 /// The Nova device type of a present device: type-VF with a `physfn` link, type-PF with an
 /// SR-IOV capability (`sriov_totalvfs`), else type-PCI.
 fn nova_device_type(dir: &SysDir, reader: &mut AttributeReader) -> DeviceType {
-    if dir.link_target_name("physfn").is_ok() {
-        DeviceType::VirtualFunction
-    } else if dir.read("sriov_totalvfs", reader).is_ok() {
-        DeviceType::PhysicalFunction
-    } else {
-        DeviceType::Pci
-    }
+    DeviceType::of(
+        dir.link_target_name("physfn").is_ok(),
+        dir.read("sriov_totalvfs", reader).is_ok(),
+    )
 }
 
 /// One unit's read: where samples and errors go.
@@ -584,7 +581,9 @@ impl Read<'_> {
     fn device_attributes(&mut self, dir: &SysDir, labels: &Labels) -> DeviceState {
         let text = |read: &mut Self, name: &str| read.optional(dir, name).unwrap_or_default();
         let driver = self.link(dir, "driver");
-        let device_type = nova_device_type(dir, &mut self.reader);
+        let physical_function = self.link(dir, "physfn");
+        let sysfs_total_vfs = self.optional_u64(dir, "sriov_totalvfs");
+        let device_type = DeviceType::of(!physical_function.is_empty(), sysfs_total_vfs.is_some());
         let (vendor, device) = (text(self, "vendor"), text(self, "device"));
         let ids = hex_id(&vendor).zip(hex_id(&device));
         let mut info = labels.clone();
@@ -597,7 +596,7 @@ impl Read<'_> {
             ("driver", driver.clone().into()),
             ("iommu_group", self.link(dir, "iommu_group").into()),
             ("numa_node", text(self, "numa_node").into()),
-            ("physical_function", self.link(dir, "physfn").into()),
+            ("physical_function", physical_function.into()),
             ("nova_device_type", device_type.as_str().into()),
         ]);
         self.push(&DEVICE_INFO, info, Value::Int(1));
@@ -683,9 +682,7 @@ impl Read<'_> {
             self.push(&POWER_STATE, labels.clone(), Value::Int(id));
         }
 
-        let total_vfs = self
-            .optional_u64(dir, "sriov_totalvfs")
-            .or(space.sriov.map(|s| s.total_vfs.into()));
+        let total_vfs = sysfs_total_vfs.or(space.sriov.map(|s| s.total_vfs.into()));
         if let Some(total) = total_vfs {
             self.push(&SRIOV_TOTAL_VFS, labels.clone(), Value::Int(total));
             let enabled = self
@@ -988,7 +985,11 @@ impl Read<'_> {
             return;
         };
         let mut present = Vec::new();
-        for address in devices.entries().unwrap_or_default() {
+        let addresses = match devices.entries() {
+            Ok(addresses) => addresses,
+            Err(err) => return self.error(err),
+        };
+        for address in addresses {
             let Ok(dir) = devices.subdir(&address) else {
                 continue;
             };

@@ -30,6 +30,16 @@ pub enum DeviceType {
 }
 
 impl DeviceType {
+    /// What Nova reports for a device: type-VF for a virtual function (it has a `physfn`),
+    /// type-PF for one with an SR-IOV capability, else type-PCI.
+    pub fn of(is_virtual_function: bool, sriov_capable: bool) -> DeviceType {
+        match (is_virtual_function, sriov_capable) {
+            (true, _) => DeviceType::VirtualFunction,
+            (false, true) => DeviceType::PhysicalFunction,
+            (false, false) => DeviceType::Pci,
+        }
+    }
+
     pub fn as_str(self) -> &'static str {
         match self {
             DeviceType::Pci => "type-PCI",
