@@ -459,16 +459,74 @@ def modules_panels():
     ]
 
 
-def reserved_rows():
-    """Rows kept for the collectors that come next; each replaces its text panel."""
+# ---------------------------------------------------------------- pci collector
+
+READY = {0: ("NOT READY", "red"), 1: ("READY", "green")}
+CHECK = {0: ("FAIL", "red"), 1: ("ok", "green")}
+# Query ref, check label, column title of the readiness table.
+PASSTHROUGH_CHECKS = [("B", "present", "Present"), ("C", "iommu_enabled", "IOMMU on"),
+                      ("D", "vfio_bound", "vfio-pci"), ("E", "group_isolated", "Group isolated"),
+                      ("F", "bars_assigned", "BARs assigned")]
+
+
+def pci_panels():
+    """Passthrough readiness per device with the failing checks named, the host's IOMMU state
+    and faults, links trained down, devices without a driver and Nova alias mismatches."""
+    info = f'hpcnode_pci_device_info{{{NODE}}}'
+    return [
+        stat("IOMMU", "Whether an IOMMU is active on the node (hpcnode_iommu_enabled: /sys/class/iommu has an entry). Without it no device can be passed through.",
+             [target(f'hpcnode_iommu_enabled{{{NODE}}}', "{{instance}}", instant=True)], "none",
+             mappings=[{"type": "value", "options": {"0": {"text": "OFF", "color": "red", "index": 0},
+                                                     "1": {"text": "ON", "color": "green", "index": 1}}}]),
+        stat("Passthrough devices not ready", "Devices meant for passthrough (bound to vfio-pci, matched by a Nova device_spec or named by --collector.pci.passthrough-device) that fail a check. Alert: HpcnodePciPassthroughNotReady.",
+             [target(f'count(hpcnode_pci_passthrough_ready{{{NODE}}} == 0) or vector(0)', "devices", instant=True)], "none",
+             thresholds=[{"color": "green", "value": None}, {"color": "red", "value": 1}]),
+        stat("Devices without driver", "GPUs, accelerators and HCAs with no driver bound (hpcnode_pci_driver_bound == 0). Alert: HpcnodePciDeviceWithoutDriver.",
+             [target(f'count(hpcnode_pci_driver_bound{{{NODE}}} == 0) or vector(0)', "devices", instant=True)], "none",
+             thresholds=[{"color": "green", "value": None}, {"color": "orange", "value": 1}]),
+        stat("Links below maximum width", "Devices whose PCIe link trained narrower than it can (hpcnode_pci_link_width current < maximum). Alert: HpcnodePciLinkDegraded.",
+             [target(f'count(hpcnode_pci_link_width{{{NODE}, link="current"}} < ignoring (link) hpcnode_pci_link_width{{{NODE}, link="maximum"}}) or vector(0)', "devices", instant=True)], "none",
+             thresholds=[{"color": "green", "value": None}, {"color": "orange", "value": 1}]),
+        stat("Nova alias mismatches", "Nova aliases whose device_type no present device has, while devices of another type match their ids: \"No valid host was found\" (hpcnode_nova_alias_type_mismatch_devices). Alert: HpcnodeNovaAliasTypeMismatch.",
+             [target(f'count(hpcnode_nova_alias_type_mismatch_devices{{{NODE}}} > 0 and on (job, instance, path, alias, alias_device_type) hpcnode_nova_alias_matching_devices{{{NODE}}} == 0) or vector(0)', "aliases", instant=True)], "none",
+             thresholds=[{"color": "green", "value": None}, {"color": "red", "value": 1}]),
+        stat("Nova config", "Whether every Nova config file given with --collector.pci.nova-config was read and every [pci] device_spec and alias in it is valid (hpcnode_nova_config_valid); the exporter log names the rejected line.",
+             [target(f'min(hpcnode_nova_config_valid{{{NODE}}})', "valid", instant=True)], "none",
+             mappings=[{"type": "value", "options": {"0": {"text": "INVALID", "color": "red", "index": 0},
+                                                     "1": {"text": "valid", "color": "green", "index": 1}}}]),
+        table("Passthrough readiness", "One row per device meant for passthrough: the verdict and each check (present, iommu_enabled, vfio_bound, group_isolated, bars_assigned), with its identity. An idle GPU on vfio-pci with memory decode off, IRQ 255 and D3hot is normal and READY.",
+              [target(f'hpcnode_pci_passthrough_ready{{{NODE}}}\n* on (job, instance, device) group_left (vendor_id, device_id, driver, iommu_group)\n  {info}', ref="A", instant=True, table=True)]
+              + [target(f'max by (job, instance, device) (hpcnode_pci_passthrough_check{{{NODE}, check="{check}"}})', ref=ref, instant=True, table=True)
+                 for ref, check, _ in PASSTHROUGH_CHECKS],
+              "none",
+              [column("A", "Verdict", "none", value_mappings(READY), "color-background")]
+              + [column(ref, name, "none", value_mappings(CHECK), "color-background") for ref, _, name in PASSTHROUGH_CHECKS],
+              hide=["job", "__name__"],
+              order=["instance", "device", "Value #A"] + ["Value #" + ref for ref, _, _ in PASSTHROUGH_CHECKS]
+              + ["vendor_id", "device_id", "driver", "iommu_group"], h=7),
+        table("Failing passthrough checks", "The checks that fail right now, one row per device and check (hpcnode_pci_passthrough_check == 0): what to fix first.",
+              [target(f'hpcnode_pci_passthrough_check{{{NODE}}} == 0', ref="A", instant=True, table=True)], "none",
+              [column("A", "Result", "none", value_mappings(CHECK), "color-background")],
+              hide=["job", "__name__"], order=["instance", "device", "check", "Value #A"], w=12, h=7),
+        table("Devices without driver and the modules that claim them", "For each GPU or HCA without a driver, every module whose modules.alias entry matches its modalias, the modprobe.d install command that replaces loading it, and whether it is blacklisted. Two modules, or an install rule, explain a driver that never loads at boot.",
+              [target(f'hpcnode_pci_unbound_device_alias_module{{{NODE}}}', ref="A", instant=True, table=True)], "none",
+              [column("A", "Alias entries", "none")],
+              hide=["job", "__name__"], order=["instance", "device", "module", "install", "blacklisted", "Value #A"], w=12, h=7),
+        timeseries("PCIe link width", "Current link width of each device as a fraction of its maximum (1 = full width); a line below 1 is a link trained down. Speed is not shown: GPUs lower their link speed when idle on purpose.",
+                   [target(f'hpcnode_pci_link_width{{{NODE}, link="current"}} / ignoring (link) hpcnode_pci_link_width{{{NODE}, link="maximum"}}', "{{instance}} {{device}}")], "percentunit"),
+        timeseries("IOMMU faults by device", "IOMMU faults the kernel logged (DMAR, AMD-Vi) per device, access and reason (hpcnode_iommu_faults_total from the ebpf collector's kernel-log probe; a lower bound, the kernel ratelimits them). Intel prints the device without PCI segment (3b:00.0). Alert: HpcnodeIommuFaults.",
+                   [target(f'sum by (instance, device, access, reason) (increase(hpcnode_iommu_faults_total{{{NODE}}}[$__rate_interval]))', "{{instance}} {{device}} {{access}} {{reason}}")], "none",
+                   custom={"drawStyle": "bars", "lineWidth": 1, "fillOpacity": 80, "showPoints": "never", "spanNulls": False}),
+        state_timeline("Passthrough readiness over time", "Each passthrough device's verdict at every scrape (hpcnode_pci_passthrough_ready): when it stopped being ready.",
+                       [target(f'hpcnode_pci_passthrough_ready{{{NODE}}}', "{{instance}} {{device}}")], READY),
+    ]
+
+
+def collapsed_rows():
+    """The hardware-specific rows, collapsed: most nodes have only some of this hardware."""
     return [
         row("Xeon Phi (MIC) cards", mic_panels(), collapsed=True),
-        row("GPU passthrough", [text(
-            "Reserved: GPU passthrough",
-            "Placeholder for the PCI/IOMMU collector's panels.",
-            "Filled by the **pci** collector: per-device passthrough readiness (BARs assigned, vfio-pci bound, "
-            "MSI-X, IRQ, IOMMU on, IOMMU group isolated) and IOMMU faults.")],
-            collapsed=True),
+        row("GPU passthrough", pci_panels(), collapsed=True),
     ]
 
 
@@ -480,7 +538,7 @@ def driver_stack_dashboard():
         ["hpcnode", "rdma", "infiniband"], node_variables(single_instance=True),
         [row("Exporter and collectors", exporter_panels()),
          row("RDMA ports", rdma_node_panels()),
-         row("Kernel modules and signatures", modules_panels())] + reserved_rows())
+         row("Kernel modules and signatures", modules_panels())] + collapsed_rows())
 
 
 # ---------------------------------------------------------------- rdma capacity planning

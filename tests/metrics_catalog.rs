@@ -27,18 +27,21 @@ const KERNEL_LAB_ONLY: &[&str] = &[
     "hpcnode_module_tainted_loads_total",
 ];
 
-/// The eBPF metrics the real exporter produces on this machine's kernel, after one kernel log
-/// line it counts; `None` (after saying why) where BPF is unavailable.
+/// The eBPF metrics the real exporter produces on this machine's kernel, after a kernel log
+/// line of each kind it counts; `None` (after saying why) where BPF is unavailable.
 fn emitted_by_probes() -> Option<BTreeSet<String>> {
     if !util::kernel::require_bpf("metrics_md_matches_what_fixtures_produce (ebpf part)") {
         return None;
     }
     let exporter = Exporter::start(&["--collector.disable-defaults", "--collector.ebpf"]);
     util::kernel::write_kmsg(util::kernel::LOCKDOWN_LINE);
+    util::kernel::write_kmsg(util::kernel::DMAR_FAULT_LINE);
     let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
     loop {
         let text = exporter.get("/metrics").text();
-        if text.contains("hpcnode_kernel_log_events_total{") {
+        if text.contains("hpcnode_kernel_log_events_total{")
+            && text.contains("hpcnode_iommu_faults_total{")
+        {
             return Some(names(&text));
         }
         assert!(
@@ -75,6 +78,18 @@ const RUNS: &[(&[&str], &[&str])] = &[
             "--collector.modules.expected=mlx5_core,mlx5_ib,rdma_ucm,vfio_pci,nvidia,8250",
         ],
         &["modules_rhel7", "modules_secureboot", "modules_none"],
+    ),
+    (
+        &[
+            "--collector.pci",
+            "--collector.pci.nova-config=../tests/fixtures/pci_host/etc/kolla/config/nova.conf",
+            "--collector.pci.nova-config=../tests/fixtures/pci_host/etc/kolla/config/nova/nova-compute.conf",
+        ],
+        &["pci_host"],
+    ),
+    (
+        &["--collector.pci", "--collector.pci.passthrough-device=10de:1eb8"],
+        &["pci_failing_host"],
     ),
 ];
 

@@ -19,6 +19,7 @@ use crate::logging::{self, Level};
 use crate::metrics::{Desc, Samples, Value};
 use crate::mic;
 use crate::modules;
+use crate::pci;
 use crate::rdma;
 
 /// What a collector does at scrape time, split into independent units (devices) so that one
@@ -71,6 +72,13 @@ pub const COLLECTORS: &[Registration] = &[
         help: "Kernel probes (eBPF, perf, /dev/kmsg): module loads and taints, signature verdicts, failed load syscalls, kernel log events",
         build: ebpf::build,
         metrics: &ebpf::METRICS,
+    },
+    Registration {
+        name: "pci",
+        enabled_by_default: true,
+        help: "GPU, accelerator and fabric PCI devices: passthrough readiness, IOMMU state, unbound devices, Nova [pci] config check",
+        build: pci::build,
+        metrics: &pci::METRICS,
     },
 ];
 

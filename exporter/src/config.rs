@@ -12,6 +12,7 @@ use regex::Regex;
 
 use crate::collector::{Registration, COLLECTORS};
 use crate::logging::{Level, LogFormat};
+use crate::pci::DeviceSelector;
 
 #[derive(Debug, thiserror::Error)]
 pub enum ConfigError {
@@ -46,6 +47,12 @@ pub enum ConfigError {
     ModuleName { value: String, reason: &'static str },
     #[error("invalid --collector.modules.max-modules {0:?}: must be an integer from 1 to 65536")]
     MaxModules(String),
+    #[error("invalid {flag} {value:?}: expected vendor:device in hexadecimal (10de:1eb8){also}")]
+    PciDevice {
+        flag: &'static str,
+        value: String,
+        also: &'static str,
+    },
 }
 
 /// What parsing the command line led to.
@@ -99,6 +106,10 @@ pub struct Config {
     pub modules_expected: Vec<String>,
     /// `hpcnode_module_info` series per scrape; the rest fold into one `other` series.
     pub modules_max_modules: usize,
+    /// PCI collector: extra devices of interest, devices meant for passthrough, Nova configs.
+    pub pci_devices: Vec<DeviceSelector>,
+    pub pci_passthrough_devices: Vec<DeviceSelector>,
+    pub pci_nova_configs: Vec<PathBuf>,
     pub scrape_timeout: Duration,
     pub log_level: Level,
     pub log_format: LogFormat,
@@ -121,6 +132,9 @@ struct RawFlags {
     mic_libmicmgmt: bool,
     modules_expected: String,
     modules_max_modules: String,
+    pci_devices: Vec<String>,
+    pci_passthrough_devices: Vec<String>,
+    pci_nova_configs: Vec<String>,
     scrape_timeout: String,
     log_level: String,
     log_format: String,
@@ -174,6 +188,9 @@ fn command() -> Command {
         )
         .arg(optional("collector.rdma.device-include", "Regexp of RDMA devices to include (mutually exclusive with device-exclude)."))
         .arg(optional("collector.rdma.device-exclude", "Regexp of RDMA devices to exclude (mutually exclusive with device-include)."))
+        .arg(repeated("collector.pci.device", "VENDOR:DEVICE", "A PCI device of interest beyond the GPU, accelerator and fabric classes, by ids (10de:1eb8). Repeatable."))
+        .arg(repeated("collector.pci.passthrough-device", "ADDRESS|VENDOR:DEVICE", "A PCI device meant for passthrough, by address (0000:3b:00.0) or ids; its readiness is reported even when not bound to vfio-pci. Repeatable."))
+        .arg(repeated("collector.pci.nova-config", "PATH", "An OpenStack Nova config file whose [pci] device_spec and alias are checked against the devices present (repeat for Kolla's split files)."))
         .arg(
             Arg::new("collector.mic.micras-path")
                 .long("collector.mic.micras-path")
@@ -245,7 +262,21 @@ fn optional(name: &'static str, help: &'static str) -> Arg {
     Arg::new(name).long(name).value_name("REGEX").help(help)
 }
 
+fn repeated(name: &'static str, value_name: &'static str, help: &'static str) -> Arg {
+    Arg::new(name)
+        .long(name)
+        .value_name(value_name)
+        .action(ArgAction::Append)
+        .help(help)
+}
+
 fn raw_flags(matches: &ArgMatches) -> RawFlags {
+    let values = |name: &str| -> Vec<String> {
+        matches
+            .get_many::<String>(name)
+            .map(|v| v.cloned().collect())
+            .unwrap_or_default()
+    };
     let value = |name: &str| matches.get_one::<String>(name).cloned().unwrap_or_default();
     let disable_defaults = matches.get_flag("collector.disable-defaults");
     let collectors = COLLECTORS
@@ -281,6 +312,9 @@ fn raw_flags(matches: &ArgMatches) -> RawFlags {
         mic_libmicmgmt: !matches.get_flag("no-collector.mic.libmicmgmt"),
         modules_expected: value("collector.modules.expected"),
         modules_max_modules: value("collector.modules.max-modules"),
+        pci_devices: values("collector.pci.device"),
+        pci_passthrough_devices: values("collector.pci.passthrough-device"),
+        pci_nova_configs: values("collector.pci.nova-config"),
         scrape_timeout: value("scrape.timeout"),
         log_level: value("log.level"),
         log_format: value("log.format"),
@@ -310,6 +344,34 @@ fn validate(raw: RawFlags) -> Result<Config, ConfigError> {
         }
         (None, None) => DeviceFilter::All,
     };
+    let pci_devices = raw
+        .pci_devices
+        .into_iter()
+        .map(|value| match DeviceSelector::parse(&value) {
+            Some(selector @ DeviceSelector::Ids { .. }) => Ok(selector),
+            _ => Err(ConfigError::PciDevice {
+                flag: "--collector.pci.device",
+                value,
+                also: "",
+            }),
+        })
+        .collect::<Result<_, _>>()?;
+    let pci_passthrough_devices = raw
+        .pci_passthrough_devices
+        .into_iter()
+        .map(|value| {
+            DeviceSelector::parse(&value).ok_or(ConfigError::PciDevice {
+                flag: "--collector.pci.passthrough-device",
+                value,
+                also: " or a PCI address (0000:3b:00.0)",
+            })
+        })
+        .collect::<Result<_, _>>()?;
+    let pci_nova_configs = raw
+        .pci_nova_configs
+        .into_iter()
+        .map(|value| path("--collector.pci.nova-config", value))
+        .collect::<Result<_, _>>()?;
     Ok(Config {
         listen_address: parse_listen_address(&raw.listen_address)?,
         telemetry_path,
@@ -326,6 +388,9 @@ fn validate(raw: RawFlags) -> Result<Config, ConfigError> {
             Ok(n @ 1..=65536) => n,
             _ => return Err(ConfigError::MaxModules(raw.modules_max_modules)),
         },
+        pci_devices,
+        pci_passthrough_devices,
+        pci_nova_configs,
         scrape_timeout: parse_duration(&raw.scrape_timeout)?,
         log_level: Level::parse(&raw.log_level).ok_or(ConfigError::LogLevel(raw.log_level))?,
         log_format: LogFormat::parse(&raw.log_format)
@@ -532,7 +597,7 @@ mod tests {
         assert_eq!(config.scrape_timeout, Duration::from_secs(5));
         assert_eq!(
             config.collectors.iter().map(|c| c.name).collect::<Vec<_>>(),
-            ["rdma", "mic", "modules", "ebpf"]
+            ["rdma", "mic", "modules", "ebpf", "pci"]
         );
     }
 
@@ -673,6 +738,8 @@ mod tests {
             &["--collector.mic.micras-path=card0=/var/lib/micras"],
             &["--collector.mic.micras-path=mic=/var/lib/micras"],
             &["--collector.mic.micras-path=mic0=relative/dir"],
+            &["--collector.pci.device=0000:3b:00.0"],
+            &["--collector.pci.passthrough-device=nvidia"],
         ] {
             let err = config(args).unwrap_err().to_string();
             assert!(!err.contains('\n'), "{args:?}: {err}");

@@ -10,5 +10,6 @@ pub mod logging;
 pub mod metrics;
 pub mod mic;
 pub mod modules;
+pub mod pci;
 pub mod rdma;
 pub mod sysfs;

@@ -157,31 +157,7 @@ impl SysDir {
     /// A text file that spans many pages (procfs seq files such as `/proc/modules`, index files
     /// such as `modules.builtin`), read to its end but never past `max_bytes`.
     pub fn read_text_file(&self, name: &str, max_bytes: usize) -> Result<String, SysfsError> {
-        let mut content = vec![0; MAX_ATTRIBUTE_BYTES];
-        let (fd, mut len) = self.open_and_read_first(name, &mut content)?;
-        // A seq file returns at most a buffer's worth per read: read until end of file, one
-        // page more than the bound at most, to tell "exactly at the bound" from "too long".
-        while len > 0 && len <= max_bytes {
-            if content.len() - len < MAX_ATTRIBUTE_BYTES {
-                content.resize(len + MAX_ATTRIBUTE_BYTES, 0);
-            }
-            match rustix::io::read(&fd, &mut content[len..]) {
-                Ok(0) => break,
-                Ok(more) => len += more,
-                Err(Errno::INTR) => {}
-                Err(errno) => return Err(SysfsError::io(self.path(name), errno)),
-            }
-        }
-        content.truncate(len);
-        if len > max_bytes {
-            let text = String::from_utf8_lossy(&content[..64.min(len)]);
-            return Err(SysfsError::parse(
-                &self.path(name),
-                "longer than the bound for this file",
-                &text,
-            ));
-        }
-        String::from_utf8(content).map_err(|err| {
+        String::from_utf8(self.read_file(name, max_bytes)?).map_err(|err| {
             SysfsError::parse(
                 &self.path(name),
                 "not UTF-8 text",
@@ -216,6 +192,45 @@ impl SysDir {
             Err(errno) => return Err(SysfsError::io(self.path(name), errno)),
         };
         Ok((fd, len))
+    }
+
+    /// A whole file as bytes, at most `limit` of them: binary attributes (a PCI device's
+    /// `config`, up to 4096 bytes) and the few longer text files read under `--path.rootfs`
+    /// (`modules.alias`, `nova.conf`). Same rules as [`SysDir::read`]: non-blocking, regular
+    /// files only (checked before reading, since this reads until end of file), and a file
+    /// longer than `limit` is refused rather than cut.
+    pub fn read_file(&self, name: &str, limit: usize) -> Result<Vec<u8>, SysfsError> {
+        let flags = OFlags::RDONLY | OFlags::NONBLOCK | OFlags::CLOEXEC | OFlags::NOCTTY;
+        let io_error = |errno| SysfsError::io(self.path(name), errno);
+        let fd = rustix::fs::openat(&self.fd, name, flags, Mode::empty()).map_err(io_error)?;
+        let stat = rustix::fs::fstat(&fd).map_err(io_error)?;
+        if FileType::from_raw_mode(stat.st_mode) != FileType::RegularFile {
+            return Err(SysfsError::NotRegularFile {
+                path: self.path(name),
+            });
+        }
+        // sysfs reports a size that need not match what a read returns (`config` says 4096
+        // and gives 64 bytes to non-root readers), so the size is only a capacity hint.
+        let hint = usize::try_from(stat.st_size).unwrap_or(limit).min(limit);
+        let mut content = Vec::with_capacity(hint + 1);
+        let mut chunk = [0u8; 4096];
+        loop {
+            match rustix::io::read(&fd, &mut chunk[..]) {
+                Ok(0) => return Ok(content),
+                Ok(len) => {
+                    content.extend_from_slice(&chunk[..len]);
+                    if content.len() > limit {
+                        return Err(SysfsError::parse(
+                            &self.path(name),
+                            "longer than this file may be",
+                            &String::from_utf8_lossy(&content[..content.len().min(64)]),
+                        ));
+                    }
+                }
+                Err(Errno::INTR) => continue,
+                Err(errno) => return Err(io_error(errno)),
+            }
+        }
     }
 
     /// An unsigned integer attribute (counters, ids).
@@ -424,6 +439,20 @@ mod tests {
             .read("hca_type", &mut AttributeReader::default())
             .unwrap_err();
         assert!(err.is_not_found());
+    }
+
+    #[test]
+    fn bytes_are_read_whole_up_to_the_limit() {
+        let config: Vec<u8> = (0..=255u8).cycle().take(4096).collect();
+        let tmp = tempfile::tempdir().unwrap();
+        fs::write(tmp.path().join("config"), &config).unwrap();
+        let dir = SysDir::open(tmp.path()).unwrap();
+        assert_eq!(dir.read_file("config", 4096).unwrap(), config);
+        let err = dir.read_file("config", 4095).unwrap_err();
+        assert_eq!(err.kind(), ErrorKind::Parse, "{err}");
+        mkfifo(&tmp.path().join("fifo"));
+        let err = dir.read_file("fifo", 4096).unwrap_err();
+        assert_eq!(err.kind(), ErrorKind::NotRegularFile, "{err}");
     }
 
     #[test]

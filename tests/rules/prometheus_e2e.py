@@ -1,7 +1,7 @@
 #!/usr/bin/python3
 """End to end against a real Prometheus: tests/rules/prometheus_e2e.sh <hpcnode_exporter binary>
 
-Starts four exporters on loopback, one on a writable copy of the real procfs fixture tree
+Starts exporters on loopback, one on a writable copy of the real procfs fixture tree
 (tests/fixtures/procfs/sys), one on tests/fixtures/rdma_edge/sys, and the modules collector
 alone on the fixture roots tests/fixtures/modules_rhel7 and modules_secureboot, and Debian's
 prometheus on loopback with its own config (1s scrape and evaluation intervals), a temporary
@@ -52,6 +52,13 @@ EDGE_TREE = ROOT / "tests" / "fixtures" / "rdma_edge" / "sys"
 # Xeon Phi host: mic0 online with a micras copy, mic1 stuck booting.
 MIC_ROOT = ROOT / "tests" / "fixtures" / "mic_mpss3"
 MODULES_ROOTS = {name: ROOT / "tests" / "fixtures" / f"modules_{name}" for name in ("rhel7", "secureboot")}
+# PCI roots: a passthrough host (with its Kolla Nova configs) and a failing host.
+PCI_ROOTS = {
+    "host": (ROOT / "tests" / "fixtures" / "pci_host",
+             [f"--collector.pci.nova-config={ROOT}/tests/fixtures/pci_host/etc/kolla/config/nova.conf",
+              f"--collector.pci.nova-config={ROOT}/tests/fixtures/pci_host/etc/kolla/config/nova/nova-compute.conf"]),
+    "failing_host": (ROOT / "tests" / "fixtures" / "pci_failing_host", ["--collector.pci.passthrough-device=10de:1eb8"]),
+}
 MODULES_EXPECTED = "--collector.modules.expected=mlx5_core,mlx5_ib,ib_uverbs,rdma_ucm,ib_ipoib,vfio_pci,nvidia"
 # The ebpf collector's module event counters: this kernel has no module support, so they stay
 # empty here; tests/lab drives real module loads on Debian kernels and checks them there.
@@ -59,6 +66,8 @@ NEEDS_MODULE_EVENTS = {
     "hpcnode_module_loads_total", "hpcnode_module_tainted_loads_total",
     "hpcnode_module_signature_checks_total", "hpcnode_module_load_failures_total",
     "hpcnode_kernel_log_events_total",
+    # IOMMU faults from the kernel log: tests/pci.rs writes DMAR lines to /dev/kmsg for them.
+    "hpcnode_iommu_faults_total",
 }
 FOR_IN_TEST = "2s"
 OVERALL_TIMEOUT_S = 240
@@ -325,6 +334,29 @@ def check_mic_alerts(prom, mic_inst):
     check(got is not None, f"mic tree: only the booting card's alert fires (firing: {alert_keys(prom, mic_inst)})")
 
 
+# What the PCI roots must fire, by (alert, device): see tests/fixtures/README.md.
+PCI_EXPECTED_ALERTS = {
+    # The Radeon of the real capture trained x4 in an x16 slot (06:00.0 idle, 07:00.0 active),
+    # the ConnectX-5 x8 of x16; the T4 behind a switch shares its group with a NIC; the
+    # ConnectX-5 a Nova spec selects is not on vfio-pci; an alias's device_type is wrong.
+    "host": [("HpcnodeNovaAliasTypeMismatch", ""), ("HpcnodePciLinkDegraded", "0000:06:00.0"),
+             ("HpcnodePciLinkDegraded", "0000:07:00.0"), ("HpcnodePciLinkDegraded", "0000:d8:00.0"),
+             ("HpcnodePciPassthroughNotReady", "0000:af:00.0"), ("HpcnodePciPassthroughNotReady", "0000:d8:00.0")],
+    # The T4 without driver, IOMMU or BARs; the ConnectX-4 whose driver an install rule disables.
+    "failing_host": [("HpcnodePciDeviceWithoutDriver", "0000:3b:00.0"), ("HpcnodePciDeviceWithoutDriver", "0000:5e:00.0"),
+                     ("HpcnodePciPassthroughNotReady", "0000:3b:00.0")],
+}
+
+
+def check_pci_alerts(prom, pci_insts):
+    for name, inst in pci_insts.items():
+        def firing(i=inst):
+            return sorted({(a["labels"]["alertname"], a["labels"].get("device", "")) for a in prom.alerts()
+                           if a["labels"].get("instance") == i})
+        got = wait_until(f"the pci {name} root's alerts", lambda: firing() == PCI_EXPECTED_ALERTS[name], 30)
+        check(got is not None, f"pci_{name}: exactly the expected alerts fire (firing: {firing()})")
+
+
 def check_module_alerts(prom, modules_insts):
     """Exactly the missing expected modules and the loaded unsigned modules (taint letter E in
     the fixture's /proc/modules) fire on the modules roots."""
@@ -491,7 +523,14 @@ def main():
                    "--collector.modules", MODULES_EXPECTED, f"--path.procfs={root / 'proc'}",
                    f"--path.sysfs={root / 'sys'}", f"--path.rootfs={root}"],
                   open(logs / f"exporter-modules-{name}.log", "w"))
-        targets = [procfs_inst, edge_inst, mic_inst, *modules_insts.values()]
+        pci_insts = {name: f"127.0.0.1:{free_port()}" for name in PCI_ROOTS}
+        for name, inst in pci_insts.items():
+            root, flags = PCI_ROOTS[name]
+            start([str(exporter), f"--web.listen-address={inst}", "--collector.disable-defaults",
+                   "--collector.pci", *flags, f"--path.procfs={root / 'proc'}",
+                   f"--path.sysfs={root / 'sys'}", f"--path.rootfs={root}"],
+                  open(logs / f"exporter-pci-{name}.log", "w"))
+        targets = [procfs_inst, edge_inst, mic_inst, *modules_insts.values(), *pci_insts.values()]
         for inst in targets:
             ok = wait_until(f"exporter {inst}", lambda i=inst: "hpcnode_scrape_collector_success" in http_get(f"http://{i}/metrics"), 30)
             if not check(ok is not None, f"exporter serves /metrics on {inst}"):
@@ -519,6 +558,7 @@ def main():
         check_recording_rules(prom, procfs_inst, driver)
         check_dashboards(prom)
         check_mic_alerts(prom, mic_inst)
+        check_pci_alerts(prom, pci_insts)
         check_alerts(prom, procfs_inst, edge_inst, tree, scratch, exp_procfs, modules_insts)
     except Exception as e:  # a crash of the test itself is a failure, with its reason
         check(False, f"e2e aborted: {type(e).__name__}: {e}")

@@ -45,3 +45,7 @@ pub fn write_kmsg(line: &str) {
 /// A line the kernel_log probe counts as `lockdown_refused_module`, in the kernel's format.
 pub const LOCKDOWN_LINE: &str =
     "Lockdown: modprobe: unsigned module loading is restricted; see man kernel_lockdown.7";
+
+/// An Intel IOMMU fault line as 6.x kernels print it (seen in the kernel lab), counted in
+/// `hpcnode_iommu_faults_total`.
+pub const DMAR_FAULT_LINE: &str = "DMAR: [DMA Read NO_PASID] Request device [00:03.0] fault addr 0x300000 [fault reason 0x06] PTE Read access is not set";

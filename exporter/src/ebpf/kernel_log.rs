@@ -10,6 +10,7 @@ use std::sync::{Arc, Mutex};
 
 use regex::{Regex, RegexSet};
 
+use super::iommu_log::{Fault, FaultCounts, FaultMatcher};
 use crate::logging::{self, Level};
 
 /// One kind of kernel log line: the event it counts, a regex, and the regex's named capture
@@ -91,6 +92,8 @@ impl Matcher {
 pub struct KernelLogCounts {
     matcher: Matcher,
     counts: Mutex<BTreeMap<EventKey, u64>>,
+    iommu_matcher: FaultMatcher,
+    iommu_faults: Mutex<FaultCounts>,
 }
 
 impl KernelLogCounts {
@@ -98,11 +101,18 @@ impl KernelLogCounts {
         Arc::new(KernelLogCounts {
             matcher: Matcher::new(PATTERNS).expect("the built-in kernel log patterns compile"),
             counts: Mutex::default(),
+            iommu_matcher: FaultMatcher::new(),
+            iommu_faults: Mutex::default(),
         })
     }
 
     /// Counts one log line (its text, without priority or timestamp).
     pub fn count_line(&self, line: &str) {
+        let mut faults = self.iommu_faults.lock().unwrap_or_else(|p| p.into_inner());
+        if faults.count_line(&self.iommu_matcher, line.trim_end()) {
+            return;
+        }
+        drop(faults);
         let Some((event, labels)) = self.matcher.event(line.trim_end()) else {
             return;
         };
@@ -119,6 +129,12 @@ impl KernelLogCounts {
             (event, other)
         };
         *counts.entry(key).or_default() += 1;
+    }
+
+    /// IOMMU fault counts (see [`super::iommu_log`]).
+    pub fn iommu_faults(&self) -> Vec<(Fault, u64)> {
+        let faults = self.iommu_faults.lock().unwrap_or_else(|p| p.into_inner());
+        faults.snapshot()
     }
 
     pub fn snapshot(&self) -> Vec<(EventKey, u64)> {

@@ -6,6 +6,7 @@
 //! exported as `hpcnode_ebpf_probe_attached{hook="none"} 0` with one log line saying why,
 //! and the others run. Only `--ebpf.strict` turns a missed probe into a startup error.
 
+mod iommu_log;
 pub mod kernel_log;
 pub mod module_events;
 pub mod probes;
@@ -75,7 +76,13 @@ const KERNEL_LOG_EVENTS: Desc = Desc::counter(
     None,
 );
 
-pub const METRICS: [Desc; 10] = [
+const IOMMU_FAULTS: Desc = Desc::counter(
+    "hpcnode_iommu_faults",
+    "IOMMU faults reported in the kernel log (DMAR, AMD-Vi), by device as printed, access and reason; a lower bound (the kernel ratelimits them).",
+    None,
+);
+
+pub const METRICS: [Desc; 11] = [
     PROBE_ATTACHED,
     PROBE_FAILURE_INFO,
     PROGRAM_RUNS,
@@ -86,6 +93,7 @@ pub const METRICS: [Desc; 10] = [
     SIGNATURE_CHECKS,
     LOAD_FAILURES,
     KERNEL_LOG_EVENTS,
+    IOMMU_FAULTS,
 ];
 
 /// The probes of this process, attached once (by `main` before serving, or by the first
@@ -296,6 +304,15 @@ impl Probes {
             );
             out.samples
                 .push(&KERNEL_LOG_EVENTS, labels, Value::Int(count));
+        }
+        for (fault, count) in self.kernel_log.iommu_faults() {
+            let labels: Labels = vec![
+                ("device", fault.device.into()),
+                ("access", fault.access.into()),
+                ("reason", fault.reason.into()),
+                ("source", "kernel_log".into()),
+            ];
+            out.samples.push(&IOMMU_FAULTS, labels, Value::Int(count));
         }
     }
 }

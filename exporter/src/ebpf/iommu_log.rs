@@ -1,0 +1,252 @@
+//! IOMMU faults in the kernel log: every Intel VT-d (DMAR) and AMD-Vi fault line format of
+//! kernels 3.10 to 6.x, one-line and the old two-line DMAR form, counted by device, access
+//! and reason. Intel prints the requester as `bus:slot.function` without a PCI segment, AMD
+//! with one (older kernels without): the `device` label is the address as printed.
+//!
+//! The kernel ratelimits these lines, so the counts are lower bounds; any root process can
+//! write the kernel log, so they carry `source="kernel_log"`.
+
+use std::collections::BTreeMap;
+
+use regex::Regex;
+
+/// Distinct (device, access, reason) sets kept; more are counted as one `other` set.
+const MAX_FAULT_SETS: usize = 64;
+/// The longest reason text kept (the kernel's reason strings are shorter).
+const MAX_REASON_CHARS: usize = 64;
+
+/// A fault's labels: device, access (`read`, `write`, `interrupt`) and reason.
+#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord)]
+pub struct Fault {
+    pub device: String,
+    pub access: &'static str,
+    pub reason: String,
+}
+
+/// The IOMMU fault lines' patterns.
+pub struct FaultMatcher {
+    /// 4.20+ (`dmar_fault_do_one`): `DMAR: [DMA Read NO_PASID] Request device [00:03.0] fault
+    /// addr 0x300000 [fault reason 0x06] PTE Read access is not set`; 5.x `[DMA Read] ...
+    /// PASID ffffffff fault addr ...`; interrupt remapping `[INTR-REMAP] ... fault index ...`.
+    intel: Regex,
+    /// 3.10/4.x, first line: `DMAR:[DMA Read] Request device [3b:00.0] fault addr 1ff000 `
+    /// (3.x prefix `dmar:`).
+    intel_old_request: Regex,
+    /// 3.10/4.x, second line: `DMAR:[fault reason 06] PTE Read access is not set`.
+    intel_old_reason: Regex,
+    /// `<driver> 0000:3b:00.0: AMD-Vi: Event logged [IO_PAGE_FAULT domain=0x000b
+    /// address=0xfffd1000 flags=0x0000]`, and the older form with `device=3b:00.0` inside.
+    amd: Regex,
+}
+
+impl FaultMatcher {
+    pub fn new() -> FaultMatcher {
+        let compile = |pattern: &str| Regex::new(pattern).expect("IOMMU fault patterns compile");
+        FaultMatcher {
+            intel: compile(
+                r"^DMAR: \[(?P<access>DMA Read|DMA Write|INTR-REMAP)[^\]]*\] Request device \[(?P<device>[0-9a-f]{2}:[0-9a-f]{2}\.[0-7])\](?: PASID [0-9a-fx]+)? fault (?:addr|index) (?:0x)?[0-9a-f]+ \[fault reason (?:0x)?[0-9a-f]+\] ?(?P<reason>.*)$",
+            ),
+            intel_old_request: compile(
+                r"^(?:DMAR|dmar): ?\[(?P<access>DMA Read|DMA Write)\] Request device \[(?P<device>[0-9a-f]{2}:[0-9a-f]{2}\.[0-7])\] fault addr [0-9a-f]+\s*$",
+            ),
+            intel_old_reason: compile(
+                r"^(?:DMAR|dmar): ?\[fault reason [0-9a-f]+\] ?(?P<reason>.*)$",
+            ),
+            amd: compile(
+                r"^(?:\S+ (?P<device>[0-9a-f]{4}:[0-9a-f]{2}:[0-9a-f]{2}\.[0-7]): )?AMD-Vi: Event logged \[IO_PAGE_FAULT (?:device=(?P<event_device>[0-9a-f:.]+) )?domain=0x[0-9a-f]+ address=0x[0-9a-f]+ flags=0x(?P<flags>[0-9a-f]+)\]",
+            ),
+        }
+    }
+}
+
+/// AMD-Vi event flags: bit 5 (RW) set for a write.
+const AMD_EVENT_FLAG_RW: u32 = 0x020;
+
+fn access(text: &str) -> &'static str {
+    match text {
+        "DMA Read" => "read",
+        "DMA Write" => "write",
+        _ => "interrupt",
+    }
+}
+
+fn reason(text: &str) -> String {
+    text.trim().chars().take(MAX_REASON_CHARS).collect()
+}
+
+/// Fault counts since start, fed one kernel log line at a time.
+#[derive(Default)]
+pub struct FaultCounts {
+    counts: BTreeMap<Fault, u64>,
+    /// The first line of an old two-line DMAR report, waiting for its reason line.
+    pending: Option<Fault>,
+}
+
+impl FaultCounts {
+    /// Counts the line if it reports an IOMMU fault; true when it was an IOMMU fault line.
+    pub fn count_line(&mut self, matcher: &FaultMatcher, line: &str) -> bool {
+        if let Some(captures) = matcher.intel.captures(line) {
+            self.add(Fault {
+                device: captures["device"].to_string(),
+                access: access(&captures["access"]),
+                reason: reason(&captures["reason"]),
+            });
+        } else if let Some(captures) = matcher.intel_old_request.captures(line) {
+            // A request line still waiting means its reason line never came: count it so.
+            if let Some(unfinished) = self.pending.take() {
+                self.add(unfinished);
+            }
+            self.pending = Some(Fault {
+                device: captures["device"].to_string(),
+                access: access(&captures["access"]),
+                reason: "unknown".to_string(),
+            });
+        } else if let Some(captures) = matcher.intel_old_reason.captures(line) {
+            let Some(mut fault) = self.pending.take() else {
+                return true;
+            };
+            fault.reason = reason(&captures["reason"]);
+            self.add(fault);
+        } else if let Some(captures) = matcher.amd.captures(line) {
+            let device = captures
+                .name("device")
+                .or(captures.name("event_device"))
+                .map_or("", |m| m.as_str());
+            let flags = u32::from_str_radix(&captures["flags"], 16).unwrap_or(0);
+            self.add(Fault {
+                device: device.to_string(),
+                access: if flags & AMD_EVENT_FLAG_RW != 0 {
+                    "write"
+                } else {
+                    "read"
+                },
+                reason: "IO_PAGE_FAULT".to_string(),
+            });
+        } else {
+            return false;
+        }
+        true
+    }
+
+    fn add(&mut self, fault: Fault) {
+        let key = if self.counts.contains_key(&fault) || self.counts.len() < MAX_FAULT_SETS {
+            fault
+        } else {
+            Fault {
+                device: "other".to_string(),
+                access: "other",
+                reason: "other".to_string(),
+            }
+        };
+        *self.counts.entry(key).or_default() += 1;
+    }
+
+    pub fn snapshot(&self) -> Vec<(Fault, u64)> {
+        self.counts.iter().map(|(k, v)| (k.clone(), *v)).collect()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn counted(lines: &[&str]) -> Vec<(Fault, u64)> {
+        let matcher = FaultMatcher::new();
+        let mut counts = FaultCounts::default();
+        for line in lines {
+            counts.count_line(&matcher, line);
+        }
+        counts.snapshot()
+    }
+
+    fn fault(device: &str, access: &'static str, reason: &str) -> Fault {
+        Fault {
+            device: device.to_string(),
+            access,
+            reason: reason.to_string(),
+        }
+    }
+
+    #[test]
+    fn intel_one_line_forms() {
+        assert_eq!(
+            counted(&[
+                // 6.x, seen in qemu.
+                "DMAR: [DMA Read NO_PASID] Request device [00:03.0] fault addr 0x300000 [fault reason 0x06] PTE Read access is not set",
+                "DMAR: [DMA Write NO_PASID] Request device [00:03.0] fault addr 0x400000 [fault reason 0x05] PTE Write access is not set",
+                // With a PASID, and 5.x's decimal-looking reason and bare address.
+                "DMAR: [DMA Read PASID 0x1] Request device [3b:00.0] PASID 1 fault addr 7f000 [fault reason 06] PTE Read access is not set",
+                "DMAR: [DMA Write] Request device [3b:00.0] PASID ffffffff fault addr 1ff000 [fault reason 05] PTE Write access is not set",
+                "DMAR: [INTR-REMAP] Request device [f0:1f.0] fault index 0x23 [fault reason 0x25] Blocked a compatibility format interrupt request",
+                // Not faults.
+                "DMAR: DRHD: handling fault status reg 2",
+                "DMAR: IOMMU enabled",
+            ]),
+            [
+                (fault("00:03.0", "read", "PTE Read access is not set"), 1),
+                (fault("00:03.0", "write", "PTE Write access is not set"), 1),
+                (fault("3b:00.0", "read", "PTE Read access is not set"), 1),
+                (fault("3b:00.0", "write", "PTE Write access is not set"), 1),
+                (
+                    fault(
+                        "f0:1f.0",
+                        "interrupt",
+                        "Blocked a compatibility format interrupt request"
+                    ),
+                    1
+                ),
+            ]
+        );
+    }
+
+    #[test]
+    fn intel_two_line_form_of_3_10_and_4_x() {
+        assert_eq!(
+            counted(&[
+                "DMAR:[DMA Read] Request device [3b:00.0] fault addr 1ff000 ",
+                "DMAR:[fault reason 06] PTE Read access is not set",
+                "dmar: [DMA Write] Request device [3b:00.0] fault addr 2ff000 ",
+                "dmar: [fault reason 05] PTE Write access is not set",
+                // A request whose reason line was lost, then a reason with no request.
+                "DMAR:[DMA Read] Request device [5e:00.0] fault addr 3ff000 ",
+                "DMAR:[DMA Read] Request device [3b:00.0] fault addr 4ff000 ",
+                "DMAR:[fault reason 06] PTE Read access is not set",
+                "DMAR:[fault reason 06] PTE Read access is not set",
+            ]),
+            [
+                (fault("3b:00.0", "read", "PTE Read access is not set"), 2),
+                (fault("3b:00.0", "write", "PTE Write access is not set"), 1),
+                (fault("5e:00.0", "read", "unknown"), 1),
+            ]
+        );
+    }
+
+    #[test]
+    fn amd_vi_forms() {
+        assert_eq!(
+            counted(&[
+                "vfio-pci 0000:3b:00.0: AMD-Vi: Event logged [IO_PAGE_FAULT domain=0x000b address=0xfffd1000 flags=0x0000]",
+                "nvidia 0000:3b:00.0: AMD-Vi: Event logged [IO_PAGE_FAULT domain=0x000b address=0xfffd2000 flags=0x0020]",
+                "AMD-Vi: Event logged [IO_PAGE_FAULT device=3b:00.0 domain=0x000b address=0x00000000fffd1000 flags=0x0010]",
+                "AMD-Vi: Event logged [IO_PAGE_FAULT device=0000:3b:00.0 domain=0x0000 address=0x100 flags=0x0070]",
+                "AMD-Vi: Event logged [INVALID_DEVICE_REQUEST device=00:00.0 pasid=0x00000 address=0x0 flags=0x0000]",
+            ]),
+            [
+                (fault("0000:3b:00.0", "read", "IO_PAGE_FAULT"), 1),
+                (fault("0000:3b:00.0", "write", "IO_PAGE_FAULT"), 2),
+                (fault("3b:00.0", "read", "IO_PAGE_FAULT"), 1),
+            ]
+        );
+    }
+
+    #[test]
+    fn label_sets_are_capped() {
+        let lines: Vec<String> = (0..MAX_FAULT_SETS + 3)
+            .map(|i| format!("DMAR: [DMA Read NO_PASID] Request device [{:02x}:00.0] fault addr 0x1000 [fault reason 0x06] PTE Read access is not set", i % 256))
+            .collect();
+        let refs: Vec<&str> = lines.iter().map(String::as_str).collect();
+        let counts = counted(&refs);
+        assert_eq!(counts.len(), MAX_FAULT_SETS + 1);
+        assert!(counts.contains(&(fault("other", "other", "other"), 3)));
+    }
+}

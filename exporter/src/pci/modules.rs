@@ -1,0 +1,193 @@
+//! Which kernel modules would claim a device: `modules.alias` patterns matched against the
+//! device's `modalias` the way modprobe matches them (fnmatch globs), and the modprobe.d
+//! rules that change what loading them does (`install` runs a command instead, `blacklist`
+//! ignores the module's own aliases).
+
+use std::collections::{BTreeMap, HashSet};
+
+/// One `alias pci:... module` line.
+pub struct ModuleAlias<'a> {
+    pub pattern: &'a str,
+    pub module: &'a str,
+}
+
+/// The PCI entries of a `modules.alias` file.
+pub fn pci_aliases(text: &str) -> impl Iterator<Item = ModuleAlias<'_>> {
+    text.lines().filter_map(|line| {
+        let mut words = line.split_whitespace();
+        match (words.next(), words.next(), words.next()) {
+            (Some("alias"), Some(pattern), Some(module)) if pattern.starts_with("pci:") => {
+                Some(ModuleAlias { pattern, module })
+            }
+            _ => None,
+        }
+    })
+}
+
+/// Modules matching a modalias, each once, in file order.
+pub fn matching_modules<'a>(aliases: &'a str, modalias: &str) -> Vec<&'a str> {
+    let mut modules: Vec<&str> = Vec::new();
+    for alias in pci_aliases(aliases) {
+        if glob_match(alias.pattern.as_bytes(), modalias.as_bytes())
+            && !modules.contains(&alias.module)
+        {
+            modules.push(alias.module);
+        }
+    }
+    modules
+}
+
+/// fnmatch(3) without flags, as modprobe uses it: `*`, `?`, `[...]` with ranges and `!`/`^`.
+pub fn glob_match(pattern: &[u8], text: &[u8]) -> bool {
+    let (mut p, mut t) = (0, 0);
+    // Where to resume after the last `*`: the pattern position after it, the text position.
+    let mut star: Option<(usize, usize)> = None;
+    while t < text.len() {
+        let step = match pattern.get(p) {
+            Some(b'*') => {
+                star = Some((p + 1, t));
+                p += 1;
+                continue;
+            }
+            Some(b'?') => Some(p + 1),
+            Some(b'[') => match class_match(pattern, p, text[t]) {
+                Some(matched) => matched,
+                None => (text[t] == b'[').then_some(p + 1),
+            },
+            Some(&c) if c == text[t] => Some(p + 1),
+            _ => None,
+        };
+        match (step, star) {
+            (Some(next), _) => {
+                p = next;
+                t += 1;
+            }
+            (None, Some((after_star, from))) => {
+                p = after_star;
+                t = from + 1;
+                star = Some((after_star, from + 1));
+            }
+            (None, None) => return false,
+        }
+    }
+    pattern[p..].iter().all(|&c| c == b'*')
+}
+
+/// Matches `c` against the bracket expression at `pattern[open]`: `Some(Some(after))` when it
+/// matches, `Some(None)` when not, `None` when the `[` is unterminated (then a literal, as in
+/// fnmatch).
+fn class_match(pattern: &[u8], open: usize, c: u8) -> Option<Option<usize>> {
+    let mut i = open + 1;
+    let negated = matches!(pattern.get(i), Some(b'!' | b'^'));
+    if negated {
+        i += 1;
+    }
+    let mut matched = false;
+    let mut first = true;
+    loop {
+        let &lo = pattern.get(i)?;
+        if lo == b']' && !first {
+            break;
+        }
+        first = false;
+        if pattern.get(i + 1) == Some(&b'-') && pattern.get(i + 2).is_some_and(|&hi| hi != b']') {
+            let hi = pattern[i + 2];
+            matched |= lo <= c && c <= hi;
+            i += 3;
+        } else {
+            matched |= lo == c;
+            i += 1;
+        }
+    }
+    Some((matched != negated).then_some(i + 1))
+}
+
+/// modprobe treats `-` and `_` in module names alike.
+pub fn module_key(name: &str) -> String {
+    name.replace('-', "_")
+}
+
+/// What modprobe.d says about modules.
+#[derive(Debug, Default)]
+pub struct ModprobeRules {
+    /// Module -> the command `install` runs instead of loading it (the last rule wins).
+    pub install: BTreeMap<String, String>,
+    pub blacklist: HashSet<String>,
+}
+
+impl ModprobeRules {
+    /// Adds one configuration file (backslash-newline continues a line, `#` comments).
+    pub fn add_file(&mut self, text: &str) {
+        let joined = text.replace("\\\n", " ");
+        for line in joined.lines() {
+            let line = line.trim();
+            if line.starts_with('#') {
+                continue;
+            }
+            let mut words = line.split_whitespace();
+            match (words.next(), words.next()) {
+                (Some("install"), Some(module)) => {
+                    let command: Vec<&str> = words.collect();
+                    self.install.insert(module_key(module), command.join(" "));
+                }
+                (Some("blacklist"), Some(module)) => {
+                    self.blacklist.insert(module_key(module));
+                }
+                _ => {}
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const CONNECTX5: &str = "pci:v000015B3d00001017sv000015B3sd00000020bc02sc07i00";
+
+    #[test]
+    fn modalias_globs_as_modprobe_matches_them() {
+        let aliases = "# Aliases extracted from modules themselves.\n\
+            alias pci:v000015B3d00001017sv*sd*bc*sc*i* mlx5_core\n\
+            alias pci:v000015B3d0000101[79]sv*sd*bc*sc*i* mlx5_core\n\
+            alias pci:v000015B3d*sv*sd*bc02sc07i* mlx5_ib_oem\n\
+            alias pci:v000015B3d00001003sv*sd*bc*sc*i* mlx4_core\n\
+            alias usb:v*p*d*dc*dsc*dp*ic*isc*ip*in* usbcore\n";
+        assert_eq!(
+            matching_modules(aliases, CONNECTX5),
+            ["mlx5_core", "mlx5_ib_oem"]
+        );
+        assert!(matching_modules(
+            aliases,
+            "pci:v000010DEd00001EB8sv000010DEsd000012A2bc03sc02i00"
+        )
+        .is_empty());
+    }
+
+    #[test]
+    fn glob_corner_cases() {
+        assert!(glob_match(b"*", b""));
+        assert!(glob_match(b"a*b*c", b"axxbyyc"));
+        assert!(!glob_match(b"a*b*c", b"axxbyy"));
+        assert!(glob_match(b"[!0-9]x", b"ax"));
+        assert!(!glob_match(b"[!0-9]x", b"1x"));
+        assert!(glob_match(b"[]]", b"]"));
+        assert!(glob_match(b"[a", b"[a"));
+        assert!(glob_match(b"??", b"ab"));
+        assert!(!glob_match(b"?", b""));
+    }
+
+    #[test]
+    fn install_and_blacklist_rules() {
+        let mut rules = ModprobeRules::default();
+        rules.add_file(
+            "# OFED\ninstall mlx5-core /sbin/modprobe --ignore-install mlx5_core \\\n  && /usr/sbin/ofed_hook\n\
+             blacklist nouveau\n",
+        );
+        assert_eq!(
+            rules.install["mlx5_core"],
+            "/sbin/modprobe --ignore-install mlx5_core && /usr/sbin/ofed_hook"
+        );
+        assert!(rules.blacklist.contains("nouveau"));
+    }
+}

@@ -1,0 +1,155 @@
+#!/usr/bin/python3
+"""Scrape benchmark of the PCI collector: N PCI devices of interest in a generated tree.
+
+Builds a sysfs tree with N devices (half T4s on vfio-pci, each in its own IOMMU group; half
+ConnectX-5 PFs on mlx5_core with MSI-X and SR-IOV), full 4096-byte config spaces, laid out as
+the fixture generator lays out its trees (tests/fixtures/pci_generate.py, whose device builders
+are reused). Starts hpcnode_exporter with only the pci collector, and node_exporter with only
+its pcidevice collector when the installed node_exporter has one (`--help` lists
+`--collector.pcidevice`; node_exporter 1.5.0 has none: then hpcnode is measured alone). Scrapes
+alternately and prints latency, CPU time per scrape and per device, and peak RSS.
+Standard library only; a benchmark, not a test. See tests/bench/README.md.
+"""
+
+import argparse
+import importlib.util
+import os
+import shutil
+import statistics
+import subprocess
+import sys
+import tempfile
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, HERE)
+import scrape_bench  # noqa: E402  (the process wrapper and helpers of the RDMA benchmark)
+
+REPO = scrape_bench.REPO
+spec = importlib.util.spec_from_file_location(
+    "pci_generate", os.path.join(REPO, "tests/fixtures/pci_generate.py"))
+pci_generate = importlib.util.module_from_spec(spec)
+spec.loader.exec_module(pci_generate)
+
+
+def make_tree(root, n_devices):
+    """N devices of interest, half GPUs on vfio-pci and half HCAs on mlx5_core."""
+    sysfs = pci_generate.host_common(
+        root, "BOOT_IMAGE=/boot/vmlinuz ro intel_iommu=on vfio-pci.ids=10de:1eb8", iommu=True,
+        modules=["vfio", "vfio_iommu_type1", "vfio_pci", "mlx5_core"])
+    for i in range(n_devices):
+        bus = 1 + i
+        domain = bus // 256
+        address = "%04x:%02x:00.0" % (domain, bus % 256)
+        root_port = "%04x:%02x:%02x.0" % (domain, 0, 1 + (bus % 256) // 8)
+        if i % 2 == 0:
+            dev = pci_generate.t4(address, iommu_group=i)
+        else:
+            dev = pci_generate.connectx(address, 0x1017, 0x0020, 0x020000, iommu_group=i)
+        pci_generate.add_device(sysfs, root_port, dev, 4096)
+    return sysfs
+
+
+def node_exporter_has_pcidevice(binary):
+    try:
+        help_text = subprocess.run([binary, "--help"], capture_output=True, text=True,
+                                   timeout=30).stdout
+    except (OSError, subprocess.TimeoutExpired):
+        return False
+    return "--collector.pcidevice" in help_text
+
+
+def series_devices(text, prefix):
+    return {line.split('device="', 1)[1].split('"', 1)[0]
+            for line in text.splitlines()
+            if line.startswith(prefix) and 'device="' in line}
+
+
+def check(label, status, body, n_devices):
+    if status != 200:
+        return "BAD status %d" % status
+    text = body.decode("utf-8", "replace")
+    samples = sum(1 for line in text.splitlines() if line and not line.startswith("#"))
+    if label == "hpcnode":
+        devices = len(series_devices(text, "hpcnode_pci_device_info{"))
+        ok = 'hpcnode_scrape_collector_success{collector="pci"} 1' in text
+    else:
+        devices = sum(1 for line in text.splitlines() if line.startswith("node_pcidevice_info"))
+        ok = 'node_scrape_collector_success{collector="pcidevice"} 1' in text
+    verdict = "%d samples, %d devices" % (samples, devices)
+    if devices != n_devices or not ok:
+        return "BAD (%s; collector success %s)" % (verdict, ok)
+    return "ok " + verdict
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--exporter", default=os.path.join(REPO, "target/release/hpcnode_exporter"))
+    parser.add_argument("--node-exporter", default="/usr/bin/prometheus-node-exporter")
+    parser.add_argument("--devices", type=int, default=256)
+    parser.add_argument("--scrapes", type=int, default=200)
+    parser.add_argument("--warmup", type=int, default=20)
+    parser.add_argument("--keep", action="store_true")
+    args = parser.parse_args()
+    # What scrape_bench.Target reads from its arguments.
+    args.start_timeout, args.request_timeout = 20.0, 30.0
+    args.prometheus_headers, args.new_connection = False, False
+
+    if not os.path.exists(args.exporter):
+        print("no %s: build it first (cargo build --release)" % args.exporter)
+        return 1
+    workdir = tempfile.mkdtemp(prefix="pci-bench-")
+    targets = []
+    try:
+        root = os.path.join(workdir, "tree")
+        sysfs = make_tree(root, args.devices)
+        hpcnode = scrape_bench.Target("hpcnode", lambda port: [
+            args.exporter, "--web.listen-address=127.0.0.1:%d" % port,
+            "--collector.disable-defaults", "--collector.pci", "--path.sysfs=" + sysfs,
+            "--path.procfs=" + os.path.join(root, "proc"), "--path.rootfs=" + root], workdir, args)
+        targets.append(hpcnode)
+        if node_exporter_has_pcidevice(args.node_exporter):
+            targets.append(scrape_bench.Target("node_exporter", lambda port: [
+                args.node_exporter, "--web.listen-address=127.0.0.1:%d" % port,
+                "--collector.disable-defaults", "--collector.pcidevice", "--path.sysfs=" + sysfs],
+                workdir, args))
+        else:
+            print("%s has no pcidevice collector (`--help` does not list --collector.pcidevice): "
+                  "hpcnode_exporter is measured alone." % args.node_exporter)
+        for target in targets:
+            target.start()
+            for _ in range(args.warmup):
+                status, body = target.scrape()
+            target.check = check(target.label, status, body, args.devices)
+            target.latencies.clear()
+            target.cpu_ticks = -target.cpu()
+        for _ in range(args.scrapes):
+            for target in targets:
+                status, body = target.scrape()
+                target.body_bytes, target.samples = len(body), body.count(b"\n")
+        for target in targets:
+            target.cpu_ticks += target.cpu()
+            target.check += " | last: " + check(target.label, status, body, args.devices)
+            target.memory()
+        tick_ms = 1000.0 / os.sysconf("SC_CLK_TCK")
+        print("%d devices, %d scrapes each after %d warm-up" % (args.devices, args.scrapes, args.warmup))
+        print("| exporter | check | latency median (ms) | latency p99 (ms) | CPU per scrape (ms) | CPU per device (us) | peak RSS (MiB) | body (KiB) |")
+        print("|---|---|---:|---:|---:|---:|---:|---:|")
+        for target in targets:
+            cpu_ms = target.cpu_ticks * tick_ms / args.scrapes
+            print("| %s | %s | %.2f | %.2f | %.2f | %.1f | %.1f | %.0f |" % (
+                target.label, target.check,
+                statistics.median(target.latencies) * 1000,
+                scrape_bench.percentile(target.latencies, 0.99) * 1000,
+                cpu_ms, cpu_ms * 1000 / args.devices, target.hwm_kib / 1024, target.body_bytes / 1024))
+        return 0
+    finally:
+        for target in targets:
+            target.stop()
+        if args.keep:
+            print("tree kept in " + workdir)
+        else:
+            shutil.rmtree(workdir, ignore_errors=True)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
