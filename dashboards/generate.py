@@ -94,6 +94,12 @@ def stat(title, description, targets, unit, w=4, h=4, **kw):
     return panel("stat", title, description, targets, unit, w, h, **kw)
 
 
+# Stat options that show the series' name (its legend) instead of its value.
+STAT_NAME = {"reduceOptions": {"calcs": ["lastNotNull"], "fields": "", "values": False},
+             "colorMode": "none", "graphMode": "none", "textMode": "name",
+             "justifyMode": "auto", "orientation": "auto"}
+
+
 def state_timeline(title, description, targets, states, w=12, h=8):
     return panel("state-timeline", title, description, targets, "none", w, h,
                  mappings=value_mappings(states),
@@ -233,13 +239,10 @@ def exporter_panels():
     return [
         stat("Exporter up", "Whether Prometheus scraped the exporter at its last attempt (the `up` series of the scrape job). DOWN means none of the panels below are current.",
              [target(f'up{{{NODE}}}', "{{instance}}", instant=True)], "none",
-             mappings=[{"type": "value", "options": {"0": {"text": "DOWN", "color": "red", "index": 0},
-                                                     "1": {"text": "UP", "color": "green", "index": 1}}}]),
+             mappings=value_mappings({0: ("DOWN", "red"), 1: ("UP", "green")})),
         stat("Exporter version", "hpcnode_exporter version and git revision (hpcnode_build_info).",
              [target(f'hpcnode_build_info{{{NODE}}}', "{{version}} ({{revision}})", instant=True)], "none",
-             options={"reduceOptions": {"calcs": ["lastNotNull"], "fields": "", "values": False},
-                      "colorMode": "none", "graphMode": "none", "textMode": "name",
-                      "justifyMode": "auto", "orientation": "auto"}),
+             options=STAT_NAME),
         stat("Collectors failing", "Collectors whose last run failed, overran --scrape.timeout or is still stuck (hpcnode_scrape_collector_success == 0). Alert: HpcnodeCollectorFailing.",
              [target(f'count(hpcnode_scrape_collector_success{{{NODE}}} == 0) or vector(0)', "failing", instant=True)], "none",
              thresholds=[{"color": "green", "value": None}, {"color": "red", "value": 1}]),
@@ -348,8 +351,9 @@ def mic_state_class():
             + "\n)")
 
 
-def dashed(name):
-    return {"matcher": {"id": "byRegexp", "options": name},
+def dashed(name, match="byRegexp"):
+    """A series drawn as a dashed red line: a threshold next to what it bounds."""
+    return {"matcher": {"id": match, "options": name},
             "properties": [{"id": "custom.lineStyle", "value": {"fill": "dash", "dash": [10, 10]}},
                            {"id": "color", "value": {"mode": "fixed", "fixedColor": "red"}}]}
 
@@ -397,9 +401,6 @@ ON_OFF = {0: ("OFF", "orange"), 1: ("ON", "green")}
 PRESENT = {0: ("MISSING", "red"), 1: ("present", "green")}
 YES_NO = {0: ("no", "text"), 1: ("yes", "green")}
 LOADED = {0: ("MISSING", "red"), 1: ("loaded", "green")}
-STAT_NAME = {"reduceOptions": {"calcs": ["lastNotNull"], "fields": "", "values": False},
-             "colorMode": "none", "graphMode": "none", "textMode": "name",
-             "justifyMode": "auto", "orientation": "auto"}
 
 
 def events(title, description, metric, by, legend):
@@ -476,8 +477,7 @@ def pci_panels():
     return [
         stat("IOMMU", "Whether an IOMMU is active on the node (hpcnode_iommu_enabled: /sys/class/iommu has an entry). Without it no device can be passed through.",
              [target(f'hpcnode_iommu_enabled{{{NODE}}}', "{{instance}}", instant=True)], "none",
-             mappings=[{"type": "value", "options": {"0": {"text": "OFF", "color": "red", "index": 0},
-                                                     "1": {"text": "ON", "color": "green", "index": 1}}}]),
+             mappings=value_mappings({0: ("OFF", "red"), 1: ("ON", "green")})),
         stat("Passthrough devices not ready", "Devices meant for passthrough (bound to vfio-pci, matched by a Nova device_spec or named by --collector.pci.passthrough-device) that fail a check. Alert: HpcnodePciPassthroughNotReady.",
              [target(f'count(hpcnode_pci_passthrough_ready{{{NODE}}} == 0) or vector(0)', "devices", instant=True)], "none",
              thresholds=[{"color": "green", "value": None}, {"color": "red", "value": 1}]),
@@ -492,8 +492,7 @@ def pci_panels():
              thresholds=[{"color": "green", "value": None}, {"color": "red", "value": 1}]),
         stat("Nova config", "Whether every Nova config file given with --collector.pci.nova-config was read and every [pci] device_spec and alias in it is valid (hpcnode_nova_config_valid); the exporter log names the rejected line.",
              [target(f'min(hpcnode_nova_config_valid{{{NODE}}})', "valid", instant=True)], "none",
-             mappings=[{"type": "value", "options": {"0": {"text": "INVALID", "color": "red", "index": 0},
-                                                     "1": {"text": "valid", "color": "green", "index": 1}}}]),
+             mappings=value_mappings({0: ("INVALID", "red"), 1: ("valid", "green")})),
         table("Passthrough readiness", "One row per device meant for passthrough: the verdict and each check (present, iommu_enabled, vfio_bound, group_isolated, bars_assigned), with its identity. An idle GPU on vfio-pci with memory decode off, IRQ 255 and D3hot is normal and READY.",
               [target(f'hpcnode_pci_passthrough_ready{{{NODE}}}\n* on (job, instance, device) group_left (vendor_id, device_id, driver, iommu_group)\n  {info}', ref="A", instant=True, table=True)]
               + [target(f'max by (job, instance, device) (hpcnode_pci_passthrough_check{{{NODE}, check="{check}"}})', ref=ref, instant=True, table=True)
@@ -591,9 +590,7 @@ def capacity_dashboard():
                    [target(f'hpcnode:rdma_port_utilisation:p95_1d{{{FLEET_PORT}}}', "{{instance}} {{device}}/{{port}} {{direction}}", "A"),
                     target('hpcnode:threshold{threshold="rdma_port_utilisation_planning_ratio"}', "planning threshold", "B")],
                    "percentunit", extra={"timeFrom": "30d"},
-                   overrides=[{"matcher": {"id": "byName", "options": "planning threshold"},
-                               "properties": [{"id": "custom.lineStyle", "value": {"fill": "dash", "dash": [10, 10]}},
-                                              {"id": "color", "value": {"mode": "fixed", "fixedColor": "red"}}]}]),
+                   overrides=[dashed("planning threshold", match="byName")]),
         timeseries("Fleet throughput, 30 days", "Total bytes per second by direction over 30 days: the long-term trend behind the per-port predictions.",
                    [target(f'sum by (direction) (hpcnode:rdma_node_data_bytes:rate5m{{{FLEET}}})', "{{direction}}")], "Bps",
                    extra={"timeFrom": "30d"}),

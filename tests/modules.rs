@@ -5,45 +5,17 @@
 mod util;
 
 use std::fs;
-use std::path::{Path, PathBuf};
-use std::process::Command;
+use std::path::Path;
 
-use util::golden::{check_fixture_output, scrape};
-use util::{tests_dir, Exporter, HungFiles};
+use util::golden::{assert_lines, check_fixture_output, errors_total, has_line, scrape};
+use util::{fixture_root, start_on_root, Exporter, HungFiles, TreeCopy};
 
 /// The list from issue 4, plus `8250`, built into every kernel these fixtures stand for.
 const EXPECTED: &str =
     "--collector.modules.expected=mlx5_core,mlx5_ib,ib-uverbs,rdma_ucm,ib_ipoib,vfio_pci,nvidia,8250";
 
-fn fixture_root(name: &str) -> PathBuf {
-    tests_dir().join("fixtures").join(name)
-}
-
-/// Flags that root every path of the exporter in `root` (`proc/`, `sys/`, `etc/`, `lib/`).
-fn root_flags(root: &Path) -> [String; 3] {
-    [
-        format!("--path.procfs={}", root.join("proc").display()),
-        format!("--path.sysfs={}", root.join("sys").display()),
-        format!("--path.rootfs={}", root.display()),
-    ]
-}
-
 fn start(root: &Path, extra: &[&str]) -> Exporter {
-    let paths = root_flags(root);
-    let mut args = vec!["--collector.disable-defaults", "--collector.modules"];
-    args.extend(paths.iter().map(String::as_str));
-    args.extend_from_slice(extra);
-    Exporter::start(&args)
-}
-
-fn has(text: &str, line: &str) -> bool {
-    text.lines().any(|l| l == line)
-}
-
-fn assert_has(text: &str, lines: &[&str]) {
-    for line in lines {
-        assert!(has(text, line), "missing {line:?} in:\n{text}");
-    }
+    start_on_root("modules", root, extra)
 }
 
 fn lines_of<'t>(text: &'t str, metric: &str) -> Vec<&'t str> {
@@ -52,20 +24,13 @@ fn lines_of<'t>(text: &'t str, metric: &str) -> Vec<&'t str> {
         .collect()
 }
 
-fn error_total(text: &str) -> u64 {
-    lines_of(text, "hpcnode_collector_errors_total")
-        .iter()
-        .map(|l| l.rsplit_once(' ').unwrap().1.parse::<u64>().unwrap())
-        .sum()
-}
-
 /// RHEL 7.9 with MLNX_OFED and the NVIDIA driver built on the node: unsigned out-of-tree
 /// modules, a proprietary one, kernel-devel of another kernel release installed.
 #[test]
 fn rhel7_with_unsigned_ofed_and_nvidia() {
     let exporter = start(&fixture_root("modules_rhel7"), &[EXPECTED]);
     let text = check_fixture_output("modules_rhel7", &exporter);
-    assert_has(
+    assert_lines(
         &text,
         &[
             // 12289 = P (bit 0) + O (bit 12) + E (bit 13).
@@ -98,7 +63,7 @@ fn rhel7_with_unsigned_ofed_and_nvidia() {
     assert!(lines_of(&text, "hpcnode_secure_boot_enabled").is_empty());
     // `nouveau` is blacklisted twice, but it is not an expected module.
     assert!(!text.contains("nouveau"));
-    assert_eq!(error_total(&text), 0, "{text}");
+    assert_eq!(errors_total(&text, "modules"), 0, "{text}");
 }
 
 /// Ubuntu 22.04 booted with Secure Boot: lockdown integrity, signatures enforced, mlx5_ib kept
@@ -108,7 +73,7 @@ fn secure_boot_host_with_modules_kept_out() {
     let root = fixture_root("modules_secureboot");
     let exporter = start(&root, &[EXPECTED]);
     let text = check_fixture_output("modules_secureboot", &exporter);
-    assert_has(
+    assert_lines(
         &text,
         &[
             "hpcnode_secure_boot_enabled 1",
@@ -134,14 +99,14 @@ fn secure_boot_host_with_modules_kept_out() {
     // The absolute `build` link was followed inside --path.rootfs, not on this machine.
     let headers = "/usr/src/linux-headers-5.15.0-91-generic";
     assert!(!Path::new(headers).exists() && root.join(&headers[1..]).is_dir());
-    assert!(has(
+    assert!(has_line(
         &text,
         "hpcnode_kernel_build_dir_present{release=\"5.15.0-91-generic\"} 1"
     ));
     // The masked /lib/modprobe.d file and the overridden /usr/lib/modprobe.d one say nothing.
     let rules = lines_of(&text, "hpcnode_module_modprobe_rule");
     assert_eq!(rules.len(), 3, "{rules:#?}");
-    assert_eq!(error_total(&text), 0, "{text}");
+    assert_eq!(errors_total(&text, "modules"), 0, "{text}");
 }
 
 /// A kernel built without module support (as this CI machine's): no /proc/modules.
@@ -149,7 +114,7 @@ fn secure_boot_host_with_modules_kept_out() {
 fn kernel_without_module_support() {
     let exporter = start(&fixture_root("modules_none"), &[EXPECTED]);
     let text = check_fixture_output("modules_none", &exporter);
-    assert_has(
+    assert_lines(
         &text,
         &[
             "hpcnode_kernel_modules_supported 0",
@@ -162,7 +127,7 @@ fn kernel_without_module_support() {
     assert!(lines_of(&text, "hpcnode_module_info").is_empty());
     // Scraped again: still no error, and nothing logged.
     let again = scrape(&exporter);
-    assert_eq!(error_total(&again), 0, "{again}");
+    assert_eq!(errors_total(&again, "modules"), 0, "{again}");
     assert!(!exporter.log().contains("level=warn"), "{}", exporter.log());
 }
 
@@ -188,31 +153,18 @@ fn module_series_are_capped() {
             .iter()
             .any(|l| l.contains(&format!("module=\"{newest}\""))));
     }
-    assert!(has(
+    assert!(has_line(
         &text,
         "hpcnode_module_info{module=\"other\",state=\"\",taints=\"EOP\"} 28"
     ));
-    assert_eq!(error_total(&text), 0);
-}
-
-/// A copy of a fixture root that a test may break.
-fn copy_root(name: &str) -> tempfile::TempDir {
-    let dir = tempfile::tempdir().unwrap();
-    let status = Command::new("cp")
-        .arg("-a")
-        .arg(format!("{}/.", fixture_root(name).display()))
-        .arg(dir.path())
-        .status()
-        .expect("cp");
-    assert!(status.success());
-    dir
+    assert_eq!(errors_total(&text, "modules"), 0);
 }
 
 /// Garbage in each file the collector reads: each is reported once per cause, and everything
 /// else is still exported.
 #[test]
 fn broken_input_is_reported_and_the_rest_exported() {
-    let tmp = copy_root("modules_secureboot");
+    let tmp = TreeCopy::with_rootfs("modules_secureboot").dir;
     let root = tmp.path();
     fs::write(root.join("proc/sys/kernel/tainted"), "lots\n").unwrap();
     let mut modules = fs::read_to_string(root.join("proc/modules")).unwrap();
@@ -234,7 +186,7 @@ fn broken_input_is_reported_and_the_rest_exported() {
     let exporter = start(root, &[EXPECTED]);
     let text = scrape(&exporter);
     scrape(&exporter);
-    assert_has(
+    assert_lines(
         &text,
         &[
             "hpcnode_collector_errors_total{collector=\"modules\",kind=\"not_regular_file\"} 1",
@@ -303,7 +255,7 @@ fn running_kernel() {
         .join(release.trim())
         .join("build")
         .is_dir();
-    assert_has(
+    assert_lines(
         &text,
         &[
             &format!("hpcnode_kernel_modules_supported {}", u8::from(supported)),
@@ -319,7 +271,7 @@ fn running_kernel() {
     );
     // A /sys/module directory without initstate is a built-in module, on any kernel.
     if let Some(module) = builtin_in_sysfs {
-        assert!(has(
+        assert!(has_line(
             &text,
             &format!("hpcnode_module_expected_builtin{{module=\"{module}\"}} 1")
         ));
@@ -327,14 +279,19 @@ fn running_kernel() {
     if !supported {
         assert!(lines_of(&text, "hpcnode_module_info").is_empty());
     }
-    assert_eq!(error_total(&text), 0, "{text}\n{}", exporter.log());
+    assert_eq!(
+        errors_total(&text, "modules"),
+        0,
+        "{text}\n{}",
+        exporter.log()
+    );
 }
 
 /// An EFI variable read that never returns (firmware runtime services can hang; here a FUSE
 /// file that never answers) hides only the Secure Boot state, and is not read again while hung.
 #[test]
 fn hung_efi_variable_hides_only_secure_boot() {
-    let tmp = copy_root("modules_secureboot");
+    let tmp = TreeCopy::with_rootfs("modules_secureboot").dir;
     let root = tmp.path();
     let efivars = root.join("sys/firmware/efi/efivars");
     let names: Vec<String> = fs::read_dir(&efivars)
@@ -349,7 +306,7 @@ fn hung_efi_variable_hides_only_secure_boot() {
     let exporter = start(root, &[EXPECTED, "--scrape.timeout=500ms"]);
     for _ in 0..3 {
         let text = scrape(&exporter);
-        assert_has(
+        assert_lines(
             &text,
             &[
                 "hpcnode_scrape_collector_success{collector=\"modules\"} 0",
@@ -362,7 +319,7 @@ fn hung_efi_variable_hides_only_secure_boot() {
         assert!(lines_of(&text, "hpcnode_secure_boot_enabled").is_empty());
     }
     let text = scrape(&exporter);
-    assert_has(
+    assert_lines(
         &text,
         &[
             "hpcnode_collector_errors_total{collector=\"modules\",kind=\"timeout\"} 1",

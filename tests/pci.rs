@@ -4,42 +4,18 @@
 
 mod util;
 
+use std::path::Path;
 use std::process::Command;
 
-use util::golden::{check_fixture_output, scrape};
-use util::{tests_dir, Exporter};
+use util::golden::{assert_lines, check_fixture_output, errors_total, has_line, scrape};
+use util::{start_on_root, tests_dir, Exporter};
 
 /// Nova config paths are passed relative to the test's working directory (the crate
 /// directory), so the `path` labels in the golden files do not depend on the checkout.
 const FIXTURES: &str = "../tests/fixtures";
 
 fn start(tree: &str, extra: &[&str]) -> Exporter {
-    let root = format!("{FIXTURES}/{tree}");
-    let paths = [
-        format!("--path.sysfs={root}/sys"),
-        format!("--path.procfs={root}/proc"),
-        format!("--path.rootfs={root}"),
-    ];
-    let mut args = vec!["--collector.disable-defaults", "--collector.pci"];
-    args.extend(paths.iter().map(String::as_str));
-    args.extend_from_slice(extra);
-    Exporter::start(&args)
-}
-
-fn has(text: &str, line: &str) -> bool {
-    text.lines().any(|l| l == line)
-}
-
-fn assert_lines(text: &str, lines: &[&str]) {
-    let missing: Vec<_> = lines.iter().filter(|l| !has(text, l)).collect();
-    assert!(missing.is_empty(), "missing {missing:#?} in:\n{text}");
-}
-
-fn errors_total(text: &str) -> u64 {
-    text.lines()
-        .filter(|l| l.starts_with("hpcnode_collector_errors_total{collector=\"pci\""))
-        .map(|l| l.rsplit(' ').next().unwrap().parse::<u64>().unwrap())
-        .sum()
+    start_on_root("pci", Path::new(&format!("{FIXTURES}/{tree}")), extra)
 }
 
 #[test]
@@ -66,7 +42,7 @@ fn passthrough_host_with_kolla_nova_config() {
         ],
     );
     let text = check_fixture_output("pci_host_kolla", &exporter);
-    assert_eq!(errors_total(&text), 0, "{text}");
+    assert_eq!(errors_total(&text, "pci"), 0, "{text}");
     assert_lines(
         &text,
         &[
@@ -178,7 +154,7 @@ fn failing_host() {
     );
     let text = check_fixture_output("pci_failing_host", &exporter);
     assert_eq!(
-        errors_total(&text),
+        errors_total(&text, "pci"),
         0,
         "64-byte config space is not an error:\n{text}"
     );
@@ -205,7 +181,7 @@ fn failing_host() {
     // Without the capability list there is no MSI-X, link-from-config or SR-IOV-from-config;
     // sysfs still gives the link.
     assert!(!text.contains("hpcnode_pci_msix_table_size{device=\"0000:3b:00.0\"}"));
-    assert!(has(
+    assert!(has_line(
         &text,
         "hpcnode_pci_link_width{device=\"0000:3b:00.0\",link=\"current\"} 16"
     ));
@@ -216,11 +192,11 @@ fn failing_host() {
 fn silent_without_devices_of_interest() {
     let exporter = start("rdma_edge", &[]);
     let text = scrape(&exporter);
-    assert!(has(
+    assert!(has_line(
         &text,
         "hpcnode_scrape_collector_success{collector=\"pci\"} 1"
     ));
-    assert_eq!(errors_total(&text), 0, "{text}");
+    assert_eq!(errors_total(&text, "pci"), 0, "{text}");
     assert!(
         !text.contains("hpcnode_pci_") && !text.contains("hpcnode_iommu_"),
         "{text}"
@@ -316,7 +292,7 @@ fn iommu_faults_from_the_kernel_log() {
         let text = scrape(&exporter);
         let missing: Vec<_> = expected
             .iter()
-            .filter(|(series, count)| !has(&text, &format!("{series} {count}")))
+            .filter(|(series, count)| !has_line(&text, &format!("{series} {count}")))
             .collect();
         if missing.is_empty() {
             break;

@@ -9,6 +9,7 @@ pub mod http;
 pub mod logging;
 pub mod metrics;
 pub mod mic;
+pub mod modprobe;
 pub mod modules;
 pub mod pci;
 pub mod rdma;

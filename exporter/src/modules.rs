@@ -6,12 +6,13 @@
 //! module support has no `/proc/modules`; that is reported as `hpcnode_kernel_modules_supported 0`,
 //! not as an error.
 
-use std::collections::{BTreeMap, BTreeSet, HashSet};
+use std::collections::{BTreeSet, HashSet};
 use std::path::{Path, PathBuf};
 
 use crate::collector::{CollectError, Collector, Output};
 use crate::config::Config;
 use crate::metrics::{Desc, Labels, Value};
+use crate::modprobe::{self, Action};
 use crate::sysfs::{AttributeReader, SysDir, SysfsError};
 
 pub fn build(config: &Config) -> Box<dyn Collector> {
@@ -128,19 +129,8 @@ const TAINT_FLAGS: [(&str, &str); 20] = [
     ("fwctl", "J"),
 ];
 
-/// Files longer than a page read whole (`/proc/modules`, `modules.builtin`, modprobe.d files)
-/// stop here: 1 MiB holds several thousand modules.
+/// Files longer than a page read whole (`/proc/modules`, `modules.builtin`) stop here: 1 MiB holds several thousand modules.
 const MAX_LIST_BYTES: usize = 1 << 20;
-
-/// Where kmod reads modprobe configuration, highest priority first: a file name found in an
-/// earlier directory hides the same name in the later ones (libkmod `default_config_paths`).
-const MODPROBE_DIRS: [&str; 5] = [
-    "etc/modprobe.d",
-    "run/modprobe.d",
-    "usr/local/lib/modprobe.d",
-    "usr/lib/modprobe.d",
-    "lib/modprobe.d",
-];
 
 const SECURE_BOOT_VARIABLE: &str = "SecureBoot-8be4df61-93ca-11d2-aa0d-00e098032b8c";
 
@@ -227,7 +217,7 @@ impl Read<'_> {
     /// The value of something optional: `None` when it is absent, or broken (then reported).
     fn optional<T>(&mut self, result: Result<T, SysfsError>) -> Option<T> {
         match result {
-            Err(err) if is_absent(&err) => None,
+            Err(err) if err.is_absent() => None,
             result => self.reported(result),
         }
     }
@@ -324,21 +314,21 @@ impl Read<'_> {
     fn build_dir_present(&mut self, release: &str) -> Option<u64> {
         let rootfs = self.collector.rootfs.clone();
         let modules_dir = match SysDir::open(&rootfs.join(format!("lib/modules/{release}"))) {
-            Err(err) if is_absent(&err) => return Some(0),
+            Err(err) if err.is_absent() => return Some(0),
             opened => self.reported(opened)?,
         };
         let build = match modules_dir.link_target("build") {
             Ok(target) if target.is_absolute() => rootfs.join(target.strip_prefix("/").ok()?),
             Ok(target) => modules_dir.path(&target.to_string_lossy()),
             // EINVAL: not a symlink, maybe a directory itself.
-            Err(err) if !is_absent(&err) && !is_invalid(&err) => {
+            Err(err) if !err.is_absent() && !is_invalid(&err) => {
                 self.error(err);
                 return None;
             }
             Err(_) => modules_dir.path("build"),
         };
         match SysDir::open(&build) {
-            Err(err) if is_absent(&err) => Some(0),
+            Err(err) if err.is_absent() => Some(0),
             opened => self.reported(opened).map(|_| 1),
         }
     }
@@ -408,7 +398,7 @@ impl Read<'_> {
             return false;
         };
         match dir.read("initstate", &mut self.reader).map(|_| ()) {
-            Err(err) if is_absent(&err) => true,
+            Err(err) if err.is_absent() => true,
             initstate => {
                 self.reported(initstate);
                 false
@@ -416,58 +406,30 @@ impl Read<'_> {
         }
     }
 
-    /// The effective modprobe.d files (kmod's precedence applied, `/dev/null` masks honoured)
-    /// and their rules that name an expected module.
+    /// The rules of the effective modprobe.d files that name an expected module.
     fn modprobe_rules(&mut self, expected: &[String]) -> BTreeSet<ModprobeRule> {
-        let rootfs = self.collector.rootfs.clone();
-        let mut dirs = Vec::new();
-        // File name -> index in `dirs` of the directory whose file wins.
-        let mut files: BTreeMap<String, usize> = BTreeMap::new();
-        for dir_name in MODPROBE_DIRS {
-            let Some(dir) = self.dir(&rootfs, dir_name) else {
-                continue;
-            };
-            match dir.entries() {
-                Ok(names) => {
-                    for name in names {
-                        let config = name.ends_with(".conf") || name.ends_with(".alias");
-                        if config && !name.starts_with('.') {
-                            files.entry(name).or_insert(dirs.len());
-                        }
-                    }
-                }
-                Err(err) => self.error(err),
-            }
-            dirs.push((dir_name, dir));
+        let mut errors = Vec::new();
+        let files = modprobe::read_config(&self.collector.rootfs, &mut errors);
+        for err in errors {
+            self.error(err);
         }
         let mut rules = BTreeSet::new();
-        for (name, index) in &files {
-            let (dir_name, dir) = &dirs[*index];
-            // systemd's way to disable a vendor file: a link to /dev/null of the same name.
-            if dir
-                .link_target(name)
-                .is_ok_and(|target| target == Path::new("/dev/null"))
-            {
-                continue;
-            }
-            let text = match dir.read_text_file(name, MAX_LIST_BYTES) {
-                Ok(text) => text,
-                Err(err) => {
-                    self.error(err);
+        for file in files {
+            for rule in file.rules {
+                if !expected.contains(&rule.module) {
                     continue;
                 }
-            };
-            let file = format!("/{dir_name}/{name}");
-            rules.extend(
-                parse_modprobe_rules(&text)
-                    .into_iter()
-                    .filter(|(module, _)| expected.contains(module))
-                    .map(|(module, rule)| ModprobeRule {
-                        module,
-                        rule,
-                        file: file.clone(),
-                    }),
-            );
+                let kind = match &rule.action {
+                    Action::Blacklist => "blacklist",
+                    install if install.disables() => "install_disabled",
+                    Action::Install(_) => "install",
+                };
+                rules.insert(ModprobeRule {
+                    module: rule.module,
+                    rule: kind,
+                    file: file.path.clone(),
+                });
+            }
         }
         rules
     }
@@ -553,7 +515,7 @@ impl Read<'_> {
             });
         match enabled {
             // An empty efivars directory is an unmounted efivarfs, not a firmware fact.
-            Err(err) if is_absent(&err) => {
+            Err(err) if err.is_absent() => {
                 let entries = self.reported(efivars.entries())?;
                 (!entries.is_empty()).then_some(0)
             }
@@ -568,12 +530,6 @@ struct ModprobeRule {
     rule: &'static str,
     /// Where the rule is, as a path on the node (`/etc/modprobe.d/mlx5.conf`, `/proc/cmdline`).
     file: String,
-}
-
-/// Not there: the file, or a directory on its path, does not exist.
-fn is_absent(err: &SysfsError) -> bool {
-    err.is_not_found()
-        || matches!(err, SysfsError::Io { source, .. } if source.raw_os_error() == Some(libc::ENOTDIR))
 }
 
 fn is_invalid(err: &SysfsError) -> bool {
@@ -645,41 +601,8 @@ fn parse_builtin_index(text: &str) -> HashSet<String> {
     text.lines()
         .filter_map(|line| line.trim().rsplit('/').next())
         .filter_map(|file| file.strip_suffix(".ko"))
-        .map(|name| name.replace('-', "_"))
+        .map(modprobe::module_key)
         .collect()
-}
-
-/// The `blacklist` and `install` rules of one modprobe.d file, module names in the kernel's
-/// spelling. An install command that is only `true` or `false` disables the module:
-/// `install_disabled`; any other command may or may not load it: `install`.
-fn parse_modprobe_rules(text: &str) -> Vec<(String, &'static str)> {
-    let joined = text.replace("\\\n", " ");
-    let mut rules = Vec::new();
-    for line in joined.lines() {
-        let mut words = line.split_whitespace();
-        let (Some(command), Some(module)) = (words.next(), words.next()) else {
-            continue;
-        };
-        let module = module.replace('-', "_");
-        match command {
-            "blacklist" => rules.push((module, "blacklist")),
-            "install" => {
-                let program: Vec<&str> = words.collect();
-                let disables = matches!(
-                    program.as_slice(),
-                    [only] if matches!(only.rsplit('/').next(), Some("true" | "false"))
-                );
-                let rule = if disables {
-                    "install_disabled"
-                } else {
-                    "install"
-                };
-                rules.push((module, rule));
-            }
-            _ => {}
-        }
-    }
-    rules
 }
 
 /// `modprobe.blacklist=a,b` and `module_blacklist=a,b` words of the kernel command line.
@@ -694,7 +617,7 @@ fn parse_cmdline_blacklists(cmdline: &str) -> Vec<(String, &'static str)> {
             continue;
         };
         for module in list.split(',').filter(|m| !m.is_empty()) {
-            rules.push((module.replace('-', "_"), rule));
+            rules.push((modprobe::module_key(module), rule));
         }
     }
     rules
@@ -767,26 +690,6 @@ mod tests {
         );
         assert!(index.contains("vfio_pci") && index.contains("ib_core"));
         assert_eq!(index.len(), 2);
-    }
-
-    #[test]
-    fn modprobe_rules_disabling_and_not() {
-        let text = "# OFED\n\
-                    install mlx5_ib /bin/false\n\
-                    install ib-uverbs /sbin/modprobe --ignore-install ib_uverbs \\\n  && /usr/bin/logger loaded\n\
-                    install usb-storage true\n\
-                    blacklist rdma-ucm\n\
-                    options mlx5_core prof_sel=2\n\
-                    blacklist\n";
-        assert_eq!(
-            parse_modprobe_rules(text),
-            [
-                ("mlx5_ib".to_string(), "install_disabled"),
-                ("ib_uverbs".to_string(), "install"),
-                ("usb_storage".to_string(), "install_disabled"),
-                ("rdma_ucm".to_string(), "blacklist"),
-            ]
-        );
     }
 
     #[test]

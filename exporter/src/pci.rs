@@ -19,6 +19,7 @@ use std::path::{Path, PathBuf};
 use crate::collector::{CollectError, Collector, ErrorKind, Output};
 use crate::config::Config;
 use crate::metrics::{Desc, LabelValue, Labels, Value};
+use crate::modprobe;
 use crate::sysfs::{AttributeReader, SysDir, SysfsError};
 
 use config_space::{ConfigSpace, BAR_COUNT};
@@ -276,12 +277,6 @@ const KERNEL_PARAMETERS: [&str; 4] = ["intel_iommu", "amd_iommu", "iommu", "vfio
 const VFIO_MODULES: [&str; 3] = ["vfio", "vfio_iommu_type1", "vfio_pci"];
 /// Other `vfio*` entries of /sys/module kept (vfio_pci_core, vfio_virqfd, ...).
 const MAX_OTHER_VFIO_MODULES: usize = 16;
-const MODPROBE_DIRS: [&str; 4] = [
-    "etc/modprobe.d",
-    "run/modprobe.d",
-    "usr/lib/modprobe.d",
-    "lib/modprobe.d",
-];
 
 const HOST_UNIT: &str = "host";
 const NOVA_UNIT: &str = "nova";
@@ -820,7 +815,7 @@ impl Read<'_> {
         let rules = self.modprobe_rules();
         let mut series: BTreeMap<(String, String, bool), u64> = BTreeMap::new();
         for (index, module) in modules.iter().enumerate() {
-            let key = modules::module_key(module);
+            let key = modprobe::module_key(module);
             let entry = if index < MAX_ALIAS_MODULES {
                 let install = rules
                     .install
@@ -861,27 +856,14 @@ impl Read<'_> {
         }
     }
 
-    /// modprobe.d files: a name in an earlier directory hides the same name in a later one;
-    /// files are applied in name order, as kmod does.
+    /// The rules of the effective modprobe.d files (kmod's precedence and masking).
     fn modprobe_rules(&mut self) -> modules::ModprobeRules {
-        let mut files: BTreeMap<String, PathBuf> = BTreeMap::new();
-        for relative in MODPROBE_DIRS {
-            let dir = self.collector.rootfs.join(relative);
-            let Ok(names) = SysDir::open(&dir).and_then(|d| d.entries()) else {
-                continue;
-            };
-            for name in names.into_iter().filter(|n| n.ends_with(".conf")) {
-                files.entry(name).or_insert_with(|| dir.clone());
-            }
+        let mut errors = Vec::new();
+        let files = modprobe::read_config(&self.collector.rootfs, &mut errors);
+        for err in errors {
+            self.error(err);
         }
-        let mut rules = modules::ModprobeRules::default();
-        for (name, dir) in &files {
-            match SysDir::open(dir).and_then(|d| d.read_file(name, CONFIG_FILE_LIMIT)) {
-                Ok(bytes) => rules.add_file(&String::from_utf8_lossy(&bytes)),
-                Err(err) => self.error(err),
-            }
-        }
-        rules
+        modules::ModprobeRules::from_config(files)
     }
 
     /// The host's IOMMU state: hardware units, command line, groups, vfio modules.

@@ -53,6 +53,12 @@ impl SysfsError {
         matches!(self, SysfsError::Io { source, .. } if source.kind() == std::io::ErrorKind::NotFound)
     }
 
+    /// True when the file, or a directory on its path, does not exist.
+    pub fn is_absent(&self) -> bool {
+        self.is_not_found()
+            || matches!(self, SysfsError::Io { source, .. } if source.raw_os_error() == Some(libc::ENOTDIR))
+    }
+
     pub fn parse(path: &Path, reason: &'static str, content: &str) -> Self {
         SysfsError::Parse {
             path: path.to_path_buf(),

@@ -102,3 +102,23 @@ pub fn check_fixture_output(case: &str, exporter: &Exporter) -> String {
     assert_eq!(openmetrics_sample_count(&openmetrics), sample_lines(&text));
     text
 }
+
+/// Whether `line` is a whole line of the page.
+pub fn has_line(text: &str, line: &str) -> bool {
+    text.lines().any(|l| l == line)
+}
+
+/// Fails naming every line of `lines` the page lacks.
+pub fn assert_lines(text: &str, lines: &[&str]) {
+    let missing: Vec<_> = lines.iter().filter(|l| !has_line(text, l)).collect();
+    assert!(missing.is_empty(), "missing {missing:#?} in:\n{text}");
+}
+
+/// The errors `collector` counted, all kinds together.
+pub fn errors_total(text: &str, collector: &str) -> u64 {
+    let prefix = format!("hpcnode_collector_errors_total{{collector=\"{collector}\",");
+    text.lines()
+        .filter(|l| l.starts_with(&prefix))
+        .map(|l| l.rsplit(' ').next().unwrap().parse::<u64>().unwrap())
+        .sum()
+}

@@ -349,3 +349,23 @@ impl HungTree {
         Some(HungTree { _hung: hung, tree })
     }
 }
+
+/// A whole fixture directory: `sys/`, `proc/` and rootfs content (`etc/`, `lib/`) beside them.
+pub fn fixture_root(name: &str) -> PathBuf {
+    tests_dir().join("fixtures").join(name)
+}
+
+/// The exporter with only `collector` on and every path rooted in the fixture directory `root`
+/// (`--path.procfs=<root>/proc --path.sysfs=<root>/sys --path.rootfs=<root>`).
+pub fn start_on_root(collector: &str, root: &Path, extra: &[&str]) -> Exporter {
+    let flags = [
+        format!("--collector.{collector}"),
+        format!("--path.procfs={}", root.join("proc").display()),
+        format!("--path.sysfs={}", root.join("sys").display()),
+        format!("--path.rootfs={}", root.display()),
+    ];
+    let mut args = vec!["--collector.disable-defaults"];
+    args.extend(flags.iter().map(String::as_str));
+    args.extend_from_slice(extra);
+    Exporter::start(&args)
+}

@@ -5,6 +5,8 @@
 
 use std::collections::{BTreeMap, HashSet};
 
+use crate::modprobe::{Action, ConfigFile};
+
 /// One `alias pci:... module` line.
 pub struct ModuleAlias<'a> {
     pub pattern: &'a str,
@@ -102,11 +104,6 @@ fn class_match(pattern: &[u8], open: usize, c: u8) -> Option<Option<usize>> {
     Some((matched != negated).then_some(i + 1))
 }
 
-/// modprobe treats `-` and `_` in module names alike.
-pub fn module_key(name: &str) -> String {
-    name.replace('-', "_")
-}
-
 /// What modprobe.d says about modules.
 #[derive(Debug, Default)]
 pub struct ModprobeRules {
@@ -116,26 +113,20 @@ pub struct ModprobeRules {
 }
 
 impl ModprobeRules {
-    /// Adds one configuration file (backslash-newline continues a line, `#` comments).
-    pub fn add_file(&mut self, text: &str) {
-        let joined = text.replace("\\\n", " ");
-        for line in joined.lines() {
-            let line = line.trim();
-            if line.starts_with('#') {
-                continue;
-            }
-            let mut words = line.split_whitespace();
-            match (words.next(), words.next()) {
-                (Some("install"), Some(module)) => {
-                    let command: Vec<&str> = words.collect();
-                    self.install.insert(module_key(module), command.join(" "));
+    /// The rules of the effective configuration files, applied in their order.
+    pub fn from_config(files: Vec<ConfigFile>) -> Self {
+        let mut rules = ModprobeRules::default();
+        for rule in files.into_iter().flat_map(|file| file.rules) {
+            match rule.action {
+                Action::Install(command) => {
+                    rules.install.insert(rule.module, command);
                 }
-                (Some("blacklist"), Some(module)) => {
-                    self.blacklist.insert(module_key(module));
+                Action::Blacklist => {
+                    rules.blacklist.insert(rule.module);
                 }
-                _ => {}
             }
         }
+        rules
     }
 }
 
@@ -178,15 +169,24 @@ mod tests {
     }
 
     #[test]
-    fn install_and_blacklist_rules() {
-        let mut rules = ModprobeRules::default();
-        rules.add_file(
-            "# OFED\ninstall mlx5-core /sbin/modprobe --ignore-install mlx5_core \\\n  && /usr/sbin/ofed_hook\n\
-             blacklist nouveau\n",
-        );
+    fn the_last_install_rule_wins() {
+        let file = |path: &str, text| ConfigFile {
+            path: path.to_string(),
+            rules: crate::modprobe::parse_rules(text),
+        };
+        let rules = ModprobeRules::from_config(vec![
+            file(
+                "/etc/modprobe.d/a.conf",
+                "install mlx5-core /bin/true\nblacklist nouveau\n",
+            ),
+            file(
+                "/lib/modprobe.d/b.conf",
+                "install mlx5_core /sbin/modprobe --ignore-install mlx5_core\n",
+            ),
+        ]);
         assert_eq!(
             rules.install["mlx5_core"],
-            "/sbin/modprobe --ignore-install mlx5_core && /usr/sbin/ofed_hook"
+            "/sbin/modprobe --ignore-install mlx5_core"
         );
         assert!(rules.blacklist.contains("nouveau"));
     }

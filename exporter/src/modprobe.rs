@@ -1,0 +1,244 @@
+//! modprobe configuration as kmod reads it: the effective modprobe.d files under
+//! `--path.rootfs` and their `blacklist` and `install` rules. Shared by the kernel-state
+//! collector (rules on expected modules) and the PCI collector (rules on the modules that would
+//! claim an unbound device).
+
+use std::collections::BTreeMap;
+use std::path::Path;
+
+use crate::sysfs::{SysDir, SysfsError};
+
+/// Where kmod reads modprobe configuration, highest priority first: a file name found in an
+/// earlier directory hides the same name in the later ones (libkmod `default_config_paths`).
+const CONFIG_DIRS: [&str; 5] = [
+    "etc/modprobe.d",
+    "run/modprobe.d",
+    "usr/local/lib/modprobe.d",
+    "usr/lib/modprobe.d",
+    "lib/modprobe.d",
+];
+
+/// Real modprobe.d files are a few KiB; 1 MiB bounds a hostile one.
+const MAX_CONFIG_BYTES: usize = 1 << 20;
+
+/// modprobe treats `-` and `_` in module names alike; the kernel spells them `_`.
+pub fn module_key(name: &str) -> String {
+    name.replace('-', "_")
+}
+
+/// One effective configuration file.
+#[derive(Debug)]
+pub struct ConfigFile {
+    /// Where it is on the node: `/etc/modprobe.d/mlx5.conf`.
+    pub path: String,
+    pub rules: Vec<Rule>,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Rule {
+    /// The module name in the kernel's spelling (see [`module_key`]).
+    pub module: String,
+    pub action: Action,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Action {
+    /// `blacklist`: the module's own aliases are ignored.
+    Blacklist,
+    /// `install`: loading the module runs this command instead (words joined by one space).
+    Install(String),
+}
+
+impl Action {
+    /// An install command that is only `true` or `false` (any path) never loads the module.
+    pub fn disables(&self) -> bool {
+        match self {
+            Action::Blacklist => false,
+            Action::Install(command) => {
+                !command.contains(' ')
+                    && matches!(command.rsplit('/').next(), Some("true" | "false"))
+            }
+        }
+    }
+}
+
+/// The effective modprobe.d files under `rootfs` in the order kmod applies them (by file
+/// name), each with its rules; files and directories that cannot be read go to `errors`.
+/// kmod's precedence applies: `*.conf` and `*.alias` files, not hidden ones, a name in an
+/// earlier directory hiding the same name in later ones, and a link to `/dev/null` masking it.
+pub fn read_config(rootfs: &Path, errors: &mut Vec<SysfsError>) -> Vec<ConfigFile> {
+    let mut dirs = Vec::new();
+    // File name -> index in `dirs` of the directory whose file wins.
+    let mut names: BTreeMap<String, usize> = BTreeMap::new();
+    for dir_name in CONFIG_DIRS {
+        let dir = match SysDir::open(&rootfs.join(dir_name)) {
+            Ok(dir) => dir,
+            Err(err) if err.is_absent() => continue,
+            Err(err) => {
+                errors.push(err);
+                continue;
+            }
+        };
+        match dir.entries() {
+            Ok(entries) => {
+                for name in entries {
+                    let config = name.ends_with(".conf") || name.ends_with(".alias");
+                    if config && !name.starts_with('.') {
+                        names.entry(name).or_insert(dirs.len());
+                    }
+                }
+            }
+            Err(err) => errors.push(err),
+        }
+        dirs.push((dir_name, dir));
+    }
+    let mut files = Vec::new();
+    for (name, index) in names {
+        let (dir_name, dir) = &dirs[index];
+        // systemd's way to disable a vendor file: a link to /dev/null of the same name.
+        if dir
+            .link_target(&name)
+            .is_ok_and(|target| target == Path::new("/dev/null"))
+        {
+            continue;
+        }
+        match dir.read_text_file(&name, MAX_CONFIG_BYTES) {
+            Ok(text) => files.push(ConfigFile {
+                path: format!("/{dir_name}/{name}"),
+                rules: parse_rules(&text),
+            }),
+            Err(err) => errors.push(err),
+        }
+    }
+    files
+}
+
+/// The `blacklist` and `install` rules of one modprobe.d file, in file order (a backslash
+/// before the newline continues a line; comments and other commands are skipped).
+pub fn parse_rules(text: &str) -> Vec<Rule> {
+    let joined = text.replace("\\\n", " ");
+    let mut rules = Vec::new();
+    for line in joined.lines() {
+        let mut words = line.split_whitespace();
+        let (Some(command), Some(module)) = (words.next(), words.next()) else {
+            continue;
+        };
+        let action = match command {
+            "blacklist" => Action::Blacklist,
+            "install" => Action::Install(words.collect::<Vec<_>>().join(" ")),
+            _ => continue,
+        };
+        rules.push(Rule {
+            module: module_key(module),
+            action,
+        });
+    }
+    rules
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn rule(module: &str, action: Action) -> Rule {
+        Rule {
+            module: module.to_string(),
+            action,
+        }
+    }
+
+    #[test]
+    fn install_and_blacklist_rules() {
+        let text = "# OFED\n\
+                    install mlx5_ib /bin/false\n\
+                    install ib-uverbs /sbin/modprobe --ignore-install ib_uverbs \\\n  && /usr/bin/logger loaded\n\
+                    install usb-storage true\n\
+                    # blacklist nouveau\n\
+                    blacklist rdma-ucm\n\
+                    options mlx5_core prof_sel=2\n\
+                    blacklist\n";
+        let install = |command: &str| Action::Install(command.to_string());
+        assert_eq!(
+            parse_rules(text),
+            [
+                rule("mlx5_ib", install("/bin/false")),
+                rule(
+                    "ib_uverbs",
+                    install("/sbin/modprobe --ignore-install ib_uverbs && /usr/bin/logger loaded")
+                ),
+                rule("usb_storage", install("true")),
+                rule("rdma_ucm", Action::Blacklist),
+            ]
+        );
+    }
+
+    #[test]
+    fn only_a_lone_true_or_false_disables() {
+        let disables = |text| parse_rules(text)[0].action.disables();
+        assert!(disables("install mlx5_ib /bin/false"));
+        assert!(disables("install mlx5_ib true"));
+        assert!(!disables("install mlx5_ib /bin/true && modprobe mlx5_ib"));
+        assert!(!disables("install mlx5_ib /sbin/truex"));
+        assert!(!disables("install mlx5_ib"));
+        assert!(!disables("blacklist true"));
+    }
+
+    #[test]
+    fn kmod_precedence_and_dev_null_masks() {
+        let root = tempfile::tempdir().unwrap();
+        let write = |path: &str, text: &str| {
+            let path = root.path().join(path);
+            std::fs::create_dir_all(path.parent().unwrap()).unwrap();
+            std::fs::write(path, text).unwrap();
+        };
+        write("etc/modprobe.d/mlx5.conf", "blacklist mlx5_ib\n");
+        write("usr/lib/modprobe.d/mlx5.conf", "blacklist mlx5_core\n");
+        write(
+            "usr/local/lib/modprobe.d/local.alias",
+            "install ib_srp /bin/true\n",
+        );
+        write("lib/modprobe.d/90-nvidia.conf", "blacklist nvidia\n");
+        write("lib/modprobe.d/.hidden.conf", "blacklist hidden\n");
+        write("lib/modprobe.d/README", "blacklist readme\n");
+        std::os::unix::fs::symlink(
+            "/dev/null",
+            root.path().join("etc/modprobe.d/90-nvidia.conf"),
+        )
+        .unwrap();
+        // A file where a directory would be is no directory, as for kmod.
+        write("run/modprobe.d", "");
+
+        let mut errors = Vec::new();
+        let files = read_config(root.path(), &mut errors);
+        assert!(errors.is_empty(), "{errors:?}");
+        let summary: Vec<(&str, Vec<&str>)> = files
+            .iter()
+            .map(|f| {
+                (
+                    f.path.as_str(),
+                    f.rules.iter().map(|r| r.module.as_str()).collect(),
+                )
+            })
+            .collect();
+        assert_eq!(
+            summary,
+            [
+                ("/usr/local/lib/modprobe.d/local.alias", vec!["ib_srp"]),
+                ("/etc/modprobe.d/mlx5.conf", vec!["mlx5_ib"]),
+            ]
+        );
+    }
+
+    #[test]
+    fn an_unreadable_file_is_an_error_and_the_others_are_read() {
+        let root = tempfile::tempdir().unwrap();
+        let dir = root.path().join("etc/modprobe.d");
+        std::fs::create_dir_all(dir.join("sub.conf")).unwrap();
+        std::fs::write(dir.join("nouveau.conf"), "blacklist nouveau\n").unwrap();
+        let mut errors = Vec::new();
+        let files = read_config(root.path(), &mut errors);
+        assert_eq!(files.len(), 1);
+        assert_eq!(files[0].rules, [rule("nouveau", Action::Blacklist)]);
+        assert_eq!(errors.len(), 1, "{errors:?}");
+    }
+}
