@@ -251,6 +251,27 @@ fn bad_input_is_reported_and_the_rest_exported() {
     }
 }
 
+/// The kernel release names a directory under --path.rootfs: one that would lead out of
+/// `lib/modules` (here to a planted `etc/modules.alias` claiming the unbound devices) is refused.
+#[test]
+fn kernel_release_never_leaves_lib_modules() {
+    let tree = util::TreeCopy::with_rootfs("pci_failing_host");
+    let release = tree.root().join("proc/sys/kernel/osrelease");
+    let real = std::fs::read_to_string(&release).unwrap();
+    let aliases = tree.root().join(format!("lib/modules/{}/modules.alias", real.trim()));
+    std::fs::copy(&aliases, tree.root().join("etc/modules.alias")).unwrap();
+    std::fs::write(&release, "../../etc\n").unwrap();
+    let exporter = util::start_on_root("pci", tree.root(), &[]);
+    let text = scrape(&exporter);
+    assert!(
+        !text.contains("hpcnode_pci_unbound_device_alias_module{"),
+        "modules.alias read outside lib/modules:\n{text}"
+    );
+    // One error per unbound device that asked (the T4 and the ConnectX-4), logged once.
+    assert!(text.contains("hpcnode_collector_errors_total{collector=\"pci\",kind=\"parse\"} 2"));
+    assert_eq!(exporter.log().matches("not a kernel release").count(), 1);
+}
+
 /// IOMMU fault lines in every format the kernel prints, written to /dev/kmsg on this machine's
 /// kernel, are counted by the ebpf collector's kernel-log probe with `source="kernel_log"`.
 #[test]

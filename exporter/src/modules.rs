@@ -537,7 +537,7 @@ fn is_invalid(err: &SysfsError) -> bool {
 }
 
 /// A release such as `3.10.0-1160.el7.x86_64`: one path component, as `uname -r` prints it.
-fn is_release(text: &str) -> bool {
+pub fn is_release(text: &str) -> bool {
     !text.is_empty()
         && text.len() <= 64
         && text != "."

@@ -846,6 +846,12 @@ impl Read<'_> {
             .map_err(|err| self.error(err))
             .ok()?;
         let release = self.optional(&kernel, "osrelease")?;
+        // It becomes a path component under --path.rootfs: never `..` or a path.
+        if !crate::modules::is_release(&release) {
+            let path = kernel.path("osrelease");
+            self.error(SysfsError::parse(&path, "not a kernel release", &release));
+            return None;
+        }
         let dir = collector.rootfs.join("lib/modules").join(&release);
         match SysDir::open(&dir).and_then(|d| d.read_file("modules.alias", MODULES_ALIAS_LIMIT)) {
             Ok(bytes) => Some(String::from_utf8_lossy(&bytes).into_owned()),

@@ -249,6 +249,10 @@ impl TreeCopy {
         TreeCopy { dir }
     }
 
+    pub fn root(&self) -> &Path {
+        self.dir.path()
+    }
+
     pub fn sys(&self) -> PathBuf {
         self.dir.path().join("sys")
     }
