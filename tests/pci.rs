@@ -258,7 +258,9 @@ fn kernel_release_never_leaves_lib_modules() {
     let tree = util::TreeCopy::with_rootfs("pci_failing_host");
     let release = tree.root().join("proc/sys/kernel/osrelease");
     let real = std::fs::read_to_string(&release).unwrap();
-    let aliases = tree.root().join(format!("lib/modules/{}/modules.alias", real.trim()));
+    let aliases = tree
+        .root()
+        .join(format!("lib/modules/{}/modules.alias", real.trim()));
     std::fs::copy(&aliases, tree.root().join("etc/modules.alias")).unwrap();
     std::fs::write(&release, "../../etc\n").unwrap();
     let exporter = util::start_on_root("pci", tree.root(), &[]);
