@@ -17,6 +17,7 @@ use crate::config::Config;
 use crate::logging::{self, Level};
 use crate::metrics::{Desc, Samples, Value};
 use crate::rdma;
+use crate::verbs;
 
 /// What a collector does at scrape time, split into independent units (devices) so that one
 /// unit whose read hangs hides nothing but itself.
@@ -40,13 +41,22 @@ pub struct Registration {
 }
 
 /// Every collector, once. Generates `--collector.<name>` / `--no-collector.<name>`.
-pub const COLLECTORS: &[Registration] = &[Registration {
-    name: "rdma",
-    enabled_by_default: true,
-    help: "RDMA (InfiniBand, RoCE, iWARP, Omni-Path) device and port state and counters from /sys/class/infiniband",
-    build: rdma::build,
-    metrics: &rdma::METRICS,
-}];
+pub const COLLECTORS: &[Registration] = &[
+    Registration {
+        name: "rdma",
+        enabled_by_default: true,
+        help: "RDMA (InfiniBand, RoCE, iWARP, Omni-Path) device and port state and counters from /sys/class/infiniband",
+        build: rdma::build,
+        metrics: &rdma::METRICS,
+    },
+    Registration {
+        name: "verbs",
+        enabled_by_default: true,
+        help: "Results of the periodic RDMA verbs bandwidth and latency probe (silent unless --probe.verbs.interval or --probe.verbs.listen is set)",
+        build: verbs::build,
+        metrics: &verbs::METRICS,
+    },
+];
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum ErrorKind {

@@ -9,3 +9,4 @@ pub mod logging;
 pub mod metrics;
 pub mod rdma;
 pub mod sysfs;
+pub mod verbs;
