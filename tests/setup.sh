@@ -24,3 +24,5 @@ if ((${#missing[@]})); then
   apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
   if [ -n "$created_policy" ]; then rm -f /usr/sbin/policy-rc.d; fi
 fi
+# The verbs tests' rdma-core header and library, unpacked under target/ (not installed).
+"$(dirname "$0")/verbs/fetch-rdma-core.sh"

@@ -69,6 +69,7 @@ pub struct VerbsProbeCommand {
     pub peer: Option<String>,
     pub token: Option<Vec<u8>>,
     pub params: verbs::engine::Params,
+    pub library: String,
     /// Fail (exit 1) when the efficiency ratio is below this.
     pub min_ratio: Option<f64>,
 }
@@ -218,6 +219,11 @@ fn verbs_flags(prefix: &str) -> Vec<Arg> {
             "DURATION",
             "Longest wait for any single step: a completion, an echo, a peer message (default 5s).",
         ),
+        arg(
+            "library",
+            "PATH",
+            "The libibverbs to load (default libibverbs.so.1, wherever the dynamic linker finds it).",
+        ),
     ]
 }
 
@@ -228,6 +234,7 @@ struct VerbsFlags {
     peer: Option<String>,
     token: Option<Vec<u8>>,
     params: verbs::engine::Params,
+    library: String,
 }
 
 fn verbs_values(matches: &ArgMatches, prefix: &str) -> Result<VerbsFlags, ConfigError> {
@@ -308,6 +315,7 @@ fn verbs_values(matches: &ArgMatches, prefix: &str) -> Result<VerbsFlags, Config
         peer,
         token,
         params,
+        library: get("library").unwrap_or_else(|| verbs::ffi::LIBRARY.to_string()),
     })
 }
 
@@ -373,6 +381,7 @@ fn verbs_settings(matches: &ArgMatches) -> Result<verbs::Settings, ConfigError> 
         params: flags.params,
         listen,
         allow,
+        library: flags.library,
     })
 }
 
@@ -422,6 +431,7 @@ fn parse_probe(args: &[OsString]) -> Result<Invocation, ConfigError> {
         peer: flags.peer,
         token: flags.token,
         params: flags.params,
+        library: flags.library,
         min_ratio,
     })))
 }

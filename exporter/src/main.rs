@@ -114,7 +114,7 @@ fn probe_verbs(command: &VerbsProbeCommand) -> ExitCode {
 
 /// Whether the probe passed `--min-ratio` (always, without one).
 fn run_probe_verbs(command: &VerbsProbeCommand) -> anyhow::Result<bool> {
-    let library = Arc::new(verbs::ffi::Verbs::load()?);
+    let library = Arc::new(verbs::ffi::Verbs::load(&command.library)?);
     let device = match &command.device {
         Some(device) => device.clone(),
         None => verbs::first_device(&command.sysfs)

@@ -90,8 +90,8 @@ pub struct Qp {
     pub qp_num: u32,
 }
 
-/// `union ibv_gid`.
-#[repr(C)]
+/// `union ibv_gid` (8-byte aligned by its `global` member of two `__be64`).
+#[repr(C, align(8))]
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct Gid {
     pub raw: [u8; 16],
@@ -504,9 +504,9 @@ pub struct Verbs {
 
 #[derive(Debug, thiserror::Error)]
 pub enum LoadError {
-    #[error("cannot load {LIBRARY}: {0}")]
-    Open(String),
-    #[error("{LIBRARY} lacks {symbol}: {reason}")]
+    #[error("cannot load {library}: {reason}")]
+    Open { library: String, reason: String },
+    #[error("libibverbs lacks {symbol}: {reason}")]
     Symbol {
         symbol: &'static str,
         reason: String,
@@ -514,12 +514,14 @@ pub enum LoadError {
 }
 
 impl Verbs {
-    /// Loads `libibverbs.so.1` through the dynamic linker's search path.
-    pub fn load() -> Result<Verbs, LoadError> {
+    /// Loads `library`: a path, or a soname such as [`LIBRARY`] that the dynamic linker finds.
+    pub fn load(library: &str) -> Result<Verbs, LoadError> {
         // SAFETY: libibverbs' initialisers only read its config directory and sysfs.
-        let library =
-            unsafe { Library::new(LIBRARY) }.map_err(|err| LoadError::Open(err.to_string()))?;
-        Verbs::resolve(library)
+        let loaded = unsafe { Library::new(library) }.map_err(|err| LoadError::Open {
+            library: library.to_string(),
+            reason: err.to_string(),
+        })?;
+        Verbs::resolve(loaded)
     }
 
     fn resolve(library: Library) -> Result<Verbs, LoadError> {

@@ -114,6 +114,8 @@ pub struct Settings {
     /// `ADDR:PORT` to serve other exporters' probes on; `None`: no responder.
     pub listen: Option<String>,
     pub allow: Vec<Cidr>,
+    /// The libibverbs to load: [`ffi::LIBRARY`] unless a flag names another.
+    pub library: String,
 }
 
 impl Settings {
@@ -318,7 +320,7 @@ pub fn build(config: &Config) -> Box<dyn Collector> {
     if !settings.configured() {
         return Box::new(VerbsCollector { service: None });
     }
-    let verbs = match Verbs::load() {
+    let verbs = match Verbs::load(&settings.library) {
         Ok(verbs) => Some(Arc::new(verbs)),
         Err(err) => {
             logging::log(
