@@ -8,7 +8,6 @@ mod util;
 
 use std::io::{Read, Write};
 use std::net::{TcpListener, TcpStream};
-use std::path::PathBuf;
 use std::process::Command;
 use std::time::{Duration, Instant};
 
@@ -17,34 +16,9 @@ use hpcnode_exporter::verbs::ffi::ABI_LAYOUT;
 use hpcnode_exporter::verbs::oob::Message;
 use util::{Exporter, BINARY};
 
-/// Debian's rdma-core, unpacked (not installed).
-fn rdma_core() -> PathBuf {
-    let root = std::env::var_os("HPCNODE_RDMA_CORE")
-        .map(PathBuf::from)
-        .unwrap_or_else(|| util::tests_dir().join("../target/rdma-core"));
-    assert!(
-        root.join("usr/include/infiniband/verbs.h").exists(),
-        "{} lacks rdma-core: run tests/verbs/fetch-rdma-core.sh (tests/setup.sh does)",
-        root.display()
-    );
-    root
-}
-
-/// The path of the real libibverbs.so.1 that matches the header the layout test reads (whether
-/// or not the machine has one installed: qemu's packages pull libibverbs1 in).
-fn libibverbs() -> String {
-    std::fs::read_dir(rdma_core().join("usr/lib"))
-        .unwrap()
-        .map(|entry| entry.unwrap().path().join("libibverbs.so.1"))
-        .find(|lib| lib.exists())
-        .expect("libibverbs.so.1 in the unpacked rdma-core")
-        .display()
-        .to_string()
-}
-
 /// Exporter flags that load the real library.
 fn real_library() -> String {
-    format!("--probe.verbs.library={}", libibverbs())
+    format!("--probe.verbs.library={}", util::libibverbs())
 }
 
 /// A library path that cannot load: a node without rdma-core.
@@ -88,7 +62,7 @@ fn binding_layout_matches_verbs_h() {
     let binary = dir.path().join("layout");
     let compiled = Command::new("gcc")
         .arg("-I")
-        .arg(rdma_core().join("usr/include"))
+        .arg(util::rdma_core().join("usr/include"))
         .arg(&source)
         .arg("-o")
         .arg(&binary)
@@ -379,7 +353,7 @@ fn probe_command_fails_cleanly() {
     );
     assert_eq!(stderr.lines().count(), 1, "{stderr}");
 
-    let library = format!("--library={}", libibverbs());
+    let library = format!("--library={}", util::libibverbs());
     let (code, _, stderr) = probe_command(&["--device=mlx4_1", &library, &sysfs]);
     assert_eq!(code, 1);
     assert!(stderr.contains("mlx4_1/1: port is not ACTIVE"), "{stderr}");

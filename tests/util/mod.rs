@@ -314,3 +314,28 @@ impl Drop for HungTree {
         let _ = self.fuse.wait();
     }
 }
+
+/// Debian's rdma-core, unpacked (not installed).
+pub fn rdma_core() -> PathBuf {
+    let root = std::env::var_os("HPCNODE_RDMA_CORE")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| tests_dir().join("../target/rdma-core"));
+    assert!(
+        root.join("usr/include/infiniband/verbs.h").exists(),
+        "{} lacks rdma-core: run tests/verbs/fetch-rdma-core.sh (tests/setup.sh does)",
+        root.display()
+    );
+    root
+}
+
+/// The path of the real libibverbs.so.1 that matches the header the layout test reads (whether
+/// or not the machine has one installed: qemu's packages pull libibverbs1 in).
+pub fn libibverbs() -> String {
+    std::fs::read_dir(rdma_core().join("usr/lib"))
+        .unwrap()
+        .map(|entry| entry.unwrap().path().join("libibverbs.so.1"))
+        .find(|lib| lib.exists())
+        .expect("libibverbs.so.1 in the unpacked rdma-core")
+        .display()
+        .to_string()
+}
