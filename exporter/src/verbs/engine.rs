@@ -264,27 +264,32 @@ pub enum Progress {
 /// Windows over which the peak bandwidth is taken, and progress reported.
 const WINDOW: Duration = Duration::from_millis(100);
 
-/// RDMA WRITEs of `message_size` bytes into `remote`, `queue_depth` in flight, for `duration`;
-/// then waits for every outstanding write.
+/// RDMA WRITEs of `message_size` bytes into `remote`, `queue_depth` in flight, for `duration`.
+/// As ib_write_bw's duration mode, the average counts the writes completed within the
+/// duration; the writes still in flight at its end are waited for but not counted (their drain
+/// would otherwise lower the figure by up to a queue's worth of data).
 pub fn measure_bandwidth(
     side: &Side,
     remote: &Endpoint,
     params: &Params,
     progress: &mut dyn FnMut(Progress),
 ) -> Result<Bandwidth, ProbeError> {
-    let size = side.message_size;
+    let size = side.message_size as u64;
     let depth = usize::try_from(params.queue_depth).unwrap_or(1).max(1);
     let mut wc = vec![ffi::Wc::default(); depth.min(64)];
     let started = Instant::now();
     let end = started + params.duration;
     let (mut outstanding, mut completed) = (0usize, 0u64);
+    // Completions counted, and when the last counted one was reaped.
+    let (mut measured, mut measured_at) = (0u64, started);
     let (mut window_start, mut window_completed) = (started, 0u64);
     let mut peak = 0.0f64;
     let mut last_progress = started;
     loop {
         let now = Instant::now();
-        while outstanding < depth && now < end {
-            side.post_write(remote, size, completed + outstanding as u64)?;
+        let running = now < end;
+        while outstanding < depth && running {
+            side.post_write(remote, size as usize, completed + outstanding as u64)?;
             outstanding += 1;
         }
         let reaped = side.qp.cq.poll(&mut wc)?;
@@ -292,28 +297,35 @@ pub fn measure_bandwidth(
             outstanding -= reaped;
             completed += reaped as u64;
             last_progress = now;
+            if running {
+                (measured, measured_at) = (completed, now);
+            }
         } else if now.duration_since(last_progress) > params.step_timeout {
             return Err(ProbeError::Timeout("write completions"));
         }
         let window = now.duration_since(window_start);
-        if window >= WINDOW {
-            let bytes = (completed - window_completed) * size as u64;
+        if running && window >= WINDOW {
+            let bytes = (completed - window_completed) * size;
             peak = peak.max(bytes as f64 / window.as_secs_f64());
             (window_start, window_completed) = (now, completed);
             progress(Progress::Bandwidth {
                 elapsed: now.duration_since(started),
-                bytes: completed * size as u64,
+                bytes: completed * size,
             });
         }
-        if outstanding == 0 && now >= end {
+        if outstanding == 0 && !running {
             break;
         }
     }
-    let elapsed = started.elapsed().as_secs_f64();
-    let average = (completed * size as u64) as f64 / elapsed;
+    // A link too slow to complete one write within the duration: count the drain after all.
+    let (counted, elapsed) = match measured {
+        0 => (completed, started.elapsed()),
+        _ => (measured, measured_at.duration_since(started)),
+    };
+    let average = (counted * size) as f64 / elapsed.as_secs_f64().max(1e-9);
     Ok(Bandwidth {
-        message_size: size,
-        iterations: completed,
+        message_size: side.message_size,
+        iterations: counted,
         // A run shorter than one window has no window of its own.
         peak_bytes_per_second: peak.max(average),
         average_bytes_per_second: average,

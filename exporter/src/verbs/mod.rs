@@ -62,6 +62,8 @@ pub enum ProbeError {
     Rejected(RejectReason),
     #[error(transparent)]
     Oob(#[from] OobError),
+    #[error("the probe panicked (a bug)")]
+    Panicked,
 }
 
 impl ProbeError {
@@ -464,14 +466,18 @@ fn schedule(
                 gid_index: settings.gid_index,
             };
             let started = Instant::now();
-            let result = probe(
-                verbs,
-                &target,
-                settings.peer.as_deref(),
-                settings.token.as_deref().unwrap_or_default(),
-                &settings.params,
-                &mut |_| {},
-            );
+            // A bug in one run must not end the schedule: it is counted as that run's error.
+            let result = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+                probe(
+                    verbs,
+                    &target,
+                    settings.peer.as_deref(),
+                    settings.token.as_deref().unwrap_or_default(),
+                    &settings.params,
+                    &mut |_| {},
+                )
+            }))
+            .unwrap_or(Err(ProbeError::Panicked));
             service.record(&target, settings.peer.as_deref(), result, started.elapsed());
         }
         delay = interval + random_below(settings.jitter);

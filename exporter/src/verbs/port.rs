@@ -113,18 +113,13 @@ mod tests {
         std::fs::write(path, content).unwrap();
     }
 
-    /// The GID table of Soft-RoCE on a netdev with an IPv4 address, as the kernel lab shows it.
-    fn rxe_port(root: &Path) -> &'static str {
-        let port = "class/infiniband/rxe0/ports/1";
+    /// A RoCE port with its GID table: `(index, type, gid)`.
+    fn roce_port(root: &Path, device: &str, gids: &[(u8, &str, &str)]) -> String {
+        let port = format!("class/infiniband/{device}/ports/1");
         write(root, &format!("{port}/state"), "4: ACTIVE\n");
         write(root, &format!("{port}/link_layer"), "Ethernet\n");
         write(root, &format!("{port}/rate"), "2.5 Gb/sec (1X SDR)\n");
-        for (index, kind, gid) in [
-            (0, "IB/RoCE v1", "fe80:0000:0000:0000:b4e3:5aff:fe10:0c01"),
-            (1, "RoCE v2", "fe80:0000:0000:0000:b4e3:5aff:fe10:0c01"),
-            (2, "IB/RoCE v1", "0000:0000:0000:0000:0000:ffff:0a00:0001"),
-            (3, "RoCE v2", "0000:0000:0000:0000:0000:ffff:0a00:0001"),
-        ] {
+        for (index, kind, gid) in gids {
             write(
                 root,
                 &format!("{port}/gid_attrs/types/{index}"),
@@ -135,25 +130,47 @@ mod tests {
         port
     }
 
+    /// Soft-RoCE on 6.12 with an IPv4 address on its netdev, as a guest of the kernel lab
+    /// showed it: RoCE v2 entries only, the link-local GID first.
+    const RXE_GIDS: [(u8, &str, &str); 2] = [
+        (0, "RoCE v2", "fe80:0000:0000:0000:a046:15ff:febc:71d5"),
+        (1, "RoCE v2", "0000:0000:0000:0000:0000:ffff:0a00:0001"),
+    ];
+
     #[test]
-    fn roce_v2_prefers_the_ipv4_mapped_gid() {
+    fn rxe_uses_its_ipv4_mapped_gid() {
         let root = tempfile::tempdir().unwrap();
-        rxe_port(root.path());
-        assert_eq!(roce_v2_gid_index(root.path(), "rxe0", 1).unwrap(), 3);
+        roce_port(root.path(), "rxe0", &RXE_GIDS);
+        assert_eq!(roce_v2_gid_index(root.path(), "rxe0", 1).unwrap(), 1);
     }
 
     #[test]
-    fn roce_v2_link_local_when_no_ipv4_address() {
+    fn roce_v1_entries_are_skipped() {
+        // mlx5 lists a RoCE v1 and a RoCE v2 entry per address.
         let root = tempfile::tempdir().unwrap();
-        let port = rxe_port(root.path());
+        let link_local = "fe80:0000:0000:0000:b4e3:5aff:fe10:0c01";
+        let ipv4 = "0000:0000:0000:0000:0000:ffff:0a00:0001";
+        let port = roce_port(
+            root.path(),
+            "mlx5_0",
+            &[
+                (0, "IB/RoCE v1", link_local),
+                (1, "RoCE v2", link_local),
+                (2, "IB/RoCE v1", ipv4),
+                (3, "RoCE v2", ipv4),
+            ],
+        );
+        assert_eq!(roce_v2_gid_index(root.path(), "mlx5_0", 1).unwrap(), 3);
+        // Without an IPv4 address: the link-local RoCE v2 entry.
         for index in [2, 3] {
             std::fs::remove_file(root.path().join(format!("{port}/gid_attrs/types/{index}")))
                 .unwrap();
         }
-        assert_eq!(roce_v2_gid_index(root.path(), "rxe0", 1).unwrap(), 1);
+        assert_eq!(roce_v2_gid_index(root.path(), "mlx5_0", 1).unwrap(), 1);
+        // RoCE v1 only: refused.
         std::fs::remove_file(root.path().join(format!("{port}/gid_attrs/types/1"))).unwrap();
         assert!(matches!(
-            roce_v2_gid_index(root.path(), "rxe0", 1),
+            roce_v2_gid_index(root.path(), "mlx5_0", 1),
             Err(ProbeError::NoRoceV2Gid)
         ));
     }
@@ -161,7 +178,7 @@ mod tests {
     #[test]
     fn state_and_data_rate() {
         let root = tempfile::tempdir().unwrap();
-        let port = rxe_port(root.path());
+        let port = roce_port(root.path(), "rxe0", &RXE_GIDS);
         // Ethernet rates are data rates already: 2.5 Gb/s is 312.5 MB/s.
         assert_eq!(
             read_state(root.path(), "rxe0", 1).unwrap(),
