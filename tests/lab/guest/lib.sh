@@ -41,13 +41,18 @@ lab_check_fails() {
   if "$@"; then lab_fail "$check" "command succeeded: $*"; else lab_pass "$check"; fi
 }
 
-# lab_expect CHECK ACTUAL OP EXPECTED: numeric comparison, OP one of == != >= <= > <.
+# lab_compare ACTUAL OP EXPECTED: numeric comparison, OP one of == != >= <= > <.
+lab_compare() {
+  awk -v a="$1" -v op="$2" -v b="$3" 'BEGIN {
+    if (a !~ /^-?[0-9.e+]+$/) exit 1
+    ok = (op == "==") ? a == b : (op == "!=") ? a != b : (op == ">=") ? a >= b : \
+         (op == "<=") ? a <= b : (op == ">") ? a > b : (op == "<") ? a < b : 0
+    exit !ok }'
+}
+
+# lab_expect CHECK ACTUAL OP EXPECTED: records whether ACTUAL OP EXPECTED holds.
 lab_expect() {
-  if awk -v a="$2" -v op="$3" -v b="$4" 'BEGIN {
-      if (a !~ /^-?[0-9.e+]+$/) exit 1
-      ok = (op == "==") ? a == b : (op == "!=") ? a != b : (op == ">=") ? a >= b : \
-           (op == "<=") ? a <= b : (op == ">") ? a > b : (op == "<") ? a < b : 0
-      exit !ok }'; then
+  if lab_compare "$2" "$3" "$4"; then
     lab_pass "$1 ($2 $3 $4)"
   else
     lab_fail "$1" "got '$2', want $3 $4"
@@ -179,6 +184,26 @@ lab_series() {
 # lab_delta BEFORE AFTER SELECTOR: value in scrape AFTER minus value in scrape BEFORE.
 lab_delta() {
   awk -v a="$(lab_value "$1" "$3")" -v b="$(lab_value "$2" "$3")" 'BEGIN { printf "%.15g\n", b - a }'
+}
+
+# lab_expect_delta CHECK BEFORE AFTER SELECTOR OP N: the change of SELECTOR from scrape BEFORE to
+# scrape AFTER, compared with N. Events reach the exporter asynchronously (ring buffers, the
+# kernel log), so while the comparison fails AFTER is scraped again, for up to 15 s.
+lab_expect_delta() {
+  local check=$1 before=$2 after=$3 selector=$4 op=$5 want=$6 tries=30 delta
+  while :; do
+    delta=$(lab_delta "$before" "$after" "$selector")
+    if lab_compare "$delta" "$op" "$want" || [ "$tries" -le 0 ]; then break; fi
+    tries=$((tries - 1))
+    sleep 0.5
+    lab_scrape "$after" || break
+  done
+  lab_expect "$check: change of $selector" "$delta" "$op" "$want"
+}
+
+# lab_record_series NAME SELECTOR: an INFO line per matching sample of scrape NAME.
+lab_record_series() {
+  lab_matching "$1" "$2" | while IFS="$(printf '\t')" read -r line value; do lab_info "$line"; done
 }
 
 # lab_record_changes BEFORE AFTER SELECTOR: an INFO line per matching series whose value moved,
