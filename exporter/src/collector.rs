@@ -14,6 +14,7 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use crate::config::Config;
+use crate::ebpf;
 use crate::logging::{self, Level};
 use crate::metrics::{Desc, Samples, Value};
 use crate::rdma;
@@ -46,6 +47,12 @@ pub const COLLECTORS: &[Registration] = &[Registration {
     help: "RDMA (InfiniBand, RoCE, iWARP, Omni-Path) device and port state and counters from /sys/class/infiniband",
     build: rdma::build,
     metrics: &rdma::METRICS,
+}, Registration {
+    name: "ebpf",
+    enabled_by_default: true,
+    help: "Kernel probes (eBPF, perf, /dev/kmsg): module loads and taints, signature verdicts, failed load syscalls, kernel log events",
+    build: ebpf::build,
+    metrics: &ebpf::METRICS,
 }];
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]

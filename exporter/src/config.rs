@@ -88,6 +88,8 @@ pub struct Config {
     pub scrape_timeout: Duration,
     pub log_level: Level,
     pub log_format: LogFormat,
+    /// `--ebpf.strict`: a probe that attaches to no hook is a startup error.
+    pub ebpf_strict: bool,
 }
 
 /// Flag values as given, before validation.
@@ -104,6 +106,7 @@ struct RawFlags {
     scrape_timeout: String,
     log_level: String,
     log_format: String,
+    ebpf_strict: bool,
 }
 
 pub fn parse<I, T>(args: I) -> Result<Invocation, ConfigError>
@@ -152,7 +155,13 @@ fn command() -> Command {
                 .help("Set all collectors to disabled by default."),
         )
         .arg(optional("collector.rdma.device-include", "Regexp of RDMA devices to include (mutually exclusive with device-exclude)."))
-        .arg(optional("collector.rdma.device-exclude", "Regexp of RDMA devices to exclude (mutually exclusive with device-include)."));
+        .arg(optional("collector.rdma.device-exclude", "Regexp of RDMA devices to exclude (mutually exclusive with device-include)."))
+        .arg(
+            Arg::new("ebpf.strict")
+                .long("ebpf.strict")
+                .action(ArgAction::SetTrue)
+                .help("Exit with an error at startup if any eBPF probe attaches to no hook (for CI)."),
+        );
     for registration in COLLECTORS {
         let enable = format!("collector.{}", registration.name);
         let disable = format!("no-collector.{}", registration.name);
@@ -227,6 +236,7 @@ fn raw_flags(matches: &ArgMatches) -> RawFlags {
         scrape_timeout: value("scrape.timeout"),
         log_level: value("log.level"),
         log_format: value("log.format"),
+        ebpf_strict: matches.get_flag("ebpf.strict"),
     }
 }
 
@@ -265,6 +275,7 @@ fn validate(raw: RawFlags) -> Result<Config, ConfigError> {
         log_level: Level::parse(&raw.log_level).ok_or(ConfigError::LogLevel(raw.log_level))?,
         log_format: LogFormat::parse(&raw.log_format)
             .ok_or(ConfigError::LogFormat(raw.log_format))?,
+        ebpf_strict: raw.ebpf_strict,
     })
 }
 
@@ -393,23 +404,21 @@ mod tests {
         assert_eq!(config.scrape_timeout, Duration::from_secs(5));
         assert_eq!(
             config.collectors.iter().map(|c| c.name).collect::<Vec<_>>(),
-            ["rdma"]
+            ["rdma", "ebpf"]
         );
     }
 
     #[test]
     fn collector_flags_last_one_wins() {
-        assert!(config(&["--no-collector.rdma"])
-            .unwrap()
-            .collectors
-            .is_empty());
-        assert_eq!(
-            config(&["--no-collector.rdma", "--collector.rdma"])
+        let has_rdma = |args: &[&str]| {
+            config(args)
                 .unwrap()
                 .collectors
-                .len(),
-            1
-        );
+                .iter()
+                .any(|c| c.name == "rdma")
+        };
+        assert!(!has_rdma(&["--no-collector.rdma"]));
+        assert!(has_rdma(&["--no-collector.rdma", "--collector.rdma"]));
         assert!(config(&["--collector.disable-defaults"])
             .unwrap()
             .collectors
