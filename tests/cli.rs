@@ -91,18 +91,25 @@ fn json_logs() {
         .stderr(std::process::Stdio::piped())
         .spawn()
         .unwrap();
-    let mut line = String::new();
-    std::io::BufRead::read_line(
-        &mut std::io::BufReader::new(child.stderr.as_mut().unwrap()),
-        &mut line,
-    )
-    .unwrap();
+    // Every line up to "listening" (probes log before it) is JSON.
+    let stderr = std::io::BufReader::new(child.stderr.take().unwrap());
+    let mut lines = Vec::new();
+    for line in std::io::BufRead::lines(stderr).map_while(Result::ok) {
+        let listening = line.contains("\"msg\":\"listening\"");
+        lines.push(line);
+        if listening {
+            break;
+        }
+    }
     let _ = child.kill();
     let _ = child.wait();
     assert!(
-        line.starts_with('{') && line.contains("\"msg\":\"listening\""),
-        "{line}"
+        lines
+            .last()
+            .is_some_and(|l| l.contains("\"msg\":\"listening\"")),
+        "{lines:?}"
     );
+    assert!(lines.iter().all(|l| l.starts_with('{')), "{lines:?}");
 }
 
 #[test]

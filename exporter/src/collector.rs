@@ -14,6 +14,7 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use crate::config::Config;
+use crate::ebpf;
 use crate::logging::{self, Level};
 use crate::metrics::{Desc, Samples, Value};
 use crate::rdma;
@@ -48,6 +49,13 @@ pub const COLLECTORS: &[Registration] = &[
         help: "RDMA (InfiniBand, RoCE, iWARP, Omni-Path) device and port state and counters from /sys/class/infiniband",
         build: rdma::build,
         metrics: &rdma::METRICS,
+    },
+    Registration {
+        name: "ebpf",
+        enabled_by_default: true,
+        help: "Kernel probes (eBPF, perf, /dev/kmsg): module loads and taints, signature verdicts, failed load syscalls, kernel log events",
+        build: ebpf::build,
+        metrics: &ebpf::METRICS,
     },
     Registration {
         name: "verbs",

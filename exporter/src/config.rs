@@ -114,6 +114,8 @@ pub struct Config {
     pub log_level: Level,
     pub log_format: LogFormat,
     pub verbs: verbs::Settings,
+    /// `--ebpf.strict`: a probe that attaches to no hook is a startup error.
+    pub ebpf_strict: bool,
 }
 
 /// Flag values as given, before validation.
@@ -131,6 +133,7 @@ struct RawFlags {
     log_level: String,
     log_format: String,
     verbs: Result<verbs::Settings, ConfigError>,
+    ebpf_strict: bool,
 }
 
 pub fn parse<I, T>(args: I) -> Result<Invocation, ConfigError>
@@ -462,7 +465,13 @@ fn command() -> Command {
         .arg(verbs_flag("device", "NAMES", "Comma-separated RDMA devices to probe (default: all)."))
         .arg(verbs_flag("listen", "ADDR:PORT", "Serve other exporters' peer probes here (off by default; requires --probe.verbs.allow)."))
         .arg(verbs_flag("allow", "CIDRS", "Comma-separated addresses or networks allowed to use the responder."))
-        .args(verbs_flags("probe.verbs."));
+        .args(verbs_flags("probe.verbs."))
+        .arg(
+            Arg::new("ebpf.strict")
+                .long("ebpf.strict")
+                .action(ArgAction::SetTrue)
+                .help("Exit with an error at startup if any eBPF probe attaches to no hook (for CI)."),
+        );
     for registration in COLLECTORS {
         let enable = format!("collector.{}", registration.name);
         let disable = format!("no-collector.{}", registration.name);
@@ -546,6 +555,7 @@ fn raw_flags(matches: &ArgMatches) -> RawFlags {
         log_level: value("log.level"),
         log_format: value("log.format"),
         verbs: verbs_settings(matches),
+        ebpf_strict: matches.get_flag("ebpf.strict"),
     }
 }
 
@@ -585,6 +595,7 @@ fn validate(raw: RawFlags) -> Result<Config, ConfigError> {
         log_format: LogFormat::parse(&raw.log_format)
             .ok_or(ConfigError::LogFormat(raw.log_format))?,
         verbs: raw.verbs?,
+        ebpf_strict: raw.ebpf_strict,
     })
 }
 
@@ -814,22 +825,21 @@ mod tests {
         assert_eq!(config.scrape_timeout, Duration::from_secs(5));
         assert_eq!(
             config.collectors.iter().map(|c| c.name).collect::<Vec<_>>(),
-            ["rdma", "verbs"]
+            ["rdma", "ebpf", "verbs"]
         );
     }
 
     #[test]
     fn collector_flags_last_one_wins() {
-        assert!(config(&["--no-collector.rdma"])
-            .unwrap()
-            .collectors
-            .iter()
-            .all(|c| c.name != "rdma"));
-        assert!(config(&["--no-collector.rdma", "--collector.rdma"])
-            .unwrap()
-            .collectors
-            .iter()
-            .any(|c| c.name == "rdma"));
+        let has_rdma = |args: &[&str]| {
+            config(args)
+                .unwrap()
+                .collectors
+                .iter()
+                .any(|c| c.name == "rdma")
+        };
+        assert!(!has_rdma(&["--no-collector.rdma"]));
+        assert!(has_rdma(&["--no-collector.rdma", "--collector.rdma"]));
         assert!(config(&["--collector.disable-defaults"])
             .unwrap()
             .collectors

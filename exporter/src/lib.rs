@@ -4,6 +4,7 @@
 
 pub mod collector;
 pub mod config;
+pub mod ebpf;
 pub mod http;
 pub mod logging;
 pub mod metrics;

@@ -9,6 +9,7 @@ use std::time::Duration;
 use anyhow::Context;
 use hpcnode_exporter::collector::Scraper;
 use hpcnode_exporter::config::{self, Config, Invocation, VerbsProbeCommand};
+use hpcnode_exporter::ebpf;
 use hpcnode_exporter::http::{self, Server};
 use hpcnode_exporter::logging::{self, Level};
 use hpcnode_exporter::verbs;
@@ -38,6 +39,13 @@ fn main() -> ExitCode {
 }
 
 fn run(config: Config) -> anyhow::Result<()> {
+    // Probes attach before serving, so --ebpf.strict fails the start, not a later scrape.
+    if config.collectors.iter().any(|c| c.name == "ebpf") {
+        let probes = ebpf::start(&config);
+        if config.ebpf_strict {
+            probes.require_all_attached()?;
+        }
+    }
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)
         .thread_name("hpcnode-worker")

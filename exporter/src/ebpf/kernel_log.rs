@@ -1,0 +1,285 @@
+//! Kernel log lines -> event counts: one table of line patterns, fed by the `printk:console`
+//! probe's ring buffer or, where that cannot be used, by reading `/dev/kmsg`.
+//!
+//! Any root process can write the kernel log, so these counts carry `source="kernel_log"`.
+
+use std::collections::BTreeMap;
+use std::fs::File;
+use std::io::{Read, Seek, SeekFrom};
+use std::sync::{Arc, Mutex};
+
+use regex::{Regex, RegexSet};
+
+/// One kind of kernel log line: the event it counts, a regex, and the regex's named capture
+/// groups that become labels. Later issues add IOMMU and vfio lines here.
+pub struct LinePattern {
+    pub event: &'static str,
+    pub regex: &'static str,
+    pub labels: &'static [&'static str],
+}
+
+/// The lines counted, with the kernel formats they come from.
+pub const PATTERNS: &[LinePattern] = &[
+    // pr_notice_once in module_sig_check (4.x+, `%s: module verification failed: ...`); 3.x
+    // printed two spaces before "required". Once per boot: it names the first unsigned module.
+    LinePattern {
+        event: "module_verification_failed",
+        regex: r"^(?P<module>[^\s:]+): module verification failed: signature and/or +required key missing - tainting kernel",
+        labels: &["module"],
+    },
+    // module_sig_check with enforcement (5.4+): `Loading of %s is rejected`.
+    LinePattern {
+        event: "unsigned_module_rejected",
+        regex: r"^Loading of unsigned module is rejected",
+        labels: &[],
+    },
+    LinePattern {
+        event: "unverifiable_module_rejected",
+        regex: r"^Loading of module with (?:unavailable key|unsupported crypto) is rejected",
+        labels: &[],
+    },
+    // security/lockdown: `Lockdown: %s: %s is restricted; see man kernel_lockdown.7` (comm,
+    // reason); the distribution patches before 5.4 wrote the reason with a capital letter.
+    LinePattern {
+        event: "lockdown_refused_module",
+        regex: r"^Lockdown: (?:[^:]*: )?[Uu]nsigned module loading is restricted",
+        labels: &[],
+    },
+];
+
+/// Distinct captured label sets per event beyond this are counted with every capture `other`.
+const MAX_LABEL_SETS_PER_EVENT: usize = 64;
+
+/// An event with its captured labels (name, value), in the regex's group order.
+pub type EventKey = (&'static str, Vec<(&'static str, String)>);
+
+pub struct Matcher {
+    any: RegexSet,
+    patterns: Vec<(&'static str, Regex, &'static [&'static str])>,
+}
+
+impl Matcher {
+    pub fn new(patterns: &[LinePattern]) -> Result<Matcher, regex::Error> {
+        Ok(Matcher {
+            any: RegexSet::new(patterns.iter().map(|p| p.regex))?,
+            patterns: patterns
+                .iter()
+                .map(|p| Ok((p.event, Regex::new(p.regex)?, p.labels)))
+                .collect::<Result<_, regex::Error>>()?,
+        })
+    }
+
+    /// The event a line counts as, if any (the first matching pattern).
+    pub fn event(&self, line: &str) -> Option<EventKey> {
+        let index = self.any.matches(line).into_iter().next()?;
+        let (event, regex, names) = &self.patterns[index];
+        let captures = regex.captures(line)?;
+        let labels = names
+            .iter()
+            .map(|name| {
+                let value = captures.name(name).map_or("", |m| m.as_str());
+                (*name, value.to_string())
+            })
+            .collect();
+        Some((event, labels))
+    }
+}
+
+/// Event counts since start, shared by the line source and the scrape.
+pub struct KernelLogCounts {
+    matcher: Matcher,
+    counts: Mutex<BTreeMap<EventKey, u64>>,
+}
+
+impl KernelLogCounts {
+    pub fn new() -> Arc<KernelLogCounts> {
+        Arc::new(KernelLogCounts {
+            matcher: Matcher::new(PATTERNS).expect("the built-in kernel log patterns compile"),
+            counts: Mutex::default(),
+        })
+    }
+
+    /// Counts one log line (its text, without priority or timestamp).
+    pub fn count_line(&self, line: &str) {
+        let Some((event, labels)) = self.matcher.event(line.trim_end()) else {
+            return;
+        };
+        let mut counts = self.counts.lock().unwrap_or_else(|p| p.into_inner());
+        let known = counts.contains_key(&(event, labels.clone()));
+        let sets = counts.keys().filter(|(e, _)| *e == event).count();
+        let key = if known || sets < MAX_LABEL_SETS_PER_EVENT || labels.is_empty() {
+            (event, labels)
+        } else {
+            let other = labels
+                .into_iter()
+                .map(|(name, _)| (name, "other".to_string()))
+                .collect();
+            (event, other)
+        };
+        *counts.entry(key).or_default() += 1;
+    }
+
+    pub fn snapshot(&self) -> Vec<(EventKey, u64)> {
+        let counts = self.counts.lock().unwrap_or_else(|p| p.into_inner());
+        counts.iter().map(|(k, v)| (k.clone(), *v)).collect()
+    }
+}
+
+/// The text of one `/dev/kmsg` record: `<prio>,<seq>,<usec>,<flags>[,...];<text>\n` followed
+/// by optional ` KEY=value` continuation lines.
+pub fn kmsg_record_text(record: &[u8]) -> Option<String> {
+    let start = record.iter().position(|&b| b == b';')? + 1;
+    let text = &record[start..];
+    let end = text.iter().position(|&b| b == b'\n').unwrap_or(text.len());
+    Some(String::from_utf8_lossy(&text[..end]).into_owned())
+}
+
+/// The text of one ring buffer record from the kernel_log probe: a native-endian u32 length,
+/// then the line's bytes.
+pub fn ring_record_text(record: &[u8]) -> Option<String> {
+    let len = u32::from_ne_bytes(record.get(..4)?.try_into().ok()?) as usize;
+    let text = record.get(4..4 + len)?;
+    let end = text.iter().position(|&b| b == 0).unwrap_or(text.len());
+    Some(String::from_utf8_lossy(&text[..end]).into_owned())
+}
+
+/// Opens `/dev/kmsg` positioned after the last record, so only new lines are counted.
+pub fn open_kmsg() -> std::io::Result<File> {
+    let mut kmsg = File::open("/dev/kmsg")?;
+    kmsg.seek(SeekFrom::End(0))?;
+    Ok(kmsg)
+}
+
+/// Reads `/dev/kmsg` records for ever (one record per read), counting each line. Records
+/// overwritten before they were read (EPIPE) are skipped: the count is then a lower bound.
+pub fn follow_kmsg(mut kmsg: File, counts: Arc<KernelLogCounts>) {
+    let mut record = vec![0u8; 8192];
+    loop {
+        match kmsg.read(&mut record) {
+            Ok(0) => return,
+            Ok(len) => {
+                if let Some(text) = kmsg_record_text(&record[..len]) {
+                    counts.count_line(&text);
+                }
+            }
+            Err(err) if err.raw_os_error() == Some(libc::EPIPE) => {}
+            Err(err) if err.kind() == std::io::ErrorKind::Interrupted => {}
+            Err(_) => return,
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn event(line: &str) -> Option<EventKey> {
+        Matcher::new(PATTERNS).unwrap().event(line)
+    }
+
+    #[test]
+    fn module_verification_failed_in_4x_and_3x_formats() {
+        let modern = "pcspkr: module verification failed: signature and/or required key missing - tainting kernel";
+        assert_eq!(
+            event(modern),
+            Some((
+                "module_verification_failed",
+                vec![("module", "pcspkr".to_string())]
+            ))
+        );
+        let el7 = "mlx5_core: module verification failed: signature and/or  required key missing - tainting kernel";
+        assert_eq!(
+            event(el7).unwrap().1,
+            vec![("module", "mlx5_core".to_string())]
+        );
+    }
+
+    #[test]
+    fn rejections_and_lockdown() {
+        assert_eq!(
+            event("Loading of unsigned module is rejected").unwrap().0,
+            "unsigned_module_rejected"
+        );
+        assert_eq!(
+            event("Loading of module with unavailable key is rejected")
+                .unwrap()
+                .0,
+            "unverifiable_module_rejected"
+        );
+        for line in [
+            "Lockdown: modprobe: unsigned module loading is restricted; see man kernel_lockdown.7",
+            "Lockdown: insmod: unsigned module loading is restricted; see man kernel_lockdown.7",
+            // RHEL 8 / Fedora lockdown patches before 5.4.
+            "Lockdown: modprobe: Unsigned module loading is restricted; see man kernel_lockdown.7",
+            "Lockdown: Unsigned module loading is restricted; see man kernel_lockdown.7",
+        ] {
+            assert_eq!(
+                event(line),
+                Some(("lockdown_refused_module", vec![])),
+                "{line}"
+            );
+        }
+    }
+
+    #[test]
+    fn other_lines_do_not_count() {
+        for line in [
+            "Lockdown: systemd: /dev/mem,kmem,port is restricted; see man kernel_lockdown.7",
+            "Lockdown: bpftool: use of bpf to read kernel RAM is restricted; see man kernel_lockdown.7",
+            "module verification failed", // no module name: not the kernel's line
+            "mlx5_core 0000:3b:00.0: firmware version: 16.35.2000",
+            "",
+        ] {
+            assert_eq!(event(line), None, "{line}");
+        }
+    }
+
+    #[test]
+    fn counts_and_caps_label_sets() {
+        let counts = KernelLogCounts::new();
+        for _ in 0..3 {
+            counts.count_line("Loading of unsigned module is rejected\n");
+        }
+        for i in 0..MAX_LABEL_SETS_PER_EVENT + 5 {
+            counts.count_line(&format!(
+                "m{i}: module verification failed: signature and/or required key missing - tainting kernel"
+            ));
+        }
+        let snapshot = counts.snapshot();
+        let rejected = snapshot
+            .iter()
+            .find(|((e, _), _)| *e == "unsigned_module_rejected");
+        assert_eq!(rejected.map(|(_, n)| *n), Some(3));
+        let failed: Vec<_> = snapshot
+            .iter()
+            .filter(|((e, _), _)| *e == "module_verification_failed")
+            .collect();
+        assert_eq!(failed.len(), MAX_LABEL_SETS_PER_EVENT + 1);
+        let other = failed
+            .iter()
+            .find(|((_, labels), _)| labels[0].1 == "other")
+            .unwrap();
+        assert_eq!(other.1, 5);
+    }
+
+    #[test]
+    fn kmsg_records() {
+        let record = b"5,1402,123456789,-;Lockdown: modprobe: unsigned module loading is restricted; see man kernel_lockdown.7\n SUBSYSTEM=x\n";
+        assert_eq!(
+            kmsg_record_text(record).as_deref(),
+            Some("Lockdown: modprobe: unsigned module loading is restricted; see man kernel_lockdown.7")
+        );
+        assert_eq!(kmsg_record_text(b"no separator"), None);
+    }
+
+    #[test]
+    fn ring_records() {
+        let mut record = 11u32.to_ne_bytes().to_vec();
+        record.extend_from_slice(b"hello world\0\0\0");
+        assert_eq!(ring_record_text(&record).as_deref(), Some("hello world"));
+        assert_eq!(ring_record_text(&[1, 0]), None);
+        let mut short = 300u32.to_ne_bytes().to_vec();
+        short.extend_from_slice(b"abc");
+        assert_eq!(ring_record_text(&short), None);
+    }
+}

@@ -1,0 +1,388 @@
+//! The `ebpf` collector: kernel probes for module loads, signature verdicts, failed load
+//! syscalls and kernel log lines, attached once at startup and read at every scrape.
+//!
+//! Invariant: nothing a probe does stops the exporter. Each probe loads and attaches on its
+//! own, trying its hooks cheapest first ([`probes::attempts`]); a probe that gets none is
+//! exported as `hpcnode_ebpf_probe_attached{hook="none"} 0` with one log line saying why,
+//! and the others run. Only `--ebpf.strict` turns a missed probe into a startup error.
+
+pub mod kernel_log;
+pub mod module_events;
+pub mod probes;
+mod sys;
+
+use std::os::fd::OwnedFd;
+use std::sync::{Arc, Mutex, OnceLock};
+
+use crate::collector::{CollectError, Collector, ErrorKind, Output};
+use crate::config::Config;
+use crate::logging::{self, Level};
+use crate::metrics::{Desc, Labels, Value};
+use crate::sysfs::{AttributeReader, SysDir};
+use kernel_log::KernelLogCounts;
+use module_events::ModuleNames;
+use probes::{attach_first, KernelFeatures, Outcome, Probe};
+use sys::Attachment;
+
+const PROBE_ATTACHED: Desc = Desc::gauge(
+    "hpcnode_ebpf_probe_attached",
+    "Whether a kernel probe is attached (1, with the hook it uses) or not (0, hook=\"none\").",
+    None,
+);
+const PROBE_FAILURE_INFO: Desc = Desc::gauge(
+    "hpcnode_ebpf_probe_failure_info",
+    "Why a kernel probe is not attached: every hook tried and its error.",
+    None,
+);
+const PROGRAM_RUNS: Desc = Desc::counter(
+    "hpcnode_ebpf_program_runs",
+    "Times the probe's BPF program ran, from the kernel's BPF run-time statistics.",
+    None,
+);
+const PROGRAM_RUN_TIME: Desc = Desc::counter(
+    "hpcnode_ebpf_program_run",
+    "Time the probe's BPF program ran, from the kernel's BPF run-time statistics.",
+    Some("seconds"),
+);
+const EVENTS_LOST: Desc = Desc::counter(
+    "hpcnode_ebpf_events_lost",
+    "Events the probe's kernel side could not record because its map or ring buffer was full.",
+    None,
+);
+const MODULE_LOADS: Desc = Desc::counter(
+    "hpcnode_module_loads",
+    "Kernel modules loaded (module:module_load), by module; module=\"other\" past the series cap or when counted by perf without names.",
+    None,
+);
+const MODULE_TAINTED_LOADS: Desc = Desc::counter(
+    "hpcnode_module_tainted_loads",
+    "Module loads that carried a taint flag (unsigned, out_of_tree, proprietary, forced), by module and flag.",
+    None,
+);
+const SIGNATURE_CHECKS: Desc = Desc::counter(
+    "hpcnode_module_signature_checks",
+    "Module signature verdicts (return of module_sig_check or mod_verify_sig), by result.",
+    None,
+);
+const LOAD_FAILURES: Desc = Desc::counter(
+    "hpcnode_module_load_failures",
+    "Failed init_module / finit_module calls, by syscall and errno name.",
+    None,
+);
+const KERNEL_LOG_EVENTS: Desc = Desc::counter(
+    "hpcnode_kernel_log_events",
+    "Kernel log lines that match a known event (text any root process can write: source=\"kernel_log\").",
+    None,
+);
+
+pub const METRICS: [Desc; 10] = [
+    PROBE_ATTACHED,
+    PROBE_FAILURE_INFO,
+    PROGRAM_RUNS,
+    PROGRAM_RUN_TIME,
+    EVENTS_LOST,
+    MODULE_LOADS,
+    MODULE_TAINTED_LOADS,
+    SIGNATURE_CHECKS,
+    LOAD_FAILURES,
+    KERNEL_LOG_EVENTS,
+];
+
+/// The probes of this process, attached once (by `main` before serving, or by the first
+/// `build`), whichever comes first.
+static PROBES: OnceLock<Arc<Probes>> = OnceLock::new();
+
+/// Attaches every probe (once per process) and returns them.
+pub fn start(config: &Config) -> Arc<Probes> {
+    PROBES
+        .get_or_init(|| Arc::new(Probes::attach(config)))
+        .clone()
+}
+
+pub fn build(config: &Config) -> Box<dyn Collector> {
+    Box::new(EbpfCollector {
+        probes: start(config),
+    })
+}
+
+#[derive(Debug, thiserror::Error)]
+#[error("--ebpf.strict: probes not attached: {0}")]
+pub struct StrictError(String);
+
+struct ProbeState {
+    probe: Probe,
+    outcome: Outcome<Attachment>,
+}
+
+pub struct Probes {
+    probes: Vec<ProbeState>,
+    kernel_log: Arc<KernelLogCounts>,
+    /// Whether run counts and times are being recorded (BPF_ENABLE_STATS held by
+    /// `_stats`, or kernel.bpf_stats_enabled set by the operator).
+    run_stats: bool,
+    _stats: Option<OwnedFd>,
+    module_names: Mutex<ModuleNames>,
+}
+
+impl Probes {
+    fn attach(config: &Config) -> Probes {
+        let proc = SysDir::open(&config.procfs).ok();
+        let mut reader = AttributeReader::default();
+        let mut proc_value = |name: &str| {
+            proc.as_ref()
+                .and_then(|dir| dir.read(name, &mut reader).ok().map(str::to_string))
+        };
+        let release = proc_value("sys/kernel/osrelease");
+        let btf = sys::kernel_btf();
+        let features = KernelFeatures {
+            btf: btf.as_ref().map(drop).map_err(Clone::clone),
+            x86_64: cfg!(target_arch = "x86_64"),
+            release: release.as_deref().and_then(parse_release),
+            modules: config.procfs.join("modules").exists(),
+        };
+        match sys::ensure_tracefs() {
+            Ok(true) => logging::log(
+                Level::Info,
+                "mounted tracefs",
+                &[("path", "/sys/kernel/tracing")],
+            ),
+            Ok(false) => {}
+            Err(err) => logging::log(
+                Level::Warn,
+                "tracefs unavailable; classic tracepoint hooks will fail",
+                &[("err", &err)],
+            ),
+        }
+        let (run_stats, stats) = match sys::enable_run_time_stats() {
+            Ok(fd) => (true, Some(fd)),
+            Err(err) => {
+                let sysctl = proc_value("sys/kernel/bpf_stats_enabled").as_deref() == Some("1");
+                if !sysctl {
+                    logging::log(
+                        Level::Warn,
+                        "BPF run-time statistics off: BPF_ENABLE_STATS failed and kernel.bpf_stats_enabled is 0; no program run metrics",
+                        &[("err", &err)],
+                    );
+                }
+                (sysctl, None)
+            }
+        };
+        let kernel_log = KernelLogCounts::new();
+        let mut kernel = sys::AyaKernel::new(btf.ok(), kernel_log.clone());
+        let probes = Probe::ALL
+            .into_iter()
+            .map(|probe| {
+                let outcome = attach_first(&mut kernel, &features, probe);
+                match &outcome {
+                    Outcome::Attached { hook, .. } => logging::log(
+                        Level::Info,
+                        "eBPF probe attached",
+                        &[("probe", probe.name()), ("hook", hook.name())],
+                    ),
+                    Outcome::Missed { reason } => logging::log(
+                        Level::Warn,
+                        "eBPF probe not attached",
+                        &[("probe", probe.name()), ("reason", reason)],
+                    ),
+                }
+                ProbeState { probe, outcome }
+            })
+            .collect();
+        Probes {
+            probes,
+            kernel_log,
+            run_stats,
+            _stats: stats,
+            module_names: Mutex::default(),
+        }
+    }
+
+    /// For `--ebpf.strict`: an error naming every probe that is not attached, and why.
+    pub fn require_all_attached(&self) -> Result<(), StrictError> {
+        let missed: Vec<String> = self
+            .probes
+            .iter()
+            .filter_map(|state| match &state.outcome {
+                Outcome::Missed { reason } => Some(format!("{} ({reason})", state.probe.name())),
+                Outcome::Attached { .. } => None,
+            })
+            .collect();
+        if missed.is_empty() {
+            Ok(())
+        } else {
+            Err(StrictError(missed.join("; ")))
+        }
+    }
+
+    fn collect(&self, state: &ProbeState, out: &mut Output) {
+        let probe_label = || -> Labels { vec![("probe", state.probe.name().into())] };
+        let attachment = match &state.outcome {
+            Outcome::Missed { reason } => {
+                let mut labels = probe_label();
+                labels.push(("hook", "none".into()));
+                out.samples.push(&PROBE_ATTACHED, labels, Value::Int(0));
+                let mut labels = probe_label();
+                labels.push(("reason", reason.clone().into()));
+                out.samples.push(&PROBE_FAILURE_INFO, labels, Value::Int(1));
+                return;
+            }
+            Outcome::Attached { hook, attachment } => {
+                let mut labels = probe_label();
+                labels.push(("hook", hook.name().into()));
+                out.samples.push(&PROBE_ATTACHED, labels, Value::Int(1));
+                attachment
+            }
+        };
+        if self.run_stats {
+            match sys::run_stats(attachment) {
+                Some(Ok((runs, time))) => {
+                    out.samples
+                        .push(&PROGRAM_RUNS, probe_label(), Value::Int(runs));
+                    out.samples.push(
+                        &PROGRAM_RUN_TIME,
+                        probe_label(),
+                        Value::Float(time.as_secs_f64()),
+                    );
+                }
+                Some(Err(err)) => out.errors.push(self.error(state.probe, err)),
+                None => {}
+            }
+        }
+        let counts = match sys::read_counts(state.probe, attachment) {
+            Ok(counts) => counts,
+            Err(err) => return out.errors.push(self.error(state.probe, err)),
+        };
+        if matches!(attachment, Attachment::Bpf { .. }) {
+            out.samples
+                .push(&EVENTS_LOST, probe_label(), Value::Int(counts.dropped));
+        }
+        match state.probe {
+            Probe::ModuleLoad => self.push_module_loads(counts, out),
+            Probe::ModuleSigCheck => push_signature_checks(&counts, out),
+            Probe::ModuleLoadSyscall => push_load_failures(&counts, out),
+            Probe::KernelLog => self.push_kernel_log(out),
+        }
+    }
+
+    fn error(&self, probe: Probe, err: String) -> CollectError {
+        CollectError::new(ErrorKind::Io, format!("{}: {err}", probe.name()))
+    }
+
+    fn push_module_loads(&self, counts: sys::ProbeCounts, out: &mut Output) {
+        let mut names = self.module_names.lock().unwrap_or_else(|p| p.into_inner());
+        let unnamed = counts.dropped + counts.unnamed_module_loads;
+        let loads = module_events::module_load_counts(counts.module_loads, unnamed, &mut names);
+        for (module, count) in loads.loads {
+            out.samples.push(
+                &MODULE_LOADS,
+                vec![("module", module.into())],
+                Value::Int(count),
+            );
+        }
+        for ((module, taint), count) in loads.tainted {
+            out.samples.push(
+                &MODULE_TAINTED_LOADS,
+                vec![("module", module.into()), ("taint", taint.into())],
+                Value::Int(count),
+            );
+        }
+    }
+
+    fn push_kernel_log(&self, out: &mut Output) {
+        for ((event, captured), count) in self.kernel_log.snapshot() {
+            let mut labels: Labels = vec![("event", event.into()), ("source", "kernel_log".into())];
+            labels.extend(
+                captured
+                    .into_iter()
+                    .map(|(name, value)| (name, value.into())),
+            );
+            out.samples
+                .push(&KERNEL_LOG_EVENTS, labels, Value::Int(count));
+        }
+    }
+}
+
+fn push_signature_checks(counts: &sys::ProbeCounts, out: &mut Output) {
+    for result in module_events::SIGNATURE_RESULTS {
+        let total = counts
+            .signature_returns
+            .iter()
+            .filter(|(ret, _)| module_events::signature_result(**ret) == result)
+            .map(|(_, count)| count)
+            .sum();
+        out.samples.push(
+            &SIGNATURE_CHECKS,
+            vec![("result", result.into())],
+            Value::Int(total),
+        );
+    }
+}
+
+fn push_load_failures(counts: &sys::ProbeCounts, out: &mut Output) {
+    for ((syscall_nr, errno), count) in &counts.load_failures {
+        out.samples.push(
+            &LOAD_FAILURES,
+            vec![
+                ("syscall", syscall_name(*syscall_nr).into()),
+                ("errno", module_events::errno_name(*errno).into()),
+            ],
+            Value::Int(*count),
+        );
+    }
+}
+
+/// The module syscalls by this architecture's numbers (what the kernel side records).
+fn syscall_name(nr: u32) -> String {
+    match i64::from(nr) {
+        nr if nr == libc::SYS_init_module => "init_module".into(),
+        nr if nr == libc::SYS_finit_module => "finit_module".into(),
+        nr => format!("syscall_{nr}"),
+    }
+}
+
+/// `6.1.0-27-amd64` -> (6, 1).
+fn parse_release(release: &str) -> Option<(u32, u32)> {
+    let mut parts = release.split(|c: char| !c.is_ascii_digit());
+    Some((parts.next()?.parse().ok()?, parts.next()?.parse().ok()?))
+}
+
+struct EbpfCollector {
+    probes: Arc<Probes>,
+}
+
+impl Collector for EbpfCollector {
+    fn units(&self) -> Result<Vec<String>, CollectError> {
+        Ok(self
+            .probes
+            .probes
+            .iter()
+            .map(|s| s.probe.name().to_string())
+            .collect())
+    }
+
+    fn collect_unit(&self, unit: &str, out: &mut Output) {
+        if let Some(state) = self.probes.probes.iter().find(|s| s.probe.name() == unit) {
+            self.probes.collect(state, out);
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn releases() {
+        assert_eq!(parse_release("6.1.0-27-amd64"), Some((6, 1)));
+        assert_eq!(parse_release("3.10.0-1160.el7.x86_64"), Some((3, 10)));
+        assert_eq!(parse_release("6.18.44-fc-v669"), Some((6, 18)));
+        assert_eq!(parse_release("garbage"), None);
+    }
+
+    #[test]
+    fn syscall_names_follow_this_architecture() {
+        assert_eq!(syscall_name(libc::SYS_finit_module as u32), "finit_module");
+        assert_eq!(syscall_name(libc::SYS_init_module as u32), "init_module");
+        assert_eq!(syscall_name(9999), "syscall_9999");
+    }
+}

@@ -1,0 +1,427 @@
+//! Which probes exist, the hooks each can use (cheapest first), and the choice of the first
+//! hook that works on the running kernel. The kernel itself is behind [`Kernel`], so the
+//! choice is tested without root.
+
+use std::fmt;
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub enum Probe {
+    ModuleLoad,
+    ModuleSigCheck,
+    ModuleLoadSyscall,
+    KernelLog,
+}
+
+impl Probe {
+    pub const ALL: [Probe; 4] = [
+        Probe::ModuleLoad,
+        Probe::ModuleSigCheck,
+        Probe::ModuleLoadSyscall,
+        Probe::KernelLog,
+    ];
+
+    pub fn name(self) -> &'static str {
+        match self {
+            Probe::ModuleLoad => "module_load",
+            Probe::ModuleSigCheck => "module_sig_check",
+            Probe::ModuleLoadSyscall => "module_load_syscall",
+            Probe::KernelLog => "kernel_log",
+        }
+    }
+
+    /// Whether the probe is pointless on a kernel without module support. Only the syscall
+    /// probe is skipped there: its raw `sys_exit` fallback exists on every kernel and would run
+    /// for every syscall; the others find their hooks missing and say so.
+    pub fn needs_modules(self) -> bool {
+        self == Probe::ModuleLoadSyscall
+    }
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Hook {
+    TpBtf,
+    RawTp,
+    Tracepoint,
+    Fexit,
+    Kretprobe,
+    /// Counting a tracepoint with perf events, no BPF.
+    Perf,
+    /// Reading `/dev/kmsg` in user space, no BPF.
+    Kmsg,
+}
+
+impl Hook {
+    pub fn name(self) -> &'static str {
+        match self {
+            Hook::TpBtf => "tp_btf",
+            Hook::RawTp => "raw_tp",
+            Hook::Tracepoint => "tracepoint",
+            Hook::Fexit => "fexit",
+            Hook::Kretprobe => "kretprobe",
+            Hook::Perf => "perf",
+            Hook::Kmsg => "kmsg",
+        }
+    }
+}
+
+/// What an attempt needs from the kernel beyond the hook itself.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Needs {
+    Nothing,
+    /// Kernel BTF: tp_btf and fexit, and CO-RE reads of kernel structs.
+    Btf,
+    /// Kernel BTF and x86-64: reads `struct pt_regs` registers.
+    BtfOnX86_64,
+    /// `printk:console` firing for every record (5.19+), not only console-printed ones.
+    ConsoleForEveryRecord,
+}
+
+/// One way to attach a probe: a hook, the program in the probe's object (none for perf and
+/// kmsg), and the hook targets (tracepoints as `category/name`, or kernel functions).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Attempt {
+    pub hook: Hook,
+    pub program: &'static str,
+    pub targets: &'static [&'static str],
+    pub needs: Needs,
+}
+
+const fn attempt(
+    hook: Hook,
+    program: &'static str,
+    targets: &'static [&'static str],
+    needs: Needs,
+) -> Attempt {
+    Attempt {
+        hook,
+        program,
+        targets,
+        needs,
+    }
+}
+
+use Hook::*;
+
+const MODULE_LOAD: &[Attempt] = &[
+    attempt(TpBtf, "module_load_btf", &["module_load"], Needs::Btf),
+    attempt(RawTp, "module_load_raw", &["module_load"], Needs::Btf),
+    attempt(
+        Tracepoint,
+        "module_load_tp",
+        &["module/module_load"],
+        Needs::Nothing,
+    ),
+    // Where BPF is refused but perf events are not: counts without module names.
+    attempt(Perf, "", &["module/module_load"], Needs::Nothing),
+];
+
+const MODULE_SIG_CHECK: &[Attempt] = &[
+    attempt(Fexit, "sig_check_fexit", &["module_sig_check"], Needs::Btf),
+    attempt(Fexit, "sig_check_fexit", &["mod_verify_sig"], Needs::Btf),
+    attempt(
+        Kretprobe,
+        "sig_check_kretprobe",
+        &["module_sig_check"],
+        Needs::BtfOnX86_64,
+    ),
+    attempt(
+        Kretprobe,
+        "sig_check_kretprobe",
+        &["mod_verify_sig"],
+        Needs::BtfOnX86_64,
+    ),
+];
+
+/// The per-syscall tracepoints run the program for the two module syscalls only; sys_exit
+/// runs it for every syscall on the node, so it comes last here.
+const MODULE_LOAD_SYSCALL: &[Attempt] = &[
+    attempt(
+        Tracepoint,
+        "syscall_exit_tp",
+        &[
+            "syscalls/sys_exit_finit_module",
+            "syscalls/sys_exit_init_module",
+        ],
+        Needs::Nothing,
+    ),
+    attempt(TpBtf, "syscall_exit_btf", &["sys_exit"], Needs::BtfOnX86_64),
+    attempt(RawTp, "syscall_exit_raw", &["sys_exit"], Needs::BtfOnX86_64),
+];
+
+const KERNEL_LOG: &[Attempt] = &[
+    attempt(
+        TpBtf,
+        "kernel_log_btf",
+        &["console"],
+        Needs::ConsoleForEveryRecord,
+    ),
+    attempt(
+        RawTp,
+        "kernel_log_raw",
+        &["console"],
+        Needs::ConsoleForEveryRecord,
+    ),
+    attempt(
+        Tracepoint,
+        "kernel_log_tp",
+        &["printk/console"],
+        Needs::ConsoleForEveryRecord,
+    ),
+    attempt(Kmsg, "", &[], Needs::Nothing),
+];
+
+/// The hooks of each probe, in the order tried: the cheapest that exists wins.
+pub fn attempts(probe: Probe) -> &'static [Attempt] {
+    match probe {
+        Probe::ModuleLoad => MODULE_LOAD,
+        Probe::ModuleSigCheck => MODULE_SIG_CHECK,
+        Probe::ModuleLoadSyscall => MODULE_LOAD_SYSCALL,
+        Probe::KernelLog => KERNEL_LOG,
+    }
+}
+
+/// What the running kernel offers, found once at startup.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct KernelFeatures {
+    /// Why kernel BTF (`/sys/kernel/btf/vmlinux`) is unavailable, if it is.
+    pub btf: Result<(), String>,
+    pub x86_64: bool,
+    /// (major, minor) of the release, when it parses.
+    pub release: Option<(u32, u32)>,
+    /// `false` on a kernel built without module support (no `/proc/modules`).
+    pub modules: bool,
+}
+
+impl KernelFeatures {
+    /// Why `needs` is not met on this kernel, if it is not.
+    pub fn unmet(&self, needs: Needs) -> Option<String> {
+        let btf = || {
+            self.btf
+                .as_ref()
+                .err()
+                .map(|why| format!("needs kernel BTF ({why})"))
+        };
+        match needs {
+            Needs::Nothing => None,
+            Needs::Btf => btf(),
+            Needs::BtfOnX86_64 if !self.x86_64 => {
+                Some("reads x86-64 registers; this is not x86-64".into())
+            }
+            Needs::BtfOnX86_64 => btf(),
+            Needs::ConsoleForEveryRecord => match self.release {
+                Some(release) if release < (5, 19) => {
+                    Some("printk:console fires only for console-printed lines before 5.19".into())
+                }
+                _ => None,
+            },
+        }
+    }
+}
+
+/// Loads and attaches one attempt; the seam between the choice of hook and the kernel.
+pub trait Kernel {
+    type Attachment;
+    fn attach(&mut self, probe: Probe, attempt: &Attempt) -> Result<Self::Attachment, String>;
+}
+
+/// How a probe ended up: attached with a hook, or not attached and why.
+pub enum Outcome<A> {
+    Attached { hook: Hook, attachment: A },
+    Missed { reason: String },
+}
+
+/// Why every attempt of a probe failed, one `hook(target): reason` per attempt.
+struct Failures(Vec<String>);
+
+impl fmt::Display for Failures {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.0.join("; "))
+    }
+}
+
+/// Tries the probe's hooks in order and keeps the first that attaches.
+pub fn attach_first<K: Kernel>(
+    kernel: &mut K,
+    features: &KernelFeatures,
+    probe: Probe,
+) -> Outcome<K::Attachment> {
+    if probe.needs_modules() && !features.modules {
+        return Outcome::Missed {
+            reason: "kernel without module support (no /proc/modules)".into(),
+        };
+    }
+    let mut failures = Failures(Vec::new());
+    for attempt in attempts(probe) {
+        let what = match attempt.targets.first() {
+            Some(target) => format!("{}({target})", attempt.hook.name()),
+            None => attempt.hook.name().to_string(),
+        };
+        let result = match features.unmet(attempt.needs) {
+            Some(unmet) => Err(unmet),
+            None => kernel.attach(probe, attempt),
+        };
+        match result {
+            Ok(attachment) => {
+                return Outcome::Attached {
+                    hook: attempt.hook,
+                    attachment,
+                }
+            }
+            Err(reason) => failures.0.push(format!("{what}: {reason}")),
+        }
+    }
+    Outcome::Missed {
+        reason: failures.to_string(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A kernel where the listed hooks attach and every other attempt fails as given.
+    struct FakeKernel {
+        works: Vec<(Probe, Hook)>,
+        failure: &'static str,
+        tried: Vec<(Probe, Hook, &'static str)>,
+    }
+
+    impl Kernel for FakeKernel {
+        type Attachment = &'static str;
+        fn attach(&mut self, probe: Probe, attempt: &Attempt) -> Result<&'static str, String> {
+            self.tried.push((
+                probe,
+                attempt.hook,
+                attempt.targets.first().copied().unwrap_or(""),
+            ));
+            if self.works.contains(&(probe, attempt.hook)) {
+                Ok(attempt.program)
+            } else {
+                Err(self.failure.to_string())
+            }
+        }
+    }
+
+    fn kernel(works: &[(Probe, Hook)], failure: &'static str) -> FakeKernel {
+        FakeKernel {
+            works: works.to_vec(),
+            failure,
+            tried: Vec::new(),
+        }
+    }
+
+    fn modern() -> KernelFeatures {
+        KernelFeatures {
+            btf: Ok(()),
+            x86_64: true,
+            release: Some((6, 18)),
+            modules: true,
+        }
+    }
+
+    fn hook<A>(outcome: &Outcome<A>) -> Option<Hook> {
+        match outcome {
+            Outcome::Attached { hook, .. } => Some(*hook),
+            Outcome::Missed { .. } => None,
+        }
+    }
+
+    fn reason<A>(outcome: &Outcome<A>) -> &str {
+        match outcome {
+            Outcome::Attached { .. } => panic!("attached"),
+            Outcome::Missed { reason } => reason,
+        }
+    }
+
+    #[test]
+    fn cheapest_working_hook_wins_and_later_ones_are_not_tried() {
+        let mut fake = kernel(
+            &[
+                (Probe::KernelLog, Hook::TpBtf),
+                (Probe::KernelLog, Hook::RawTp),
+            ],
+            "EPERM",
+        );
+        let outcome = attach_first(&mut fake, &modern(), Probe::KernelLog);
+        assert_eq!(hook(&outcome), Some(Hook::TpBtf));
+        assert_eq!(fake.tried, [(Probe::KernelLog, Hook::TpBtf, "console")]);
+    }
+
+    #[test]
+    fn falls_back_in_order_through_every_hook() {
+        // A 6.x kernel where only kretprobes work (fexit refused): both fexit targets, then
+        // the kretprobe on module_sig_check.
+        let mut fake = kernel(&[(Probe::ModuleSigCheck, Hook::Kretprobe)], "EPERM");
+        let outcome = attach_first(&mut fake, &modern(), Probe::ModuleSigCheck);
+        assert_eq!(hook(&outcome), Some(Hook::Kretprobe));
+        assert_eq!(
+            fake.tried,
+            [
+                (Probe::ModuleSigCheck, Hook::Fexit, "module_sig_check"),
+                (Probe::ModuleSigCheck, Hook::Fexit, "mod_verify_sig"),
+                (Probe::ModuleSigCheck, Hook::Kretprobe, "module_sig_check"),
+            ]
+        );
+        // BPF refused altogether: module loads are still counted, by perf.
+        let mut refused = kernel(&[(Probe::ModuleLoad, Hook::Perf)], "EPERM");
+        let outcome = attach_first(&mut refused, &modern(), Probe::ModuleLoad);
+        assert_eq!(hook(&outcome), Some(Hook::Perf));
+        let hooks: Vec<_> = refused.tried.iter().map(|t| t.1).collect();
+        assert_eq!(
+            hooks,
+            [Hook::TpBtf, Hook::RawTp, Hook::Tracepoint, Hook::Perf]
+        );
+    }
+
+    #[test]
+    fn nothing_works_gives_one_reason_naming_every_attempt() {
+        let mut fake = kernel(&[], "No such file or directory");
+        let outcome = attach_first(&mut fake, &modern(), Probe::ModuleLoadSyscall);
+        assert_eq!(
+            reason(&outcome),
+            "tracepoint(syscalls/sys_exit_finit_module): No such file or directory; \
+             tp_btf(sys_exit): No such file or directory; raw_tp(sys_exit): No such file or directory"
+        );
+    }
+
+    #[test]
+    fn unmet_needs_skip_the_kernel_call() {
+        // Old kernel, no BTF, not x86-64: only the classic tracepoint and perf are tried for
+        // module loads, and the kernel log is read from /dev/kmsg.
+        let old = KernelFeatures {
+            btf: Err("no /sys/kernel/btf/vmlinux".into()),
+            x86_64: false,
+            release: Some((4, 18)),
+            modules: true,
+        };
+        let mut fake = kernel(&[(Probe::KernelLog, Hook::Kmsg)], "ENOENT");
+        let outcome = attach_first(&mut fake, &old, Probe::ModuleLoad);
+        let hooks: Vec<_> = fake.tried.iter().map(|t| t.1).collect();
+        assert_eq!(hooks, [Hook::Tracepoint, Hook::Perf]);
+        assert!(reason(&outcome).starts_with(
+            "tp_btf(module_load): needs kernel BTF (no /sys/kernel/btf/vmlinux); raw_tp"
+        ));
+        let log = attach_first(&mut fake, &old, Probe::KernelLog);
+        assert_eq!(hook(&log), Some(Hook::Kmsg));
+        let sig = attach_first(&mut fake, &old, Probe::ModuleSigCheck);
+        assert!(reason(&sig).contains("kretprobe(module_sig_check): reads x86-64 registers"));
+    }
+
+    #[test]
+    fn no_module_support_skips_the_syscall_probe() {
+        let features = KernelFeatures {
+            modules: false,
+            ..modern()
+        };
+        let mut fake = kernel(&[(Probe::ModuleLoadSyscall, Hook::RawTp)], "ENOENT");
+        let outcome = attach_first(&mut fake, &features, Probe::ModuleLoadSyscall);
+        assert_eq!(
+            reason(&outcome),
+            "kernel without module support (no /proc/modules)"
+        );
+        assert!(fake.tried.is_empty());
+        // The other module probes try their hooks and report what the kernel said.
+        let outcome = attach_first(&mut fake, &features, Probe::ModuleLoad);
+        assert!(reason(&outcome).starts_with("tp_btf(module_load): ENOENT"));
+    }
+}

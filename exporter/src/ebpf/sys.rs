@@ -1,0 +1,424 @@
+//! The one place that talks to the kernel's BPF and perf interfaces (through aya and
+//! perf-event2): loading the embedded objects, attaching, and reading maps and run-time
+//! statistics. Everything above it works on plain values.
+
+use std::collections::BTreeMap;
+use std::error::Error;
+use std::os::fd::OwnedFd;
+use std::path::Path;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use aya::maps::{HashMap as BpfHashMap, MapData, PerCpuArray, RingBuf};
+use aya::programs::{BtfTracePoint, FExit, KProbe, Program, RawTracePoint, TracePoint};
+use aya::{Btf, Ebpf, EbpfLoader};
+use perf_event::events::Tracepoint as PerfTracepoint;
+use perf_event::Counter;
+
+use super::kernel_log::{self, KernelLogCounts};
+use super::probes::{Attempt, Hook, Kernel, Probe};
+use crate::sysfs::{AttributeReader, SysDir};
+
+/// The compiled probes (ebpf/*.bpf.o, rebuilt by ebpf/build.sh), aligned for the ELF parser.
+fn object(probe: Probe) -> &'static [u8] {
+    match probe {
+        Probe::ModuleLoad => aya::include_bytes_aligned!("../../../ebpf/module_load.bpf.o"),
+        Probe::ModuleSigCheck => {
+            aya::include_bytes_aligned!("../../../ebpf/module_sig_check.bpf.o")
+        }
+        Probe::ModuleLoadSyscall => {
+            aya::include_bytes_aligned!("../../../ebpf/module_load_syscall.bpf.o")
+        }
+        Probe::KernelLog => aya::include_bytes_aligned!("../../../ebpf/kernel_log.bpf.o"),
+    }
+}
+
+/// How often the kernel log ring buffer is drained (it holds about a thousand lines).
+const RING_DRAIN_INTERVAL: Duration = Duration::from_millis(500);
+
+/// An attached probe's kernel side, kept alive for the life of the exporter.
+pub enum Attachment {
+    /// A loaded object with one attached program (its links live in `ebpf`).
+    Bpf {
+        ebpf: Mutex<Ebpf>,
+        program: &'static str,
+    },
+    /// One counting perf event per online CPU on a tracepoint.
+    Perf(Mutex<Vec<Counter>>),
+    /// A thread reading /dev/kmsg into the kernel log counts.
+    Kmsg,
+}
+
+/// The running kernel, reached through aya and perf-event2.
+pub struct AyaKernel {
+    btf: Option<Btf>,
+    kernel_log: Arc<KernelLogCounts>,
+}
+
+impl AyaKernel {
+    pub fn new(btf: Option<Btf>, kernel_log: Arc<KernelLogCounts>) -> AyaKernel {
+        AyaKernel { btf, kernel_log }
+    }
+
+    fn attach_bpf(&self, probe: Probe, attempt: &Attempt) -> Result<Attachment, String> {
+        let mut ebpf = EbpfLoader::new()
+            .btf(self.btf.as_ref())
+            .load(object(probe))
+            .map_err(|err| format!("loading the object: {}", one_line(&err)))?;
+        let program = ebpf
+            .program_mut(attempt.program)
+            .ok_or_else(|| format!("program {} missing from the object", attempt.program))?;
+        load_and_attach(program, attempt, self.btf.as_ref()).map_err(|err| one_line(&*err))?;
+        if probe == Probe::KernelLog {
+            let ring = ebpf
+                .take_map("kernel_log_lines")
+                .ok_or("kernel_log_lines missing from the object")?;
+            let ring = RingBuf::try_from(ring).map_err(|err| one_line(&err))?;
+            spawn("hpcnode-kernel-log", {
+                let counts = self.kernel_log.clone();
+                move || drain_ring(ring, &counts)
+            })?;
+        }
+        Ok(Attachment::Bpf {
+            ebpf: Mutex::new(ebpf),
+            program: attempt.program,
+        })
+    }
+}
+
+impl Kernel for AyaKernel {
+    type Attachment = Attachment;
+
+    fn attach(&mut self, probe: Probe, attempt: &Attempt) -> Result<Attachment, String> {
+        match attempt.hook {
+            Hook::Perf => count_with_perf(attempt.targets),
+            Hook::Kmsg => {
+                let kmsg =
+                    kernel_log::open_kmsg().map_err(|err| format!("opening /dev/kmsg: {err}"))?;
+                let counts = self.kernel_log.clone();
+                spawn("hpcnode-kmsg", move || {
+                    kernel_log::follow_kmsg(kmsg, counts)
+                })?;
+                Ok(Attachment::Kmsg)
+            }
+            _ => self.attach_bpf(probe, attempt),
+        }
+    }
+}
+
+fn spawn(name: &str, body: impl FnOnce() + Send + 'static) -> Result<(), String> {
+    std::thread::Builder::new()
+        .name(name.into())
+        .spawn(body)
+        .map(drop)
+        .map_err(|err| format!("starting a thread: {err}"))
+}
+
+fn load_and_attach(
+    program: &mut Program,
+    attempt: &Attempt,
+    btf: Option<&Btf>,
+) -> Result<(), Box<dyn Error>> {
+    let target = attempt.targets.first().copied().unwrap_or_default();
+    let btf = || btf.ok_or("no kernel BTF");
+    match attempt.hook {
+        Hook::TpBtf => {
+            let program: &mut BtfTracePoint = program.try_into()?;
+            program.load(target, btf()?)?;
+            program.attach()?;
+        }
+        Hook::RawTp => {
+            let program: &mut RawTracePoint = program.try_into()?;
+            program.load()?;
+            program.attach(target)?;
+        }
+        Hook::Tracepoint => {
+            let program: &mut TracePoint = program.try_into()?;
+            program.load()?;
+            for target in attempt.targets {
+                let (category, name) = target.split_once('/').ok_or("bad tracepoint name")?;
+                program.attach(category, name)?;
+            }
+        }
+        Hook::Fexit => {
+            let program: &mut FExit = program.try_into()?;
+            program.load(target, btf()?)?;
+            program.attach()?;
+        }
+        Hook::Kretprobe => {
+            let program: &mut KProbe = program.try_into()?;
+            program.load()?;
+            program.attach(target, 0)?;
+        }
+        Hook::Perf | Hook::Kmsg => return Err("not a BPF hook".into()),
+    }
+    Ok(())
+}
+
+/// An error and its causes on one line, the verifier log (if any) cut to its last lines.
+fn one_line(err: &dyn Error) -> String {
+    let mut text = err.to_string();
+    let mut source = err.source();
+    while let Some(cause) = source {
+        text.push_str(": ");
+        text.push_str(&cause.to_string());
+        source = cause.source();
+    }
+    let words: Vec<&str> = text.split_whitespace().collect();
+    let mut line = words.join(" ");
+    const MAX: usize = 300;
+    if line.len() > MAX {
+        let cut = line.len() - MAX;
+        let cut = (cut..line.len())
+            .find(|&i| line.is_char_boundary(i))
+            .unwrap_or(0);
+        line = format!("...{}", &line[cut..]);
+    }
+    line
+}
+
+fn drain_ring(mut ring: RingBuf<MapData>, counts: &KernelLogCounts) {
+    loop {
+        while let Some(record) = ring.next() {
+            if let Some(text) = kernel_log::ring_record_text(&record) {
+                counts.count_line(&text);
+            }
+        }
+        std::thread::sleep(RING_DRAIN_INTERVAL);
+    }
+}
+
+fn count_with_perf(targets: &[&str]) -> Result<Attachment, String> {
+    let target = targets.first().copied().unwrap_or_default();
+    let id = tracepoint_id(target)?;
+    let cpus = aya::util::online_cpus().map_err(|(path, err)| format!("reading {path}: {err}"))?;
+    let counters = cpus
+        .into_iter()
+        .map(|cpu| {
+            let mut counter = perf_event::Builder::new(PerfTracepoint::with_id(id))
+                .one_cpu(cpu as usize)
+                .any_pid()
+                .include_kernel()
+                .build()?;
+            counter.enable()?;
+            Ok(counter)
+        })
+        .collect::<std::io::Result<Vec<_>>>()
+        .map_err(|err| format!("perf_event_open: {err}"))?;
+    Ok(Attachment::Perf(Mutex::new(counters)))
+}
+
+/// A tracepoint's id from tracefs (`events/<category>/<name>/id`).
+fn tracepoint_id(target: &str) -> Result<u64, String> {
+    let tracefs = tracefs_dir().ok_or("tracefs not mounted")?;
+    let events = SysDir::open(&Path::new(tracefs).join("events")).map_err(|e| e.to_string())?;
+    events
+        .read_u64(&format!("{target}/id"), &mut AttributeReader::default())
+        .map_err(|e| e.to_string())
+}
+
+const TRACEFS_DIRS: [&str; 2] = ["/sys/kernel/tracing", "/sys/kernel/debug/tracing"];
+
+fn tracefs_dir() -> Option<&'static str> {
+    TRACEFS_DIRS
+        .into_iter()
+        .find(|dir| Path::new(dir).join("events").is_dir())
+}
+
+/// Mounts tracefs at /sys/kernel/tracing unless it is mounted already; the classic
+/// tracepoint hooks need it. `Ok(true)` when this call mounted it.
+pub fn ensure_tracefs() -> Result<bool, String> {
+    if tracefs_dir().is_some() {
+        return Ok(false);
+    }
+    let (source, target, fstype) = (c"tracefs", c"/sys/kernel/tracing", c"tracefs");
+    // SAFETY: constant NUL-terminated strings and no mount data.
+    let rc = unsafe {
+        libc::mount(
+            source.as_ptr(),
+            target.as_ptr(),
+            fstype.as_ptr(),
+            0,
+            std::ptr::null(),
+        )
+    };
+    if rc == 0 {
+        Ok(true)
+    } else {
+        let err = std::io::Error::last_os_error();
+        Err(format!("mounting tracefs at /sys/kernel/tracing: {err}"))
+    }
+}
+
+/// The kernel's BTF, or why it is not available.
+pub fn kernel_btf() -> Result<Btf, String> {
+    Btf::from_sys_fs().map_err(|err| one_line(&err))
+}
+
+/// Turns on the kernel's BPF run-time statistics for as long as the returned fd is held
+/// (BPF_ENABLE_STATS, 5.8+).
+pub fn enable_run_time_stats() -> Result<OwnedFd, String> {
+    aya::sys::enable_stats(aya::sys::Stats::RunTime).map_err(|err| one_line(&err))
+}
+
+/// A BPF program's run count and total run time (zero while statistics are off).
+pub fn run_stats(attachment: &Attachment) -> Option<Result<(u64, Duration), String>> {
+    let Attachment::Bpf { ebpf, program } = attachment else {
+        return None;
+    };
+    let ebpf = ebpf.lock().unwrap_or_else(|p| p.into_inner());
+    let info = ebpf
+        .program(program)
+        .ok_or_else(|| format!("program {program} gone"))
+        .and_then(|p| p.info().map_err(|err| one_line(&err)));
+    Some(info.map(|info| (info.run_count(), info.run_time())))
+}
+
+/// `(name, taint mask, count)` per module load key, and the loads dropped on a full map.
+#[repr(C)]
+#[derive(Clone, Copy)]
+struct ModuleLoadKey {
+    name: [u8; 56],
+    taints: u32,
+}
+// SAFETY: plain integers and bytes, no padding (56 + 4 bytes, 4-byte aligned).
+unsafe impl aya::Pod for ModuleLoadKey {}
+
+#[repr(C)]
+#[derive(Clone, Copy)]
+struct LoadFailureKey {
+    syscall_nr: u32,
+    errno: i32,
+}
+// SAFETY: two 32-bit integers, no padding.
+unsafe impl aya::Pod for LoadFailureKey {}
+
+/// What one probe's maps hold, as plain values.
+#[derive(Debug, Default, PartialEq)]
+pub struct ProbeCounts {
+    /// module_load: (module name, taint mask) -> loads.
+    pub module_loads: Vec<(String, u32, u64)>,
+    /// module_sig_check: return value -> count.
+    pub signature_returns: BTreeMap<i32, u64>,
+    /// module_load_syscall: (syscall number, errno) -> failures.
+    pub load_failures: BTreeMap<(u32, i32), u64>,
+    /// module_load counted by perf, which sees that a module loaded but not which one.
+    pub unnamed_module_loads: u64,
+    /// Events the kernel side could not record (a full map or ring buffer).
+    pub dropped: u64,
+}
+
+/// Reads a probe's counters from its maps, or its perf counters.
+pub fn read_counts(probe: Probe, attachment: &Attachment) -> Result<ProbeCounts, String> {
+    let mut counts = ProbeCounts::default();
+    match attachment {
+        Attachment::Kmsg => {}
+        Attachment::Perf(counters) => {
+            let mut counters = counters.lock().unwrap_or_else(|p| p.into_inner());
+            let mut total = 0;
+            for counter in counters.iter_mut() {
+                total += counter
+                    .read()
+                    .map_err(|err| format!("reading perf counter: {err}"))?;
+            }
+            counts.unnamed_module_loads = total;
+        }
+        Attachment::Bpf { ebpf, .. } => {
+            let ebpf = ebpf.lock().unwrap_or_else(|p| p.into_inner());
+            let map = |name: &str| ebpf.map(name).ok_or(format!("map {name} missing"));
+            let err = |e: aya::maps::MapError| one_line(&e);
+            let dropped_map = match probe {
+                Probe::ModuleLoad => {
+                    let loads: BpfHashMap<_, ModuleLoadKey, u64> =
+                        BpfHashMap::try_from(map("module_loads")?).map_err(err)?;
+                    for entry in loads.iter() {
+                        let (key, count) = entry.map_err(err)?;
+                        let len = key.name.iter().position(|&b| b == 0).unwrap_or(56);
+                        let name = String::from_utf8_lossy(&key.name[..len]).into_owned();
+                        counts.module_loads.push((name, key.taints, count));
+                    }
+                    "module_loads_dropped"
+                }
+                Probe::ModuleSigCheck => {
+                    let returns: BpfHashMap<_, i32, u64> =
+                        BpfHashMap::try_from(map("signature_checks")?).map_err(err)?;
+                    for entry in returns.iter() {
+                        let (ret, count) = entry.map_err(err)?;
+                        counts.signature_returns.insert(ret, count);
+                    }
+                    "signature_checks_dropped"
+                }
+                Probe::ModuleLoadSyscall => {
+                    let failures: BpfHashMap<_, LoadFailureKey, u64> =
+                        BpfHashMap::try_from(map("load_failures")?).map_err(err)?;
+                    for entry in failures.iter() {
+                        let (key, count) = entry.map_err(err)?;
+                        counts
+                            .load_failures
+                            .insert((key.syscall_nr, key.errno), count);
+                    }
+                    "load_failures_dropped"
+                }
+                Probe::KernelLog => "kernel_log_lost",
+            };
+            let dropped: PerCpuArray<_, u64> =
+                PerCpuArray::try_from(map(dropped_map)?).map_err(err)?;
+            counts.dropped = dropped.get(&0, 0).map_err(err)?.iter().sum();
+        }
+    }
+    Ok(counts)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::ebpf::probes::attempts;
+
+    /// Every BPF program the probes can use passes this kernel's verifier, including those
+    /// whose hooks this kernel lacks (loading a raw_tp, tracepoint or kprobe program does not
+    /// need its target; tp_btf and fexit programs do, and are loaded where it exists).
+    #[test]
+    fn every_program_passes_the_verifier_here() {
+        if unsafe { libc::geteuid() } != 0 {
+            assert!(std::env::var_os("CI").is_none(), "must run as root in CI");
+            eprintln!("SKIPPED every_program_passes_the_verifier_here: needs root");
+            return;
+        }
+        let btf = kernel_btf().ok();
+        let mut loaded = 0;
+        for probe in Probe::ALL {
+            for attempt in attempts(probe) {
+                let result = match attempt.hook {
+                    Hook::Perf | Hook::Kmsg => continue,
+                    _ => load_only(probe, attempt, btf.as_ref()),
+                };
+                // tp_btf and fexit programs are verified against their target's BTF type.
+                if matches!(&result, Err(err) if err.contains("unknown BTF type")) {
+                    continue;
+                }
+                result.unwrap_or_else(|err| panic!("{}/{}: {err}", probe.name(), attempt.program));
+                loaded += 1;
+            }
+        }
+        assert!(loaded >= 9, "only {loaded} programs loaded");
+    }
+
+    fn load_only(probe: Probe, attempt: &Attempt, btf: Option<&Btf>) -> Result<(), String> {
+        let mut ebpf = EbpfLoader::new()
+            .btf(btf)
+            .load(object(probe))
+            .map_err(|err| one_line(&err))?;
+        let program = ebpf.program_mut(attempt.program).ok_or("missing")?;
+        let result: Result<(), aya::programs::ProgramError> = match attempt.hook {
+            Hook::TpBtf => <&mut BtfTracePoint>::try_from(program)
+                .and_then(|p| p.load(attempt.targets[0], btf.unwrap())),
+            Hook::Fexit => <&mut FExit>::try_from(program)
+                .and_then(|p| p.load(attempt.targets[0], btf.unwrap())),
+            Hook::RawTp => <&mut RawTracePoint>::try_from(program).and_then(|p| p.load()),
+            Hook::Tracepoint => <&mut TracePoint>::try_from(program).and_then(|p| p.load()),
+            Hook::Kretprobe => <&mut KProbe>::try_from(program).and_then(|p| p.load()),
+            Hook::Perf | Hook::Kmsg => Ok(()),
+        };
+        result.map_err(|err| one_line(&err))
+    }
+}

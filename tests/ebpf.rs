@@ -1,0 +1,216 @@
+//! The `ebpf` collector on the CI machine's own kernel, with the real binary: a kernel without
+//! modules or kprobes, where fexit is refused but tracepoints, raw_tp and tp_btf work.
+
+mod util;
+
+use std::path::Path;
+use std::time::{Duration, Instant};
+
+use util::kernel::{require_bpf, write_kmsg, LOCKDOWN_LINE};
+use util::{Exporter, BINARY};
+
+const EBPF_ONLY: [&str; 2] = ["--collector.disable-defaults", "--collector.ebpf"];
+
+/// The value of the sample whose name and labels are exactly `series`.
+fn value(text: &str, series: &str) -> Option<f64> {
+    text.lines()
+        .find_map(|line| line.strip_prefix(series)?.strip_prefix(' ')?.parse().ok())
+}
+
+fn has_modules() -> bool {
+    Path::new("/proc/modules").exists()
+}
+
+/// BPF objects (programs, maps, links) the process holds open.
+fn bpf_fds(pid: u32) -> usize {
+    std::fs::read_dir(format!("/proc/{pid}/fd"))
+        .unwrap()
+        .filter_map(|entry| std::fs::read_link(entry.ok()?.path()).ok())
+        .filter(|target| target.to_string_lossy().starts_with("anon_inode:bpf"))
+        .count()
+}
+
+#[test]
+fn kernel_log_lines_are_counted_exactly() {
+    if !require_bpf("kernel_log_lines_are_counted_exactly") {
+        return;
+    }
+    let exporter = Exporter::start(&EBPF_ONLY);
+    let before = exporter.get("/metrics").text();
+    let attached = ["tp_btf", "raw_tp"].iter().find(|hook| {
+        value(
+            &before,
+            &format!("hpcnode_ebpf_probe_attached{{probe=\"kernel_log\",hook=\"{hook}\"}}"),
+        ) == Some(1.0)
+    });
+    assert!(
+        attached.is_some(),
+        "kernel_log not attached by BPF:\n{before}"
+    );
+    assert!(bpf_fds(exporter.pid()) > 0);
+
+    // A module name of our own: other processes writing the kernel log cannot disturb it.
+    let module = format!("hpcnode_test{}", std::process::id());
+    let series = format!(
+        "hpcnode_kernel_log_events_total{{event=\"module_verification_failed\",source=\"kernel_log\",module=\"{module}\"}}"
+    );
+    const LINES: usize = 200;
+    for i in 0..LINES {
+        write_kmsg(&format!("{module}: module verification failed: signature and/or required key missing - tainting kernel"));
+        // Lines that must not count, interleaved.
+        write_kmsg(&format!("{module}: loaded test line {i}"));
+    }
+    write_kmsg(LOCKDOWN_LINE);
+    let deadline = Instant::now() + Duration::from_secs(10);
+    let text = loop {
+        let text = exporter.get("/metrics").text();
+        if value(&text, &series) == Some(LINES as f64) {
+            break text;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "expected {LINES} for {series}:\n{text}"
+        );
+        std::thread::sleep(Duration::from_millis(100));
+    };
+    assert!(
+        value(
+            &text,
+            "hpcnode_kernel_log_events_total{event=\"lockdown_refused_module\",source=\"kernel_log\"}"
+        )
+        .is_some_and(|n| n >= 1.0),
+        "{text}"
+    );
+    // Exactly: nothing is counted twice when the ring buffer is drained again.
+    std::thread::sleep(Duration::from_secs(1));
+    let again = exporter.get("/metrics").text();
+    assert_eq!(value(&again, &series), Some(LINES as f64));
+
+    // The program's own cost, from the kernel's BPF statistics: it ran for every line.
+    let runs = value(
+        &again,
+        "hpcnode_ebpf_program_runs_total{probe=\"kernel_log\"}",
+    )
+    .unwrap();
+    assert!(runs >= (2 * LINES + 1) as f64, "runs {runs}");
+    let seconds = value(
+        &again,
+        "hpcnode_ebpf_program_run_seconds_total{probe=\"kernel_log\"}",
+    )
+    .unwrap();
+    assert!(seconds > 0.0);
+    assert_eq!(
+        value(
+            &again,
+            "hpcnode_ebpf_events_lost_total{probe=\"kernel_log\"}"
+        ),
+        Some(0.0)
+    );
+}
+
+#[test]
+fn module_probes_say_why_they_are_not_attached() {
+    if !require_bpf("module_probes_say_why_they_are_not_attached") {
+        return;
+    }
+    if has_modules() {
+        eprintln!("SKIPPED module_probes_say_why_they_are_not_attached: this kernel has modules (the kernel lab tests them)");
+        return;
+    }
+    let exporter = Exporter::start(&EBPF_ONLY);
+    let text = exporter.get("/metrics").text();
+    for probe in ["module_load", "module_sig_check", "module_load_syscall"] {
+        assert_eq!(
+            value(
+                &text,
+                &format!("hpcnode_ebpf_probe_attached{{probe=\"{probe}\",hook=\"none\"}}")
+            ),
+            Some(0.0),
+            "{text}"
+        );
+    }
+    let reason = |probe: &str| {
+        let prefix = format!("hpcnode_ebpf_probe_failure_info{{probe=\"{probe}\",reason=\"");
+        text.lines()
+            .find_map(|line| line.strip_prefix(&prefix))
+            .unwrap_or_else(|| panic!("no failure info for {probe}:\n{text}"))
+            .to_string()
+    };
+    // What this kernel really says for each hook: no module tracepoint (in BTF, for raw_tp,
+    // in tracefs), no module_sig_check function, no kprobes.
+    let module_load = reason("module_load");
+    for expected in [
+        "tp_btf(module_load): unknown BTF type",
+        "raw_tp(module_load):",
+        "tracepoint(module/module_load):",
+        "perf(module/module_load):",
+    ] {
+        assert!(module_load.contains(expected), "{module_load}");
+    }
+    let sig_check = reason("module_sig_check");
+    for expected in [
+        "fexit(module_sig_check):",
+        "fexit(mod_verify_sig):",
+        "kretprobe(module_sig_check):",
+    ] {
+        assert!(sig_check.contains(expected), "{sig_check}");
+    }
+    assert!(reason("module_load_syscall").starts_with("kernel without module support"));
+    assert!(!text.contains("hpcnode_ebpf_probe_failure_info{probe=\"kernel_log\""));
+
+    // One log line per probe that did not attach.
+    let log = exporter.log();
+    for probe in ["module_load", "module_sig_check", "module_load_syscall"] {
+        let lines = log
+            .lines()
+            .filter(|l| {
+                l.contains("eBPF probe not attached") && l.contains(&format!("probe={probe} "))
+            })
+            .count();
+        assert_eq!(lines, 1, "{probe}:\n{log}");
+    }
+    assert!(
+        log.contains("msg=\"eBPF probe attached\" probe=kernel_log"),
+        "{log}"
+    );
+}
+
+#[test]
+fn strict_exits_1_naming_the_missing_probes() {
+    if !require_bpf("strict_exits_1_naming_the_missing_probes") {
+        return;
+    }
+    if has_modules() {
+        eprintln!("SKIPPED strict_exits_1_naming_the_missing_probes: this kernel has modules, so which probes miss depends on it");
+        return;
+    }
+    let output = std::process::Command::new(BINARY)
+        .args(["--web.listen-address=127.0.0.1:0", "--ebpf.strict"])
+        .args(EBPF_ONLY)
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert_eq!(output.status.code(), Some(1), "{stderr}");
+    assert!(!stderr.contains("msg=listening"), "{stderr}");
+    let error = stderr
+        .lines()
+        .find(|l| l.contains("level=error"))
+        .unwrap_or_else(|| panic!("no error line:\n{stderr}"));
+    assert!(
+        error.contains("--ebpf.strict: probes not attached: module_load ("),
+        "{error}"
+    );
+    assert!(error.contains("; module_sig_check ("), "{error}");
+    assert!(error.contains("; module_load_syscall ("), "{error}");
+    assert!(!error.contains("kernel_log ("), "{error}");
+}
+
+#[test]
+fn disabled_collector_loads_nothing() {
+    let exporter = Exporter::start(&["--no-collector.ebpf", "--ebpf.strict"]);
+    let text = exporter.get("/metrics").text();
+    assert!(!text.contains("hpcnode_ebpf_"), "{text}");
+    assert!(!text.contains("collector=\"ebpf\""), "{text}");
+    assert!(!exporter.log().contains("eBPF probe"));
+    assert_eq!(bpf_fds(exporter.pid()), 0);
+}
