@@ -423,9 +423,9 @@ pub fn first_device(sysfs: &Path) -> Option<String> {
 pub fn progress_line(progress: &Progress) -> String {
     match progress {
         Progress::Bandwidth { elapsed, bytes } => format!(
-            "bandwidth: {:5.1} s, {:10.2} MB/sec so far",
+            "bandwidth: {:5.1} s, {:10.2} MiB/sec so far",
             elapsed.as_secs_f64(),
-            *bytes as f64 / elapsed.as_secs_f64().max(1e-9) / 1e6
+            *bytes as f64 / elapsed.as_secs_f64().max(1e-9) / f64::from(1 << 20)
         ),
         Progress::Latency { done, of } => format!("latency: {done}/{of} round trips          "),
     }
@@ -558,20 +558,22 @@ fn export_series(series: &Series, out: &mut Output) {
     }
 }
 
-/// ib_write_bw's result table for one report (MB = 10^6 bytes, as perftest's MB/sec).
+/// ib_write_bw's result table for one report, in MiB/sec (2^20 bytes) as perftest computes it:
+/// older perftest (Debian 12 ships 4.5-0.17) prints the same figure under the header `MB/sec`.
 pub fn result_table(report: &Report) -> String {
+    const MIB: f64 = (1 << 20) as f64;
     let bandwidth = &report.measurement.bandwidth;
     let mut table = format!(
         "{:<10} {:<14} {:<18} {:<20} {:<14}\n{:<10} {:<14} {:<18.2} {:<20.2} {:<14.6}\n",
         "#bytes",
         "#iterations",
-        "BW peak[MB/sec]",
-        "BW average[MB/sec]",
+        "BW peak[MiB/sec]",
+        "BW average[MiB/sec]",
         "MsgRate[Mpps]",
         bandwidth.message_size,
         bandwidth.iterations,
-        bandwidth.peak_bytes_per_second / 1e6,
-        bandwidth.average_bytes_per_second / 1e6,
+        bandwidth.peak_bytes_per_second / MIB,
+        bandwidth.average_bytes_per_second / MIB,
         bandwidth.messages_per_second() / 1e6,
     );
     table.push_str(&format!(
@@ -580,8 +582,8 @@ pub fn result_table(report: &Report) -> String {
     ));
     match (report.data_rate_bytes_per_second, report.efficiency()) {
         (Some(rate), Some(ratio)) => table.push_str(&format!(
-            "port data rate {:.2} MB/sec, efficiency {:.3}\n",
-            rate / 1e6,
+            "port data rate {:.2} MiB/sec, efficiency {:.3}\n",
+            rate / MIB,
             ratio
         )),
         _ => table.push_str("port data rate unknown, efficiency not computed\n"),
@@ -684,14 +686,15 @@ mod tests {
                 "#bytes",
                 "#iterations",
                 "BW",
-                "peak[MB/sec]",
+                "peak[MiB/sec]",
                 "BW",
-                "average[MB/sec]",
+                "average[MiB/sec]",
                 "MsgRate[Mpps]"
             ]
         );
         let row: Vec<_> = lines.next().unwrap().split_whitespace().collect();
-        assert_eq!(row, ["65536", "1000", "12000.00", "11800.00", "0.180054"]);
+        // 12e9 / 2^20 = 11444.09; 11.8e9 / 2^20 = 11253.36; 11.8e9 / 65536 / 1e6 = 0.180054.
+        assert_eq!(row, ["65536", "1000", "11444.09", "11253.36", "0.180054"]);
         assert!(table.contains("efficiency 0.944"));
     }
 
