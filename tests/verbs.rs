@@ -233,24 +233,38 @@ fn sessions(result: &str, count: u32) -> String {
     format!("hpcnode_verbs_responder_sessions_total{{result=\"{result}\"}} {count}")
 }
 
+/// An exporter whose responder listens on a free loopback port for `allow`, with `extra` flags;
+/// returned with that port's address once the responder answers.
+fn responder(allow: &str, extra: &[&str]) -> (Exporter, String) {
+    let address = format!("127.0.0.1:{}", free_port());
+    let (listen, allow, library, sysfs) = (
+        format!("--probe.verbs.listen={address}"),
+        format!("--probe.verbs.allow={allow}"),
+        real_library(),
+        edge_sysfs(),
+    );
+    let mut args = vec![
+        "--collector.disable-defaults",
+        "--collector.verbs",
+        "--probe.verbs.device=rxe0",
+        &library,
+        &listen,
+        &allow,
+        &sysfs,
+    ];
+    args.extend_from_slice(extra);
+    let exporter = Exporter::start(&args);
+    wait_for(&exporter, &sessions("success", 0));
+    (exporter, address)
+}
+
 #[test]
 fn hostile_peers_cost_a_counted_failure_and_nothing_else() {
     let dir = tempfile::tempdir().unwrap();
     let token_file = dir.path().join("token");
     std::fs::write(&token_file, "right-token\n").unwrap();
-    let address = format!("127.0.0.1:{}", free_port());
-    let exporter = Exporter::start(&[
-        "--collector.disable-defaults",
-        "--collector.verbs",
-        &real_library(),
-        &format!("--probe.verbs.listen={address}"),
-        "--probe.verbs.allow=127.0.0.0/8",
-        &format!("--probe.verbs.token-file={}", token_file.display()),
-        "--probe.verbs.device=rxe0",
-        "--probe.verbs.timeout=1s",
-        &edge_sysfs(),
-    ]);
-    wait_for(&exporter, &sessions("success", 0));
+    let token = format!("--probe.verbs.token-file={}", token_file.display());
+    let (exporter, address) = responder("127.0.0.0/8", &[&token, "--probe.verbs.timeout=1s"]);
     let threads = exporter.threads();
     let connect = || TcpStream::connect(&address).unwrap();
 
@@ -305,17 +319,7 @@ fn hostile_peers_cost_a_counted_failure_and_nothing_else() {
 
 #[test]
 fn peers_outside_the_allow_list_are_dropped_unread() {
-    let address = format!("127.0.0.1:{}", free_port());
-    let exporter = Exporter::start(&[
-        "--collector.disable-defaults",
-        "--collector.verbs",
-        &real_library(),
-        &format!("--probe.verbs.listen={address}"),
-        "--probe.verbs.allow=10.0.0.0/8",
-        "--probe.verbs.device=rxe0",
-        &edge_sysfs(),
-    ]);
-    wait_for(&exporter, &sessions("denied", 0));
+    let (exporter, address) = responder("10.0.0.0/8", &[]);
     let mut stream = TcpStream::connect(&address).unwrap();
     let _ = stream.write_all(&hello(b""));
     assert_eq!(reply(stream), b"");

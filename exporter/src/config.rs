@@ -240,17 +240,32 @@ struct VerbsFlags {
     library: String,
 }
 
-fn verbs_values(matches: &ArgMatches, prefix: &str) -> Result<VerbsFlags, ConfigError> {
-    let get = |name: &str| {
-        matches
-            .get_one::<String>(&format!("{prefix}{name}"))
+/// Flags that share a prefix: their values, and their errors worded with the full flag name.
+struct Prefixed<'a> {
+    matches: &'a ArgMatches,
+    prefix: &'a str,
+}
+
+impl Prefixed<'_> {
+    fn get(&self, name: &str) -> Option<String> {
+        self.matches
+            .get_one::<String>(&format!("{}{name}", self.prefix))
             .cloned()
-    };
-    let invalid = |name: &str, value: &str, reason: &str| ConfigError::Verbs {
-        flag: format!("--{prefix}{name}"),
-        value: value.to_string(),
-        reason: reason.to_string(),
-    };
+    }
+
+    fn invalid(&self, name: &str, value: &str, reason: &str) -> ConfigError {
+        ConfigError::Verbs {
+            flag: format!("--{}{name}", self.prefix),
+            value: value.to_string(),
+            reason: reason.to_string(),
+        }
+    }
+}
+
+fn verbs_values(matches: &ArgMatches, prefix: &str) -> Result<VerbsFlags, ConfigError> {
+    let flags = Prefixed { matches, prefix };
+    let get = |name: &str| flags.get(name);
+    let invalid = |name: &str, value: &str, reason: &str| flags.invalid(name, value, reason);
     let number = |name: &str, min: u64, max: u64| -> Result<Option<u64>, ConfigError> {
         get(name)
             .map(|value| match value.parse::<u64>() {
@@ -326,16 +341,12 @@ fn verbs_values(matches: &ArgMatches, prefix: &str) -> Result<VerbsFlags, Config
 fn verbs_settings(matches: &ArgMatches) -> Result<verbs::Settings, ConfigError> {
     const PREFIX: &str = "probe.verbs.";
     let flags = verbs_values(matches, PREFIX)?;
-    let get = |name: &str| {
-        matches
-            .get_one::<String>(&format!("{PREFIX}{name}"))
-            .cloned()
+    let prefixed = Prefixed {
+        matches,
+        prefix: PREFIX,
     };
-    let invalid = |name: &str, value: &str, reason: &str| ConfigError::Verbs {
-        flag: format!("--{PREFIX}{name}"),
-        value: value.to_string(),
-        reason: reason.to_string(),
-    };
+    let get = |name: &str| prefixed.get(name);
+    let invalid = |name: &str, value: &str, reason: &str| prefixed.invalid(name, value, reason);
     let off_or_duration = |name: &str| -> Result<Option<Duration>, ConfigError> {
         match get(name) {
             None => Ok(None),

@@ -265,9 +265,9 @@ pub enum Progress {
 const WINDOW: Duration = Duration::from_millis(100);
 
 /// RDMA WRITEs of `message_size` bytes into `remote`, `queue_depth` in flight, for `duration`.
-/// As ib_write_bw's duration mode, the average counts the writes completed within the
-/// duration; the writes still in flight at its end are waited for but not counted (their drain
-/// would otherwise lower the figure by up to a queue's worth of data).
+/// As ib_write_bw's duration mode, the average is taken over the middle half of the run (its
+/// default margin is a quarter of the duration on each side): the ramp-up and the drain of the
+/// writes in flight at the end are left out. The peak is the best 100 ms window.
 pub fn measure_bandwidth(
     side: &Side,
     remote: &Endpoint,
@@ -279,9 +279,10 @@ pub fn measure_bandwidth(
     let mut wc = vec![ffi::Wc::default(); depth.min(64)];
     let started = Instant::now();
     let end = started + params.duration;
+    let (sample_from, sample_until) = (started + params.duration / 4, end - params.duration / 4);
     let (mut outstanding, mut completed) = (0usize, 0u64);
-    // Completions counted, and when the last counted one was reaped.
-    let (mut measured, mut measured_at) = (0u64, started);
+    // Completions and times at the first and the last poll within the sample window.
+    let mut sample: Option<((Instant, u64), (Instant, u64))> = None;
     let (mut window_start, mut window_completed) = (started, 0u64);
     let mut peak = 0.0f64;
     let mut last_progress = started;
@@ -297,11 +298,12 @@ pub fn measure_bandwidth(
             outstanding -= reaped;
             completed += reaped as u64;
             last_progress = now;
-            if running {
-                (measured, measured_at) = (completed, now);
-            }
         } else if now.duration_since(last_progress) > params.step_timeout {
             return Err(ProbeError::Timeout("write completions"));
+        }
+        if (sample_from..sample_until).contains(&now) {
+            let first = sample.map_or((now, completed), |(first, _)| first);
+            sample = Some((first, (now, completed)));
         }
         let window = now.duration_since(window_start);
         if running && window >= WINDOW {
@@ -317,12 +319,13 @@ pub fn measure_bandwidth(
             break;
         }
     }
-    // A link too slow to complete one write within the duration: count the drain after all.
-    let (counted, elapsed) = match measured {
-        0 => (completed, started.elapsed()),
-        _ => (measured, measured_at.duration_since(started)),
+    // A run too short or a link too slow for completions within the window: the whole run.
+    let ((from, first), (until, last)) = match sample {
+        Some(((from, first), (until, last))) if last > first => ((from, first), (until, last)),
+        _ => ((started, 0), (Instant::now(), completed)),
     };
-    let average = (counted * size) as f64 / elapsed.as_secs_f64().max(1e-9);
+    let counted = last - first;
+    let average = (counted * size) as f64 / until.duration_since(from).as_secs_f64().max(1e-9);
     Ok(Bandwidth {
         message_size: side.message_size,
         iterations: counted,

@@ -156,14 +156,7 @@ pub fn probe(
     let measurement = match peer {
         Some(peer) => peer::run_peer(verbs, target, peer, token, params, progress)?,
         None => {
-            let device = resources::Device::open(verbs.clone(), &target.device)?;
-            let address = port::resolve_address(
-                &device,
-                &target.sysfs,
-                &target.device,
-                target.port,
-                target.gid_index,
-            )?;
+            let (device, address) = port::open(verbs, target)?;
             engine::run_loopback(&device, &address, params, progress)?
         }
     };

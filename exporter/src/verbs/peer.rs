@@ -9,8 +9,8 @@ use std::time::Duration;
 use super::engine::{self, Endpoint, Measurement, Params, Progress, Side};
 use super::ffi::Verbs;
 use super::oob::{tokens_match, Channel, Message, OobError, RejectReason};
-use super::port::resolve_address;
-use super::resources::{Device, ProtectionDomain};
+use super::port;
+use super::resources::ProtectionDomain;
 use super::{ProbeError, Target};
 use crate::logging::{self, Level};
 
@@ -31,14 +31,7 @@ pub fn run_peer(
     let timeout = params.step_timeout;
     let stream = connect(peer, timeout)?;
     let mut channel = Channel::new(stream, timeout)?;
-    let device = Device::open(verbs.clone(), &target.device)?;
-    let address = resolve_address(
-        &device,
-        &target.sysfs,
-        &target.device,
-        target.port,
-        target.gid_index,
-    )?;
+    let (device, address) = port::open(verbs, target)?;
     let pd = ProtectionDomain::new(&device)?;
     let side = Side::new(&pd, &device, params, engine::initial_psn())?;
     channel.send(&Message::Hello {
@@ -356,14 +349,7 @@ fn responder_side(
     params: &Params,
     remote: &Endpoint,
 ) -> Result<ResponderSide, ProbeError> {
-    let device = Device::open(verbs.clone(), &target.device)?;
-    let address = resolve_address(
-        &device,
-        &target.sysfs,
-        &target.device,
-        target.port,
-        target.gid_index,
-    )?;
+    let (device, address) = port::open(verbs, target)?;
     let pd = ProtectionDomain::new(&device)?;
     let side = Side::new(&pd, &device, params, engine::initial_psn())?;
     side.connect(&address, remote)?;

@@ -2,11 +2,13 @@
 //! and which GID is RoCE v2; from verbs its LID, GID and active MTU.
 
 use std::path::Path;
+use std::rc::Rc;
+use std::sync::Arc;
 
 use super::engine::PortAddress;
-use super::ffi;
+use super::ffi::{self, Verbs};
 use super::resources::Device;
-use super::ProbeError;
+use super::{ProbeError, Target};
 use crate::rdma;
 use crate::sysfs::{AttributeReader, SysDir};
 
@@ -75,8 +77,21 @@ pub fn roce_v2_gid_index(sysfs: &Path, device: &str, port: u8) -> Result<u8, Pro
         .ok_or(ProbeError::NoRoceV2Gid)
 }
 
+/// Opens the target's device and resolves its port's address.
+pub fn open(verbs: &Arc<Verbs>, target: &Target) -> Result<(Rc<Device>, PortAddress), ProbeError> {
+    let device = Device::open(verbs.clone(), &target.device)?;
+    let address = resolve_address(
+        &device,
+        &target.sysfs,
+        &target.device,
+        target.port,
+        target.gid_index,
+    )?;
+    Ok((device, address))
+}
+
 /// The port's address for connecting QPs: LID, or on RoCE the chosen GID; and its active MTU.
-pub fn resolve_address(
+fn resolve_address(
     device: &Device,
     sysfs: &Path,
     device_name: &str,
