@@ -265,7 +265,20 @@ fn hostile_peers_cost_a_counted_failure_and_nothing_else() {
     std::fs::write(&token_file, "right-token\n").unwrap();
     let token = format!("--probe.verbs.token-file={}", token_file.display());
     let (exporter, address) = responder("127.0.0.0/8", &[&token, "--probe.verbs.timeout=1s"]);
-    let threads = exporter.threads();
+    // Session threads by name (the kernel keeps 15 characters of "hpcnode-verbs-responder").
+    let session_threads = || {
+        std::fs::read_dir(format!("/proc/{}/task", exporter.pid()))
+            .unwrap()
+            .filter_map(|task| std::fs::read_to_string(task.unwrap().path().join("comm")).ok())
+            .filter(|name| name.trim() == "hpcnode-verbs-r")
+            .count()
+    };
+    let open_files = || {
+        std::fs::read_dir(format!("/proc/{}/fd", exporter.pid()))
+            .unwrap()
+            .count()
+    };
+    let files = open_files();
     let connect = || TcpStream::connect(&address).unwrap();
 
     // Garbage: rejected at the header, connection closed.
@@ -306,11 +319,16 @@ fn hostile_peers_cost_a_counted_failure_and_nothing_else() {
     let text = wait_for(&exporter, &sessions("error", 1));
     assert!(text.contains(&sessions("success", 0)));
 
-    // Still serving, with no thread left behind by any session.
+    // Still serving, with no thread or file descriptor left behind by any session.
     assert!(text.contains("hpcnode_scrape_collector_success{collector=\"verbs\"} 1"));
     let deadline = Instant::now() + Duration::from_secs(10);
-    while exporter.threads() > threads {
-        assert!(Instant::now() < deadline, "session threads left running");
+    while session_threads() > 0 || open_files() > files {
+        assert!(
+            Instant::now() < deadline,
+            "sessions left threads ({}) or files ({} > {files}) behind",
+            session_threads(),
+            open_files()
+        );
         std::thread::sleep(Duration::from_millis(50));
     }
     let log = exporter.log();

@@ -634,6 +634,15 @@ mod tests {
     }
 
     #[test]
+    fn jitter_stays_below_its_bound() {
+        assert_eq!(random_below(Duration::ZERO), Duration::ZERO);
+        let bound = Duration::from_secs(60);
+        let draws: HashSet<_> = (0..50).map(|_| random_below(bound)).collect();
+        assert!(draws.iter().all(|d| *d < bound));
+        assert!(draws.len() > 1, "no jitter: {draws:?}");
+    }
+
+    #[test]
     fn unconfigured_is_silent() {
         let collector = VerbsCollector { service: None };
         assert!(collector.units().unwrap().is_empty());
