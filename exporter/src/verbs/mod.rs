@@ -21,7 +21,7 @@ use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant, SystemTime};
 
-use crate::collector::{CollectError, Collector, Output};
+use crate::collector::{lock, CollectError, Collector, Output};
 use crate::config::Config;
 use crate::logging::{self, Level};
 use crate::metrics::{Desc, Labels, Value};
@@ -296,12 +296,6 @@ impl Service {
                 .map(|t| t.as_secs_f64());
         }
     }
-}
-
-fn lock<T>(mutex: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
-    mutex
-        .lock()
-        .unwrap_or_else(|poisoned| poisoned.into_inner())
 }
 
 pub struct VerbsCollector {

@@ -169,7 +169,7 @@ impl ResponderStats {
         }
         if let Err(err) = outcome {
             let cause = err.to_string();
-            let mut logged = self.logged.lock().unwrap_or_else(|p| p.into_inner());
+            let mut logged = crate::collector::lock(&self.logged);
             if logged.len() < MAX_LOGGED && logged.insert((cause.clone(), peer)) {
                 logging::log(
                     Level::Warn,

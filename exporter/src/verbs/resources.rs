@@ -151,7 +151,7 @@ impl Drop for PageBuffer {
 pub struct RegisteredBuffer {
     pd: Rc<ProtectionDomain>,
     mr: *mut ffi::Mr,
-    // Declared after `mr`'s owner logic: Drop deregisters before the memory is freed.
+    // Fields drop after `Drop::drop`: the region is deregistered before its memory is freed.
     memory: PageBuffer,
 }
 
