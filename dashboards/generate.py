@@ -602,13 +602,35 @@ def capacity_dashboard():
               hide=["job", "__name__"], order=["instance", "device", "port", "direction", "Value #A", "Value #B"],
               w=24, h=8, sort="Predicted crossing"),
     ]
+    probe_legend = "{{instance}} {{device}}/{{port}} {{mode}} {{peer}}"
+    floor = 'hpcnode:threshold{threshold="verbs_probe_efficiency_min_ratio"}'
+    dashed_red = [{"matcher": {"id": "byName", "options": "efficiency floor"},
+                   "properties": [{"id": "custom.lineStyle", "value": {"fill": "dash", "dash": [10, 10]}},
+                                  {"id": "color", "value": {"mode": "fixed", "fixedColor": "red"}}]}]
+    probe = [
+        timeseries("Measured RDMA bandwidth per port", "RDMA WRITE bandwidth of each port's last successful verbs probe (hpcnode_verbs_probe_bandwidth_bytes_per_second, ib_write_bw's BW average), over time: what the link really delivers, not what it carried. The value changes when a probe finishes (--probe.verbs.interval).",
+                   [target(f'hpcnode_verbs_probe_bandwidth_bytes_per_second{{{FLEET_PORT}}}', probe_legend)], "Bps"),
+        timeseries("Probe efficiency per port", "Measured bandwidth over the port's effective data rate (hpcnode_verbs_probe_efficiency_ratio), with the floor below which HpcnodeVerbsProbeEfficiencyLow fires (hpcnode:threshold{threshold=\"verbs_probe_efficiency_min_ratio\"}, alerts/config.rules.yml) as a dashed line. Healthy EDR/HDR links reach 0.95 to 0.98.",
+                   [target(f'hpcnode_verbs_probe_efficiency_ratio{{{FLEET_PORT}}}', probe_legend, "A"),
+                    target(floor, "efficiency floor", "B")],
+                   "percentunit", overrides=dashed_red),
+        timeseries("Probe latency per port", "Typical one-way latency of each port's last successful probe: half the median round trip of an 8-byte RDMA WRITE ping-pong (hpcnode_verbs_probe_latency_seconds, ib_write_lat's t_typical).",
+                   [target(f'hpcnode_verbs_probe_latency_seconds{{{FLEET_PORT}}}', probe_legend)], "s"),
+        stat("Ports below the efficiency floor", "Ports whose last probe measured less than the efficiency floor of their data rate (alerts/config.rules.yml).",
+             [target(f'count(\n  hpcnode_verbs_probe_efficiency_ratio{{{FLEET_PORT}}}\n    < on () group_left ()\n  {floor}\n) or vector(0)', "ports", instant=True)], "none", w=6,
+             thresholds=[{"color": "green", "value": None}, {"color": "orange", "value": 1}]),
+        stat("Probe unavailable", "Exporters configured to probe whose libibverbs.so.1 did not load (hpcnode_verbs_probe_available == 0): no bandwidth figures from them.",
+             [target(f'count(hpcnode_verbs_probe_available{{{FLEET}}} == 0) or vector(0)', "exporters", instant=True)], "none", w=6,
+             thresholds=[{"color": "green", "value": None}, {"color": "orange", "value": 1}]),
+    ]
     return dashboard(
         "hpcnode-rdma-capacity", "RDMA capacity planning",
         "Fleet-wide RDMA throughput and utilisation of the ports' data rates, the busiest ports, congestion, "
         "and 30-day trends with the date each port's daily p95 is predicted to cross the planning threshold. "
         "Built on the recording rules in alerts/rdma.rules.yml.",
         ["hpcnode", "rdma", "capacity"], variables,
-        [row("Now", now), row("30-day trends", trends)], time_from="now-24h")
+        [row("Now", now), row("30-day trends", trends), row("Measured capacity (verbs probe)", probe)],
+        time_from="now-24h")
 
 
 DASHBOARDS = {

@@ -21,6 +21,7 @@ use crate::mic;
 use crate::modules;
 use crate::pci;
 use crate::rdma;
+use crate::verbs;
 
 /// What a collector does at scrape time, split into independent units (devices) so that one
 /// unit whose read hangs hides nothing but itself.
@@ -79,6 +80,13 @@ pub const COLLECTORS: &[Registration] = &[
         help: "GPU, accelerator and fabric PCI devices: passthrough readiness, IOMMU state, unbound devices, Nova [pci] config check",
         build: pci::build,
         metrics: &pci::METRICS,
+    },
+    Registration {
+        name: "verbs",
+        enabled_by_default: true,
+        help: "Results of the periodic RDMA verbs bandwidth and latency probe (silent unless --probe.verbs.interval or --probe.verbs.listen is set)",
+        build: verbs::build,
+        metrics: &verbs::METRICS,
     },
 ];
 
@@ -277,7 +285,8 @@ impl Drop for BusyGuard {
     }
 }
 
-fn lock<T>(mutex: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+/// Locks, taking over a poisoned mutex: a panicked holder leaves plain data behind.
+pub(crate) fn lock<T>(mutex: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
     mutex
         .lock()
         .unwrap_or_else(|poisoned| poisoned.into_inner())

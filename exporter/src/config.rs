@@ -13,6 +13,7 @@ use regex::Regex;
 use crate::collector::{Registration, COLLECTORS};
 use crate::logging::{Level, LogFormat};
 use crate::pci::DeviceSelector;
+use crate::verbs;
 
 #[derive(Debug, thiserror::Error)]
 pub enum ConfigError {
@@ -53,6 +54,12 @@ pub enum ConfigError {
         value: String,
         also: &'static str,
     },
+    #[error("invalid {flag} {value:?}: {reason}")]
+    Verbs {
+        flag: String,
+        value: String,
+        reason: String,
+    },
 }
 
 /// What parsing the command line led to.
@@ -60,6 +67,24 @@ pub enum Invocation {
     Run(Box<Config>),
     /// `--help` or `--version`: print this and exit 0.
     Print(String),
+    /// `probe verbs ...`: one probe now, a result table, pass or fail.
+    ProbeVerbs(Box<VerbsProbeCommand>),
+}
+
+/// The validated `probe verbs` subcommand.
+#[derive(Debug, Clone)]
+pub struct VerbsProbeCommand {
+    pub sysfs: PathBuf,
+    /// `None`: the first RDMA device.
+    pub device: Option<String>,
+    pub port: u8,
+    pub gid_index: Option<u8>,
+    pub peer: Option<String>,
+    pub token: Option<Vec<u8>>,
+    pub params: verbs::engine::Params,
+    pub library: String,
+    /// Fail (exit 1) when the efficiency ratio is below this.
+    pub min_ratio: Option<f64>,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -113,6 +138,7 @@ pub struct Config {
     pub scrape_timeout: Duration,
     pub log_level: Level,
     pub log_format: LogFormat,
+    pub verbs: verbs::Settings,
     /// `--ebpf.strict`: a probe that attaches to no hook is a startup error.
     pub ebpf_strict: bool,
 }
@@ -138,6 +164,7 @@ struct RawFlags {
     scrape_timeout: String,
     log_level: String,
     log_format: String,
+    verbs: Result<verbs::Settings, ConfigError>,
     ebpf_strict: bool,
 }
 
@@ -146,25 +173,313 @@ where
     I: IntoIterator<Item = T>,
     T: Into<OsString> + Clone,
 {
+    let args: Vec<OsString> = args.into_iter().map(Into::into).collect();
+    if args.get(1).is_some_and(|arg| arg == "probe") {
+        return parse_probe(&args);
+    }
     let mut command = command();
     let matches = match command.try_get_matches_from_mut(args) {
         Ok(matches) => matches,
-        Err(err) => {
-            return match err.kind() {
-                clap::error::ErrorKind::DisplayHelp | clap::error::ErrorKind::DisplayVersion => {
-                    Ok(Invocation::Print(err.render().to_string()))
-                }
-                _ => {
-                    let rendered = err.render().to_string();
-                    let first = rendered.lines().next().unwrap_or("invalid arguments");
-                    Err(ConfigError::Flags(
-                        first.trim_start_matches("error: ").to_string(),
-                    ))
-                }
-            };
-        }
+        Err(err) => return clap_outcome(err),
     };
     validate(raw_flags(&matches)).map(|config| Invocation::Run(Box::new(config)))
+}
+
+/// clap's verdict on a command line that is not a successful parse.
+fn clap_outcome(err: clap::Error) -> Result<Invocation, ConfigError> {
+    match err.kind() {
+        clap::error::ErrorKind::DisplayHelp
+        | clap::error::ErrorKind::DisplayVersion
+        | clap::error::ErrorKind::DisplayHelpOnMissingArgumentOrSubcommand => {
+            Ok(Invocation::Print(err.render().to_string()))
+        }
+        _ => {
+            let rendered = err.render().to_string();
+            let first = rendered.lines().next().unwrap_or("invalid arguments");
+            Err(ConfigError::Flags(
+                first.trim_start_matches("error: ").to_string(),
+            ))
+        }
+    }
+}
+
+/// The probe's measurement and connection flags, shared by the exporter (`--probe.verbs.*`) and
+/// the `probe verbs` subcommand (no prefix).
+fn verbs_flags(prefix: &str) -> Vec<Arg> {
+    let arg = |name: &str, value: &'static str, help: &'static str| {
+        Arg::new(format!("{prefix}{name}"))
+            .long(format!("{prefix}{name}"))
+            .value_name(value)
+            .help(help)
+    };
+    vec![
+        arg("port", "N", "Port number to probe (default 1)."),
+        arg(
+            "gid-index",
+            "N",
+            "GID index on RoCE (default: the first RoCE v2 GID, IPv4-mapped preferred).",
+        ),
+        arg(
+            "peer",
+            "HOST:PORT",
+            "Probe against the responder of another exporter there instead of in loopback.",
+        ),
+        arg(
+            "token-file",
+            "FILE",
+            "File holding the shared token sent to (or required from) the peer.",
+        ),
+        arg(
+            "message-size",
+            "BYTES",
+            "RDMA WRITE message size for the bandwidth run (default 65536).",
+        ),
+        arg(
+            "queue-depth",
+            "N",
+            "Writes in flight during the bandwidth run (default 128).",
+        ),
+        arg(
+            "duration",
+            "DURATION",
+            "Length of the bandwidth run (default 2s, at most 60s).",
+        ),
+        arg(
+            "latency-iterations",
+            "N",
+            "Ping-pong round trips for the latency (default 1000).",
+        ),
+        arg(
+            "timeout",
+            "DURATION",
+            "Longest wait for any single step: a completion, an echo, a peer message (default 5s).",
+        ),
+        arg(
+            "library",
+            "PATH",
+            "The libibverbs to load (default libibverbs.so.1, wherever the dynamic linker finds it).",
+        ),
+    ]
+}
+
+/// The probe flags' values, validated (flag names without their prefix).
+struct VerbsFlags {
+    port: u8,
+    gid_index: Option<u8>,
+    peer: Option<String>,
+    token: Option<Vec<u8>>,
+    params: verbs::engine::Params,
+    library: String,
+}
+
+/// Flags that share a prefix: their values, and their errors worded with the full flag name.
+struct Prefixed<'a> {
+    matches: &'a ArgMatches,
+    prefix: &'a str,
+}
+
+impl Prefixed<'_> {
+    fn get(&self, name: &str) -> Option<String> {
+        self.matches
+            .get_one::<String>(&format!("{}{name}", self.prefix))
+            .cloned()
+    }
+
+    fn invalid(&self, name: &str, value: &str, reason: &str) -> ConfigError {
+        ConfigError::Verbs {
+            flag: format!("--{}{name}", self.prefix),
+            value: value.to_string(),
+            reason: reason.to_string(),
+        }
+    }
+}
+
+fn verbs_values(matches: &ArgMatches, prefix: &str) -> Result<VerbsFlags, ConfigError> {
+    let flags = Prefixed { matches, prefix };
+    let get = |name: &str| flags.get(name);
+    let invalid = |name: &str, value: &str, reason: &str| flags.invalid(name, value, reason);
+    let number = |name: &str, min: u64, max: u64| -> Result<Option<u64>, ConfigError> {
+        get(name)
+            .map(|value| match value.parse::<u64>() {
+                Ok(n) if (min..=max).contains(&n) => Ok(n),
+                _ => Err(invalid(
+                    name,
+                    &value,
+                    &format!("must be an integer from {min} to {max}"),
+                )),
+            })
+            .transpose()
+    };
+    let duration = |name: &str, max: Duration| -> Result<Option<Duration>, ConfigError> {
+        get(name)
+            .map(|value| match parse_duration(&value) {
+                Ok(d) if d <= max => Ok(d),
+                Ok(_) => Err(invalid(
+                    name,
+                    &value,
+                    &format!("must be at most {}s", max.as_secs()),
+                )),
+                Err(err) => Err(invalid(name, &value, &err.to_string())),
+            })
+            .transpose()
+    };
+    let defaults = verbs::engine::Params::default();
+    let params = verbs::engine::Params {
+        message_size: number("message-size", 1, verbs::peer::MAX_MESSAGE_SIZE as u64)?
+            .map_or(defaults.message_size, |n| n as usize),
+        queue_depth: number("queue-depth", 1, 4096)?.map_or(defaults.queue_depth, |n| n as u32),
+        duration: duration("duration", verbs::MAX_DURATION)?.unwrap_or(defaults.duration),
+        latency_iterations: number("latency-iterations", 1, 100_000)?
+            .map_or(defaults.latency_iterations, |n| n as u32),
+        step_timeout: duration("timeout", Duration::from_secs(300))?
+            .unwrap_or(defaults.step_timeout),
+    };
+    let peer = get("peer");
+    if let Some(peer) = &peer {
+        if !peer
+            .rsplit_once(':')
+            .is_some_and(|(host, port)| !host.is_empty() && port.parse::<u16>().is_ok())
+        {
+            return Err(invalid("peer", peer, "expected HOST:PORT"));
+        }
+    }
+    let token = match get("token-file") {
+        None => None,
+        Some(path) => {
+            let text = std::fs::read(&path)
+                .map_err(|err| invalid("token-file", &path, &err.to_string()))?;
+            let token = text.trim_ascii().to_vec();
+            if token.is_empty() || token.len() > verbs::oob::MAX_TOKEN {
+                return Err(invalid(
+                    "token-file",
+                    &path,
+                    &format!("the token must be 1 to {} bytes", verbs::oob::MAX_TOKEN),
+                ));
+            }
+            Some(token)
+        }
+    };
+    Ok(VerbsFlags {
+        port: number("port", 1, 255)?.map_or(1, |n| n as u8),
+        gid_index: number("gid-index", 0, 255)?.map(|n| n as u8),
+        peer,
+        token,
+        params,
+        library: get("library").unwrap_or_else(|| verbs::ffi::LIBRARY.to_string()),
+    })
+}
+
+/// The exporter's `--probe.verbs.*` flags.
+fn verbs_settings(matches: &ArgMatches) -> Result<verbs::Settings, ConfigError> {
+    const PREFIX: &str = "probe.verbs.";
+    let flags = verbs_values(matches, PREFIX)?;
+    let prefixed = Prefixed {
+        matches,
+        prefix: PREFIX,
+    };
+    let get = |name: &str| prefixed.get(name);
+    let invalid = |name: &str, value: &str, reason: &str| prefixed.invalid(name, value, reason);
+    let off_or_duration = |name: &str| -> Result<Option<Duration>, ConfigError> {
+        match get(name) {
+            None => Ok(None),
+            Some(value) if value == "0" || value == "0s" => Ok(None),
+            Some(value) => parse_duration(&value)
+                .map(Some)
+                .map_err(|err| invalid(name, &value, &err.to_string())),
+        }
+    };
+    let allow = match get("allow") {
+        None => Vec::new(),
+        Some(list) => list
+            .split(',')
+            .map(|cidr| {
+                verbs::peer::Cidr::parse(cidr.trim())
+                    .ok_or_else(|| invalid("allow", cidr, "expected an address or ADDRESS/PREFIX"))
+            })
+            .collect::<Result<_, _>>()?,
+    };
+    let listen = get("listen");
+    if let Some(listen) = &listen {
+        parse_listen_address(listen).map_err(|err| invalid("listen", listen, &err.to_string()))?;
+        if allow.is_empty() {
+            return Err(invalid(
+                "listen",
+                listen,
+                "requires --probe.verbs.allow (the peers it serves)",
+            ));
+        }
+    }
+    Ok(verbs::Settings {
+        interval: off_or_duration("interval")?,
+        jitter: off_or_duration("jitter")?.unwrap_or_default(),
+        devices: get("device")
+            .map(|list| {
+                list.split(',')
+                    .map(str::to_string)
+                    .filter(|d| !d.is_empty())
+                    .collect()
+            })
+            .unwrap_or_default(),
+        port: flags.port,
+        gid_index: flags.gid_index,
+        peer: flags.peer,
+        token: flags.token,
+        params: flags.params,
+        listen,
+        allow,
+        library: flags.library,
+    })
+}
+
+/// `hpcnode_exporter probe verbs [flags]`.
+fn parse_probe(args: &[OsString]) -> Result<Invocation, ConfigError> {
+    let verbs = Command::new("verbs")
+        .about("Run one RDMA WRITE bandwidth and latency probe now and print ib_write_bw's table; exit 1 below --min-ratio.")
+        .arg(Arg::new("device").long("device").value_name("NAME").help("RDMA device (default: the first one)."))
+        .arg(Arg::new("path.sysfs").long("path.sysfs").value_name("PATH").default_value("/sys").help("sysfs mountpoint."))
+        .arg(Arg::new("min-ratio").long("min-ratio").value_name("RATIO").help("Fail when bandwidth / port data rate is below this (e.g. 0.9)."))
+        .args(verbs_flags(""));
+    let mut command = Command::new("hpcnode_exporter probe")
+        .bin_name("hpcnode_exporter probe")
+        .about("Run a probe once, now.")
+        .subcommand_required(true)
+        .subcommand(verbs);
+    let matches = match command.try_get_matches_from_mut(&args[1..]) {
+        Ok(matches) => matches,
+        Err(err) => return clap_outcome(err),
+    };
+    let Some(("verbs", matches)) = matches.subcommand() else {
+        return Err(ConfigError::Flags("unknown probe".into()));
+    };
+    let flags = verbs_values(matches, "")?;
+    let min_ratio = match matches.get_one::<String>("min-ratio") {
+        None => None,
+        Some(value) => match value.parse::<f64>() {
+            Ok(ratio) if ratio.is_finite() && ratio >= 0.0 => Some(ratio),
+            _ => {
+                return Err(ConfigError::Verbs {
+                    flag: "--min-ratio".into(),
+                    value: value.clone(),
+                    reason: "must be a non-negative number".into(),
+                })
+            }
+        },
+    };
+    let sysfs = matches
+        .get_one::<String>("path.sysfs")
+        .cloned()
+        .unwrap_or_default();
+    Ok(Invocation::ProbeVerbs(Box::new(VerbsProbeCommand {
+        sysfs: path("--path.sysfs", sysfs)?,
+        device: matches.get_one::<String>("device").cloned(),
+        port: flags.port,
+        gid_index: flags.gid_index,
+        peer: flags.peer,
+        token: flags.token,
+        params: flags.params,
+        library: flags.library,
+        min_ratio,
+    })))
 }
 
 fn command() -> Command {
@@ -214,6 +529,12 @@ fn command() -> Command {
         )
         .arg(flag("collector.modules.expected", "", "Comma-separated kernel modules that must be loaded or built in, e.g. mlx5_core,mlx5_ib,ib_uverbs ('-' and '_' are the same)."))
         .arg(flag("collector.modules.max-modules", "2048", "Loaded modules exported one series each; the rest are counted in one module=\"other\" series."))
+        .arg(verbs_flag("interval", "DURATION", "Run the verbs probe this often (e.g. 1h); unset or 0: never."))
+        .arg(verbs_flag("jitter", "DURATION", "Add a random delay up to this to each probe interval (default 0)."))
+        .arg(verbs_flag("device", "NAMES", "Comma-separated RDMA devices to probe (default: all)."))
+        .arg(verbs_flag("listen", "ADDR:PORT", "Serve other exporters' peer probes here (off by default; requires --probe.verbs.allow)."))
+        .arg(verbs_flag("allow", "CIDRS", "Comma-separated addresses or networks allowed to use the responder."))
+        .args(verbs_flags("probe.verbs."))
         .arg(
             Arg::new("ebpf.strict")
                 .long("ebpf.strict")
@@ -255,6 +576,14 @@ fn flag(name: &'static str, default: &'static str, help: &'static str) -> Arg {
         .long(name)
         .value_name("VALUE")
         .default_value(default)
+        .help(help)
+}
+
+fn verbs_flag(name: &str, value: &'static str, help: &'static str) -> Arg {
+    let name = format!("probe.verbs.{name}");
+    Arg::new(name.clone())
+        .long(name)
+        .value_name(value)
         .help(help)
 }
 
@@ -318,6 +647,7 @@ fn raw_flags(matches: &ArgMatches) -> RawFlags {
         scrape_timeout: value("scrape.timeout"),
         log_level: value("log.level"),
         log_format: value("log.format"),
+        verbs: verbs_settings(matches),
         ebpf_strict: matches.get_flag("ebpf.strict"),
     }
 }
@@ -395,6 +725,7 @@ fn validate(raw: RawFlags) -> Result<Config, ConfigError> {
         log_level: Level::parse(&raw.log_level).ok_or(ConfigError::LogLevel(raw.log_level))?,
         log_format: LogFormat::parse(&raw.log_format)
             .ok_or(ConfigError::LogFormat(raw.log_format))?,
+        verbs: raw.verbs?,
         ebpf_strict: raw.ebpf_strict,
     })
 }
@@ -578,7 +909,108 @@ mod tests {
         match parse(argv)? {
             Invocation::Run(config) => Ok(*config),
             Invocation::Print(text) => panic!("unexpected print: {text}"),
+            Invocation::ProbeVerbs(command) => panic!("unexpected probe: {command:?}"),
         }
+    }
+
+    fn probe(args: &[&str]) -> Result<VerbsProbeCommand, ConfigError> {
+        let argv = ["hpcnode_exporter", "probe", "verbs"].into_iter();
+        match parse(argv.chain(args.iter().copied()))? {
+            Invocation::ProbeVerbs(command) => Ok(*command),
+            _ => panic!("not a probe"),
+        }
+    }
+
+    #[test]
+    fn verbs_probe_is_off_unless_asked_for() {
+        let settings = config(&[]).unwrap().verbs;
+        assert_eq!(settings.interval, None);
+        assert_eq!(settings.listen, None);
+        assert_eq!(
+            config(&["--probe.verbs.interval=0"])
+                .unwrap()
+                .verbs
+                .interval,
+            None
+        );
+        let on = config(&[
+            "--probe.verbs.interval=1h",
+            "--probe.verbs.jitter=5m",
+            "--probe.verbs.device=mlx5_0,mlx5_1",
+            "--probe.verbs.message-size=4096",
+            "--probe.verbs.duration=10s",
+        ])
+        .unwrap()
+        .verbs;
+        assert_eq!(on.interval, Some(Duration::from_secs(3600)));
+        assert_eq!(on.jitter, Duration::from_secs(300));
+        assert_eq!(on.devices, ["mlx5_0", "mlx5_1"]);
+        assert_eq!(on.port, 1);
+        assert_eq!(on.params.message_size, 4096);
+        assert_eq!(on.params.duration, Duration::from_secs(10));
+        assert_eq!(on.params.queue_depth, 128);
+    }
+
+    #[test]
+    fn verbs_responder_needs_an_allow_list() {
+        let err = config(&["--probe.verbs.listen=:18515"]).unwrap_err();
+        assert!(err.to_string().contains("--probe.verbs.allow"), "{err}");
+        let ok = config(&[
+            "--probe.verbs.listen=0.0.0.0:18515",
+            "--probe.verbs.allow=10.0.0.0/8,127.0.0.1",
+        ])
+        .unwrap()
+        .verbs;
+        assert_eq!(ok.allow.len(), 2);
+        for bad in [
+            &["--probe.verbs.listen=:1", "--probe.verbs.allow=10.0.0.0/40"][..],
+            &["--probe.verbs.duration=2m"],
+            &["--probe.verbs.message-size=0"],
+            &["--probe.verbs.peer=nohost"],
+            &["--probe.verbs.token-file=/nonexistent/token"],
+            &["--probe.verbs.interval=soon"],
+        ] {
+            let err = config(bad).unwrap_err().to_string();
+            assert!(!err.contains('\n'), "{bad:?}: {err}");
+        }
+    }
+
+    #[test]
+    fn token_file_is_trimmed_and_bounded() {
+        let dir = tempfile::tempdir().unwrap();
+        let token = dir.path().join("token");
+        std::fs::write(&token, "s3cret\n").unwrap();
+        let flag = format!("--token-file={}", token.display());
+        assert_eq!(
+            probe(&[&flag]).unwrap().token.as_deref(),
+            Some(&b"s3cret"[..])
+        );
+        std::fs::write(&token, "x".repeat(65)).unwrap();
+        assert!(probe(&[&flag]).is_err());
+        std::fs::write(&token, "\n").unwrap();
+        assert!(probe(&[&flag]).is_err());
+    }
+
+    #[test]
+    fn probe_subcommand() {
+        let command = probe(&[
+            "--device=rxe0",
+            "--port=1",
+            "--peer=10.0.0.2:18515",
+            "--min-ratio=0.9",
+            "--duration=500ms",
+        ])
+        .unwrap();
+        assert_eq!(command.device.as_deref(), Some("rxe0"));
+        assert_eq!(command.peer.as_deref(), Some("10.0.0.2:18515"));
+        assert_eq!(command.min_ratio, Some(0.9));
+        assert_eq!(command.params.duration, Duration::from_millis(500));
+        assert_eq!(command.sysfs, PathBuf::from("/sys"));
+        assert!(probe(&["--min-ratio=-1"]).is_err());
+        assert!(probe(&["--port=0"]).is_err());
+        assert!(probe(&["--no-such"]).is_err());
+        let argv = ["hpcnode_exporter", "probe", "nothing"];
+        assert!(parse(argv).is_err());
     }
 
     #[test]
@@ -597,7 +1029,7 @@ mod tests {
         assert_eq!(config.scrape_timeout, Duration::from_secs(5));
         assert_eq!(
             config.collectors.iter().map(|c| c.name).collect::<Vec<_>>(),
-            ["rdma", "mic", "modules", "ebpf", "pci"]
+            ["rdma", "mic", "modules", "ebpf", "pci", "verbs"]
         );
     }
 

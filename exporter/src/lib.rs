@@ -14,3 +14,4 @@ pub mod modules;
 pub mod pci;
 pub mod rdma;
 pub mod sysfs;
+pub mod verbs;

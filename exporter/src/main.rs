@@ -1,5 +1,6 @@
 //! Entry point: flags -> validated config -> serve. The one place that maps errors to exit codes:
-//! 2 for a bad command line, 1 for a failure to start (e.g. the port is taken).
+//! 2 for a bad command line, 1 for a failure to start (e.g. the port is taken); for
+//! `probe verbs`, 1 when the probe fails or falls below `--min-ratio`.
 
 use std::process::ExitCode;
 use std::sync::Arc;
@@ -7,10 +8,11 @@ use std::time::Duration;
 
 use anyhow::Context;
 use hpcnode_exporter::collector::Scraper;
-use hpcnode_exporter::config::{self, Config, Invocation};
+use hpcnode_exporter::config::{self, Config, Invocation, VerbsProbeCommand};
 use hpcnode_exporter::ebpf;
 use hpcnode_exporter::http::{self, Server};
 use hpcnode_exporter::logging::{self, Level};
+use hpcnode_exporter::verbs;
 use tokio::signal::unix::{signal, SignalKind};
 
 fn main() -> ExitCode {
@@ -20,6 +22,7 @@ fn main() -> ExitCode {
             print!("{text}");
             return ExitCode::SUCCESS;
         }
+        Ok(Invocation::ProbeVerbs(command)) => return probe_verbs(&command),
         Err(err) => {
             eprintln!("hpcnode_exporter: error: {err}");
             return ExitCode::from(2);
@@ -103,4 +106,66 @@ async fn serve(config: Config) -> anyhow::Result<()> {
     };
     server.serve(listener, shutdown).await;
     Ok(())
+}
+
+/// `probe verbs`: one probe now, progress on stderr, ib_write_bw's table on stdout.
+fn probe_verbs(command: &VerbsProbeCommand) -> ExitCode {
+    match run_probe_verbs(command) {
+        Ok(true) => ExitCode::SUCCESS,
+        Ok(false) => ExitCode::from(1),
+        Err(err) => {
+            eprintln!("hpcnode_exporter: probe verbs: {err:#}");
+            ExitCode::from(1)
+        }
+    }
+}
+
+/// Whether the probe passed `--min-ratio` (always, without one).
+fn run_probe_verbs(command: &VerbsProbeCommand) -> anyhow::Result<bool> {
+    let library = Arc::new(verbs::ffi::Verbs::load(&command.library)?);
+    let device = match &command.device {
+        Some(device) => device.clone(),
+        None => verbs::first_device(&command.sysfs)
+            .context("no RDMA device under the sysfs class/infiniband directory")?,
+    };
+    let target = verbs::Target {
+        sysfs: command.sysfs.clone(),
+        device,
+        port: command.port,
+        gid_index: command.gid_index,
+    };
+    let mode = command.peer.as_deref().unwrap_or("loopback");
+    eprintln!(
+        "probing {}/{} ({mode}): {} bytes x {} in flight for {:?}",
+        target.device,
+        target.port,
+        command.params.message_size,
+        command.params.queue_depth,
+        command.params.duration
+    );
+    let report = verbs::probe(
+        &library,
+        &target,
+        command.peer.as_deref(),
+        command.token.as_deref().unwrap_or_default(),
+        &command.params,
+        &mut |progress| eprint!("\r{}", verbs::progress_line(&progress)),
+    )
+    .with_context(|| format!("{}/{}", target.device, target.port));
+    eprintln!();
+    let report = report?;
+    print!("{}", verbs::result_table(&report));
+    let Some(min_ratio) = command.min_ratio else {
+        return Ok(true);
+    };
+    let ratio = report
+        .efficiency()
+        .context("--min-ratio given but the port's data rate is unknown")?;
+    let passed = ratio >= min_ratio;
+    println!(
+        "{}: efficiency {ratio:.3} {} --min-ratio {min_ratio}",
+        if passed { "PASS" } else { "FAIL" },
+        if passed { ">=" } else { "<" }
+    );
+    Ok(passed)
 }

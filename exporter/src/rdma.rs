@@ -565,7 +565,7 @@ impl DeviceRead<'_> {
 }
 
 /// `4: ACTIVE` -> 4.
-fn parse_state_id(path: &Path, text: &str) -> Result<u64, SysfsError> {
+pub(crate) fn parse_state_id(path: &Path, text: &str) -> Result<u64, SysfsError> {
     text.split_once(':')
         .and_then(|(id, _)| id.trim().parse().ok())
         .ok_or_else(|| SysfsError::parse(path, "expected '<id>: <NAME>'", text))
@@ -632,6 +632,19 @@ fn parse_rate(path: &Path, text: &str) -> Result<Rate, SysfsError> {
         lanes,
         generation: generation.to_string(),
     })
+}
+
+/// A `rate` file's effective data rate in bytes per second (what the verbs probe's efficiency
+/// ratio divides by).
+pub(crate) fn data_rate_bytes_per_second(
+    path: &Path,
+    text: &str,
+    ethernet: bool,
+) -> Result<f64, SysfsError> {
+    let rate = parse_rate(path, text)?;
+    rate.data_gbps(ethernet)
+        .map(gbps_to_bytes)
+        .ok_or_else(|| SysfsError::parse(path, "unknown link speed generation", &rate.generation))
 }
 
 fn gbps_to_bytes(gbps: f64) -> f64 {

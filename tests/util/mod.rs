@@ -100,6 +100,19 @@ impl Exporter {
         self.log.lock().unwrap().clone()
     }
 
+    /// The log once it contains `needle` (its reader thread may lag behind a response), or
+    /// as it is after 5 s.
+    pub fn log_with(&self, needle: &str) -> String {
+        let deadline = Instant::now() + Duration::from_secs(5);
+        loop {
+            let log = self.log();
+            if log.contains(needle) || Instant::now() > deadline {
+                return log;
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    }
+
     pub fn get(&self, path: &str) -> Response {
         self.request(&format!(
             "GET {path} HTTP/1.1\r\nHost: localhost\r\nConnection: close\r\n\r\n"
@@ -372,4 +385,29 @@ pub fn start_on_root(collector: &str, root: &Path, extra: &[&str]) -> Exporter {
     args.extend(flags.iter().map(String::as_str));
     args.extend_from_slice(extra);
     Exporter::start(&args)
+}
+
+/// Debian's rdma-core, unpacked (not installed).
+pub fn rdma_core() -> PathBuf {
+    let root = std::env::var_os("HPCNODE_RDMA_CORE")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| tests_dir().join("../target/rdma-core"));
+    assert!(
+        root.join("usr/include/infiniband/verbs.h").exists(),
+        "{} lacks rdma-core: run tests/verbs/fetch-rdma-core.sh (tests/setup.sh does)",
+        root.display()
+    );
+    root
+}
+
+/// The path of the real libibverbs.so.1 that matches the header the layout test reads (whether
+/// or not the machine has one installed: qemu's packages pull libibverbs1 in).
+pub fn libibverbs() -> String {
+    std::fs::read_dir(rdma_core().join("usr/lib"))
+        .unwrap()
+        .map(|entry| entry.unwrap().path().join("libibverbs.so.1"))
+        .find(|lib| lib.exists())
+        .expect("libibverbs.so.1 in the unpacked rdma-core")
+        .display()
+        .to_string()
 }

@@ -1,0 +1,708 @@
+//! The verbs probe: periodic RDMA WRITE bandwidth and latency per port, in loopback or against a
+//! responder in another exporter, reported against the port's data rate.
+//!
+//! Invariants:
+//! - libibverbs is loaded at run time ([`ffi`]); where it is absent the probe says so once
+//!   (`hpcnode_verbs_probe_available 0`) and nothing else changes;
+//! - runs happen on one scheduler thread, one at a time, never because of a scrape: scrapes read
+//!   the last results;
+//! - every verbs object is owned ([`resources`]) and released on every path.
+
+pub mod engine;
+pub mod ffi;
+pub mod oob;
+pub mod peer;
+pub mod port;
+pub mod resources;
+
+use std::collections::{BTreeMap, HashSet};
+use std::hash::BuildHasher;
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant, SystemTime};
+
+use crate::collector::{lock, CollectError, Collector, Output};
+use crate::config::Config;
+use crate::logging::{self, Level};
+use crate::metrics::{Desc, Labels, Value};
+use crate::sysfs::{SysDir, SysfsError};
+use engine::{Measurement, Params, Progress};
+use ffi::Verbs;
+use oob::{OobError, RejectReason};
+use peer::{Cidr, ResponderSettings, ResponderStats};
+
+/// The longest bandwidth run a probe may be configured for.
+pub const MAX_DURATION: Duration = Duration::from_secs(60);
+
+#[derive(Debug, thiserror::Error)]
+pub enum ProbeError {
+    #[error("{0}")]
+    Load(#[from] ffi::LoadError),
+    #[error("no RDMA device named {0:?}")]
+    NoSuchDevice(String),
+    #[error("{call} failed: {}", std::io::Error::from_raw_os_error(*errno))]
+    Call { call: &'static str, errno: i32 },
+    #[error("work completion failed with status {0}")]
+    Completion(u32),
+    #[error("timed out waiting for {0}")]
+    Timeout(&'static str),
+    #[error("port is not ACTIVE")]
+    PortNotActive,
+    #[error(
+        "no RoCE v2 GID on the port (give the netdev an address, or set --probe.verbs.gid-index)"
+    )]
+    NoRoceV2Gid,
+    #[error("invalid {0}")]
+    Invalid(&'static str),
+    #[error(transparent)]
+    Sysfs(#[from] SysfsError),
+    #[error("peer unreachable: {0}")]
+    PeerUnreachable(String),
+    #[error("peer rejected the probe: {}", .0.as_str())]
+    Rejected(RejectReason),
+    #[error(transparent)]
+    Oob(#[from] OobError),
+    #[error("the probe panicked (a bug)")]
+    Panicked,
+}
+
+impl ProbeError {
+    /// The `result` label of a failed run.
+    pub fn result(&self) -> &'static str {
+        match self {
+            ProbeError::PortNotActive => "port_not_active",
+            ProbeError::PeerUnreachable(_) => "peer_unreachable",
+            ProbeError::Rejected(_) => "rejected",
+            ProbeError::Timeout(_) | ProbeError::Oob(OobError::Timeout) => "timeout",
+            _ => "error",
+        }
+    }
+}
+
+/// Every `result` label value of the runs counter.
+pub const RESULTS: [&str; 6] = [
+    "success",
+    "port_not_active",
+    "peer_unreachable",
+    "rejected",
+    "timeout",
+    "error",
+];
+
+/// One port to probe.
+#[derive(Debug, Clone)]
+pub struct Target {
+    pub sysfs: PathBuf,
+    pub device: String,
+    pub port: u8,
+    /// Overrides the RoCE v2 GID choice.
+    pub gid_index: Option<u8>,
+}
+
+/// The probe's validated flags.
+#[derive(Debug, Clone, Default)]
+pub struct Settings {
+    /// `None`: no scheduled runs.
+    pub interval: Option<Duration>,
+    pub jitter: Duration,
+    /// Empty: every device under /sys/class/infiniband.
+    pub devices: Vec<String>,
+    pub port: u8,
+    pub gid_index: Option<u8>,
+    /// `HOST:PORT` of a responder; `None`: loopback.
+    pub peer: Option<String>,
+    pub token: Option<Vec<u8>>,
+    pub params: Params,
+    /// `ADDR:PORT` to serve other exporters' probes on; `None`: no responder.
+    pub listen: Option<String>,
+    pub allow: Vec<Cidr>,
+    /// The libibverbs to load: [`ffi::LIBRARY`] unless a flag names another.
+    pub library: String,
+}
+
+impl Settings {
+    fn configured(&self) -> bool {
+        self.interval.is_some() || self.listen.is_some()
+    }
+}
+
+/// A finished probe with what it is compared against.
+#[derive(Debug, Clone, Copy)]
+pub struct Report {
+    pub measurement: Measurement,
+    pub data_rate_bytes_per_second: Option<f64>,
+}
+
+impl Report {
+    pub fn efficiency(&self) -> Option<f64> {
+        self.data_rate_bytes_per_second
+            .map(|rate| self.measurement.bandwidth.average_bytes_per_second / rate)
+    }
+}
+
+/// One probe of `target` now: skipped when sysfs says the port is not ACTIVE.
+pub fn probe(
+    verbs: &Arc<Verbs>,
+    target: &Target,
+    peer: Option<&str>,
+    token: &[u8],
+    params: &Params,
+    progress: &mut dyn FnMut(Progress),
+) -> Result<Report, ProbeError> {
+    let state = port::read_state(&target.sysfs, &target.device, target.port)?;
+    if !state.active {
+        return Err(ProbeError::PortNotActive);
+    }
+    let measurement = match peer {
+        Some(peer) => peer::run_peer(verbs, target, peer, token, params, progress)?,
+        None => {
+            let (device, address) = port::open(verbs, target)?;
+            engine::run_loopback(&device, &address, params, progress)?
+        }
+    };
+    Ok(Report {
+        measurement,
+        data_rate_bytes_per_second: state.data_rate_bytes_per_second,
+    })
+}
+
+const AVAILABLE: Desc = Desc::gauge(
+    "hpcnode_verbs_probe_available",
+    "1 when libibverbs.so.1 loaded and the verbs probe can run, 0 when it is absent.",
+    None,
+);
+const BANDWIDTH: Desc = Desc::gauge(
+    "hpcnode_verbs_probe_bandwidth",
+    "Average RDMA WRITE bandwidth of the last successful probe.",
+    Some("bytes_per_second"),
+);
+const LATENCY: Desc = Desc::gauge(
+    "hpcnode_verbs_probe_latency",
+    "Typical one-way latency of the last successful probe: half the median RDMA WRITE ping-pong round trip (ib_write_lat's t_typical).",
+    Some("seconds"),
+);
+const EFFICIENCY: Desc = Desc::gauge(
+    "hpcnode_verbs_probe_efficiency",
+    "Bandwidth of the last successful probe divided by the port's effective data rate.",
+    Some("ratio"),
+);
+const LAST_SUCCESS: Desc = Desc::gauge(
+    "hpcnode_verbs_probe_last_success_timestamp",
+    "When the last successful probe finished, in seconds since the epoch.",
+    Some("seconds"),
+);
+const RUNS: Desc = Desc::counter(
+    "hpcnode_verbs_probe_runs",
+    "Probe runs by result (success, port_not_active, peer_unreachable, rejected, timeout, error).",
+    None,
+);
+const DURATION: Desc = Desc::gauge(
+    "hpcnode_verbs_probe_duration",
+    "How long the last probe run took, whatever its result.",
+    Some("seconds"),
+);
+const RESPONDER_SESSIONS: Desc = Desc::counter(
+    "hpcnode_verbs_responder_sessions",
+    "Sessions the responder served or refused, by result (success, denied, busy, bad_message, bad_token, timeout, error).",
+    None,
+);
+
+/// Every metric this collector emits (for the METRICS.md check).
+pub const METRICS: [Desc; 8] = [
+    AVAILABLE,
+    BANDWIDTH,
+    LATENCY,
+    EFFICIENCY,
+    LAST_SUCCESS,
+    RUNS,
+    DURATION,
+    RESPONDER_SESSIONS,
+];
+
+/// The results of one (device, port, mode, peer).
+struct Series {
+    labels: Labels,
+    runs: BTreeMap<&'static str, u64>,
+    last_report: Option<Report>,
+    last_success: Option<f64>,
+    last_duration: Option<Duration>,
+}
+
+/// What the scheduler and the responder leave for scrapes to read.
+struct Service {
+    available: bool,
+    series: Mutex<BTreeMap<String, Series>>,
+    responder: Option<Arc<ResponderStats>>,
+    logged: Mutex<HashSet<String>>,
+}
+
+const AVAILABILITY_UNIT: &str = "availability";
+const RESPONDER_UNIT: &str = "responder";
+/// Distinct failure causes logged before further ones are only counted.
+const MAX_LOGGED_CAUSES: usize = 256;
+
+impl Service {
+    fn record(
+        &self,
+        target: &Target,
+        peer: Option<&str>,
+        result: Result<Report, ProbeError>,
+        took: Duration,
+    ) {
+        let (mode, peer_label) = match peer {
+            Some(peer) => ("peer", peer.to_string()),
+            None => ("loopback", String::new()),
+        };
+        let key = format!("{}/{}/{mode}/{peer_label}", target.device, target.port);
+        let outcome = match &result {
+            Ok(_) => "success",
+            Err(err) => err.result(),
+        };
+        if let Err(err) = &result {
+            let cause = format!("{key}: {err}");
+            let mut logged = lock(&self.logged);
+            if logged.len() < MAX_LOGGED_CAUSES && logged.insert(cause.clone()) {
+                logging::log(
+                    Level::Warn,
+                    "verbs probe failed (logged once per cause)",
+                    &[
+                        ("target", &key),
+                        ("result", outcome),
+                        ("err", &err.to_string()),
+                    ],
+                );
+            }
+        }
+        let mut series = lock(&self.series);
+        let entry = series.entry(key).or_insert_with(|| Series {
+            labels: vec![
+                ("device", target.device.clone().into()),
+                ("port", target.port.to_string().into()),
+                ("mode", mode.into()),
+                ("peer", peer_label.into()),
+            ],
+            runs: BTreeMap::new(),
+            last_report: None,
+            last_success: None,
+            last_duration: None,
+        });
+        *entry.runs.entry(outcome).or_default() += 1;
+        entry.last_duration = Some(took);
+        if let Ok(report) = result {
+            entry.last_report = Some(report);
+            entry.last_success = SystemTime::now()
+                .duration_since(SystemTime::UNIX_EPOCH)
+                .ok()
+                .map(|t| t.as_secs_f64());
+        }
+    }
+}
+
+pub struct VerbsCollector {
+    service: Option<Arc<Service>>,
+}
+
+/// Starts what the flags ask for (scheduler, responder) and returns the collector that reads
+/// their results. Unconfigured, it does nothing and exports nothing.
+pub fn build(config: &Config) -> Box<dyn Collector> {
+    let settings = &config.verbs;
+    if !settings.configured() {
+        return Box::new(VerbsCollector { service: None });
+    }
+    let verbs = match Verbs::load(&settings.library) {
+        Ok(verbs) => Some(Arc::new(verbs)),
+        Err(err) => {
+            logging::log(
+                Level::Info,
+                "verbs probe unavailable",
+                &[("err", &err.to_string())],
+            );
+            None
+        }
+    };
+    let responder = verbs
+        .as_ref()
+        .and_then(|verbs| start_responder(config, verbs));
+    let service = Arc::new(Service {
+        available: verbs.is_some(),
+        series: Mutex::default(),
+        responder,
+        logged: Mutex::default(),
+    });
+    if let (Some(verbs), Some(interval)) = (verbs, settings.interval) {
+        let (service, settings, sysfs) = (service.clone(), settings.clone(), config.sysfs.clone());
+        let started = std::thread::Builder::new()
+            .name("hpcnode-verbs-probe".into())
+            .spawn(move || schedule(&service, &verbs, &settings, &sysfs, interval));
+        if let Err(err) = started {
+            logging::log(
+                Level::Error,
+                "cannot start the verbs probe thread",
+                &[("err", &err.to_string())],
+            );
+        }
+    }
+    Box::new(VerbsCollector {
+        service: Some(service),
+    })
+}
+
+fn start_responder(config: &Config, verbs: &Arc<Verbs>) -> Option<Arc<ResponderStats>> {
+    let settings = &config.verbs;
+    let listen = settings.listen.clone()?;
+    let device = match settings.devices.first() {
+        Some(device) => device.clone(),
+        None => devices(&config.sysfs).into_iter().next()?,
+    };
+    let responder = Arc::new(ResponderSettings {
+        listen,
+        allow: settings.allow.clone(),
+        token: settings.token.clone(),
+        target: Target {
+            sysfs: config.sysfs.clone(),
+            device,
+            port: settings.port,
+            gid_index: settings.gid_index,
+        },
+        step_timeout: settings.params.step_timeout,
+    });
+    let listener = match peer::bind(&responder) {
+        Ok(listener) => listener,
+        Err(err) => {
+            logging::log(
+                Level::Error,
+                "verbs responder cannot listen",
+                &[("address", &responder.listen), ("err", &err.to_string())],
+            );
+            return None;
+        }
+    };
+    logging::log(
+        Level::Info,
+        "verbs responder listening",
+        &[
+            ("address", &responder.listen),
+            ("device", &responder.target.device),
+        ],
+    );
+    let stats = Arc::new(ResponderStats::default());
+    let (verbs, serving) = (verbs.clone(), stats.clone());
+    std::thread::Builder::new()
+        .name("hpcnode-verbs-listen".into())
+        .spawn(move || peer::serve(listener, verbs, responder, serving))
+        .ok()?;
+    Some(stats)
+}
+
+/// The RDMA devices under sysfs, sorted; none when the class directory is absent.
+fn devices(sysfs: &Path) -> Vec<String> {
+    SysDir::open(&sysfs.join("class/infiniband"))
+        .and_then(|dir| dir.entries())
+        .unwrap_or_default()
+}
+
+/// The first RDMA device in sysfs (what ib_write_bw uses without `-d`).
+pub fn first_device(sysfs: &Path) -> Option<String> {
+    devices(sysfs).into_iter().next()
+}
+
+/// One line of progress for a terminal (rewritten in place with `\r`).
+pub fn progress_line(progress: &Progress) -> String {
+    match progress {
+        Progress::Bandwidth { elapsed, bytes } => format!(
+            "bandwidth: {:5.1} s, {:10.2} MiB/sec so far",
+            elapsed.as_secs_f64(),
+            *bytes as f64 / elapsed.as_secs_f64().max(1e-9) / f64::from(1 << 20)
+        ),
+        Progress::Latency { done, of } => format!("latency: {done}/{of} round trips          "),
+    }
+}
+
+/// A random duration below `bound` (zero when it is zero), so that nodes do not probe in step.
+fn random_below(bound: Duration) -> Duration {
+    let nanos = u64::try_from(bound.as_nanos()).unwrap_or(u64::MAX);
+    if nanos == 0 {
+        return Duration::ZERO;
+    }
+    let random = std::collections::hash_map::RandomState::new().hash_one(Instant::now());
+    Duration::from_nanos(random % nanos)
+}
+
+/// The scheduler: runs every target in turn, then sleeps the interval plus jitter. The first
+/// round starts after a jitter alone.
+fn schedule(
+    service: &Service,
+    verbs: &Arc<Verbs>,
+    settings: &Settings,
+    sysfs: &Path,
+    interval: Duration,
+) {
+    let mut delay = random_below(settings.jitter);
+    loop {
+        std::thread::sleep(delay);
+        let devices = if settings.devices.is_empty() {
+            devices(sysfs)
+        } else {
+            settings.devices.clone()
+        };
+        for device in devices {
+            let target = Target {
+                sysfs: sysfs.to_path_buf(),
+                device,
+                port: settings.port,
+                gid_index: settings.gid_index,
+            };
+            let started = Instant::now();
+            // A bug in one run must not end the schedule: it is counted as that run's error.
+            let result = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+                probe(
+                    verbs,
+                    &target,
+                    settings.peer.as_deref(),
+                    settings.token.as_deref().unwrap_or_default(),
+                    &settings.params,
+                    &mut |_| {},
+                )
+            }))
+            .unwrap_or(Err(ProbeError::Panicked));
+            service.record(&target, settings.peer.as_deref(), result, started.elapsed());
+        }
+        delay = interval + random_below(settings.jitter);
+    }
+}
+
+impl Collector for VerbsCollector {
+    fn units(&self) -> Result<Vec<String>, CollectError> {
+        let Some(service) = &self.service else {
+            return Ok(Vec::new());
+        };
+        let mut units = vec![AVAILABILITY_UNIT.to_string()];
+        if service.responder.is_some() {
+            units.push(RESPONDER_UNIT.to_string());
+        }
+        units.extend(lock(&service.series).keys().cloned());
+        Ok(units)
+    }
+
+    fn collect_unit(&self, unit: &str, out: &mut Output) {
+        let Some(service) = &self.service else {
+            return;
+        };
+        match unit {
+            AVAILABILITY_UNIT => out.samples.push(
+                &AVAILABLE,
+                Vec::new(),
+                Value::Int(u64::from(service.available)),
+            ),
+            RESPONDER_UNIT => {
+                for (result, count) in service.responder.iter().flat_map(|stats| stats.counts()) {
+                    out.samples.push(
+                        &RESPONDER_SESSIONS,
+                        vec![("result", result.into())],
+                        Value::Int(count),
+                    );
+                }
+            }
+            key => {
+                if let Some(series) = lock(&service.series).get(key) {
+                    export_series(series, out);
+                }
+            }
+        }
+    }
+}
+
+fn export_series(series: &Series, out: &mut Output) {
+    let labels = || series.labels.clone();
+    for result in RESULTS {
+        let mut labeled = labels();
+        labeled.push(("result", result.into()));
+        let count = series.runs.get(result).copied().unwrap_or(0);
+        out.samples.push(&RUNS, labeled, Value::Int(count));
+    }
+    if let Some(took) = series.last_duration {
+        out.samples
+            .push(&DURATION, labels(), Value::Float(took.as_secs_f64()));
+    }
+    if let Some(report) = &series.last_report {
+        let measurement = &report.measurement;
+        out.samples.push(
+            &BANDWIDTH,
+            labels(),
+            Value::Float(measurement.bandwidth.average_bytes_per_second),
+        );
+        out.samples.push(
+            &LATENCY,
+            labels(),
+            Value::Float(measurement.latency.as_secs_f64()),
+        );
+        if let Some(ratio) = report.efficiency() {
+            out.samples.push(&EFFICIENCY, labels(), Value::Float(ratio));
+        }
+    }
+    if let Some(at) = series.last_success {
+        out.samples.push(&LAST_SUCCESS, labels(), Value::Float(at));
+    }
+}
+
+/// ib_write_bw's result table for one report, in MiB/sec (2^20 bytes) as perftest computes it:
+/// older perftest (Debian 12 ships 4.5-0.17) prints the same figure under the header `MB/sec`.
+pub fn result_table(report: &Report) -> String {
+    const MIB: f64 = (1 << 20) as f64;
+    let bandwidth = &report.measurement.bandwidth;
+    let mut table = format!(
+        "{:<10} {:<14} {:<18} {:<20} {:<14}\n{:<10} {:<14} {:<18.2} {:<20.2} {:<14.6}\n",
+        "#bytes",
+        "#iterations",
+        "BW peak[MiB/sec]",
+        "BW average[MiB/sec]",
+        "MsgRate[Mpps]",
+        bandwidth.message_size,
+        bandwidth.iterations,
+        bandwidth.peak_bytes_per_second / MIB,
+        bandwidth.average_bytes_per_second / MIB,
+        bandwidth.messages_per_second() / 1e6,
+    );
+    table.push_str(&format!(
+        "latency (t_typical) {:.2} usec\n",
+        report.measurement.latency.as_secs_f64() * 1e6
+    ));
+    match (report.data_rate_bytes_per_second, report.efficiency()) {
+        (Some(rate), Some(ratio)) => table.push_str(&format!(
+            "port data rate {:.2} MiB/sec, efficiency {:.3}\n",
+            rate / MIB,
+            ratio
+        )),
+        _ => table.push_str("port data rate unknown, efficiency not computed\n"),
+    }
+    table
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::metrics::{encode, Format, Samples};
+    use engine::Bandwidth;
+
+    fn report() -> Report {
+        Report {
+            measurement: Measurement {
+                bandwidth: Bandwidth {
+                    message_size: 65536,
+                    iterations: 1000,
+                    peak_bytes_per_second: 12.0e9,
+                    average_bytes_per_second: 11.8e9,
+                },
+                latency: Duration::from_nanos(1500),
+            },
+            data_rate_bytes_per_second: Some(12.5e9),
+        }
+    }
+
+    fn target() -> Target {
+        Target {
+            sysfs: PathBuf::from("/sys"),
+            device: "mlx5_0".into(),
+            port: 1,
+            gid_index: None,
+        }
+    }
+
+    fn scrape(collector: &VerbsCollector) -> String {
+        let mut samples = Samples::default();
+        for unit in collector.units().unwrap() {
+            let mut out = Output::default();
+            collector.collect_unit(&unit, &mut out);
+            samples.append(out.samples);
+        }
+        encode(samples, Format::PrometheusText).unwrap()
+    }
+
+    fn service() -> Arc<Service> {
+        Arc::new(Service {
+            available: true,
+            series: Mutex::default(),
+            responder: None,
+            logged: Mutex::default(),
+        })
+    }
+
+    #[test]
+    fn jitter_stays_below_its_bound() {
+        assert_eq!(random_below(Duration::ZERO), Duration::ZERO);
+        let bound = Duration::from_secs(60);
+        let draws: HashSet<_> = (0..50).map(|_| random_below(bound)).collect();
+        assert!(draws.iter().all(|d| *d < bound));
+        assert!(draws.len() > 1, "no jitter: {draws:?}");
+    }
+
+    #[test]
+    fn unconfigured_is_silent() {
+        let collector = VerbsCollector { service: None };
+        assert!(collector.units().unwrap().is_empty());
+    }
+
+    #[test]
+    fn results_are_exported_per_target_and_failures_keep_the_last_success() {
+        let service = service();
+        service.record(&target(), None, Ok(report()), Duration::from_secs(3));
+        service.record(
+            &target(),
+            None,
+            Err(ProbeError::PortNotActive),
+            Duration::from_millis(1),
+        );
+        let text = scrape(&VerbsCollector {
+            service: Some(service),
+        });
+        let labels = r#"device="mlx5_0",port="1",mode="loopback",peer="""#;
+        for line in [
+            "hpcnode_verbs_probe_available 1".to_string(),
+            format!("hpcnode_verbs_probe_bandwidth_bytes_per_second{{{labels}}} 11800000000"),
+            format!("hpcnode_verbs_probe_efficiency_ratio{{{labels}}} 0.944"),
+            format!("hpcnode_verbs_probe_latency_seconds{{{labels}}} 0.0000015"),
+            format!("hpcnode_verbs_probe_duration_seconds{{{labels}}} 0.001"),
+            format!("hpcnode_verbs_probe_runs_total{{{labels},result=\"success\"}} 1"),
+            format!("hpcnode_verbs_probe_runs_total{{{labels},result=\"port_not_active\"}} 1"),
+            format!("hpcnode_verbs_probe_runs_total{{{labels},result=\"timeout\"}} 0"),
+        ] {
+            assert!(text.contains(&line), "{line} missing from\n{text}");
+        }
+        assert!(text.contains("hpcnode_verbs_probe_last_success_timestamp_seconds{"));
+    }
+
+    #[test]
+    fn table_has_perftest_columns() {
+        let table = result_table(&report());
+        let mut lines = table.lines();
+        let header: Vec<_> = lines.next().unwrap().split_whitespace().collect();
+        assert_eq!(
+            header,
+            [
+                "#bytes",
+                "#iterations",
+                "BW",
+                "peak[MiB/sec]",
+                "BW",
+                "average[MiB/sec]",
+                "MsgRate[Mpps]"
+            ]
+        );
+        let row: Vec<_> = lines.next().unwrap().split_whitespace().collect();
+        // 12e9 / 2^20 = 11444.09; 11.8e9 / 2^20 = 11253.36; 11.8e9 / 65536 / 1e6 = 0.180054.
+        assert_eq!(row, ["65536", "1000", "11444.09", "11253.36", "0.180054"]);
+        assert!(table.contains("efficiency 0.944"));
+    }
+
+    #[test]
+    fn failure_results() {
+        assert_eq!(ProbeError::PortNotActive.result(), "port_not_active");
+        assert_eq!(ProbeError::Timeout("x").result(), "timeout");
+        assert_eq!(ProbeError::from(OobError::Timeout).result(), "timeout");
+        assert_eq!(
+            ProbeError::Rejected(RejectReason::BadToken).result(),
+            "rejected"
+        );
+        assert_eq!(ProbeError::NoSuchDevice("x".into()).result(), "error");
+    }
+}

@@ -1,0 +1,424 @@
+//! The out-of-band exchange over TCP that lets two exporters connect their queue pairs.
+//!
+//! Every message is one frame: magic `HPVB`, version 1, a kind byte, a big-endian u16 payload
+//! length (at most [`MAX_PAYLOAD`]) and the payload, whose size is fixed per kind (the token
+//! aside). [`decode`] is a pure function over bytes; every read and write is under a timeout.
+//!
+//! Session (client C, responder R): C->R `Hello` (token, C's endpoint, ping-pong count);
+//! R->C `Accept` (R's endpoint) or `Reject`; C runs the bandwidth writes; C->R `Latency`;
+//! R echoes the ping-pongs; C->R `Done`.
+
+use std::io::{Read, Write};
+use std::net::TcpStream;
+use std::time::Duration;
+
+use super::engine::Endpoint;
+
+const MAGIC: &[u8; 4] = b"HPVB";
+const VERSION: u8 = 1;
+const HEADER: usize = 8;
+pub const MAX_PAYLOAD: usize = 128;
+pub const MAX_TOKEN: usize = 64;
+const ENDPOINT_LEN: usize = 4 + 4 + 2 + 16 + 4 + 8 + 8 + 1;
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum RejectReason {
+    BadToken,
+    Busy,
+    TooLarge,
+    Failed,
+}
+
+impl RejectReason {
+    fn code(self) -> u8 {
+        match self {
+            RejectReason::BadToken => 1,
+            RejectReason::Busy => 2,
+            RejectReason::TooLarge => 3,
+            RejectReason::Failed => 4,
+        }
+    }
+
+    fn from_code(code: u8) -> Option<RejectReason> {
+        [
+            RejectReason::BadToken,
+            RejectReason::Busy,
+            RejectReason::TooLarge,
+            RejectReason::Failed,
+        ]
+        .into_iter()
+        .find(|reason| reason.code() == code)
+    }
+
+    pub fn as_str(self) -> &'static str {
+        match self {
+            RejectReason::BadToken => "wrong token",
+            RejectReason::Busy => "busy with another session",
+            RejectReason::TooLarge => "message size above the responder's limit",
+            RejectReason::Failed => "responder failed to set up its queue pair",
+        }
+    }
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Message {
+    Hello {
+        token: Vec<u8>,
+        endpoint: Endpoint,
+        latency_iterations: u32,
+    },
+    Accept {
+        endpoint: Endpoint,
+    },
+    Reject {
+        reason: RejectReason,
+    },
+    Latency,
+    Done,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum DecodeError {
+    #[error("incomplete message")]
+    Incomplete,
+    #[error("not a verbs probe message (bad magic)")]
+    Magic,
+    #[error("unsupported protocol version {0}")]
+    Version(u8),
+    #[error("unknown message kind {0}")]
+    Kind(u8),
+    #[error("payload length {0} out of bounds")]
+    Length(usize),
+    #[error("malformed {0} payload")]
+    Payload(&'static str),
+}
+
+impl Message {
+    fn kind(&self) -> u8 {
+        match self {
+            Message::Hello { .. } => 1,
+            Message::Accept { .. } => 2,
+            Message::Reject { .. } => 3,
+            Message::Latency => 4,
+            Message::Done => 5,
+        }
+    }
+
+    pub fn encode(&self) -> Vec<u8> {
+        let mut payload = Vec::with_capacity(MAX_PAYLOAD);
+        match self {
+            Message::Hello {
+                token,
+                endpoint,
+                latency_iterations,
+            } => {
+                put_endpoint(&mut payload, endpoint);
+                payload.extend_from_slice(&latency_iterations.to_be_bytes());
+                let token = &token[..token.len().min(MAX_TOKEN)];
+                payload.push(token.len() as u8);
+                payload.extend_from_slice(token);
+            }
+            Message::Accept { endpoint } => put_endpoint(&mut payload, endpoint),
+            Message::Reject { reason } => payload.push(reason.code()),
+            Message::Latency | Message::Done => {}
+        }
+        let mut frame = Vec::with_capacity(HEADER + payload.len());
+        frame.extend_from_slice(MAGIC);
+        frame.push(VERSION);
+        frame.push(self.kind());
+        frame.extend_from_slice(&(payload.len() as u16).to_be_bytes());
+        frame.extend_from_slice(&payload);
+        frame
+    }
+}
+
+fn put_endpoint(out: &mut Vec<u8>, e: &Endpoint) {
+    out.extend_from_slice(&e.qp_num.to_be_bytes());
+    out.extend_from_slice(&e.psn.to_be_bytes());
+    out.extend_from_slice(&e.lid.to_be_bytes());
+    out.extend_from_slice(&e.gid);
+    out.extend_from_slice(&e.rkey.to_be_bytes());
+    out.extend_from_slice(&e.addr.to_be_bytes());
+    out.extend_from_slice(&e.len.to_be_bytes());
+    out.push(e.mtu);
+}
+
+/// Reads fixed-size fields off a payload; every read is bounds-checked.
+struct Fields<'a>(&'a [u8]);
+
+impl Fields<'_> {
+    fn take<const N: usize>(&mut self) -> Option<[u8; N]> {
+        let (head, rest) = self.0.split_first_chunk::<N>()?;
+        self.0 = rest;
+        Some(*head)
+    }
+
+    fn endpoint(&mut self) -> Option<Endpoint> {
+        Some(Endpoint {
+            qp_num: u32::from_be_bytes(self.take()?),
+            psn: u32::from_be_bytes(self.take()?),
+            lid: u16::from_be_bytes(self.take()?),
+            gid: self.take()?,
+            rkey: u32::from_be_bytes(self.take()?),
+            addr: u64::from_be_bytes(self.take()?),
+            len: u64::from_be_bytes(self.take()?),
+            mtu: u8::from_be_bytes(self.take()?),
+        })
+    }
+}
+
+/// The payload length a header announces, after checking magic, version and bounds.
+fn header(bytes: &[u8]) -> Result<(u8, usize), DecodeError> {
+    let Some(head) = bytes.first_chunk::<HEADER>() else {
+        // A prefix that already disagrees with the magic is not worth waiting for.
+        let seen = bytes.len().min(MAGIC.len());
+        return Err(if bytes[..seen] == MAGIC[..seen] {
+            DecodeError::Incomplete
+        } else {
+            DecodeError::Magic
+        });
+    };
+    if &head[..4] != MAGIC {
+        return Err(DecodeError::Magic);
+    }
+    if head[4] != VERSION {
+        return Err(DecodeError::Version(head[4]));
+    }
+    let len = usize::from(u16::from_be_bytes([head[6], head[7]]));
+    if len > MAX_PAYLOAD {
+        return Err(DecodeError::Length(len));
+    }
+    Ok((head[5], len))
+}
+
+/// Decodes the frame at the start of `bytes`: the message and how many bytes it took.
+pub fn decode(bytes: &[u8]) -> Result<(Message, usize), DecodeError> {
+    let (kind, len) = header(bytes)?;
+    let payload = bytes
+        .get(HEADER..HEADER + len)
+        .ok_or(DecodeError::Incomplete)?;
+    let mut fields = Fields(payload);
+    let message = match kind {
+        1 => {
+            let malformed = DecodeError::Payload("hello");
+            let endpoint = fields.endpoint().ok_or(malformed.clone())?;
+            let latency_iterations = u32::from_be_bytes(fields.take().ok_or(malformed.clone())?);
+            let [token_len] = fields.take().ok_or(malformed.clone())?;
+            let token = fields.0;
+            if usize::from(token_len) != token.len() || token.len() > MAX_TOKEN {
+                return Err(malformed);
+            }
+            Message::Hello {
+                token: token.to_vec(),
+                endpoint,
+                latency_iterations,
+            }
+        }
+        2 if len == ENDPOINT_LEN => Message::Accept {
+            endpoint: fields.endpoint().ok_or(DecodeError::Payload("accept"))?,
+        },
+        3 if len == 1 => Message::Reject {
+            reason: RejectReason::from_code(payload[0]).ok_or(DecodeError::Payload("reject"))?,
+        },
+        4 if len == 0 => Message::Latency,
+        5 if len == 0 => Message::Done,
+        2..=5 => return Err(DecodeError::Length(len)),
+        other => return Err(DecodeError::Kind(other)),
+    };
+    Ok((message, HEADER + len))
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum OobError {
+    #[error("peer sent a bad message: {0}")]
+    Decode(#[from] DecodeError),
+    #[error("peer did not answer in time")]
+    Timeout,
+    #[error("peer closed the connection")]
+    Closed,
+    #[error("out-of-band connection: {0}")]
+    Io(std::io::Error),
+    #[error("unexpected {0} message")]
+    Unexpected(&'static str),
+}
+
+impl From<std::io::Error> for OobError {
+    fn from(err: std::io::Error) -> Self {
+        match err.kind() {
+            std::io::ErrorKind::WouldBlock | std::io::ErrorKind::TimedOut => OobError::Timeout,
+            std::io::ErrorKind::UnexpectedEof => OobError::Closed,
+            _ => OobError::Io(err),
+        }
+    }
+}
+
+/// A TCP connection carrying frames, every read and write under `timeout`.
+pub struct Channel {
+    stream: TcpStream,
+}
+
+impl Channel {
+    pub fn new(stream: TcpStream, timeout: Duration) -> Result<Channel, OobError> {
+        stream.set_read_timeout(Some(timeout))?;
+        stream.set_write_timeout(Some(timeout))?;
+        stream.set_nodelay(true)?;
+        Ok(Channel { stream })
+    }
+
+    pub fn set_timeout(&mut self, timeout: Duration) -> Result<(), OobError> {
+        self.stream.set_read_timeout(Some(timeout))?;
+        Ok(self.stream.set_write_timeout(Some(timeout))?)
+    }
+
+    pub fn send(&mut self, message: &Message) -> Result<(), OobError> {
+        Ok(self.stream.write_all(&message.encode())?)
+    }
+
+    /// Reads one frame: the header first (rejected before anything more is read), then exactly
+    /// the payload it announces.
+    pub fn receive(&mut self) -> Result<Message, OobError> {
+        let mut frame = [0u8; HEADER + MAX_PAYLOAD];
+        self.read_exact(&mut frame[..HEADER])?;
+        let (_, len) = header(&frame[..HEADER])?;
+        self.read_exact(&mut frame[HEADER..HEADER + len])?;
+        Ok(decode(&frame[..HEADER + len])?.0)
+    }
+
+    fn read_exact(&mut self, buf: &mut [u8]) -> Result<(), OobError> {
+        self.stream.read_exact(buf).map_err(OobError::from)
+    }
+}
+
+/// Compares tokens in time independent of where they differ.
+pub fn tokens_match(expected: &[u8], given: &[u8]) -> bool {
+    expected.len() == given.len()
+        && expected
+            .iter()
+            .zip(given)
+            .fold(0u8, |diff, (a, b)| diff | (a ^ b))
+            == 0
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use proptest::prelude::*;
+
+    fn endpoint() -> Endpoint {
+        Endpoint {
+            qp_num: 0x11,
+            psn: 0xabcdef,
+            lid: 7,
+            gid: [0xfe, 0x80, 0, 0, 0, 0, 0, 0, 1, 2, 3, 4, 5, 6, 7, 8],
+            rkey: 0x1234,
+            addr: 0x7f00_0000_1000,
+            len: 65536,
+            mtu: 3,
+        }
+    }
+
+    fn all_messages() -> Vec<Message> {
+        vec![
+            Message::Hello {
+                token: b"s3cret".to_vec(),
+                endpoint: endpoint(),
+                latency_iterations: 1000,
+            },
+            Message::Hello {
+                token: Vec::new(),
+                endpoint: endpoint(),
+                latency_iterations: 0,
+            },
+            Message::Accept {
+                endpoint: endpoint(),
+            },
+            Message::Reject {
+                reason: RejectReason::Busy,
+            },
+            Message::Latency,
+            Message::Done,
+        ]
+    }
+
+    #[test]
+    fn every_message_round_trips() {
+        for message in all_messages() {
+            let frame = message.encode();
+            assert!(frame.len() <= HEADER + MAX_PAYLOAD);
+            assert_eq!(decode(&frame), Ok((message, frame.len())));
+        }
+    }
+
+    #[test]
+    fn every_strict_prefix_is_incomplete() {
+        for message in all_messages() {
+            let frame = message.encode();
+            for cut in 0..frame.len() {
+                assert_eq!(decode(&frame[..cut]), Err(DecodeError::Incomplete), "{cut}");
+            }
+        }
+    }
+
+    #[test]
+    fn hostile_headers_are_rejected_before_their_payload() {
+        assert_eq!(decode(b"GET / HTTP/1.1\r\n"), Err(DecodeError::Magic));
+        assert_eq!(decode(b"X"), Err(DecodeError::Magic));
+        assert_eq!(
+            decode(b"HPVB\x02\x01\x00\x00"),
+            Err(DecodeError::Version(2))
+        );
+        assert_eq!(
+            decode(b"HPVB\x01\x01\xff\xff"),
+            Err(DecodeError::Length(65535))
+        );
+        assert_eq!(decode(b"HPVB\x01\x09\x00\x00"), Err(DecodeError::Kind(9)));
+        assert_eq!(
+            decode(b"HPVB\x01\x05\x00\x01x"),
+            Err(DecodeError::Length(1))
+        );
+        assert_eq!(
+            decode(b"HPVB\x01\x03\x00\x01\x63"),
+            Err(DecodeError::Payload("reject"))
+        );
+    }
+
+    #[test]
+    fn a_token_length_that_lies_is_malformed() {
+        let mut frame = all_messages()[0].encode();
+        let token_len_at = frame.len() - b"s3cret".len() - 1;
+        frame[token_len_at] = 5;
+        assert_eq!(decode(&frame), Err(DecodeError::Payload("hello")));
+    }
+
+    #[test]
+    fn token_comparison() {
+        assert!(tokens_match(b"abc", b"abc"));
+        assert!(!tokens_match(b"abc", b"abd"));
+        assert!(!tokens_match(b"abc", b"ab"));
+        assert!(tokens_match(b"", b""));
+    }
+
+    proptest! {
+        #[test]
+        fn arbitrary_bytes_never_panic(bytes in proptest::collection::vec(any::<u8>(), 0..300)) {
+            if let Ok((_, used)) = decode(&bytes) {
+                prop_assert!(used <= bytes.len());
+            }
+        }
+
+        #[test]
+        fn valid_header_with_arbitrary_payload_never_panics(
+            kind in 0u8..8,
+            payload in proptest::collection::vec(any::<u8>(), 0..=MAX_PAYLOAD),
+        ) {
+            let mut frame = b"HPVB\x01".to_vec();
+            frame.push(kind);
+            frame.extend_from_slice(&(payload.len() as u16).to_be_bytes());
+            frame.extend_from_slice(&payload);
+            if let Ok((message, used)) = decode(&frame) {
+                prop_assert_eq!(used, frame.len());
+                prop_assert_eq!(decode(&message.encode()), Ok((message.clone(), used)));
+            }
+        }
+    }
+}

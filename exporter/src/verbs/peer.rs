@@ -1,0 +1,383 @@
+//! Peer mode: the client side of a probe against another exporter, and the responder that
+//! serves one such session at a time to allow-listed peers.
+
+use std::net::{IpAddr, SocketAddr, TcpListener, TcpStream, ToSocketAddrs};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use super::engine::{self, Endpoint, Measurement, Params, Progress, Side};
+use super::ffi::Verbs;
+use super::oob::{tokens_match, Channel, Message, OobError, RejectReason};
+use super::port;
+use super::resources::ProtectionDomain;
+use super::{ProbeError, Target};
+use crate::logging::{self, Level};
+
+/// The largest message a responder accepts to register a buffer for.
+pub const MAX_MESSAGE_SIZE: usize = 16 << 20;
+/// The most ping-pongs a responder echoes in one session.
+const MAX_LATENCY_ITERATIONS: u32 = 100_000;
+
+/// A probe against a responder at `peer`.
+pub fn run_peer(
+    verbs: &Arc<Verbs>,
+    target: &Target,
+    peer: &str,
+    token: &[u8],
+    params: &Params,
+    progress: &mut dyn FnMut(Progress),
+) -> Result<Measurement, ProbeError> {
+    let timeout = params.step_timeout;
+    let stream = connect(peer, timeout)?;
+    let mut channel = Channel::new(stream, timeout)?;
+    let (device, address) = port::open(verbs, target)?;
+    let pd = ProtectionDomain::new(&device)?;
+    let side = Side::new(&pd, &device, params, engine::initial_psn())?;
+    channel.send(&Message::Hello {
+        token: token.to_vec(),
+        endpoint: side.endpoint(&address),
+        latency_iterations: params.latency_iterations,
+    })?;
+    let remote = match channel.receive()? {
+        Message::Accept { endpoint } => endpoint,
+        Message::Reject { reason } => return Err(ProbeError::Rejected(reason)),
+        _ => return Err(OobError::Unexpected("reply to hello").into()),
+    };
+    if remote.len < side.message_size as u64 {
+        return Err(ProbeError::Invalid(
+            "peer's buffer is smaller than the message size",
+        ));
+    }
+    side.connect(&address, &remote)?;
+    let bandwidth = engine::measure_bandwidth(&side, &remote, params, progress)?;
+    side.clear_receive_area();
+    channel.send(&Message::Latency)?;
+    expect(&mut channel, Message::Latency, "latency acknowledgement")?;
+    let latency = engine::measure_latency(&side, &remote, params, &mut |_| Ok(()), progress)?;
+    channel.send(&Message::Done)?;
+    Ok(Measurement { bandwidth, latency })
+}
+
+fn connect(peer: &str, timeout: Duration) -> Result<TcpStream, ProbeError> {
+    let unreachable = |why: String| ProbeError::PeerUnreachable(format!("{peer}: {why}"));
+    let addresses: Vec<SocketAddr> = peer
+        .to_socket_addrs()
+        .map_err(|err| unreachable(err.to_string()))?
+        .collect();
+    let mut last = String::from("no address");
+    for address in addresses {
+        match TcpStream::connect_timeout(&address, timeout) {
+            Ok(stream) => return Ok(stream),
+            Err(err) => last = err.to_string(),
+        }
+    }
+    Err(unreachable(last))
+}
+
+fn expect(channel: &mut Channel, want: Message, what: &'static str) -> Result<(), OobError> {
+    if channel.receive()? == want {
+        Ok(())
+    } else {
+        Err(OobError::Unexpected(what))
+    }
+}
+
+/// An allowed peer network: an address and a prefix length.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Cidr {
+    network: IpAddr,
+    prefix: u8,
+}
+
+impl Cidr {
+    /// `10.0.0.0/8`, `::1/128`, or a bare address (a single host).
+    pub fn parse(text: &str) -> Option<Cidr> {
+        let (address, prefix) = match text.split_once('/') {
+            Some((address, prefix)) => (address, Some(prefix.parse::<u8>().ok()?)),
+            None => (text, None),
+        };
+        let network: IpAddr = address.parse().ok()?;
+        let max = if network.is_ipv4() { 32 } else { 128 };
+        let prefix = prefix.unwrap_or(max);
+        (prefix <= max).then_some(Cidr { network, prefix })
+    }
+
+    pub fn contains(&self, address: IpAddr) -> bool {
+        let address = match address {
+            IpAddr::V6(v6) => v6.to_ipv4_mapped().map_or(address, IpAddr::V4),
+            v4 => v4,
+        };
+        let (net, addr, bits) = match (self.network, address) {
+            (IpAddr::V4(net), IpAddr::V4(addr)) => {
+                (u128::from(net.to_bits()), u128::from(addr.to_bits()), 32)
+            }
+            (IpAddr::V6(net), IpAddr::V6(addr)) => (net.to_bits(), addr.to_bits(), 128),
+            _ => return false,
+        };
+        let shift = bits - u32::from(self.prefix);
+        shift >= bits || (net >> shift) == (addr >> shift)
+    }
+}
+
+/// What the responder serves and to whom.
+#[derive(Debug, Clone)]
+pub struct ResponderSettings {
+    pub listen: String,
+    pub allow: Vec<Cidr>,
+    pub token: Option<Vec<u8>>,
+    pub target: Target,
+    pub step_timeout: Duration,
+}
+
+/// Responder session outcomes, the `result` label of its counter.
+pub const SESSION_RESULTS: [&str; 7] = [
+    "success",
+    "denied",
+    "busy",
+    "bad_message",
+    "bad_token",
+    "timeout",
+    "error",
+];
+
+/// Sessions by result, and the log filter for failures.
+#[derive(Default)]
+pub struct ResponderStats {
+    counts: [AtomicU64; SESSION_RESULTS.len()],
+    logged: Mutex<std::collections::HashSet<(String, IpAddr)>>,
+}
+
+/// Distinct (cause, peer) pairs logged before further failures are only counted.
+const MAX_LOGGED: usize = 1024;
+
+impl ResponderStats {
+    pub fn counts(&self) -> impl Iterator<Item = (&'static str, u64)> + '_ {
+        SESSION_RESULTS
+            .iter()
+            .zip(&self.counts)
+            .map(|(result, count)| (*result, count.load(Ordering::Relaxed)))
+    }
+
+    fn record(&self, peer: IpAddr, outcome: Result<(), SessionError>) {
+        let result = match &outcome {
+            Ok(()) => "success",
+            Err(err) => err.result(),
+        };
+        if let Some(index) = SESSION_RESULTS.iter().position(|r| *r == result) {
+            self.counts[index].fetch_add(1, Ordering::Relaxed);
+        }
+        if let Err(err) = outcome {
+            let cause = err.to_string();
+            let mut logged = crate::collector::lock(&self.logged);
+            if logged.len() < MAX_LOGGED && logged.insert((cause.clone(), peer)) {
+                logging::log(
+                    Level::Warn,
+                    "verbs responder session failed (logged once per cause and peer)",
+                    &[
+                        ("peer", &peer.to_string()),
+                        ("result", result),
+                        ("err", &cause),
+                    ],
+                );
+            }
+        }
+    }
+}
+
+#[derive(Debug, thiserror::Error)]
+enum SessionError {
+    #[error("peer not in --probe.verbs.allow")]
+    Denied,
+    #[error("another session is running")]
+    Busy,
+    #[error("wrong token")]
+    BadToken,
+    #[error(transparent)]
+    Oob(#[from] OobError),
+    #[error(transparent)]
+    Probe(#[from] ProbeError),
+}
+
+impl SessionError {
+    fn result(&self) -> &'static str {
+        match self {
+            SessionError::Denied => "denied",
+            SessionError::Busy => "busy",
+            SessionError::BadToken => "bad_token",
+            SessionError::Oob(OobError::Timeout) => "timeout",
+            SessionError::Oob(OobError::Decode(_) | OobError::Unexpected(_) | OobError::Closed) => {
+                "bad_message"
+            }
+            SessionError::Probe(ProbeError::Timeout(_)) => "timeout",
+            SessionError::Oob(OobError::Io(_)) | SessionError::Probe(_) => "error",
+        }
+    }
+}
+
+/// Binds the responder's socket (so that a taken port fails at start-up).
+pub fn bind(settings: &ResponderSettings) -> std::io::Result<TcpListener> {
+    TcpListener::bind(&settings.listen)
+}
+
+/// Accepts connections until the process ends: one session at a time, each on its own thread
+/// so that the listener can turn others away at once.
+pub fn serve(
+    listener: TcpListener,
+    verbs: Arc<Verbs>,
+    settings: Arc<ResponderSettings>,
+    stats: Arc<ResponderStats>,
+) {
+    let busy = Arc::new(AtomicBool::new(false));
+    for stream in listener.incoming() {
+        let Ok(stream) = stream else { continue };
+        let Ok(peer) = stream.peer_addr().map(|a| a.ip()) else {
+            continue;
+        };
+        if !settings.allow.iter().any(|cidr| cidr.contains(peer)) {
+            drop(stream);
+            stats.record(peer, Err(SessionError::Denied));
+            continue;
+        }
+        if busy.swap(true, Ordering::AcqRel) {
+            if let Ok(mut channel) = Channel::new(stream, settings.step_timeout) {
+                let _ = channel.send(&Message::Reject {
+                    reason: RejectReason::Busy,
+                });
+            }
+            stats.record(peer, Err(SessionError::Busy));
+            continue;
+        }
+        let (verbs, settings, stats, session_busy) =
+            (verbs.clone(), settings.clone(), stats.clone(), busy.clone());
+        let spawned = std::thread::Builder::new()
+            .name("hpcnode-verbs-responder".into())
+            .spawn(move || {
+                let outcome = session(stream, &verbs, &settings);
+                stats.record(peer, outcome);
+                session_busy.store(false, Ordering::Release);
+            });
+        if spawned.is_err() {
+            busy.store(false, Ordering::Release);
+        }
+    }
+}
+
+/// One session; every resource it creates is released when it returns, however it ends.
+fn session(
+    stream: TcpStream,
+    verbs: &Arc<Verbs>,
+    settings: &ResponderSettings,
+) -> Result<(), SessionError> {
+    let mut channel = Channel::new(stream, settings.step_timeout)?;
+    let Message::Hello {
+        token,
+        endpoint: remote,
+        latency_iterations,
+    } = channel.receive()?
+    else {
+        return Err(OobError::Unexpected("first message (not hello)").into());
+    };
+    if let Some(expected) = &settings.token {
+        if !tokens_match(expected, &token) {
+            let _ = channel.send(&Message::Reject {
+                reason: RejectReason::BadToken,
+            });
+            return Err(SessionError::BadToken);
+        }
+    }
+    let message_size = usize::try_from(remote.len).unwrap_or(usize::MAX);
+    if message_size > MAX_MESSAGE_SIZE {
+        channel.send(&Message::Reject {
+            reason: RejectReason::TooLarge,
+        })?;
+        return Err(OobError::Unexpected("message size above the limit").into());
+    }
+    let params = Params {
+        message_size,
+        queue_depth: 1,
+        latency_iterations: latency_iterations.min(MAX_LATENCY_ITERATIONS),
+        step_timeout: settings.step_timeout,
+        ..Params::default()
+    };
+    let side = match responder_side(verbs, &settings.target, &params, &remote) {
+        Ok(side) => side,
+        Err(err) => {
+            let _ = channel.send(&Message::Reject {
+                reason: RejectReason::Failed,
+            });
+            return Err(err.into());
+        }
+    };
+    channel.send(&Message::Accept {
+        endpoint: side.endpoint,
+    })?;
+    // The client writes for its bandwidth run now; the next message starts the ping-pong.
+    let bandwidth_window = channel_timeout_for_bandwidth(settings.step_timeout);
+    channel.set_timeout(bandwidth_window)?;
+    if channel.receive()? != Message::Latency {
+        return Err(OobError::Unexpected("message after accept").into());
+    }
+    channel.set_timeout(settings.step_timeout)?;
+    side.side.clear_receive_area();
+    channel.send(&Message::Latency)?;
+    for i in 0..params.latency_iterations.max(1) {
+        side.side
+            .echo(&remote, engine::marker(i), settings.step_timeout)?;
+    }
+    match channel.receive()? {
+        Message::Done => Ok(()),
+        _ => Err(OobError::Unexpected("message after ping-pong").into()),
+    }
+}
+
+/// How long the responder waits for the client's bandwidth run to finish: the longest run the
+/// client may configure, plus its drain.
+fn channel_timeout_for_bandwidth(step_timeout: Duration) -> Duration {
+    super::MAX_DURATION + step_timeout
+}
+
+/// The responder's connected side, with the endpoint it announces.
+struct ResponderSide {
+    side: Side,
+    endpoint: Endpoint,
+}
+
+fn responder_side(
+    verbs: &Arc<Verbs>,
+    target: &Target,
+    params: &Params,
+    remote: &Endpoint,
+) -> Result<ResponderSide, ProbeError> {
+    let (device, address) = port::open(verbs, target)?;
+    let pd = ProtectionDomain::new(&device)?;
+    let side = Side::new(&pd, &device, params, engine::initial_psn())?;
+    side.connect(&address, remote)?;
+    let endpoint = side.endpoint(&address);
+    Ok(ResponderSide { side, endpoint })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn cidrs() {
+        let lan = Cidr::parse("10.1.0.0/16").unwrap();
+        assert!(lan.contains("10.1.200.3".parse().unwrap()));
+        assert!(!lan.contains("10.2.0.1".parse().unwrap()));
+        assert!(lan.contains("::ffff:10.1.0.9".parse().unwrap()));
+        let host = Cidr::parse("127.0.0.1").unwrap();
+        assert!(host.contains("127.0.0.1".parse().unwrap()));
+        assert!(!host.contains("127.0.0.2".parse().unwrap()));
+        assert!(Cidr::parse("0.0.0.0/0")
+            .unwrap()
+            .contains("192.0.2.1".parse().unwrap()));
+        assert!(Cidr::parse("::1/128")
+            .unwrap()
+            .contains("::1".parse().unwrap()));
+        for bad in ["10.0.0.0/33", "10.0.0/8", "x", "::/129", "10.0.0.0/-1", ""] {
+            assert!(Cidr::parse(bad).is_none(), "{bad}");
+        }
+    }
+}

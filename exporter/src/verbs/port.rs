@@ -1,0 +1,214 @@
+//! What the probe needs to know about a port: from sysfs whether it is ACTIVE, its data rate
+//! and which GID is RoCE v2; from verbs its LID, GID and active MTU.
+
+use std::path::Path;
+use std::rc::Rc;
+use std::sync::Arc;
+
+use super::engine::PortAddress;
+use super::ffi::{self, Verbs};
+use super::resources::Device;
+use super::{ProbeError, Target};
+use crate::rdma;
+use crate::sysfs::{AttributeReader, SysDir};
+
+/// A port as sysfs describes it.
+#[derive(Debug, Clone, PartialEq)]
+pub struct PortState {
+    pub active: bool,
+    pub ethernet: bool,
+    /// The effective data rate (encoding removed), when the rate file says.
+    pub data_rate_bytes_per_second: Option<f64>,
+}
+
+/// Reads `<sysfs>/class/infiniband/<device>/ports/<port>/{state,link_layer,rate}`.
+pub fn read_state(sysfs: &Path, device: &str, port: u8) -> Result<PortState, ProbeError> {
+    let dir = SysDir::open(&port_dir(sysfs, device, port))?;
+    let mut reader = AttributeReader::default();
+    let state = dir.read("state", &mut reader)?.to_string();
+    let state_id = rdma::parse_state_id(&dir.path("state"), &state)?;
+    let ethernet = dir.read("link_layer", &mut reader)? == "Ethernet";
+    let data_rate = match dir.read("rate", &mut reader) {
+        Ok(rate) => rdma::data_rate_bytes_per_second(&dir.path("rate"), rate, ethernet).ok(),
+        Err(_) => None,
+    };
+    Ok(PortState {
+        active: state_id == u64::from(ffi::PORT_ACTIVE),
+        ethernet,
+        data_rate_bytes_per_second: data_rate.filter(|rate| *rate > 0.0),
+    })
+}
+
+fn port_dir(sysfs: &Path, device: &str, port: u8) -> std::path::PathBuf {
+    sysfs
+        .join("class/infiniband")
+        .join(device)
+        .join("ports")
+        .join(port.to_string())
+}
+
+/// The GID index to use on a RoCE port: the first RoCE v2 entry, preferring an IPv4-mapped GID
+/// (routable between hosts) over a link-local one. Unused entries fail to read; they are skipped.
+pub fn roce_v2_gid_index(sysfs: &Path, device: &str, port: u8) -> Result<u8, ProbeError> {
+    let dir = SysDir::open(&port_dir(sysfs, device, port))?;
+    let types = dir.subdir("gid_attrs/types")?;
+    let mut reader = AttributeReader::default();
+    let mut indexes: Vec<u8> = types
+        .entries()?
+        .iter()
+        .filter_map(|name| name.parse().ok())
+        .filter(|index: &u8| {
+            types
+                .read(&index.to_string(), &mut reader)
+                .is_ok_and(|kind| kind == "RoCE v2")
+        })
+        .collect();
+    indexes.sort_unstable();
+    let mut gid = |index: &u8| {
+        dir.read(&format!("gids/{index}"), &mut reader)
+            .map(str::to_string)
+    };
+    let ipv4_mapped = indexes.iter().find(|index| {
+        gid(index).is_ok_and(|text| text.starts_with("0000:0000:0000:0000:0000:ffff:"))
+    });
+    ipv4_mapped
+        .or(indexes.first())
+        .copied()
+        .ok_or(ProbeError::NoRoceV2Gid)
+}
+
+/// Opens the target's device and resolves its port's address.
+pub fn open(verbs: &Arc<Verbs>, target: &Target) -> Result<(Rc<Device>, PortAddress), ProbeError> {
+    let device = Device::open(verbs.clone(), &target.device)?;
+    let address = resolve_address(
+        &device,
+        &target.sysfs,
+        &target.device,
+        target.port,
+        target.gid_index,
+    )?;
+    Ok((device, address))
+}
+
+/// The port's address for connecting QPs: LID, or on RoCE the chosen GID; and its active MTU.
+fn resolve_address(
+    device: &Device,
+    sysfs: &Path,
+    device_name: &str,
+    port: u8,
+    gid_index: Option<u8>,
+) -> Result<PortAddress, ProbeError> {
+    let attr = device.query_port(port)?;
+    if attr.state != ffi::PORT_ACTIVE {
+        return Err(ProbeError::PortNotActive);
+    }
+    let gid = match (attr.link_layer, gid_index) {
+        (ffi::LINK_LAYER_ETHERNET, None) => {
+            let index = roce_v2_gid_index(sysfs, device_name, port)?;
+            Some((index, device.query_gid(port, index)?))
+        }
+        (_, Some(index)) => Some((index, device.query_gid(port, index)?)),
+        _ => None,
+    };
+    Ok(PortAddress {
+        port,
+        lid: attr.lid,
+        gid,
+        active_mtu: u8::try_from(attr.active_mtu).unwrap_or(1),
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn write(root: &Path, rel: &str, content: &str) {
+        let path = root.join(rel);
+        std::fs::create_dir_all(path.parent().unwrap()).unwrap();
+        std::fs::write(path, content).unwrap();
+    }
+
+    /// A RoCE port with its GID table: `(index, type, gid)`.
+    fn roce_port(root: &Path, device: &str, gids: &[(u8, &str, &str)]) -> String {
+        let port = format!("class/infiniband/{device}/ports/1");
+        write(root, &format!("{port}/state"), "4: ACTIVE\n");
+        write(root, &format!("{port}/link_layer"), "Ethernet\n");
+        write(root, &format!("{port}/rate"), "2.5 Gb/sec (1X SDR)\n");
+        for (index, kind, gid) in gids {
+            write(
+                root,
+                &format!("{port}/gid_attrs/types/{index}"),
+                &format!("{kind}\n"),
+            );
+            write(root, &format!("{port}/gids/{index}"), &format!("{gid}\n"));
+        }
+        port
+    }
+
+    /// Soft-RoCE on 6.12 with an IPv4 address on its netdev, as a guest of the kernel lab
+    /// showed it: RoCE v2 entries only, the link-local GID first.
+    const RXE_GIDS: [(u8, &str, &str); 2] = [
+        (0, "RoCE v2", "fe80:0000:0000:0000:a046:15ff:febc:71d5"),
+        (1, "RoCE v2", "0000:0000:0000:0000:0000:ffff:0a00:0001"),
+    ];
+
+    #[test]
+    fn rxe_uses_its_ipv4_mapped_gid() {
+        let root = tempfile::tempdir().unwrap();
+        roce_port(root.path(), "rxe0", &RXE_GIDS);
+        assert_eq!(roce_v2_gid_index(root.path(), "rxe0", 1).unwrap(), 1);
+    }
+
+    #[test]
+    fn roce_v1_entries_are_skipped() {
+        // mlx5 lists a RoCE v1 and a RoCE v2 entry per address.
+        let root = tempfile::tempdir().unwrap();
+        let link_local = "fe80:0000:0000:0000:b4e3:5aff:fe10:0c01";
+        let ipv4 = "0000:0000:0000:0000:0000:ffff:0a00:0001";
+        let port = roce_port(
+            root.path(),
+            "mlx5_0",
+            &[
+                (0, "IB/RoCE v1", link_local),
+                (1, "RoCE v2", link_local),
+                (2, "IB/RoCE v1", ipv4),
+                (3, "RoCE v2", ipv4),
+            ],
+        );
+        assert_eq!(roce_v2_gid_index(root.path(), "mlx5_0", 1).unwrap(), 3);
+        // Without an IPv4 address: the link-local RoCE v2 entry.
+        for index in [2, 3] {
+            std::fs::remove_file(root.path().join(format!("{port}/gid_attrs/types/{index}")))
+                .unwrap();
+        }
+        assert_eq!(roce_v2_gid_index(root.path(), "mlx5_0", 1).unwrap(), 1);
+        // RoCE v1 only: refused.
+        std::fs::remove_file(root.path().join(format!("{port}/gid_attrs/types/1"))).unwrap();
+        assert!(matches!(
+            roce_v2_gid_index(root.path(), "mlx5_0", 1),
+            Err(ProbeError::NoRoceV2Gid)
+        ));
+    }
+
+    #[test]
+    fn state_and_data_rate() {
+        let root = tempfile::tempdir().unwrap();
+        let port = roce_port(root.path(), "rxe0", &RXE_GIDS);
+        // Ethernet rates are data rates already: 2.5 Gb/s is 312.5 MB/s.
+        assert_eq!(
+            read_state(root.path(), "rxe0", 1).unwrap(),
+            PortState {
+                active: true,
+                ethernet: true,
+                data_rate_bytes_per_second: Some(312_500_000.0)
+            }
+        );
+        write(root.path(), &format!("{port}/state"), "1: DOWN\n");
+        write(root.path(), &format!("{port}/link_layer"), "InfiniBand\n");
+        write(root.path(), &format!("{port}/rate"), "40 Gb/sec (4X QDR)\n");
+        let down = read_state(root.path(), "rxe0", 1).unwrap();
+        assert!(!down.active);
+        assert_eq!(down.data_rate_bytes_per_second, Some(4e9));
+        assert!(read_state(root.path(), "rxe0", 2).is_err());
+    }
+}

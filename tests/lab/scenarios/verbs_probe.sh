@@ -1,0 +1,169 @@
+# The verbs probe on Soft-RoCE: loopback and peer probes succeed and export their results;
+# ib_write_bw on the same device right after gives the ratio of our bandwidth to perftest's;
+# an unreachable peer, a wrong token, garbage on the out-of-band port and a port taken down are
+# each counted while the exporter keeps serving.
+#
+# Peer mode runs both exporters (responder and client, two processes) on rxe0: a second rxe on a
+# second dummy netdev in the same guest does not work as a peer, because the kernel routes
+# traffic between two local addresses through lo, and rxe drops RoCE packets that arrive on a
+# netdev without an rxe device (the probe times out waiting for completions).
+# lab: modules=rdma_rxe ib_uverbs crc32_generic dummy
+# lab: tools=verbs
+# lab: collectors=verbs
+# lab: timeout=600
+
+port=/sys/class/infiniband/rxe0/ports/1
+RESPONDER_ADDRESS=127.0.0.1:10051
+OOB=127.0.0.1:18515
+# Emulation is 10 to 30 times slower than a real host: short runs, generous step timeouts.
+PROBE="--collector.disable-defaults --collector.verbs --probe.verbs.device=rxe0 --probe.verbs.timeout=20s"
+RUN="--probe.verbs.duration=2s --probe.verbs.latency-iterations=200"
+echo "s3cret" > /tmp/verbs.token
+echo "guess" > /tmp/verbs.wrong-token
+
+# lab_scrape_at ADDRESS NAME: lab_scrape against another exporter.
+lab_scrape_at() {
+  local address=$LAB_ADDRESS
+  LAB_ADDRESS=$1
+  lab_scrape "$2"
+  LAB_ADDRESS=$address
+}
+
+# await_runs NAME SELECTOR: scrapes (as NAME) until SELECTOR counts at least one run, 180 s at most.
+# Scrapes are 3 s apart: under emulation each one takes CPU time from the probe it waits for.
+await_runs() {
+  local tries=60
+  while sleep 3 && lab_scrape "$1" && ! lab_compare "$(lab_value "$1" "$2")" ">=" 1; do
+    tries=$((tries - 1))
+    [ "$tries" -gt 0 ] || break
+  done
+  lab_expect "a run counted as $2" "$(lab_value "$1" "$2")" ">=" 1
+}
+
+lab_scenario softroce
+modprobe -a rdma_rxe ib_uverbs crc32_generic dummy
+ip link show dummy0 > /dev/null 2>&1 || ip link add dummy0 type dummy
+ip addr add 10.0.0.1/24 dev dummy0 2> /dev/null
+ip link set dummy0 up
+[ -e /sys/class/infiniband/rxe0 ] || rdma link add rxe0 type rxe netdev dummy0
+lab_check "rxe0 port 1 is ACTIVE" lab_wait_until 20 grep -q ACTIVE "$port/state"
+for index in $(ls "$port/gid_attrs/types"); do
+  kind=$(cat "$port/gid_attrs/types/$index" 2> /dev/null) && lab_info "GID $index: $kind $(cat "$port/gids/$index")"
+done
+
+lab_scenario loopback
+# shellcheck disable=SC2086 # PROBE is a list of flags
+lab_exporter_start $PROBE $RUN --probe.verbs.interval=1h || exit 1
+await_runs loopback 'hpcnode_verbs_probe_runs_total{mode="loopback",result="success"}'
+lab_expect "probe available" "$(lab_value loopback hpcnode_verbs_probe_available)" == 1
+lab_expect "verbs collector succeeded" "$(lab_value loopback 'hpcnode_scrape_collector_success{collector="verbs"}')" == 1
+ours=$(lab_value loopback 'hpcnode_verbs_probe_bandwidth_bytes_per_second{device="rxe0",port="1",mode="loopback"}')
+lab_expect "bandwidth exported" "$ours" ">" 0
+# In microseconds: lab_compare reads no negative exponents.
+microseconds() { awk -v s="$1" 'BEGIN { printf "%.3f", s * 1e6 }'; }
+lab_expect "latency exported (us)" "$(microseconds "$(lab_value loopback 'hpcnode_verbs_probe_latency_seconds{mode="loopback"}')")" ">" 0
+# 2.5 Gb/sec (1X SDR) on Ethernet is a data rate of 312500000 bytes/s.
+efficiency=$(lab_value loopback 'hpcnode_verbs_probe_efficiency_ratio{mode="loopback"}')
+lab_expect "efficiency x data rate / bandwidth" \
+  "$(awk -v e="$efficiency" -v b="$ours" 'BEGIN { printf "%.6f", e * 312500000 / b }')" == 1
+lab_expect "last success time" "$(lab_value loopback 'hpcnode_verbs_probe_last_success_timestamp_seconds{mode="loopback"}')" ">" 1700000000
+lab_expect "run duration" "$(lab_value loopback 'hpcnode_verbs_probe_duration_seconds{mode="loopback"}')" ">=" 2
+lab_exporter_stop
+
+lab_scenario ib_write_bw_ratio
+# The GID the probe chooses: the first RoCE v2 entry, IPv4-mapped preferred.
+gid=
+for index in $(ls "$port/gid_attrs/types" | sort -n); do
+  [ "$(cat "$port/gid_attrs/types/$index" 2> /dev/null)" = "RoCE v2" ] || continue
+  [ -n "$gid" ] || gid=$index
+  case $(cat "$port/gids/$index") in 0000:0000:0000:0000:0000:ffff:*) gid=$index; break ;; esac
+done
+lab_info "ib_write_bw uses GID index $gid"
+# Under emulation one 2 s run is noisy (single runs of either tool vary by a factor of 3 here),
+# so three runs of each, interleaved, are compared by their medians: the exported loopback
+# result above and two runs of the probe command, against three runs of ib_write_bw.
+# ib_write_bw_once: one ib_write_bw (server and client on rxe0); its BW average in bytes/s.
+ib_write_bw_once() {
+  timeout 60 ib_write_bw -d rxe0 -x "$gid" -D 2 -s 65536 > "$LAB_TMP/bw-server.txt" 2>&1 &
+  sleep 2
+  timeout 60 ib_write_bw -d rxe0 -x "$gid" -D 2 -s 65536 127.0.0.1 > "$LAB_TMP/bw-client.txt" 2>&1
+  wait
+  cat "$LAB_TMP/bw-client.txt" >> "/lab/results/$LAB_GROUP.ib_write_bw.txt"
+  # perftest 4.5 prints MiB/sec under the header MB/sec (renamed in 2024).
+  awk '/#bytes/ { getline; printf "%.0f\n", $4 * 1048576; exit }' "$LAB_TMP/bw-client.txt"
+}
+# probe_once: one run of `hpcnode_exporter probe verbs`; its BW average in bytes/s.
+probe_once() {
+  timeout 120 "$LAB_EXPORTER" probe verbs --device rxe0 --duration 2s --latency-iterations 20 2> /dev/null |
+    tee -a "/lab/results/$LAB_GROUP.probe.txt" | awk '/^#bytes/ { getline; printf "%.0f\n", $4 * 1048576; exit }'
+}
+median() { printf '%s\n' "$@" | sort -g | sed -n 2p; }
+perftest1=$(ib_write_bw_once)
+ours2=$(probe_once)
+perftest2=$(ib_write_bw_once)
+ours3=$(probe_once)
+perftest3=$(ib_write_bw_once)
+lab_info "probe (exported, command, command): $ours $ours2 $ours3 B/s"
+lab_info "ib_write_bw: $perftest1 $perftest2 $perftest3 B/s"
+ours_median=$(median "$ours" "$ours2" "$ours3")
+perftest_median=$(median "$perftest1" "$perftest2" "$perftest3")
+lab_expect "ib_write_bw measured rxe0 (median, bytes/s)" "${perftest_median:-none}" ">" 0
+lab_expect "probe command measured rxe0 (median, bytes/s)" "${ours_median:-none}" ">" 0
+ratio=$(awk -v a="$ours_median" -v b="$perftest_median" 'BEGIN { if (b > 0) printf "%.3f", a / b; else print "none" }')
+lab_info "median probe / median ib_write_bw: $ratio (emulation makes absolute figures meaningless)"
+lab_expect "probe bandwidth / ib_write_bw bandwidth (medians)" "$ratio" ">=" 0.7
+
+lab_scenario peer
+# shellcheck disable=SC2086
+"$LAB_EXPORTER" --web.listen-address=$RESPONDER_ADDRESS $PROBE $RUN --probe.verbs.listen=$OOB \
+  --probe.verbs.allow=127.0.0.1 --probe.verbs.token-file=/tmp/verbs.token \
+  > "/lab/results/$LAB_GROUP.responder.log" 2>&1 &
+responder=$!
+lab_check "responder answers" lab_wait_until 90 sh -c "timeout 20 wget -q -O /dev/null http://$RESPONDER_ADDRESS/metrics"
+# shellcheck disable=SC2086
+lab_exporter_start $PROBE $RUN --probe.verbs.interval=1h --probe.verbs.peer=$OOB --probe.verbs.token-file=/tmp/verbs.token || exit 1
+await_runs peer "hpcnode_verbs_probe_runs_total{mode=\"peer\",peer=\"$OOB\",result=\"success\"}"
+lab_expect "peer bandwidth exported" "$(lab_value peer "hpcnode_verbs_probe_bandwidth_bytes_per_second{mode=\"peer\",peer=\"$OOB\"}")" ">" 0
+lab_expect "peer latency exported (us)" "$(microseconds "$(lab_value peer "hpcnode_verbs_probe_latency_seconds{mode=\"peer\",peer=\"$OOB\"}")")" ">" 0
+lab_scrape_at $RESPONDER_ADDRESS responder
+lab_expect "responder served one session" "$(lab_value responder 'hpcnode_verbs_responder_sessions_total{result="success"}')" == 1
+
+lab_scenario wrong_token
+# shellcheck disable=SC2086
+lab_exporter_start $PROBE $RUN --probe.verbs.interval=1h --probe.verbs.peer=$OOB --probe.verbs.token-file=/tmp/verbs.wrong-token || exit 1
+await_runs wrong_token "hpcnode_verbs_probe_runs_total{mode=\"peer\",result=\"rejected\"}"
+lab_scrape_at $RESPONDER_ADDRESS responder
+lab_expect "responder counted the wrong token" "$(lab_value responder 'hpcnode_verbs_responder_sessions_total{result="bad_token"}')" == 1
+
+lab_scenario garbage
+printf 'GET / HTTP/1.1\r\n\r\n' | timeout 20 nc 127.0.0.1 18515 > /dev/null 2>&1
+head -c 4096 /dev/urandom | timeout 20 nc 127.0.0.1 18515 > /dev/null 2>&1
+lab_check "responder counted both" lab_wait_until 30 sh -c \
+  "timeout 20 wget -q -O - http://$RESPONDER_ADDRESS/metrics | grep -q 'hpcnode_verbs_responder_sessions_total{result=\"bad_message\"} 2'"
+lab_scrape_at $RESPONDER_ADDRESS responder
+lab_expect "responder still serves" "$(lab_value responder 'hpcnode_scrape_collector_success{collector="verbs"}')" == 1
+# A good session after the garbage still works.
+# shellcheck disable=SC2086
+lab_exporter_start $PROBE $RUN --probe.verbs.interval=1h --probe.verbs.peer=$OOB --probe.verbs.token-file=/tmp/verbs.token || exit 1
+await_runs after_garbage "hpcnode_verbs_probe_runs_total{mode=\"peer\",result=\"success\"}"
+kill "$responder" 2> /dev/null
+
+lab_scenario peer_unreachable
+# Nothing listens on the responder's port any more.
+# shellcheck disable=SC2086
+lab_exporter_start $PROBE $RUN --probe.verbs.interval=1h --probe.verbs.peer=$OOB || exit 1
+await_runs unreachable "hpcnode_verbs_probe_runs_total{mode=\"peer\",result=\"peer_unreachable\"}"
+lab_expect "exporter still serves" "$(lab_value unreachable 'hpcnode_scrape_collector_success{collector="verbs"}')" == 1
+
+lab_scenario port_down
+# shellcheck disable=SC2086
+lab_exporter_start $PROBE --probe.verbs.interval=3s --probe.verbs.duration=500ms --probe.verbs.latency-iterations=20 || exit 1
+await_runs before_down 'hpcnode_verbs_probe_runs_total{mode="loopback",result="success"}'
+ip link set dummy0 down
+lab_check "rxe0 port 1 goes DOWN with dummy0" lab_wait_until 20 grep -q DOWN "$port/state"
+await_runs down 'hpcnode_verbs_probe_runs_total{mode="loopback",result="port_not_active"}'
+lab_expect "exporter still serves" "$(lab_value down 'hpcnode_scrape_collector_success{collector="verbs"}')" == 1
+lab_expect "the last success is still exported" "$(lab_value down 'hpcnode_verbs_probe_bandwidth_bytes_per_second{mode="loopback"}')" ">" 0
+ip link set dummy0 up
+lab_check "rxe0 port 1 ACTIVE again" lab_wait_until 20 grep -q ACTIVE "$port/state"
+lab_exporter_stop

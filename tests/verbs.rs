@@ -1,0 +1,394 @@
+//! The verbs probe on a machine without RDMA hardware: the binding's layouts against the real
+//! `verbs.h`, the real `libibverbs.so.1` loaded (from Debian's package, unpacked by
+//! `tests/verbs/fetch-rdma-core.sh`, which `tests/setup.sh` runs), the unavailable state where it
+//! is absent, and the responder against hostile peers over real TCP sockets.
+//! What needs an RDMA device (a successful probe) runs in the kernel lab on Soft-RoCE.
+
+mod util;
+
+use std::io::{Read, Write};
+use std::net::{TcpListener, TcpStream};
+use std::process::Command;
+use std::time::{Duration, Instant};
+
+use hpcnode_exporter::verbs::engine::Endpoint;
+use hpcnode_exporter::verbs::ffi::ABI_LAYOUT;
+use hpcnode_exporter::verbs::oob::Message;
+use util::{Exporter, BINARY};
+
+/// Exporter flags that load the real library.
+fn real_library() -> String {
+    format!("--probe.verbs.library={}", util::libibverbs())
+}
+
+/// A library path that cannot load: a node without rdma-core.
+const NO_LIBRARY: &str = "--probe.verbs.library=/nonexistent/libibverbs.so.1";
+
+fn edge_sysfs() -> String {
+    format!("--path.sysfs={}", util::fixture("rdma_edge").display())
+}
+
+/// Scrapes until `line` appears (the probe and the responder work in the background).
+fn wait_for(exporter: &Exporter, line: &str) -> String {
+    let deadline = Instant::now() + Duration::from_secs(20);
+    loop {
+        let text = exporter.get("/metrics").text();
+        if text.contains(line) {
+            return text;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "{line} never appeared; last scrape:\n{text}\nlog:\n{}",
+            exporter.log()
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}
+
+#[test]
+fn binding_layout_matches_verbs_h() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut program = String::from(
+        "#include <stdio.h>\n#include <stddef.h>\n#include <infiniband/verbs.h>\nint main(void) {\n",
+    );
+    for (expression, _) in ABI_LAYOUT {
+        program.push_str(&format!(
+            "    printf(\"%zu\\n\", (size_t)({expression}));\n"
+        ));
+    }
+    program.push_str("    return 0;\n}\n");
+    let source = dir.path().join("layout.c");
+    std::fs::write(&source, program).unwrap();
+    let binary = dir.path().join("layout");
+    let compiled = Command::new("gcc")
+        .arg("-I")
+        .arg(util::rdma_core().join("usr/include"))
+        .arg(&source)
+        .arg("-o")
+        .arg(&binary)
+        .output()
+        .expect("gcc is required for this test");
+    assert!(
+        compiled.status.success(),
+        "{}",
+        String::from_utf8_lossy(&compiled.stderr)
+    );
+    let output = Command::new(&binary).output().unwrap();
+    let values: Vec<usize> = String::from_utf8(output.stdout)
+        .unwrap()
+        .lines()
+        .map(|line| line.parse().unwrap())
+        .collect();
+    assert_eq!(values.len(), ABI_LAYOUT.len());
+    let mismatches: Vec<_> = ABI_LAYOUT
+        .iter()
+        .zip(&values)
+        .filter(|((_, ours), theirs)| ours != *theirs)
+        .map(|((expression, ours), theirs)| {
+            format!("{expression}: binding {ours}, verbs.h {theirs}")
+        })
+        .collect();
+    assert!(mismatches.is_empty(), "{mismatches:#?}");
+}
+
+#[test]
+fn without_libibverbs_the_probe_says_unavailable_once() {
+    let exporter = Exporter::start(&[
+        "--collector.disable-defaults",
+        "--collector.verbs",
+        "--probe.verbs.interval=1s",
+        NO_LIBRARY,
+        &edge_sysfs(),
+    ]);
+    for _ in 0..3 {
+        let text = exporter.get("/metrics").text();
+        assert!(text.contains("hpcnode_verbs_probe_available 0"), "{text}");
+        assert!(!text.contains("hpcnode_verbs_probe_runs_total"), "{text}");
+        assert!(text.contains("hpcnode_scrape_collector_success{collector=\"verbs\"} 1"));
+    }
+    let log = exporter.log();
+    assert_eq!(log.matches("verbs probe unavailable").count(), 1, "{log}");
+    assert!(log.contains("/nonexistent/libibverbs.so.1"), "{log}");
+}
+
+#[test]
+fn unconfigured_probe_is_silent() {
+    let exporter = Exporter::start(&[
+        "--collector.disable-defaults",
+        "--collector.verbs",
+        &edge_sysfs(),
+    ]);
+    let text = exporter.get("/metrics").text();
+    assert!(!text.contains("hpcnode_verbs_"), "{text}");
+}
+
+#[test]
+fn real_library_loads_and_each_failure_is_counted() {
+    let exporter = Exporter::start(&[
+        "--collector.disable-defaults",
+        "--collector.verbs",
+        &real_library(),
+        "--probe.verbs.interval=1h",
+        "--probe.verbs.device=rxe0,mlx4_1",
+        &edge_sysfs(),
+    ]);
+    // rxe0 is ACTIVE in sysfs but libibverbs finds no such device on this machine;
+    // mlx4_1's port is DOWN, so it is skipped before any verbs call.
+    let rxe = r#"device="rxe0",port="1",mode="loopback",peer="""#;
+    let mlx = r#"device="mlx4_1",port="1",mode="loopback",peer="""#;
+    let text = wait_for(
+        &exporter,
+        &format!("hpcnode_verbs_probe_runs_total{{{mlx},result=\"port_not_active\"}} 1"),
+    );
+    let text = if text.contains(&format!("{{{rxe},result=\"error\"}} 1")) {
+        text
+    } else {
+        wait_for(
+            &exporter,
+            &format!("hpcnode_verbs_probe_runs_total{{{rxe},result=\"error\"}} 1"),
+        )
+    };
+    assert!(text.contains("hpcnode_verbs_probe_available 1"), "{text}");
+    assert!(text.contains(&format!("hpcnode_verbs_probe_duration_seconds{{{rxe}}}")));
+    assert!(text.contains(&format!(
+        "hpcnode_verbs_probe_runs_total{{{rxe},result=\"success\"}} 0"
+    )));
+    assert!(!text.contains("hpcnode_verbs_probe_bandwidth_bytes_per_second"));
+    assert!(!text.contains("hpcnode_verbs_probe_last_success_timestamp_seconds"));
+    let log = exporter.log();
+    assert!(log.contains("result=port_not_active"), "{log}");
+}
+
+#[test]
+fn unreachable_peer_is_counted() {
+    let closed = TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap();
+    let peer = format!("--probe.verbs.peer={closed}");
+    let exporter = Exporter::start(&[
+        "--collector.disable-defaults",
+        "--collector.verbs",
+        &real_library(),
+        "--probe.verbs.interval=1h",
+        "--probe.verbs.device=rxe0",
+        "--probe.verbs.timeout=1s",
+        &peer,
+        &edge_sysfs(),
+    ]);
+    wait_for(
+        &exporter,
+        &format!(
+            "hpcnode_verbs_probe_runs_total{{device=\"rxe0\",port=\"1\",mode=\"peer\",peer=\"{closed}\",result=\"peer_unreachable\"}} 1"
+        ),
+    );
+}
+
+fn free_port() -> u16 {
+    TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port()
+}
+
+fn hello(token: &[u8]) -> Vec<u8> {
+    Message::Hello {
+        token: token.to_vec(),
+        endpoint: Endpoint {
+            qp_num: 0x42,
+            psn: 1,
+            lid: 0,
+            gid: [0; 16],
+            rkey: 1,
+            addr: 0x1000,
+            len: 65536,
+            mtu: 3,
+        },
+        latency_iterations: 10,
+    }
+    .encode()
+}
+
+/// What the responder sends before closing (nothing, for a peer it drops). A reset (it closed
+/// with our unread bytes in its buffer) is a close too.
+fn reply(mut stream: TcpStream) -> Vec<u8> {
+    stream
+        .set_read_timeout(Some(Duration::from_secs(10)))
+        .unwrap();
+    let mut bytes = Vec::new();
+    match stream.read_to_end(&mut bytes) {
+        Ok(_) => {}
+        Err(err) if err.kind() == std::io::ErrorKind::ConnectionReset => {}
+        Err(err) => panic!("the responder did not close: {err}"),
+    }
+    bytes
+}
+
+fn reject(code: u8) -> Vec<u8> {
+    vec![b'H', b'P', b'V', b'B', 1, 3, 0, 1, code]
+}
+
+fn sessions(result: &str, count: u32) -> String {
+    format!("hpcnode_verbs_responder_sessions_total{{result=\"{result}\"}} {count}")
+}
+
+/// An exporter whose responder listens on a free loopback port for `allow`, with `extra` flags;
+/// returned with that port's address once the responder answers.
+fn responder(allow: &str, extra: &[&str]) -> (Exporter, String) {
+    let address = format!("127.0.0.1:{}", free_port());
+    let (listen, allow, library, sysfs) = (
+        format!("--probe.verbs.listen={address}"),
+        format!("--probe.verbs.allow={allow}"),
+        real_library(),
+        edge_sysfs(),
+    );
+    let mut args = vec![
+        "--collector.disable-defaults",
+        "--collector.verbs",
+        "--probe.verbs.device=rxe0",
+        &library,
+        &listen,
+        &allow,
+        &sysfs,
+    ];
+    args.extend_from_slice(extra);
+    let exporter = Exporter::start(&args);
+    wait_for(&exporter, &sessions("success", 0));
+    (exporter, address)
+}
+
+#[test]
+fn hostile_peers_cost_a_counted_failure_and_nothing_else() {
+    let dir = tempfile::tempdir().unwrap();
+    let token_file = dir.path().join("token");
+    std::fs::write(&token_file, "right-token\n").unwrap();
+    let token = format!("--probe.verbs.token-file={}", token_file.display());
+    let (exporter, address) = responder("127.0.0.0/8", &[&token, "--probe.verbs.timeout=1s"]);
+    // Session threads by name (the kernel keeps 15 characters of "hpcnode-verbs-responder").
+    let session_threads = || {
+        std::fs::read_dir(format!("/proc/{}/task", exporter.pid()))
+            .unwrap()
+            .filter_map(|task| std::fs::read_to_string(task.unwrap().path().join("comm")).ok())
+            .filter(|name| name.trim() == "hpcnode-verbs-r")
+            .count()
+    };
+    let open_files = || {
+        std::fs::read_dir(format!("/proc/{}/fd", exporter.pid()))
+            .unwrap()
+            .count()
+    };
+    let files = open_files();
+    let connect = || TcpStream::connect(&address).unwrap();
+
+    // Garbage: rejected at the header, connection closed.
+    let mut garbage = connect();
+    garbage.write_all(b"GET / HTTP/1.1\r\n\r\n").unwrap();
+    assert_eq!(reply(garbage), b"");
+    wait_for(&exporter, &sessions("bad_message", 1));
+
+    // Half a message, then silence: the step timeout ends it.
+    let mut half = connect();
+    half.write_all(&hello(b"right-token")[..20]).unwrap();
+    let started = Instant::now();
+    assert_eq!(reply(half), b"");
+    assert!(started.elapsed() < Duration::from_secs(5));
+    wait_for(&exporter, &sessions("timeout", 1));
+
+    // Wrong token: told so, counted.
+    let mut wrong = connect();
+    wrong.write_all(&hello(b"guess")).unwrap();
+    assert_eq!(reply(wrong), reject(1));
+    wait_for(&exporter, &sessions("bad_token", 1));
+
+    // One session at a time: a silent session holds the responder, the next is turned away.
+    let silent = connect();
+    wait_for(&exporter, "hpcnode_verbs_responder_sessions_total"); // the first is being served
+    std::thread::sleep(Duration::from_millis(100));
+    let mut second = connect();
+    second.write_all(&hello(b"right-token")).unwrap();
+    assert_eq!(reply(second), reject(2));
+    assert_eq!(reply(silent), b"");
+    wait_for(&exporter, &sessions("busy", 1));
+    wait_for(&exporter, &sessions("timeout", 2));
+
+    // The right token: the responder tries its device, which this machine lacks, and says so.
+    let mut right = connect();
+    right.write_all(&hello(b"right-token")).unwrap();
+    assert_eq!(reply(right), reject(4));
+    let text = wait_for(&exporter, &sessions("error", 1));
+    assert!(text.contains(&sessions("success", 0)));
+
+    // Still serving, with no thread or file descriptor left behind by any session.
+    assert!(text.contains("hpcnode_scrape_collector_success{collector=\"verbs\"} 1"));
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while session_threads() > 0 || open_files() > files {
+        assert!(
+            Instant::now() < deadline,
+            "sessions left threads ({}) or files ({} > {files}) behind",
+            session_threads(),
+            open_files()
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    let log = exporter.log();
+    assert!(log.contains("result=bad_token"), "{log}");
+}
+
+#[test]
+fn peers_outside_the_allow_list_are_dropped_unread() {
+    let (exporter, address) = responder("10.0.0.0/8", &[]);
+    let mut stream = TcpStream::connect(&address).unwrap();
+    let _ = stream.write_all(&hello(b""));
+    assert_eq!(reply(stream), b"");
+    wait_for(&exporter, &sessions("denied", 1));
+}
+
+fn probe_command(args: &[&str]) -> (i32, String, String) {
+    let out = Command::new(BINARY)
+        .args(["probe", "verbs"])
+        .args(args)
+        .output()
+        .unwrap();
+    (
+        out.status.code().unwrap_or(-1),
+        String::from_utf8_lossy(&out.stdout).into_owned(),
+        String::from_utf8_lossy(&out.stderr).into_owned(),
+    )
+}
+
+#[test]
+fn probe_command_fails_cleanly() {
+    let sysfs = edge_sysfs();
+    let (code, stdout, stderr) = probe_command(&[
+        "--device=rxe0",
+        "--library=/nonexistent/libibverbs.so.1",
+        &sysfs,
+    ]);
+    assert_eq!(code, 1);
+    assert!(stdout.is_empty());
+    assert!(
+        stderr.starts_with(
+            "hpcnode_exporter: probe verbs: cannot load /nonexistent/libibverbs.so.1:"
+        ),
+        "{stderr}"
+    );
+    assert_eq!(stderr.lines().count(), 1, "{stderr}");
+
+    let library = format!("--library={}", util::libibverbs());
+    let (code, _, stderr) = probe_command(&["--device=mlx4_1", &library, &sysfs]);
+    assert_eq!(code, 1);
+    assert!(stderr.contains("mlx4_1/1: port is not ACTIVE"), "{stderr}");
+
+    // No RDMA device here: the real library says so (no uverbs in this kernel).
+    let (code, stdout, stderr) =
+        probe_command(&["--device=rxe0", "--min-ratio=0.9", &library, &sysfs]);
+    assert_eq!(code, 1);
+    assert!(stdout.is_empty());
+    assert!(stderr.contains("probing rxe0/1 (loopback)"), "{stderr}");
+    assert!(stderr.contains("probe verbs: rxe0/1: "), "{stderr}");
+
+    let (code, _, stderr) = probe_command(&["--min-ratio=fast"]);
+    assert_eq!(code, 2);
+    assert!(stderr.contains("--min-ratio"), "{stderr}");
+}
