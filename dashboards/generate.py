@@ -328,15 +328,77 @@ def rdma_node_panels():
     ]
 
 
+# ---------------------------------------------------------------- modules collector (and the ebpf collector's module counters)
+
+ON_OFF = {0: ("OFF", "orange"), 1: ("ON", "green")}
+PRESENT = {0: ("MISSING", "red"), 1: ("present", "green")}
+YES_NO = {0: ("no", "text"), 1: ("yes", "green")}
+LOADED = {0: ("MISSING", "red"), 1: ("loaded", "green")}
+STAT_NAME = {"reduceOptions": {"calcs": ["lastNotNull"], "fields": "", "values": False},
+             "colorMode": "none", "graphMode": "none", "textMode": "name",
+             "justifyMode": "auto", "orientation": "auto"}
+
+
+def events(title, description, metric, by, legend):
+    """Events per scrape interval of an ebpf counter, one series per `by` label set."""
+    return timeseries(title, description,
+                      [target(f'sum by (instance, {by}) (increase({metric}{{{NODE}}}[$__rate_interval]))', legend)],
+                      "none", w=8, decimals=0,
+                      custom={"drawStyle": "bars", "lineWidth": 1, "fillOpacity": 60,
+                              "showPoints": "never", "spanNulls": False, "stacking": {"mode": "normal"}})
+
+
+def modules_panels():
+    return [
+        stat("Expected modules missing", "Modules of --collector.modules.expected that are neither loaded (Live) nor built in (hpcnode_module_expected_loaded == 0). The table below says which, and the modprobe.d rules that name them. Alert: HpcnodeModuleExpectedMissing.",
+             [target(f'count(hpcnode_module_expected_loaded{{{NODE}}} == 0) or vector(0)', "missing", instant=True)], "none",
+             thresholds=[{"color": "green", "value": None}, {"color": "red", "value": 1}]),
+        stat("Kernel taint", "The raw taint value of the kernel (hpcnode_kernel_taint_mask); 0 is untainted. The flags set are listed below. Alert: HpcnodeKernelTainted, for the flags chosen in config.rules.yml.",
+             [target(f'hpcnode_kernel_taint_mask{{{NODE}}}', "{{instance}}", instant=True)], "none",
+             thresholds=[{"color": "green", "value": None}, {"color": "orange", "value": 1}]),
+        stat("Secure Boot", "UEFI Secure Boot state from the SecureBoot EFI variable (hpcnode_secure_boot_enabled). No data on BIOS boots. With Secure Boot on, most distribution kernels run in lockdown and refuse unsigned modules.",
+             [target(f'hpcnode_secure_boot_enabled{{{NODE}}}', "{{instance}}", instant=True)], "none",
+             mappings=value_mappings(ON_OFF)),
+        stat("Lockdown", "The kernel's lockdown mode (hpcnode_kernel_lockdown_mode == 1): none, integrity or confidentiality. In integrity and confidentiality, modules without a trusted signature are refused with EPERM. No data on kernels without lockdown.",
+             [target(f'hpcnode_kernel_lockdown_mode{{{NODE}}} == 1', "{{mode}}", instant=True)], "none",
+             options=STAT_NAME),
+        stat("Signatures enforced", "module.sig_enforce (hpcnode_module_sig_enforce): yes means modules without a valid signature are refused (EKEYREJECTED); no means they load and taint the kernel E.",
+             [target(f'hpcnode_module_sig_enforce{{{NODE}}}', "{{instance}}", instant=True)], "none",
+             mappings=value_mappings(YES_NO)),
+        stat("Kernel headers", "Whether /lib/modules/$(uname -r)/build leads to the running kernel's headers (hpcnode_kernel_build_dir_present). MISSING: DKMS, OFED and NVIDIA builds fail (kernel-devel or linux-headers for another release installed).",
+             [target(f'hpcnode_kernel_build_dir_present{{{NODE}}}', "{{release}}", instant=True)], "none",
+             mappings=value_mappings(PRESENT)),
+        table("Expected modules", "Each module of --collector.modules.expected: loaded (Live, or built in) or MISSING, and whether it is built into the kernel (hpcnode_module_expected_loaded, hpcnode_module_expected_builtin).",
+              [target(f'hpcnode_module_expected_loaded{{{NODE}}}', ref="A", instant=True, table=True),
+               target(f'hpcnode_module_expected_builtin{{{NODE}}}', ref="B", instant=True, table=True)],
+              "none", [column("A", "Loaded", "none", value_mappings(LOADED), "color-background"),
+                       column("B", "Built in", "none", value_mappings(YES_NO))],
+              hide=["job", "__name__"], order=["instance", "module", "Value #A", "Value #B"], w=8, sort="Loaded"),
+        table("modprobe rules on expected modules", "modprobe.d and kernel command line rules that name an expected module (hpcnode_module_modprobe_rule): install_disabled (install <module> /bin/false or /bin/true: never loads), blacklist (no autoload), module_blacklist (the kernel refuses it), install (a custom command replaces the load).",
+              [target(f'hpcnode_module_modprobe_rule{{{NODE}}}', ref="A", instant=True, table=True)],
+              "none", [], hide=["job", "__name__", "Value #A", "Value"], order=["instance", "module", "rule", "file"], w=16),
+        table("Tainted modules", "Loaded modules that carry taint letters (hpcnode_module_info with taints): O out of tree, E unsigned, P proprietary, F forced, C staging. module=\"other\" counts the modules past --collector.modules.max-modules.",
+              [target(f'hpcnode_module_info{{{NODE}, taints!=""}}', ref="A", instant=True, table=True)],
+              "none", [], hide=["job", "__name__", "Value #A", "Value"], order=["instance", "module", "taints", "state"], w=12),
+        table("Kernel taint flags set", "Each taint flag set in the kernel (hpcnode_kernel_tainted == 1), with its letter as `Tainted:` lines in oops reports print it.",
+              [target(f'hpcnode_kernel_tainted{{{NODE}}} == 1', ref="A", instant=True, table=True)],
+              "none", [], hide=["job", "__name__", "Value #A", "Value"], order=["instance", "letter", "flag"], w=12),
+        events("Module loads", "Module loads per interval, by module (hpcnode_module_loads_total, from the ebpf collector's module_load tracepoint probe).",
+               "hpcnode_module_loads_total", "module", "{{instance}} {{module}}"),
+        events("Tainted module loads", "Loads of modules that taint the kernel, by module and taint: unsigned, out_of_tree, proprietary, forced (hpcnode_module_tainted_loads_total). Alert for unsigned: HpcnodeUnsignedModuleLoaded.",
+               "hpcnode_module_tainted_loads_total", "module, taint", "{{instance}} {{module}} {{taint}}"),
+        events("Signature verdicts", "Module signature checks by result (hpcnode_module_signature_checks_total): ok, key_rejected, unknown_key, bad_message, no_signature, no_crypto, lockdown, other. Anything but ok refused the module. Alerts: HpcnodeModuleSignatureRejected, HpcnodeModuleLockdownRefused.",
+               "hpcnode_module_signature_checks_total", "result", "{{instance}} {{result}}"),
+        events("Failed module loads", "init_module and finit_module calls that failed, by system call and errno (hpcnode_module_load_failures_total): EKEYREJECTED for a refused signature, EPERM under lockdown, EEXIST for an already loaded module.",
+               "hpcnode_module_load_failures_total", "syscall, errno", "{{instance}} {{syscall}} {{errno}}"),
+        events("Kernel log: module events", "Module lines of the kernel log (hpcnode_kernel_log_events_total): module_verification_failed (printed once per boot, for the first unsigned module), unsigned_module_rejected, lockdown_refused_module. source=kernel_log: any root process can write /dev/kmsg.",
+               "hpcnode_kernel_log_events_total", "event, source", "{{instance}} {{event}} ({{source}})"),
+    ]
+
+
 def reserved_rows():
     """Rows kept for the collectors that come next; each replaces its text panel."""
     return [
-        row("Kernel modules and signatures", [text(
-            "Reserved: kernel modules and signatures",
-            "Placeholder for the modules collector's panels.",
-            "Filled by the **modules** collector: expected modules loaded, module signature verification "
-            "failures (EKEYREJECTED under Secure Boot), per-module and kernel taint, Secure Boot and lockdown state.")],
-            collapsed=True),
         row("Xeon Phi (MIC) cards", [text(
             "Reserved: Xeon Phi cards",
             "Placeholder for the MIC collector's panels.",
@@ -359,7 +421,8 @@ def driver_stack_dashboard():
         "congestion counters, and the exporter's own collector health.",
         ["hpcnode", "rdma", "infiniband"], node_variables(single_instance=True),
         [row("Exporter and collectors", exporter_panels()),
-         row("RDMA ports", rdma_node_panels())] + reserved_rows())
+         row("RDMA ports", rdma_node_panels()),
+         row("Kernel modules and signatures", modules_panels())] + reserved_rows())
 
 
 # ---------------------------------------------------------------- rdma capacity planning

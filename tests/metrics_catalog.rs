@@ -59,8 +59,16 @@ fn names(text: &str) -> BTreeSet<String> {
 
 /// Exporter runs whose outputs together must produce every metric in METRICS.md: one line
 /// per collector, its flags and the fixture trees (under tests/fixtures) it reads.
-const RUNS: &[(&[&str], &[&str])] =
-    &[(&["--collector.rdma"], &["procfs", "rdma_edge", "rdma_bad"])];
+const RUNS: &[(&[&str], &[&str])] = &[
+    (&["--collector.rdma"], &["procfs", "rdma_edge", "rdma_bad"]),
+    (
+        &[
+            "--collector.modules",
+            "--collector.modules.expected=mlx5_core,mlx5_ib,rdma_ucm,vfio_pci,nvidia,8250",
+        ],
+        &["modules_rhel7", "modules_secureboot", "modules_none"],
+    ),
+];
 
 fn emitted(flags: &[&str], fixture_name: &str) -> BTreeSet<String> {
     let root = util::tests_dir().join("fixtures").join(fixture_name);

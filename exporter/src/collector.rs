@@ -17,6 +17,7 @@ use crate::config::Config;
 use crate::ebpf;
 use crate::logging::{self, Level};
 use crate::metrics::{Desc, Samples, Value};
+use crate::modules;
 use crate::rdma;
 
 /// What a collector does at scrape time, split into independent units (devices) so that one
@@ -41,19 +42,29 @@ pub struct Registration {
 }
 
 /// Every collector, once. Generates `--collector.<name>` / `--no-collector.<name>`.
-pub const COLLECTORS: &[Registration] = &[Registration {
-    name: "rdma",
-    enabled_by_default: true,
-    help: "RDMA (InfiniBand, RoCE, iWARP, Omni-Path) device and port state and counters from /sys/class/infiniband",
-    build: rdma::build,
-    metrics: &rdma::METRICS,
-}, Registration {
-    name: "ebpf",
-    enabled_by_default: true,
-    help: "Kernel probes (eBPF, perf, /dev/kmsg): module loads and taints, signature verdicts, failed load syscalls, kernel log events",
-    build: ebpf::build,
-    metrics: &ebpf::METRICS,
-}];
+pub const COLLECTORS: &[Registration] = &[
+    Registration {
+        name: "rdma",
+        enabled_by_default: true,
+        help: "RDMA (InfiniBand, RoCE, iWARP, Omni-Path) device and port state and counters from /sys/class/infiniband",
+        build: rdma::build,
+        metrics: &rdma::METRICS,
+    },
+    Registration {
+        name: "ebpf",
+        enabled_by_default: true,
+        help: "Kernel probes (eBPF, perf, /dev/kmsg): module loads and taints, signature verdicts, failed load syscalls, kernel log events",
+        build: ebpf::build,
+        metrics: &ebpf::METRICS,
+    },
+    Registration {
+        name: "modules",
+        enabled_by_default: true,
+        help: "Kernel taint, loaded and expected modules, modprobe.d rules, module signature enforcement, lockdown and Secure Boot",
+        build: modules::build,
+        metrics: &modules::METRICS,
+    },
+];
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum ErrorKind {

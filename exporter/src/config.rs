@@ -40,6 +40,10 @@ pub enum ConfigError {
     LogFormat(String),
     #[error("invalid {flag}: must not be empty")]
     EmptyPath { flag: &'static str },
+    #[error("invalid --collector.modules.expected module {value:?}: {reason}")]
+    ModuleName { value: String, reason: &'static str },
+    #[error("invalid --collector.modules.max-modules {0:?}: must be an integer from 1 to 65536")]
+    MaxModules(String),
 }
 
 /// What parsing the command line led to.
@@ -85,6 +89,10 @@ pub struct Config {
     pub rootfs: PathBuf,
     pub collectors: Vec<&'static Registration>,
     pub rdma_devices: DeviceFilter,
+    /// Modules that must be loaded (or built in), in the kernel's spelling: `-` becomes `_`.
+    pub modules_expected: Vec<String>,
+    /// `hpcnode_module_info` series per scrape; the rest fold into one `other` series.
+    pub modules_max_modules: usize,
     pub scrape_timeout: Duration,
     pub log_level: Level,
     pub log_format: LogFormat,
@@ -103,6 +111,8 @@ struct RawFlags {
     collectors: Vec<&'static Registration>,
     rdma_device_include: Option<String>,
     rdma_device_exclude: Option<String>,
+    modules_expected: String,
+    modules_max_modules: String,
     scrape_timeout: String,
     log_level: String,
     log_format: String,
@@ -161,7 +171,9 @@ fn command() -> Command {
                 .long("ebpf.strict")
                 .action(ArgAction::SetTrue)
                 .help("Exit with an error at startup if any eBPF probe attaches to no hook (for CI)."),
-        );
+        )
+        .arg(flag("collector.modules.expected", "", "Comma-separated kernel modules that must be loaded or built in, e.g. mlx5_core,mlx5_ib,ib_uverbs ('-' and '_' are the same)."))
+        .arg(flag("collector.modules.max-modules", "2048", "Loaded modules exported one series each; the rest are counted in one module=\"other\" series."));
     for registration in COLLECTORS {
         let enable = format!("collector.{}", registration.name);
         let disable = format!("no-collector.{}", registration.name);
@@ -233,6 +245,8 @@ fn raw_flags(matches: &ArgMatches) -> RawFlags {
         rdma_device_exclude: matches
             .get_one::<String>("collector.rdma.device-exclude")
             .cloned(),
+        modules_expected: value("collector.modules.expected"),
+        modules_max_modules: value("collector.modules.max-modules"),
         scrape_timeout: value("scrape.timeout"),
         log_level: value("log.level"),
         log_format: value("log.format"),
@@ -271,12 +285,50 @@ fn validate(raw: RawFlags) -> Result<Config, ConfigError> {
         rootfs: path("--path.rootfs", raw.rootfs)?,
         collectors: raw.collectors,
         rdma_devices,
+        modules_expected: parse_module_list(&raw.modules_expected)?,
+        modules_max_modules: match raw.modules_max_modules.parse() {
+            Ok(n @ 1..=65536) => n,
+            _ => return Err(ConfigError::MaxModules(raw.modules_max_modules)),
+        },
         scrape_timeout: parse_duration(&raw.scrape_timeout)?,
         log_level: Level::parse(&raw.log_level).ok_or(ConfigError::LogLevel(raw.log_level))?,
         log_format: LogFormat::parse(&raw.log_format)
             .ok_or(ConfigError::LogFormat(raw.log_format))?,
         ebpf_strict: raw.ebpf_strict,
     })
+}
+
+/// `mlx5_core,ib-uverbs` -> `["mlx5_core", "ib_uverbs"]`: the kernel treats `-` and `_` in
+/// module names alike and reports `_`; duplicates after that are dropped.
+fn parse_module_list(value: &str) -> Result<Vec<String>, ConfigError> {
+    let mut modules: Vec<String> = Vec::new();
+    if value.is_empty() {
+        return Ok(modules);
+    }
+    for name in value.split(',').map(str::trim) {
+        let invalid = |reason| ConfigError::ModuleName {
+            value: name.to_string(),
+            reason,
+        };
+        if name.is_empty() {
+            return Err(invalid("empty name"));
+        }
+        // The kernel's MODULE_NAME_LEN is 64 bytes less a pointer: 55 characters and the NUL.
+        if name.len() > 55 {
+            return Err(invalid("longer than the kernel's 55 characters"));
+        }
+        if !name
+            .chars()
+            .all(|c| c.is_ascii_alphanumeric() || c == '_' || c == '-')
+        {
+            return Err(invalid("only letters, digits, '_' and '-' are allowed"));
+        }
+        let name = name.replace('-', "_");
+        if !modules.contains(&name) {
+            modules.push(name);
+        }
+    }
+    Ok(modules)
 }
 
 fn path(flag: &'static str, value: String) -> Result<PathBuf, ConfigError> {
@@ -404,31 +456,22 @@ mod tests {
         assert_eq!(config.scrape_timeout, Duration::from_secs(5));
         assert_eq!(
             config.collectors.iter().map(|c| c.name).collect::<Vec<_>>(),
-            ["rdma", "ebpf"]
+            ["rdma", "ebpf", "modules"]
         );
     }
 
     #[test]
     fn collector_flags_last_one_wins() {
-        let has_rdma = |args: &[&str]| {
-            config(args)
-                .unwrap()
-                .collectors
-                .iter()
-                .any(|c| c.name == "rdma")
+        let names = |args: &[&str]| -> Vec<&str> {
+            let config = config(args).unwrap();
+            config.collectors.iter().map(|c| c.name).collect()
         };
-        assert!(!has_rdma(&["--no-collector.rdma"]));
-        assert!(has_rdma(&["--no-collector.rdma", "--collector.rdma"]));
-        assert!(config(&["--collector.disable-defaults"])
-            .unwrap()
-            .collectors
-            .is_empty());
+        assert!(!names(&["--no-collector.rdma"]).contains(&"rdma"));
+        assert!(names(&["--no-collector.rdma", "--collector.rdma"]).contains(&"rdma"));
+        assert!(names(&["--collector.disable-defaults"]).is_empty());
         assert_eq!(
-            config(&["--collector.disable-defaults", "--collector.rdma"])
-                .unwrap()
-                .collectors
-                .len(),
-            1
+            names(&["--collector.disable-defaults", "--collector.rdma"]),
+            ["rdma"]
         );
     }
 
@@ -476,6 +519,32 @@ mod tests {
             config(&["--collector.rdma.device-include=("]),
             Err(ConfigError::Regex { .. })
         ));
+    }
+
+    #[test]
+    fn expected_modules_are_normalised_like_the_kernel_does() {
+        let parsed = config(&["--collector.modules.expected=mlx5_core, ib-uverbs,ib_uverbs"]);
+        assert_eq!(parsed.unwrap().modules_expected, ["mlx5_core", "ib_uverbs"]);
+        assert!(config(&[]).unwrap().modules_expected.is_empty());
+        let too_long = "m".repeat(56);
+        for bad in [
+            "mlx5_core,",
+            "a b",
+            "../x",
+            "nvidia;reboot",
+            too_long.as_str(),
+        ] {
+            let flag = format!("--collector.modules.expected={bad}");
+            assert!(
+                matches!(config(&[&flag]), Err(ConfigError::ModuleName { .. })),
+                "{bad:?} accepted"
+            );
+        }
+        assert_eq!(config(&[]).unwrap().modules_max_modules, 2048);
+        for bad in ["0", "-1", "65537", "many"] {
+            let flag = format!("--collector.modules.max-modules={bad}");
+            assert!(matches!(config(&[&flag]), Err(ConfigError::MaxModules(_))));
+        }
     }
 
     #[test]

@@ -8,5 +8,6 @@ pub mod ebpf;
 pub mod http;
 pub mod logging;
 pub mod metrics;
+pub mod modules;
 pub mod rdma;
 pub mod sysfs;

@@ -1,13 +1,16 @@
-//! Reading sysfs: the one place that opens files under `--path.sysfs`.
+//! Reading sysfs: the one place that opens files under `--path.sysfs` (and `--path.procfs`,
+//! `--path.rootfs`).
 //!
 //! A scrape reads thousands of small attributes, so every read is relative to an open directory
 //! (`openat`: one path component to resolve, not ten) and takes three system calls: open, one
 //! read, close. Opens are non-blocking, so a FIFO planted where an attribute belongs returns at
 //! once; whatever is not a regular file is refused. A read that still hangs inside a driver is
-//! bounded by the collector framework's deadline, not here.
+//! bounded by the collector framework's deadline, not here. The few files longer than a page
+//! (`/proc/modules`, `modules.builtin`) are read to their end under an explicit byte bound.
 
 use std::ffi::CStr;
 use std::os::fd::OwnedFd;
+use std::os::unix::ffi::OsStringExt;
 use std::path::{Path, PathBuf};
 
 use rustix::fs::{FileType, Mode, OFlags};
@@ -121,12 +124,84 @@ impl SysDir {
         name: &str,
         reader: &'r mut AttributeReader,
     ) -> Result<&'r str, SysfsError> {
+        let content = self.read_bytes(name, reader)?;
+        match std::str::from_utf8(content) {
+            Ok(text) => Ok(text.trim()),
+            Err(_) => Err(SysfsError::parse(
+                &self.path(name),
+                "not UTF-8 text",
+                &String::from_utf8_lossy(content),
+            )),
+        }
+    }
+
+    /// An attribute's raw bytes (binary attributes such as EFI variables), at most one page.
+    pub fn read_bytes<'r>(
+        &self,
+        name: &str,
+        reader: &'r mut AttributeReader,
+    ) -> Result<&'r [u8], SysfsError> {
+        let (_fd, len) = self.open_and_read_first(name, &mut reader.buf[..])?;
+        let content = &reader.buf[..len];
+        if len > MAX_ATTRIBUTE_BYTES {
+            let text = String::from_utf8_lossy(content);
+            return Err(SysfsError::parse(
+                &self.path(name),
+                "longer than a page",
+                &text,
+            ));
+        }
+        Ok(content)
+    }
+
+    /// A text file that spans many pages (procfs seq files such as `/proc/modules`, index files
+    /// such as `modules.builtin`), read to its end but never past `max_bytes`.
+    pub fn read_text_file(&self, name: &str, max_bytes: usize) -> Result<String, SysfsError> {
+        let mut content = vec![0; MAX_ATTRIBUTE_BYTES];
+        let (fd, mut len) = self.open_and_read_first(name, &mut content)?;
+        // A seq file returns at most a buffer's worth per read: read until end of file, one
+        // page more than the bound at most, to tell "exactly at the bound" from "too long".
+        while len > 0 && len <= max_bytes {
+            if content.len() - len < MAX_ATTRIBUTE_BYTES {
+                content.resize(len + MAX_ATTRIBUTE_BYTES, 0);
+            }
+            match rustix::io::read(&fd, &mut content[len..]) {
+                Ok(0) => break,
+                Ok(more) => len += more,
+                Err(Errno::INTR) => {}
+                Err(errno) => return Err(SysfsError::io(self.path(name), errno)),
+            }
+        }
+        content.truncate(len);
+        if len > max_bytes {
+            let text = String::from_utf8_lossy(&content[..64.min(len)]);
+            return Err(SysfsError::parse(
+                &self.path(name),
+                "longer than the bound for this file",
+                &text,
+            ));
+        }
+        String::from_utf8(content).map_err(|err| {
+            SysfsError::parse(
+                &self.path(name),
+                "not UTF-8 text",
+                &String::from_utf8_lossy(err.as_bytes()),
+            )
+        })
+    }
+
+    /// Opens a file non-blocking and reads once into `buf`; refuses what is not a regular file.
+    fn open_and_read_first(
+        &self,
+        name: &str,
+        buf: &mut [u8],
+    ) -> Result<(OwnedFd, usize), SysfsError> {
         let flags = OFlags::RDONLY | OFlags::NONBLOCK | OFlags::CLOEXEC | OFlags::NOCTTY;
         let fd = rustix::fs::openat(&self.fd, name, flags, Mode::empty())
             .map_err(|errno| SysfsError::io(self.path(name), errno))?;
         // Regular files return everything up to EOF in one read; only an empty or refused read
         // needs a look at what the file is (a FIFO reads as empty or EAGAIN).
-        let len = match rustix::io::read(&fd, &mut reader.buf[..]) {
+        let len = match rustix::io::read(&fd, buf) {
             Ok(0) | Err(Errno::AGAIN) => {
                 let stat = rustix::fs::fstat(&fd)
                     .map_err(|errno| SysfsError::io(self.path(name), errno))?;
@@ -140,23 +215,7 @@ impl SysDir {
             Ok(len) => len,
             Err(errno) => return Err(SysfsError::io(self.path(name), errno)),
         };
-        let content = &reader.buf[..len];
-        if len > MAX_ATTRIBUTE_BYTES {
-            let text = String::from_utf8_lossy(content);
-            return Err(SysfsError::parse(
-                &self.path(name),
-                "longer than a page",
-                &text,
-            ));
-        }
-        match std::str::from_utf8(content) {
-            Ok(text) => Ok(text.trim()),
-            Err(_) => Err(SysfsError::parse(
-                &self.path(name),
-                "not UTF-8 text",
-                &String::from_utf8_lossy(content),
-            )),
-        }
+        Ok((fd, len))
     }
 
     /// An unsigned integer attribute (counters, ids).
@@ -196,10 +255,18 @@ impl SysDir {
     /// The last path component of a symlink's target (`device` -> `0000:05:00.0`,
     /// `device/driver` -> `mlx5_core`).
     pub fn link_target_name(&self, name: &str) -> Result<String, SysfsError> {
-        let target = rustix::fs::readlinkat(&self.fd, name, Vec::new())
-            .map_err(|errno| SysfsError::io(self.path(name), errno))?;
+        let target = self.link_target(name)?;
         let target = target.to_string_lossy();
         Ok(target.rsplit('/').next().unwrap_or_default().to_string())
+    }
+
+    /// A symlink's target as written in the link (absolute or relative, not resolved).
+    pub fn link_target(&self, name: &str) -> Result<PathBuf, SysfsError> {
+        let target = rustix::fs::readlinkat(&self.fd, name, Vec::new())
+            .map_err(|errno| SysfsError::io(self.path(name), errno))?;
+        Ok(PathBuf::from(std::ffi::OsString::from_vec(
+            target.into_bytes(),
+        )))
     }
 }
 
@@ -298,6 +365,49 @@ mod tests {
     }
 
     #[test]
+    fn text_file_spanning_pages_is_read_whole_within_its_bound() {
+        let line = "mlx5_core 2134016 1 mlx5_ib, Live 0xffffffffc0a3e000 (OE)\n";
+        let long = line.repeat(500);
+        let (_tmp, dir) = dir_with(&[("modules", &long)]);
+        assert_eq!(dir.read_text_file("modules", long.len()).unwrap(), long);
+        let err = dir.read_text_file("modules", long.len() - 1).unwrap_err();
+        assert_eq!(err.kind(), ErrorKind::Parse, "{err}");
+    }
+
+    /// A real procfs seq file hands out at most a buffer per read(): the loop must read on.
+    #[test]
+    fn procfs_seq_file_longer_than_a_page_is_read_whole() {
+        let proc = SysDir::open(Path::new("/proc")).unwrap();
+        let text = proc.read_text_file("crypto", 1 << 20).unwrap();
+        assert!(
+            text.len() > MAX_ATTRIBUTE_BYTES,
+            "/proc/crypto is {} bytes on this kernel; the test needs a multi-page seq file",
+            text.len()
+        );
+        assert_eq!(text, fs::read_to_string("/proc/crypto").unwrap());
+    }
+
+    #[test]
+    fn text_file_from_a_fifo_is_refused_without_blocking() {
+        let (tmp, dir) = dir_with(&[]);
+        mkfifo(&tmp.path().join("modules"));
+        let err = dir.read_text_file("modules", 1 << 20).unwrap_err();
+        assert_eq!(err.kind(), ErrorKind::NotRegularFile, "{err}");
+    }
+
+    #[test]
+    fn binary_attribute_keeps_every_byte() {
+        let tmp = tempfile::tempdir().unwrap();
+        fs::write(tmp.path().join("SecureBoot"), [6, 0, 0, 0, 1]).unwrap();
+        let dir = SysDir::open(tmp.path()).unwrap();
+        let mut reader = AttributeReader::default();
+        assert_eq!(
+            dir.read_bytes("SecureBoot", &mut reader).unwrap(),
+            [6, 0, 0, 0, 1]
+        );
+    }
+
+    #[test]
     fn garbage_integer_is_a_parse_error_naming_the_file() {
         let (_tmp, dir) = dir_with(&[("symbol_error", "-x\n")]);
         let err = dir
@@ -325,5 +435,9 @@ mod tests {
         std::os::unix::fs::symlink("../../../0000:05:00.0", tmp.path().join("device")).unwrap();
         assert_eq!(dir.entries().unwrap(), ["1", "2", "10", "device"]);
         assert_eq!(dir.link_target_name("device").unwrap(), "0000:05:00.0");
+        assert_eq!(
+            dir.link_target("device").unwrap(),
+            Path::new("../../../0000:05:00.0")
+        );
     }
 }

@@ -128,7 +128,7 @@ make_variants() {
 # Reports one group's result file; a missing file, a missing END line, a non-zero exit or a
 # group without a single check all count as failures.
 report_group() {
-  local kernel=$1 group=$2 result=$3 serial=$4 status checks=0 line
+  local kernel=$1 group=$2 result=$3 serial=$4 status seconds checks=0 line
   if [ ! -s "$result" ]; then
     fail "[$kernel] $group: no result (the guest never ran it; see $serial)"
     return
@@ -140,13 +140,15 @@ report_group() {
       INFO*) echo "info [$kernel] $group/${line#INFO }" ;;
     esac
   done < "$result"
-  status=$(sed -n 's/^END //p' "$result")
+  read -r status seconds < <(sed -n 's/^END //p' "$result") || true
   if [ -z "$status" ]; then
     fail "[$kernel] $group: no end marker (the boot timed out or the guest died; see $serial)"
   elif [ "$status" != 0 ]; then
     fail "[$kernel] $group: exited with status $status$([ "$status" = 137 ] && echo ' (killed at its time limit)') (see $(dirname "$result")/$group.log)"
   elif ((checks == 0)); then
     fail "[$kernel] $group: ran no check"
+  else
+    echo "lab: [$kernel] $group: $checks checks in $seconds s"
   fi
 }
 

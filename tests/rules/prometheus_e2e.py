@@ -1,8 +1,9 @@
 #!/usr/bin/python3
 """End to end against a real Prometheus: tests/rules/prometheus_e2e.sh <hpcnode_exporter binary>
 
-Starts two exporters on loopback, one on a writable copy of the real procfs fixture tree
-(tests/fixtures/procfs/sys) and one on tests/fixtures/rdma_edge/sys, and Debian's
+Starts four exporters on loopback, one on a writable copy of the real procfs fixture tree
+(tests/fixtures/procfs/sys), one on tests/fixtures/rdma_edge/sys, and the modules collector
+alone on the fixture roots tests/fixtures/modules_rhel7 and modules_secureboot, and Debian's
 prometheus on loopback with its own config (1s scrape and evaluation intervals), a temporary
 storage directory and the rule files of alerts/. Then, through Prometheus's HTTP API:
   - `up` is 1 for both targets and every rule evaluates without error;
@@ -10,11 +11,13 @@ storage directory and the rule files of alerts/. Then, through Prometheus's HTTP
     drives the fixture's data counters at known rates (the data rates of 4X QDR, 4X EDR and
     1X EDR ports, the x4 data unit, the per-node sums, the transmit-wait fraction);
   - on the untouched edge tree exactly the expected alerts fire (the DOWN port, the four
-    saturated counters), and none on the healthy procfs tree;
+    saturated counters), and none on the healthy procfs tree; on the modules roots exactly the
+    missing expected modules and the unsigned loaded modules fire theirs;
   - an alert reaches `firing` when the test turns a port DOWN and resolves when it is ACTIVE
     again; symbol errors, a vanished port and a killed exporter fire theirs;
-  - every dashboard query executes, and returns data except where the fixtures lack the input.
-Every wait is bounded; both exporters and Prometheus are stopped on every exit path.
+  - every dashboard query executes, and returns data except where the fixtures lack the input
+    (hours of history; the ebpf collector's event counters, which the kernel lab checks).
+Every wait is bounded; the exporters and Prometheus are stopped on every exit path.
 
 The alerting rules are loaded with their `for:` durations shortened to FOR_IN_TEST (minutes
 would make the test take minutes); everything else, the recording rules and thresholds
@@ -46,6 +49,15 @@ import lint  # noqa: E402  (the rule and dashboard helpers)
 ROOT = lint.ROOT
 PROCFS_TREE = ROOT / "tests" / "fixtures" / "procfs" / "sys"
 EDGE_TREE = ROOT / "tests" / "fixtures" / "rdma_edge" / "sys"
+MODULES_ROOTS = {name: ROOT / "tests" / "fixtures" / f"modules_{name}" for name in ("rhel7", "secureboot")}
+MODULES_EXPECTED = "--collector.modules.expected=mlx5_core,mlx5_ib,ib_uverbs,rdma_ucm,ib_ipoib,vfio_pci,nvidia"
+# The ebpf collector's event counters: the exporters here run on fixture trees without it (this
+# kernel has no module support); tests/lab checks them on Debian kernels in qemu.
+EBPF_EVENT_METRICS = {
+    "hpcnode_module_loads_total", "hpcnode_module_tainted_loads_total",
+    "hpcnode_module_signature_checks_total", "hpcnode_module_load_failures_total",
+    "hpcnode_kernel_log_events_total",
+}
 FOR_IN_TEST = "2s"
 OVERALL_TIMEOUT_S = 240
 REL = 1e-9  # recorded value against the same formula evaluated by Prometheus
@@ -205,9 +217,9 @@ def write_atomically(path, text, scratch):
 
 # ---------------------------------------------------------------- the checks
 
-def check_targets_and_rules(prom):
-    ups = wait_until("both targets up", lambda: len(prom.query('up{job="hpcnode"} == 1')) == 2, 30)
-    check(ups is not None, "up == 1 for both exporters")
+def check_targets_and_rules(prom, targets):
+    ups = wait_until("every target up", lambda: len(prom.query('up{job="hpcnode"} == 1')) == targets, 30)
+    check(ups is not None, f"up == 1 for all {targets} exporters")
 
     def rules_evaluated():
         rules = [r for g in prom.api("rules")["groups"] for r in g["rules"]]
@@ -305,7 +317,23 @@ def alert_keys(prom, inst, state="firing"):
                   for a in prom.alerts(state=state) if a["labels"].get("instance") == inst)
 
 
-def check_alerts(prom, procfs_inst, edge_inst, tree, scratch, exporter_procfs):
+def check_module_alerts(prom, modules_insts):
+    """Exactly the missing expected modules and the loaded unsigned modules (taint letter E in
+    the fixture's /proc/modules) fire on the modules roots."""
+    for name, inst in modules_insts.items():
+        modules = (MODULES_ROOTS[name] / "proc" / "modules").read_text().splitlines()
+        unsigned = {("HpcnodeUnsignedModuleLoaded", line.split()[0]) for line in modules
+                    if line.endswith(")") and "E" in line.rsplit("(", 1)[1]}
+        missing = {"rhel7": {"vfio_pci"}, "secureboot": {"mlx5_ib", "rdma_ucm", "nvidia"}}[name]
+        expected = sorted(unsigned | {("HpcnodeModuleExpectedMissing", m) for m in missing})
+
+        def firing(i=inst):
+            return sorted(key(a["labels"], "alertname", "module") for a in prom.alerts() if a["labels"].get("instance") == i)
+        got = wait_until(f"the {name} root's alerts", lambda: firing() == expected, 30)
+        check(got is not None, f"modules_{name}: exactly {len(expected)} module alerts fire (firing: {firing()})")
+
+
+def check_alerts(prom, procfs_inst, edge_inst, tree, scratch, exporter_procfs, modules_insts):
     expected_edge = sorted([
         ("HpcnodeRdmaPortNotActive", "mlx4_1", "1", ""),
         ("HpcnodeRdmaPortPhysicalStateNotLinkUp", "mlx4_1", "1", ""),
@@ -355,6 +383,8 @@ def check_alerts(prom, procfs_inst, edge_inst, tree, scratch, exporter_procfs):
     check(wait_until("vanished alert", lambda: van in alert_keys(prom, procfs_inst), 30) is not None,
           "mlx4_0/2 removed from sysfs: HpcnodeRdmaPortVanished firing")
 
+    check_module_alerts(prom, modules_insts)
+
     stop(exporter_procfs)
     dead = ("HpcnodeExporterDown", "", "", "")
     check(wait_until("exporter down alert", lambda: dead in alert_keys(prom, procfs_inst), 30) is not None,
@@ -379,6 +409,8 @@ def check_dashboards(prom):
                 continue
             if title in needs_history:
                 check(True, f"{path.name}: {where} executes ({len(res)} series; needs hours of history)")
+            elif lint.metric_names(q) <= EBPF_EVENT_METRICS:
+                check(True, f"{path.name}: {where} executes ({len(res)} series; the ebpf collector's counters)")
             else:
                 check(len(res) > 0, f"{path.name}: {where} executes and returns data ({len(res)} series)")
 
@@ -439,7 +471,15 @@ def main():
                            open(logs / "exporter-procfs.log", "w"))
         start([str(exporter), f"--web.listen-address={edge_inst}", f"--path.sysfs={EDGE_TREE}"],
               open(logs / "exporter-edge.log", "w"))
-        for inst in (procfs_inst, edge_inst):
+        modules_insts = {name: f"127.0.0.1:{free_port()}" for name in MODULES_ROOTS}
+        for name, inst in modules_insts.items():
+            root = MODULES_ROOTS[name]
+            start([str(exporter), f"--web.listen-address={inst}", "--collector.disable-defaults",
+                   "--collector.modules", MODULES_EXPECTED, f"--path.procfs={root / 'proc'}",
+                   f"--path.sysfs={root / 'sys'}", f"--path.rootfs={root}"],
+                  open(logs / f"exporter-modules-{name}.log", "w"))
+        targets = [procfs_inst, edge_inst, *modules_insts.values()]
+        for inst in targets:
             ok = wait_until(f"exporter {inst}", lambda i=inst: "hpcnode_scrape_collector_success" in http_get(f"http://{i}/metrics"), 30)
             if not check(ok is not None, f"exporter serves /metrics on {inst}"):
                 return 1
@@ -448,7 +488,7 @@ def main():
             "global": {"scrape_interval": "1s", "scrape_timeout": "1s", "evaluation_interval": "1s"},
             "rule_files": [str(f) for f in rule_files_for_test(rules_dir)],
             "scrape_configs": [{"job_name": "hpcnode",
-                                "static_configs": [{"targets": [procfs_inst, edge_inst]}]}],
+                                "static_configs": [{"targets": targets}]}],
         }
         (tmp / "prometheus.yml").write_text(yaml.safe_dump(config))
         start([prometheus, f"--config.file={tmp / 'prometheus.yml'}", f"--storage.tsdb.path={tmp / 'data'}",
@@ -460,12 +500,12 @@ def main():
             print((logs / "prometheus.log").read_text()[-3000:])
             return 1
 
-        check_targets_and_rules(prom)
+        check_targets_and_rules(prom, len(targets))
         # Let the rates build up over a dozen scrapes before checking numbers.
         time.sleep(max(0.0, 15 - (time.monotonic() - driver.t0)))
         check_recording_rules(prom, procfs_inst, driver)
         check_dashboards(prom)
-        check_alerts(prom, procfs_inst, edge_inst, tree, scratch, exp_procfs)
+        check_alerts(prom, procfs_inst, edge_inst, tree, scratch, exp_procfs, modules_insts)
     except Exception as e:  # a crash of the test itself is a failure, with its reason
         check(False, f"e2e aborted: {type(e).__name__}: {e}")
     finally:

@@ -2,6 +2,7 @@
 
 #![allow(dead_code)] // each test binary uses a different subset
 
+pub mod golden;
 pub mod kernel;
 
 use std::io::{BufRead, BufReader, Read, Write};
@@ -254,17 +255,17 @@ pub fn run_with_stdin(program: &str, args: &[&str], input: &[u8]) -> (bool, Stri
     (out.status.success(), text)
 }
 
-/// A copy of the real procfs tree whose `mlx4_0` port 2 counters live on a FUSE filesystem
-/// that never answers a read: a wedged driver, for real, in the kernel's read path.
-pub struct HungTree {
-    pub tree: TreeCopy,
+/// Files on a FUSE filesystem that never answer a read: a wedged driver, for real, in the
+/// kernel's read path. Unmounted on drop.
+pub struct HungFiles {
     mountpoint: PathBuf,
     fuse: Child,
 }
 
-impl HungTree {
+impl HungFiles {
+    /// Replaces the directory `dir` by a mount holding the files `names`, each hanging on read.
     /// `None` (after saying why) where FUSE cannot be mounted; in CI that is a failure.
-    pub fn mount(test: &str) -> Option<HungTree> {
+    pub fn mount(test: &str, dir: &Path, names: &[String]) -> Option<HungFiles> {
         if !is_root() || !Path::new("/dev/fuse").exists() {
             let why = "needs root and /dev/fuse to mount a FUSE filesystem";
             assert!(
@@ -274,28 +275,21 @@ impl HungTree {
             eprintln!("SKIPPED {test}: {why}");
             return None;
         }
-        let tree = TreeCopy::of("procfs");
-        let counters = tree.sys().join("class/infiniband/mlx4_0/ports/2/counters");
-        let names: Vec<String> = std::fs::read_dir(&counters)
-            .unwrap()
-            .map(|e| e.unwrap().file_name().into_string().unwrap())
-            .collect();
-        std::fs::remove_dir_all(&counters).unwrap();
-        std::fs::create_dir(&counters).unwrap();
+        std::fs::remove_dir_all(dir).unwrap();
+        std::fs::create_dir(dir).unwrap();
         let fuse = Command::new("/usr/bin/python3")
             .arg(tests_dir().join("support/hung_sysfs.py"))
-            .arg(&counters)
-            .args(&names)
+            .arg(dir)
+            .args(names)
             .stdout(Stdio::null())
             .spawn()
             .expect("start FUSE server (apt-get install python3-fusepy fuse3)");
-        let hung = HungTree {
-            tree,
-            mountpoint: counters.clone(),
+        let hung = HungFiles {
+            mountpoint: dir.to_path_buf(),
             fuse,
         };
         let started = Instant::now();
-        while !counters.join("port_xmit_data").exists() {
+        while !dir.join(&names[0]).exists() {
             assert!(
                 started.elapsed() < Duration::from_secs(20),
                 "FUSE mount did not appear"
@@ -306,7 +300,7 @@ impl HungTree {
     }
 }
 
-impl Drop for HungTree {
+impl Drop for HungFiles {
     fn drop(&mut self) {
         let _ = Command::new("umount")
             .arg("-l")
@@ -314,5 +308,25 @@ impl Drop for HungTree {
             .status();
         let _ = self.fuse.kill();
         let _ = self.fuse.wait();
+    }
+}
+
+/// A copy of the real procfs tree whose `mlx4_0` port 2 counters hang on read.
+pub struct HungTree {
+    // Unmounted before the tree is deleted: fields drop in this order.
+    _hung: HungFiles,
+    pub tree: TreeCopy,
+}
+
+impl HungTree {
+    pub fn mount(test: &str) -> Option<HungTree> {
+        let tree = TreeCopy::of("procfs");
+        let counters = tree.sys().join("class/infiniband/mlx4_0/ports/2/counters");
+        let names: Vec<String> = std::fs::read_dir(&counters)
+            .unwrap()
+            .map(|e| e.unwrap().file_name().into_string().unwrap())
+            .collect();
+        let hung = HungFiles::mount(test, &counters, &names)?;
+        Some(HungTree { _hung: hung, tree })
     }
 }

@@ -128,13 +128,15 @@ lab_matching() {
     function parse_selector(    inner, parts, n, i, m) {
       want_name = selector
       matchers = 0
-      if (index(selector, "{") == 0) return
+      if (selector !~ /^[a-zA-Z_:][a-zA-Z0-9_:]*([{].*[}])?$/) return 0
+      if (index(selector, "{") == 0) return 1
       want_name = substr(selector, 1, index(selector, "{") - 1)
       inner = substr(selector, index(selector, "{") + 1)
       sub(/}$/, "", inner)
       n = split(inner, parts, ",")
       for (i = 1; i <= n; i++) {
-        if (!match(parts[i], /(=~|!=|=)"/)) continue
+        if (parts[i] !~ /^[a-zA-Z_][a-zA-Z0-9_]*(=~|!=|=)"[^"]*"$/) return 0
+        match(parts[i], /(=~|!=|=)"/)
         matchers++
         key[matchers] = substr(parts[i], 1, RSTART - 1)
         op[matchers] = substr(parts[i], RSTART, RLENGTH - 1)
@@ -142,8 +144,14 @@ lab_matching() {
         sub(/"$/, "", m)
         value[matchers] = m
       }
+      return 1
     }
-    BEGIN { parse_selector() }
+    BEGIN {
+      if (!parse_selector()) {
+        print "lab: malformed selector: " selector > "/dev/stderr"
+        exit 2
+      }
+    }
     /^#/ || NF < 2 { next }
     {
       line = $0
@@ -171,14 +179,19 @@ lab_matching() {
     }' "$LAB_TMP/$1.prom"
 }
 
-# lab_value NAME SELECTOR: the sum of the matching samples in scrape NAME (0 when none).
+# lab_value NAME SELECTOR: the sum of the matching samples in scrape NAME (0 when none); for a
+# malformed selector a word that fails every comparison.
 lab_value() {
-  lab_matching "$1" "$2" | awk -F '\t' '{ sum += $2 } END { printf "%.15g\n", sum }'
+  local samples
+  samples=$(lab_matching "$1" "$2") || { echo "malformed-selector"; return 1; }
+  printf '%s\n' "$samples" | awk -F '\t' 'NF > 1 { sum += $2 } END { printf "%.15g\n", sum }'
 }
 
 # lab_series NAME SELECTOR: how many samples of scrape NAME match.
 lab_series() {
-  lab_matching "$1" "$2" | wc -l
+  local samples
+  samples=$(lab_matching "$1" "$2") || { echo "malformed-selector"; return 1; }
+  printf '%s' "$samples" | grep -c . || true
 }
 
 # lab_delta BEFORE AFTER SELECTOR: value in scrape AFTER minus value in scrape BEFORE.

@@ -9,7 +9,7 @@
 module=pcspkr
 unsigned_bit=8192 # TAINT_UNSIGNED_MODULE, letter E
 loads="hpcnode_module_loads_total{module=\"$module\"}"
-tainted_loads="hpcnode_module_tainted_loads_total{module=\"$module\"}"
+tainted_loads=hpcnode_module_tainted_loads_total
 verdicts=hpcnode_module_signature_checks_total
 failures=hpcnode_module_load_failures_total
 taint_e='hpcnode_kernel_tainted{flag="unsigned_module",letter="E"}'
@@ -43,12 +43,12 @@ lab_scrape signed
 lab_expect_delta "counted" boot signed "$loads" == 1
 lab_expect_delta "verdict ok" boot signed "$verdicts{result=\"ok\"}" == 1
 lab_record_changes boot signed "$verdicts"
-lab_expect_delta "no tainted load" boot signed "$tainted_loads" == 0
+lab_expect_delta "no tainted load" boot signed "$tainted_loads{module=\"$module\"}" == 0
 lab_expect_delta "no failed load" boot signed "$failures" == 0
 check_kernel_taint signed 0
 lab_check "/sys/module/$module/taint is empty" grep -qx '' /sys/module/$module/taint
-lab_expect "module info: live, no taints" \
-  "$(lab_series signed "hpcnode_module_info{module=\"$module\",state=\"live\",taints=\"\"}")" == 1
+lab_expect "module info: Live, no taints" \
+  "$(lab_series signed "hpcnode_module_info{module=\"$module\",state=\"Live\",taints=\"\"}")" == 1
 lab_expect "$module expected and loaded" "$(lab_value signed "hpcnode_module_expected_loaded{module=\"$module\"}")" == 1
 lab_check "rmmod $module" rmmod $module
 
@@ -78,8 +78,8 @@ lab_scenario unsigned_load
 lab_check "insmod $module with its signature stripped loads" insmod /lab/modules/$module.unsigned.ko
 lab_scrape unsigned
 lab_expect_delta "counted" corrupted unsigned "$loads" == 1
-lab_expect_delta "counted as unsigned" corrupted unsigned "$tainted_loads{taint=\"unsigned\"}" == 1
-lab_expect_delta "no other taint" corrupted unsigned "$tainted_loads{taint!=\"unsigned\"}" == 0
+lab_expect_delta "counted as unsigned" corrupted unsigned "$tainted_loads{module=\"$module\",taint=\"unsigned\"}" == 1
+lab_expect_delta "no other taint" corrupted unsigned "$tainted_loads{module=\"$module\",taint!=\"unsigned\"}" == 0
 lab_expect_delta "one signature verdict" corrupted unsigned "$verdicts" == 1
 lab_expect_delta "not a key rejection" corrupted unsigned "$verdicts{result=\"key_rejected\"}" == 0
 lab_record_changes corrupted unsigned "$verdicts"
@@ -89,6 +89,6 @@ lab_expect_delta "kernel log: verification failed" corrupted unsigned "$log_even
 lab_record_changes corrupted unsigned hpcnode_kernel_log_events_total
 check_kernel_taint unsigned 1
 lab_check "/sys/module/$module/taint is E" grep -qx E /sys/module/$module/taint
-lab_expect "module info: live, taints E" \
-  "$(lab_series unsigned "hpcnode_module_info{module=\"$module\",state=\"live\",taints=\"E\"}")" == 1
+lab_expect "module info: Live, taints E" \
+  "$(lab_series unsigned "hpcnode_module_info{module=\"$module\",state=\"Live\",taints=\"E\"}")" == 1
 lab_exporter_stop

@@ -1,0 +1,859 @@
+//! Kernel-state collector: kernel taint, loaded modules, expected modules and what keeps them
+//! from loading, module signature enforcement, lockdown, Secure Boot, and the kernel build tree.
+//!
+//! No eBPF: plain files that every kernel since RHEL 7's 3.10 has (`/proc/modules`,
+//! `/proc/sys/kernel/tainted`, `/sys/module`), read fresh at every scrape. A kernel built without
+//! module support has no `/proc/modules`; that is reported as `hpcnode_kernel_modules_supported 0`,
+//! not as an error.
+
+use std::collections::{BTreeMap, BTreeSet, HashSet};
+use std::path::{Path, PathBuf};
+
+use crate::collector::{CollectError, Collector, Output};
+use crate::config::Config;
+use crate::metrics::{Desc, Labels, Value};
+use crate::sysfs::{AttributeReader, SysDir, SysfsError};
+
+pub fn build(config: &Config) -> Box<dyn Collector> {
+    Box::new(ModulesCollector {
+        procfs: config.procfs.clone(),
+        sysfs: config.sysfs.clone(),
+        rootfs: config.rootfs.clone(),
+        expected: config.modules_expected.clone(),
+        max_modules: config.modules_max_modules,
+    })
+}
+
+pub struct ModulesCollector {
+    procfs: PathBuf,
+    sysfs: PathBuf,
+    rootfs: PathBuf,
+    expected: Vec<String>,
+    max_modules: usize,
+}
+
+const TAINTED: Desc = Desc::gauge(
+    "hpcnode_kernel_tainted",
+    "1 when the kernel taint flag is set (/proc/sys/kernel/tainted), one series per flag the exporter knows.",
+    None,
+);
+const TAINT_MASK: Desc = Desc::gauge(
+    "hpcnode_kernel_taint_mask",
+    "The raw kernel taint value (/proc/sys/kernel/tainted), bits the exporter does not name included.",
+    None,
+);
+const MODULE_INFO: Desc = Desc::gauge(
+    "hpcnode_module_info",
+    "A loaded module with its state and taint letters (/proc/modules); module=\"other\" counts the modules beyond --collector.modules.max-modules.",
+    None,
+);
+const EXPECTED_LOADED: Desc = Desc::gauge(
+    "hpcnode_module_expected_loaded",
+    "1 when a module of --collector.modules.expected is loaded and Live, or built into the kernel.",
+    None,
+);
+const EXPECTED_BUILTIN: Desc = Desc::gauge(
+    "hpcnode_module_expected_builtin",
+    "1 when a module of --collector.modules.expected is built into the kernel (modules.builtin, or /sys/module without initstate).",
+    None,
+);
+const MODPROBE_RULE: Desc = Desc::gauge(
+    "hpcnode_module_modprobe_rule",
+    "A modprobe.d blacklist or install rule, or a kernel command line blacklist, that affects an expected module.",
+    None,
+);
+const SIG_ENFORCE: Desc = Desc::gauge(
+    "hpcnode_module_sig_enforce",
+    "1 when the kernel refuses modules without a valid signature (module.sig_enforce).",
+    None,
+);
+const LOCKDOWN_MODE: Desc = Desc::gauge(
+    "hpcnode_kernel_lockdown_mode",
+    "Kernel lockdown mode (/sys/kernel/security/lockdown): 1 for the active mode, 0 for the others.",
+    None,
+);
+const SECURE_BOOT: Desc = Desc::gauge(
+    "hpcnode_secure_boot_enabled",
+    "1 when the firmware booted with UEFI Secure Boot on (the SecureBoot EFI variable).",
+    None,
+);
+const BUILD_DIR: Desc = Desc::gauge(
+    "hpcnode_kernel_build_dir_present",
+    "1 when /lib/modules/<release>/build leads to a directory (kernel headers for building out-of-tree modules).",
+    None,
+);
+const MODULES_SUPPORTED: Desc = Desc::gauge(
+    "hpcnode_kernel_modules_supported",
+    "1 when the kernel supports loadable modules (/proc/modules exists).",
+    None,
+);
+
+/// Every metric this collector emits (for the METRICS.md check).
+pub const METRICS: [Desc; 11] = [
+    TAINTED,
+    TAINT_MASK,
+    MODULE_INFO,
+    EXPECTED_LOADED,
+    EXPECTED_BUILTIN,
+    MODPROBE_RULE,
+    SIG_ENFORCE,
+    LOCKDOWN_MODE,
+    SECURE_BOOT,
+    BUILD_DIR,
+    MODULES_SUPPORTED,
+];
+
+/// The kernel's taint bits in bit order (kernel/panic.c `taint_flags`): the TAINT_* name
+/// lowercased, and the letter the kernel prints. Bits past the table show in the raw mask only.
+const TAINT_FLAGS: [(&str, &str); 20] = [
+    ("proprietary_module", "P"),
+    ("forced_module", "F"),
+    ("cpu_out_of_spec", "S"),
+    ("forced_rmmod", "R"),
+    ("machine_check", "M"),
+    ("bad_page", "B"),
+    ("user", "U"),
+    ("die", "D"),
+    ("overridden_acpi_table", "A"),
+    ("warn", "W"),
+    ("crap", "C"),
+    ("firmware_workaround", "I"),
+    ("oot_module", "O"),
+    ("unsigned_module", "E"),
+    ("softlockup", "L"),
+    ("livepatch", "K"),
+    ("aux", "X"),
+    ("randstruct", "T"),
+    ("test", "N"),
+    ("fwctl", "J"),
+];
+
+/// Files longer than a page read whole (`/proc/modules`, `modules.builtin`, modprobe.d files)
+/// stop here: 1 MiB holds several thousand modules.
+const MAX_LIST_BYTES: usize = 1 << 20;
+
+/// Where kmod reads modprobe configuration, highest priority first: a file name found in an
+/// earlier directory hides the same name in the later ones (libkmod `default_config_paths`).
+const MODPROBE_DIRS: [&str; 5] = [
+    "etc/modprobe.d",
+    "run/modprobe.d",
+    "usr/local/lib/modprobe.d",
+    "usr/lib/modprobe.d",
+    "lib/modprobe.d",
+];
+
+const SECURE_BOOT_VARIABLE: &str = "SecureBoot-8be4df61-93ca-11d2-aa0d-00e098032b8c";
+
+/// The collector's units: each a separate read, so that a hung EFI variable read (it calls
+/// into the firmware's runtime services) hides only the Secure Boot state.
+const UNIT_KERNEL: &str = "kernel";
+const UNIT_EXPECTED: &str = "expected";
+const UNIT_SIGNING: &str = "signing";
+const UNIT_SECURE_BOOT: &str = "secure_boot";
+
+impl Collector for ModulesCollector {
+    fn units(&self) -> Result<Vec<String>, CollectError> {
+        let mut units = vec![UNIT_KERNEL.to_string()];
+        if !self.expected.is_empty() {
+            units.push(UNIT_EXPECTED.to_string());
+        }
+        units.extend([UNIT_SIGNING.to_string(), UNIT_SECURE_BOOT.to_string()]);
+        Ok(units)
+    }
+
+    fn collect_unit(&self, unit: &str, out: &mut Output) {
+        let mut read = Read {
+            collector: self,
+            reader: AttributeReader::default(),
+            out,
+        };
+        match unit {
+            UNIT_KERNEL => read.kernel(),
+            UNIT_EXPECTED => read.expected(),
+            UNIT_SIGNING => read.signing(),
+            UNIT_SECURE_BOOT => read.secure_boot(),
+            _ => {}
+        }
+    }
+}
+
+/// What `/proc/modules` says.
+enum Modules {
+    /// No `/proc/modules`: a kernel built without loadable module support.
+    Unsupported,
+    /// The loaded modules, newest first.
+    Listed(Vec<LoadedModule>),
+}
+
+impl Modules {
+    fn list(&self) -> &[LoadedModule] {
+        match self {
+            Modules::Unsupported => &[],
+            Modules::Listed(modules) => modules,
+        }
+    }
+}
+
+/// A loaded module as `/proc/modules` lists it.
+#[derive(Debug)]
+struct LoadedModule {
+    name: String,
+    state: &'static str,
+    /// The taint letters between the parentheses, without the `+`/`-` loading marks.
+    taints: String,
+}
+
+/// One unit's read: the read buffer and where samples and errors go.
+struct Read<'a> {
+    collector: &'a ModulesCollector,
+    reader: AttributeReader,
+    out: &'a mut Output,
+}
+
+impl Read<'_> {
+    fn push(&mut self, desc: &Desc, labels: Labels, value: u64) {
+        self.out.samples.push(desc, labels, Value::Int(value));
+    }
+
+    fn error(&mut self, err: SysfsError) {
+        self.out.errors.push(err.into());
+    }
+
+    /// The value, or `None` after reporting the error.
+    fn reported<T>(&mut self, result: Result<T, SysfsError>) -> Option<T> {
+        result.map_err(|err| self.error(err)).ok()
+    }
+
+    /// The value of something optional: `None` when it is absent, or broken (then reported).
+    fn optional<T>(&mut self, result: Result<T, SysfsError>) -> Option<T> {
+        match result {
+            Err(err) if is_absent(&err) => None,
+            result => self.reported(result),
+        }
+    }
+
+    /// A directory under a root; `None` when it does not exist, or is broken (then reported).
+    fn dir(&mut self, root: &Path, name: &str) -> Option<SysDir> {
+        self.optional(SysDir::open(&root.join(name)))
+    }
+
+    fn procfs(&mut self) -> Option<SysDir> {
+        self.reported(SysDir::open(&self.collector.procfs))
+    }
+
+    /// What `/proc/modules` says; `None` when it cannot be read (reported).
+    fn loaded_modules(&mut self, procfs: &SysDir) -> Option<Modules> {
+        match procfs.read_text_file("modules", MAX_LIST_BYTES) {
+            Ok(text) => {
+                let (modules, errors) = parse_modules(&procfs.path("modules"), &text);
+                for err in errors {
+                    self.error(err);
+                }
+                Some(Modules::Listed(modules))
+            }
+            Err(err) if err.is_not_found() => Some(Modules::Unsupported),
+            Err(err) => {
+                self.error(err);
+                None
+            }
+        }
+    }
+
+    /// The running kernel's release, checked to be usable as a path component.
+    fn release(&mut self, procfs: &SysDir) -> Option<String> {
+        let path = procfs.path("sys/kernel/osrelease");
+        let release = procfs
+            .read("sys/kernel/osrelease", &mut self.reader)
+            .and_then(|text| match is_release(text) {
+                true => Ok(text.to_string()),
+                false => Err(SysfsError::parse(&path, "not a kernel release", text)),
+            });
+        self.reported(release)
+    }
+
+    fn kernel(&mut self) {
+        let Some(procfs) = self.procfs() else {
+            return;
+        };
+        let tainted = procfs.read_u64("sys/kernel/tainted", &mut self.reader);
+        if let Some(mask) = self.reported(tainted) {
+            for (bit, (flag, letter)) in TAINT_FLAGS.iter().enumerate() {
+                let labels = vec![("flag", (*flag).into()), ("letter", (*letter).into())];
+                self.push(&TAINTED, labels, (mask >> bit) & 1);
+            }
+            self.push(&TAINT_MASK, Vec::new(), mask);
+        }
+
+        if let Some(release) = self.release(&procfs) {
+            if let Some(present) = self.build_dir_present(&release) {
+                self.push(&BUILD_DIR, vec![("release", release.into())], present);
+            }
+        }
+
+        let Some(modules) = self.loaded_modules(&procfs) else {
+            return;
+        };
+        let supported = matches!(modules, Modules::Listed(_));
+        self.push(&MODULES_SUPPORTED, Vec::new(), u64::from(supported));
+        let modules = modules.list();
+        let max = self.collector.max_modules;
+        for module in modules.iter().take(max) {
+            let labels = vec![
+                ("module", module.name.clone().into()),
+                ("state", module.state.into()),
+                ("taints", module.taints.clone().into()),
+            ];
+            self.push(&MODULE_INFO, labels, 1);
+        }
+        // /proc/modules lists the newest first: the modules loaded last keep their own series.
+        if modules.len() > max {
+            let folded = &modules[max..];
+            let taints: BTreeSet<char> = folded.iter().flat_map(|m| m.taints.chars()).collect();
+            let labels = vec![
+                ("module", "other".into()),
+                ("state", "".into()),
+                ("taints", taints.into_iter().collect::<String>().into()),
+            ];
+            self.push(&MODULE_INFO, labels, folded.len() as u64);
+        }
+    }
+
+    /// Whether `<rootfs>/lib/modules/<release>/build` leads to a directory. The link is
+    /// followed inside the root filesystem, so it is judged right when the exporter runs in a
+    /// container with the host's root at `--path.rootfs`.
+    fn build_dir_present(&mut self, release: &str) -> Option<u64> {
+        let rootfs = self.collector.rootfs.clone();
+        let modules_dir = match SysDir::open(&rootfs.join(format!("lib/modules/{release}"))) {
+            Err(err) if is_absent(&err) => return Some(0),
+            opened => self.reported(opened)?,
+        };
+        let build = match modules_dir.link_target("build") {
+            Ok(target) if target.is_absolute() => rootfs.join(target.strip_prefix("/").ok()?),
+            Ok(target) => modules_dir.path(&target.to_string_lossy()),
+            // EINVAL: not a symlink, maybe a directory itself.
+            Err(err) if !is_absent(&err) && !is_invalid(&err) => {
+                self.error(err);
+                return None;
+            }
+            Err(_) => modules_dir.path("build"),
+        };
+        match SysDir::open(&build) {
+            Err(err) if is_absent(&err) => Some(0),
+            opened => self.reported(opened).map(|_| 1),
+        }
+    }
+
+    fn expected(&mut self) {
+        let Some(procfs) = self.procfs() else {
+            return;
+        };
+        let Some(modules) = self.loaded_modules(&procfs) else {
+            return;
+        };
+        let modules = modules.list();
+        let live: HashSet<&str> = modules
+            .iter()
+            .filter(|m| m.state == "Live")
+            .map(|m| m.name.as_str())
+            .collect();
+        let listed: HashSet<&str> = modules.iter().map(|m| m.name.as_str()).collect();
+        let builtin_index = self.builtin_index(&procfs);
+        let sysfs = self.collector.sysfs.clone();
+        let sys_module = self.dir(&sysfs, "module");
+        let expected = self.collector.expected.clone();
+
+        for module in &expected {
+            let builtin = !listed.contains(module.as_str())
+                && (builtin_index.contains(module)
+                    || sys_module
+                        .as_ref()
+                        .is_some_and(|dir| self.is_builtin_in_sysfs(dir, module)));
+            let loaded = builtin || live.contains(module.as_str());
+            let labels = vec![("module", module.clone().into())];
+            self.push(&EXPECTED_LOADED, labels.clone(), u64::from(loaded));
+            self.push(&EXPECTED_BUILTIN, labels, u64::from(builtin));
+        }
+
+        let mut rules = self.modprobe_rules(&expected);
+        rules.extend(self.cmdline_rules(&procfs, &expected));
+        for rule in rules {
+            let labels = vec![
+                ("module", rule.module.into()),
+                ("rule", rule.rule.into()),
+                ("file", rule.file.into()),
+            ];
+            self.push(&MODPROBE_RULE, labels, 1);
+        }
+    }
+
+    /// Module names in `<rootfs>/lib/modules/<release>/modules.builtin`; empty when absent.
+    fn builtin_index(&mut self, procfs: &SysDir) -> HashSet<String> {
+        let Some(release) = self.release(procfs) else {
+            return HashSet::new();
+        };
+        let rootfs = self.collector.rootfs.clone();
+        let Some(dir) = self.dir(&rootfs, &format!("lib/modules/{release}")) else {
+            return HashSet::new();
+        };
+        let index = dir.read_text_file("modules.builtin", MAX_LIST_BYTES);
+        self.optional(index)
+            .map(|text| parse_builtin_index(&text))
+            .unwrap_or_default()
+    }
+
+    /// A module in `/sys/module` without `initstate` is built in: only loadable modules have
+    /// one, and built-in modules appear there when they have parameters or a version.
+    fn is_builtin_in_sysfs(&mut self, sys_module: &SysDir, module: &str) -> bool {
+        let Some(dir) = self.optional(sys_module.subdir(module)) else {
+            return false;
+        };
+        match dir.read("initstate", &mut self.reader).map(|_| ()) {
+            Err(err) if is_absent(&err) => true,
+            initstate => {
+                self.reported(initstate);
+                false
+            }
+        }
+    }
+
+    /// The effective modprobe.d files (kmod's precedence applied, `/dev/null` masks honoured)
+    /// and their rules that name an expected module.
+    fn modprobe_rules(&mut self, expected: &[String]) -> BTreeSet<ModprobeRule> {
+        let rootfs = self.collector.rootfs.clone();
+        let mut dirs = Vec::new();
+        // File name -> index in `dirs` of the directory whose file wins.
+        let mut files: BTreeMap<String, usize> = BTreeMap::new();
+        for dir_name in MODPROBE_DIRS {
+            let Some(dir) = self.dir(&rootfs, dir_name) else {
+                continue;
+            };
+            match dir.entries() {
+                Ok(names) => {
+                    for name in names {
+                        let config = name.ends_with(".conf") || name.ends_with(".alias");
+                        if config && !name.starts_with('.') {
+                            files.entry(name).or_insert(dirs.len());
+                        }
+                    }
+                }
+                Err(err) => self.error(err),
+            }
+            dirs.push((dir_name, dir));
+        }
+        let mut rules = BTreeSet::new();
+        for (name, index) in &files {
+            let (dir_name, dir) = &dirs[*index];
+            // systemd's way to disable a vendor file: a link to /dev/null of the same name.
+            if dir
+                .link_target(name)
+                .is_ok_and(|target| target == Path::new("/dev/null"))
+            {
+                continue;
+            }
+            let text = match dir.read_text_file(name, MAX_LIST_BYTES) {
+                Ok(text) => text,
+                Err(err) => {
+                    self.error(err);
+                    continue;
+                }
+            };
+            let file = format!("/{dir_name}/{name}");
+            rules.extend(
+                parse_modprobe_rules(&text)
+                    .into_iter()
+                    .filter(|(module, _)| expected.contains(module))
+                    .map(|(module, rule)| ModprobeRule {
+                        module,
+                        rule,
+                        file: file.clone(),
+                    }),
+            );
+        }
+        rules
+    }
+
+    /// `modprobe.blacklist=` (kmod honours it) and `module_blacklist=` (the kernel refuses the
+    /// load itself) on the kernel command line.
+    fn cmdline_rules(&mut self, procfs: &SysDir, expected: &[String]) -> Vec<ModprobeRule> {
+        let text = match procfs.read("cmdline", &mut self.reader) {
+            Ok(text) => text.to_string(),
+            Err(err) => {
+                self.error(err);
+                return Vec::new();
+            }
+        };
+        parse_cmdline_blacklists(&text)
+            .into_iter()
+            .filter(|(module, _)| expected.contains(module))
+            .map(|(module, rule)| ModprobeRule {
+                module,
+                rule,
+                file: "/proc/cmdline".to_string(),
+            })
+            .collect()
+    }
+
+    fn signing(&mut self) {
+        let sysfs = self.collector.sysfs.clone();
+        // Kernels without CONFIG_MODULE_SIG have no such parameter: no series, not an error.
+        if let Some(params) = self.dir(&sysfs, "module/module/parameters") {
+            let path = params.path("sig_enforce");
+            let enforce =
+                params
+                    .read("sig_enforce", &mut self.reader)
+                    .and_then(|text| match text {
+                        "Y" => Ok(1),
+                        "N" => Ok(0),
+                        _ => Err(SysfsError::parse(&path, "expected Y or N", text)),
+                    });
+            if let Some(enforce) = self.optional(enforce) {
+                self.push(&SIG_ENFORCE, Vec::new(), enforce);
+            }
+        }
+
+        // Absent before Linux 5.4 or with securityfs unmounted: no series, not an error.
+        if let Some(security) = self.dir(&sysfs, "kernel/security") {
+            let path = security.path("lockdown");
+            let modes = security
+                .read("lockdown", &mut self.reader)
+                .and_then(|text| {
+                    let reason = "expected modes with one in [brackets]";
+                    parse_lockdown(text).ok_or_else(|| SysfsError::parse(&path, reason, text))
+                });
+            for (mode, active) in self.optional(modes).unwrap_or_default() {
+                let labels = vec![("mode", mode.into())];
+                self.push(&LOCKDOWN_MODE, labels, u64::from(active));
+            }
+        }
+    }
+
+    fn secure_boot(&mut self) {
+        let sysfs = self.collector.sysfs.clone();
+        if let Some(enabled) = self.secure_boot_enabled(&sysfs) {
+            self.push(&SECURE_BOOT, Vec::new(), enabled);
+        }
+    }
+
+    /// Secure Boot from the EFI variable: 4 attribute bytes, then 1 data byte (1 = on). No EFI
+    /// (BIOS boot), or efivarfs not mounted: unknown, no series. EFI without the variable:
+    /// firmware without Secure Boot, so off.
+    fn secure_boot_enabled(&mut self, sysfs: &Path) -> Option<u64> {
+        let efi = self.dir(sysfs, "firmware/efi")?;
+        let efivars = self.optional(efi.subdir("efivars"))?;
+        let path = efivars.path(SECURE_BOOT_VARIABLE);
+        let enabled = efivars
+            .read_bytes(SECURE_BOOT_VARIABLE, &mut self.reader)
+            .and_then(|bytes| match bytes {
+                [_, _, _, _, data @ (0 | 1)] => Ok(u64::from(*data)),
+                _ => Err(SysfsError::parse(
+                    &path,
+                    "expected 4 attribute bytes and a 0 or 1",
+                    &format!("{bytes:02x?}"),
+                )),
+            });
+        match enabled {
+            // An empty efivars directory is an unmounted efivarfs, not a firmware fact.
+            Err(err) if is_absent(&err) => {
+                let entries = self.reported(efivars.entries())?;
+                (!entries.is_empty()).then_some(0)
+            }
+            enabled => self.reported(enabled),
+        }
+    }
+}
+
+#[derive(Debug, PartialEq, Eq, PartialOrd, Ord)]
+struct ModprobeRule {
+    module: String,
+    rule: &'static str,
+    /// Where the rule is, as a path on the node (`/etc/modprobe.d/mlx5.conf`, `/proc/cmdline`).
+    file: String,
+}
+
+/// Not there: the file, or a directory on its path, does not exist.
+fn is_absent(err: &SysfsError) -> bool {
+    err.is_not_found()
+        || matches!(err, SysfsError::Io { source, .. } if source.raw_os_error() == Some(libc::ENOTDIR))
+}
+
+fn is_invalid(err: &SysfsError) -> bool {
+    matches!(err, SysfsError::Io { source, .. } if source.raw_os_error() == Some(libc::EINVAL))
+}
+
+/// A release such as `3.10.0-1160.el7.x86_64`: one path component, as `uname -r` prints it.
+fn is_release(text: &str) -> bool {
+    !text.is_empty()
+        && text.len() <= 64
+        && text != "."
+        && text != ".."
+        && text.chars().all(|c| c.is_ascii_graphic() && c != '/')
+}
+
+/// Parses `/proc/modules`: `name size refcount deps state address [(taints)]`, one module a
+/// line. A malformed or repeated line is an error of its own and the others are kept.
+fn parse_modules(path: &Path, text: &str) -> (Vec<LoadedModule>, Vec<SysfsError>) {
+    let mut modules = Vec::new();
+    let mut errors = Vec::new();
+    let mut seen = HashSet::new();
+    for line in text.lines().filter(|line| !line.trim().is_empty()) {
+        match parse_module_line(line) {
+            Some(module) if seen.insert(module.name.clone()) => modules.push(module),
+            Some(_) => errors.push(SysfsError::parse(path, "module listed twice", line)),
+            None => errors.push(SysfsError::parse(
+                path,
+                "expected 'name size refcount deps state address [(taints)]'",
+                line,
+            )),
+        }
+    }
+    (modules, errors)
+}
+
+fn parse_module_line(line: &str) -> Option<LoadedModule> {
+    let fields: Vec<&str> = line.split_whitespace().collect();
+    let (name, size, state) = (fields.first()?, fields.get(1)?, fields.get(4)?);
+    size.parse::<u64>().ok()?;
+    let state = ["Live", "Loading", "Unloading"]
+        .into_iter()
+        .find(|known| known == state)?;
+    let taints = match fields.get(6) {
+        None => String::new(),
+        Some(flags) => {
+            let inner = flags.strip_prefix('(')?.strip_suffix(')')?;
+            // `+` and `-` mark a module coming or going, not a taint.
+            if !inner
+                .chars()
+                .all(|c| c.is_ascii_uppercase() || c == '+' || c == '-')
+            {
+                return None;
+            }
+            inner.chars().filter(char::is_ascii_uppercase).collect()
+        }
+    };
+    if fields.len() > 7 {
+        return None;
+    }
+    Some(LoadedModule {
+        name: name.to_string(),
+        state,
+        taints,
+    })
+}
+
+/// `kernel/drivers/vfio/pci/vfio-pci.ko` -> `vfio_pci`, the name the kernel uses.
+fn parse_builtin_index(text: &str) -> HashSet<String> {
+    text.lines()
+        .filter_map(|line| line.trim().rsplit('/').next())
+        .filter_map(|file| file.strip_suffix(".ko"))
+        .map(|name| name.replace('-', "_"))
+        .collect()
+}
+
+/// The `blacklist` and `install` rules of one modprobe.d file, module names in the kernel's
+/// spelling. An install command that is only `true` or `false` disables the module:
+/// `install_disabled`; any other command may or may not load it: `install`.
+fn parse_modprobe_rules(text: &str) -> Vec<(String, &'static str)> {
+    let joined = text.replace("\\\n", " ");
+    let mut rules = Vec::new();
+    for line in joined.lines() {
+        let mut words = line.split_whitespace();
+        let (Some(command), Some(module)) = (words.next(), words.next()) else {
+            continue;
+        };
+        let module = module.replace('-', "_");
+        match command {
+            "blacklist" => rules.push((module, "blacklist")),
+            "install" => {
+                let program: Vec<&str> = words.collect();
+                let disables = matches!(
+                    program.as_slice(),
+                    [only] if matches!(only.rsplit('/').next(), Some("true" | "false"))
+                );
+                let rule = if disables {
+                    "install_disabled"
+                } else {
+                    "install"
+                };
+                rules.push((module, rule));
+            }
+            _ => {}
+        }
+    }
+    rules
+}
+
+/// `modprobe.blacklist=a,b` and `module_blacklist=a,b` words of the kernel command line.
+fn parse_cmdline_blacklists(cmdline: &str) -> Vec<(String, &'static str)> {
+    let mut rules = Vec::new();
+    for word in cmdline.split_whitespace() {
+        let (list, rule) = if let Some(list) = word.strip_prefix("modprobe.blacklist=") {
+            (list, "blacklist")
+        } else if let Some(list) = word.strip_prefix("module_blacklist=") {
+            (list, "module_blacklist")
+        } else {
+            continue;
+        };
+        for module in list.split(',').filter(|m| !m.is_empty()) {
+            rules.push((module.replace('-', "_"), rule));
+        }
+    }
+    rules
+}
+
+/// `none [integrity] confidentiality` -> each mode and whether it is the active one; `None`
+/// unless exactly one mode is in brackets.
+fn parse_lockdown(text: &str) -> Option<Vec<(String, bool)>> {
+    let modes: Vec<(String, bool)> = text
+        .split_whitespace()
+        .map(
+            |word| match word.strip_prefix('[').and_then(|w| w.strip_suffix(']')) {
+                Some(active) => (active.to_string(), true),
+                None => (word.to_string(), false),
+            },
+        )
+        .collect();
+    let valid = modes.iter().filter(|(_, active)| *active).count() == 1
+        && modes
+            .iter()
+            .all(|(mode, _)| !mode.is_empty() && mode.chars().all(|c| c.is_ascii_lowercase()));
+    valid.then_some(modes)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn proc_modules_lines_of_3_10_and_6_x() {
+        let text = "nvidia_uvm 1068032 0 - Live 0xffffffffc1a5e000 (POE)\n\
+                    mlx5_ib 393216 0 - Live 0x0000000000000000 (OE)\n\
+                    ib_core 421888 9 rdma_ucm,ib_ipoib,ib_umad,mlx5_ib,ib_uverbs, Live 0xffffffffc0a3e000\n\
+                    pcspkr 12718 0 - Loading 0xffffffffc0520000 (E+)\n\
+                    dm_mod 124501 - - Live 0xffffffffc04a1000\n";
+        let (modules, errors) = parse_modules(Path::new("modules"), text);
+        assert!(errors.is_empty(), "{errors:?}");
+        let summary: Vec<_> = modules
+            .iter()
+            .map(|m| (m.name.as_str(), m.state, m.taints.as_str()))
+            .collect();
+        assert_eq!(
+            summary,
+            [
+                ("nvidia_uvm", "Live", "POE"),
+                ("mlx5_ib", "Live", "OE"),
+                ("ib_core", "Live", ""),
+                ("pcspkr", "Loading", "E"),
+                ("dm_mod", "Live", ""),
+            ]
+        );
+    }
+
+    #[test]
+    fn a_bad_line_is_reported_and_the_others_kept() {
+        let text = "garbage\n\
+                    mlx5_core 2134016 1 mlx5_ib, Live 0xffffffffc0a3e000 (OE)\n\
+                    mlx5_core 2134016 1 mlx5_ib, Live 0xffffffffc0a3e000 (OE)\n\
+                    x 12 0 - Dancing 0x0\n\
+                    y 12 0 - Live 0x0 (o)\n";
+        let (modules, errors) = parse_modules(Path::new("modules"), text);
+        assert_eq!(modules.len(), 1);
+        assert_eq!(errors.len(), 4);
+    }
+
+    #[test]
+    fn builtin_index_names_are_the_kernels() {
+        let index = parse_builtin_index(
+            "kernel/drivers/vfio/pci/vfio-pci.ko\nkernel/drivers/infiniband/core/ib_core.ko\n",
+        );
+        assert!(index.contains("vfio_pci") && index.contains("ib_core"));
+        assert_eq!(index.len(), 2);
+    }
+
+    #[test]
+    fn modprobe_rules_disabling_and_not() {
+        let text = "# OFED\n\
+                    install mlx5_ib /bin/false\n\
+                    install ib-uverbs /sbin/modprobe --ignore-install ib_uverbs \\\n  && /usr/bin/logger loaded\n\
+                    install usb-storage true\n\
+                    blacklist rdma-ucm\n\
+                    options mlx5_core prof_sel=2\n\
+                    blacklist\n";
+        assert_eq!(
+            parse_modprobe_rules(text),
+            [
+                ("mlx5_ib".to_string(), "install_disabled"),
+                ("ib_uverbs".to_string(), "install"),
+                ("usb_storage".to_string(), "install_disabled"),
+                ("rdma_ucm".to_string(), "blacklist"),
+            ]
+        );
+    }
+
+    #[test]
+    fn cmdline_blacklists() {
+        let cmdline = "BOOT_IMAGE=/vmlinuz ro modprobe.blacklist=nouveau,mlx5-ib module_blacklist=nvidia quiet";
+        assert_eq!(
+            parse_cmdline_blacklists(cmdline),
+            [
+                ("nouveau".to_string(), "blacklist"),
+                ("mlx5_ib".to_string(), "blacklist"),
+                ("nvidia".to_string(), "module_blacklist"),
+            ]
+        );
+    }
+
+    #[test]
+    fn lockdown_modes() {
+        let modes = |text| -> Option<Vec<String>> {
+            let modes = parse_lockdown(text)?;
+            Some(modes.into_iter().map(|(m, a)| format!("{m}={a}")).collect())
+        };
+        assert_eq!(
+            modes("none [integrity] confidentiality").unwrap(),
+            ["none=false", "integrity=true", "confidentiality=false"]
+        );
+        assert_eq!(
+            modes("[none] integrity confidentiality").unwrap()[0],
+            "none=true"
+        );
+        for bad in [
+            "",
+            "none integrity",
+            "[none] [integrity]",
+            "[] none",
+            "[None]",
+        ] {
+            assert_eq!(modes(bad), None, "{bad:?}");
+        }
+    }
+
+    #[test]
+    fn releases_are_single_path_components() {
+        assert!(is_release("3.10.0-1160.el7.x86_64"));
+        assert!(is_release("6.18.44-fc-v669"));
+        for bad in ["", ".", "..", "../../etc", "6.1 x", &"9".repeat(65)] {
+            assert!(!is_release(bad), "{bad:?}");
+        }
+    }
+
+    #[test]
+    fn taint_table_matches_the_kernels_bits() {
+        let bit = |letter| TAINT_FLAGS.iter().position(|(_, l)| *l == letter).unwrap();
+        // Proprietary 0, forced 1, out-of-tree 12, unsigned 13, live patch 15; 'T' is
+        // randstruct (17) and the test taint is 'N' (18).
+        assert_eq!(
+            [
+                bit("P"),
+                bit("F"),
+                bit("O"),
+                bit("E"),
+                bit("K"),
+                bit("T"),
+                bit("N")
+            ],
+            [0, 1, 12, 13, 15, 17, 18]
+        );
+        // Seen in qemu: an unsigned module turns 0 into 8192.
+        assert_eq!(1u64 << bit("E"), 8192);
+    }
+}

@@ -1,0 +1,372 @@
+//! The `modules` collector end to end: the real binary on fixture roots (procfs, sysfs and the
+//! root filesystem's /etc and /lib/modules), whole outputs against `tests/golden/modules_*.prom`,
+//! and on the running kernel's own /proc and /sys.
+
+mod util;
+
+use std::fs;
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+use util::golden::{check_fixture_output, scrape};
+use util::{tests_dir, Exporter, HungFiles};
+
+/// The list from issue 4, plus `8250`, built into every kernel these fixtures stand for.
+const EXPECTED: &str =
+    "--collector.modules.expected=mlx5_core,mlx5_ib,ib-uverbs,rdma_ucm,ib_ipoib,vfio_pci,nvidia,8250";
+
+fn fixture_root(name: &str) -> PathBuf {
+    tests_dir().join("fixtures").join(name)
+}
+
+/// Flags that root every path of the exporter in `root` (`proc/`, `sys/`, `etc/`, `lib/`).
+fn root_flags(root: &Path) -> [String; 3] {
+    [
+        format!("--path.procfs={}", root.join("proc").display()),
+        format!("--path.sysfs={}", root.join("sys").display()),
+        format!("--path.rootfs={}", root.display()),
+    ]
+}
+
+fn start(root: &Path, extra: &[&str]) -> Exporter {
+    let paths = root_flags(root);
+    let mut args = vec!["--collector.disable-defaults", "--collector.modules"];
+    args.extend(paths.iter().map(String::as_str));
+    args.extend_from_slice(extra);
+    Exporter::start(&args)
+}
+
+fn has(text: &str, line: &str) -> bool {
+    text.lines().any(|l| l == line)
+}
+
+fn assert_has(text: &str, lines: &[&str]) {
+    for line in lines {
+        assert!(has(text, line), "missing {line:?} in:\n{text}");
+    }
+}
+
+fn lines_of<'t>(text: &'t str, metric: &str) -> Vec<&'t str> {
+    text.lines()
+        .filter(|l| l.starts_with(metric) && l[metric.len()..].starts_with(['{', ' ']))
+        .collect()
+}
+
+fn error_total(text: &str) -> u64 {
+    lines_of(text, "hpcnode_collector_errors_total")
+        .iter()
+        .map(|l| l.rsplit_once(' ').unwrap().1.parse::<u64>().unwrap())
+        .sum()
+}
+
+/// RHEL 7.9 with MLNX_OFED and the NVIDIA driver built on the node: unsigned out-of-tree
+/// modules, a proprietary one, kernel-devel of another kernel release installed.
+#[test]
+fn rhel7_with_unsigned_ofed_and_nvidia() {
+    let exporter = start(&fixture_root("modules_rhel7"), &[EXPECTED]);
+    let text = check_fixture_output("modules_rhel7", &exporter);
+    assert_has(
+        &text,
+        &[
+            // 12289 = P (bit 0) + O (bit 12) + E (bit 13).
+            "hpcnode_kernel_taint_mask 12289",
+            "hpcnode_kernel_tainted{flag=\"proprietary_module\",letter=\"P\"} 1",
+            "hpcnode_kernel_tainted{flag=\"oot_module\",letter=\"O\"} 1",
+            "hpcnode_kernel_tainted{flag=\"unsigned_module\",letter=\"E\"} 1",
+            "hpcnode_kernel_tainted{flag=\"warn\",letter=\"W\"} 0",
+            "hpcnode_module_info{module=\"nvidia\",state=\"Live\",taints=\"POE\"} 1",
+            "hpcnode_module_info{module=\"mlx5_core\",state=\"Live\",taints=\"OE\"} 1",
+            // `(POE+)`: the `+` says loading, it is no taint.
+            "hpcnode_module_info{module=\"nvidia_peermem\",state=\"Loading\",taints=\"POE\"} 1",
+            "hpcnode_module_info{module=\"xfs\",state=\"Live\",taints=\"\"} 1",
+            "hpcnode_kernel_modules_supported 1",
+            // `build` points at headers of 3.10.0-1160.el7; only 1160.80.1's are installed.
+            "hpcnode_kernel_build_dir_present{release=\"3.10.0-1160.el7.x86_64\"} 0",
+            "hpcnode_module_sig_enforce 0",
+            "hpcnode_module_expected_loaded{module=\"ib_uverbs\"} 1",
+            "hpcnode_module_expected_loaded{module=\"vfio_pci\"} 0",
+            "hpcnode_module_expected_builtin{module=\"8250\"} 1",
+            "hpcnode_module_expected_loaded{module=\"8250\"} 1",
+            "hpcnode_module_modprobe_rule{module=\"ib_ipoib\",rule=\"install\",file=\"/etc/modprobe.d/mlnx.conf\"} 1",
+            "hpcnode_scrape_collector_success{collector=\"modules\"} 1",
+        ],
+    );
+    assert_eq!(lines_of(&text, "hpcnode_module_info").len(), 32);
+    assert_eq!(lines_of(&text, "hpcnode_kernel_tainted").len(), 20);
+    // A BIOS-booted RHEL 7 kernel has neither lockdown nor EFI: no series, no error.
+    assert!(lines_of(&text, "hpcnode_kernel_lockdown_mode").is_empty());
+    assert!(lines_of(&text, "hpcnode_secure_boot_enabled").is_empty());
+    // `nouveau` is blacklisted twice, but it is not an expected module.
+    assert!(!text.contains("nouveau"));
+    assert_eq!(error_total(&text), 0, "{text}");
+}
+
+/// Ubuntu 22.04 booted with Secure Boot: lockdown integrity, signatures enforced, mlx5_ib kept
+/// out by `install mlx5_ib /bin/false`, rdma_ucm blacklisted, nvidia refused on the command line.
+#[test]
+fn secure_boot_host_with_modules_kept_out() {
+    let root = fixture_root("modules_secureboot");
+    let exporter = start(&root, &[EXPECTED]);
+    let text = check_fixture_output("modules_secureboot", &exporter);
+    assert_has(
+        &text,
+        &[
+            "hpcnode_secure_boot_enabled 1",
+            "hpcnode_kernel_lockdown_mode{mode=\"integrity\"} 1",
+            "hpcnode_kernel_lockdown_mode{mode=\"none\"} 0",
+            "hpcnode_kernel_lockdown_mode{mode=\"confidentiality\"} 0",
+            "hpcnode_module_sig_enforce 1",
+            "hpcnode_kernel_taint_mask 0",
+            "hpcnode_module_expected_loaded{module=\"mlx5_ib\"} 0",
+            "hpcnode_module_modprobe_rule{module=\"mlx5_ib\",rule=\"install_disabled\",file=\"/etc/modprobe.d/disable-mlx5-ib.conf\"} 1",
+            "hpcnode_module_expected_loaded{module=\"rdma_ucm\"} 0",
+            "hpcnode_module_modprobe_rule{module=\"rdma_ucm\",rule=\"blacklist\",file=\"/etc/modprobe.d/blacklist-rdma.conf\"} 1",
+            "hpcnode_module_expected_loaded{module=\"nvidia\"} 0",
+            "hpcnode_module_modprobe_rule{module=\"nvidia\",rule=\"module_blacklist\",file=\"/proc/cmdline\"} 1",
+            // Built in (modules.builtin spells it vfio-pci.ko; /sys/module has no initstate).
+            "hpcnode_module_expected_loaded{module=\"vfio_pci\"} 1",
+            "hpcnode_module_expected_builtin{module=\"vfio_pci\"} 1",
+            "hpcnode_module_expected_loaded{module=\"mlx5_core\"} 1",
+            "hpcnode_module_expected_builtin{module=\"mlx5_core\"} 0",
+            "hpcnode_module_info{module=\"mlx5_core\",state=\"Live\",taints=\"\"} 1",
+        ],
+    );
+    // The absolute `build` link was followed inside --path.rootfs, not on this machine.
+    let headers = "/usr/src/linux-headers-5.15.0-91-generic";
+    assert!(!Path::new(headers).exists() && root.join(&headers[1..]).is_dir());
+    assert!(has(
+        &text,
+        "hpcnode_kernel_build_dir_present{release=\"5.15.0-91-generic\"} 1"
+    ));
+    // The masked /lib/modprobe.d file and the overridden /usr/lib/modprobe.d one say nothing.
+    let rules = lines_of(&text, "hpcnode_module_modprobe_rule");
+    assert_eq!(rules.len(), 3, "{rules:#?}");
+    assert_eq!(error_total(&text), 0, "{text}");
+}
+
+/// A kernel built without module support (as this CI machine's): no /proc/modules.
+#[test]
+fn kernel_without_module_support() {
+    let exporter = start(&fixture_root("modules_none"), &[EXPECTED]);
+    let text = check_fixture_output("modules_none", &exporter);
+    assert_has(
+        &text,
+        &[
+            "hpcnode_kernel_modules_supported 0",
+            "hpcnode_module_expected_loaded{module=\"8250\"} 1",
+            "hpcnode_module_expected_builtin{module=\"8250\"} 1",
+            "hpcnode_module_expected_loaded{module=\"mlx5_core\"} 0",
+            "hpcnode_scrape_collector_success{collector=\"modules\"} 1",
+        ],
+    );
+    assert!(lines_of(&text, "hpcnode_module_info").is_empty());
+    // Scraped again: still no error, and nothing logged.
+    let again = scrape(&exporter);
+    assert_eq!(error_total(&again), 0, "{again}");
+    assert!(!exporter.log().contains("level=warn"), "{}", exporter.log());
+}
+
+/// Past --collector.modules.max-modules, the oldest modules fold into one `other` series that
+/// counts them and keeps their taint letters.
+#[test]
+fn module_series_are_capped() {
+    let exporter = start(
+        &fixture_root("modules_rhel7"),
+        &["--collector.modules.max-modules=4"],
+    );
+    let text = scrape(&exporter);
+    let info = lines_of(&text, "hpcnode_module_info");
+    assert_eq!(info.len(), 5, "{info:#?}");
+    // The newest four (/proc/modules lists the last loaded first) keep their own series.
+    for newest in [
+        "nvidia_peermem",
+        "nvidia_drm",
+        "nvidia_modeset",
+        "nvidia_uvm",
+    ] {
+        assert!(info
+            .iter()
+            .any(|l| l.contains(&format!("module=\"{newest}\""))));
+    }
+    assert!(has(
+        &text,
+        "hpcnode_module_info{module=\"other\",state=\"\",taints=\"EOP\"} 28"
+    ));
+    assert_eq!(error_total(&text), 0);
+}
+
+/// A copy of a fixture root that a test may break.
+fn copy_root(name: &str) -> tempfile::TempDir {
+    let dir = tempfile::tempdir().unwrap();
+    let status = Command::new("cp")
+        .arg("-a")
+        .arg(format!("{}/.", fixture_root(name).display()))
+        .arg(dir.path())
+        .status()
+        .expect("cp");
+    assert!(status.success());
+    dir
+}
+
+/// Garbage in each file the collector reads: each is reported once per cause, and everything
+/// else is still exported.
+#[test]
+fn broken_input_is_reported_and_the_rest_exported() {
+    let tmp = copy_root("modules_secureboot");
+    let root = tmp.path();
+    fs::write(root.join("proc/sys/kernel/tainted"), "lots\n").unwrap();
+    let mut modules = fs::read_to_string(root.join("proc/modules")).unwrap();
+    modules.push_str("mlx5_ib 393216 0 - Sleeping 0xffffffffc0d00000\n");
+    fs::write(root.join("proc/modules"), modules).unwrap();
+    fs::write(root.join("sys/kernel/security/lockdown"), "integrity\n").unwrap();
+    fs::write(
+        root.join("sys/module/module/parameters/sig_enforce"),
+        "maybe\n",
+    )
+    .unwrap();
+    let efivar = "sys/firmware/efi/efivars/SecureBoot-8be4df61-93ca-11d2-aa0d-00e098032b8c";
+    fs::write(root.join(efivar), [6, 0, 0, 0, 7]).unwrap();
+    fs::write(root.join("proc/sys/kernel/osrelease"), "../../etc\n").unwrap();
+    let fifo = root.join("etc/modprobe.d/fifo.conf");
+    let c_path = std::ffi::CString::new(fifo.to_str().unwrap()).unwrap();
+    assert_eq!(unsafe { libc::mkfifo(c_path.as_ptr(), 0o644) }, 0);
+
+    let exporter = start(root, &[EXPECTED]);
+    let text = scrape(&exporter);
+    scrape(&exporter);
+    assert_has(
+        &text,
+        &[
+            "hpcnode_collector_errors_total{collector=\"modules\",kind=\"not_regular_file\"} 1",
+            "hpcnode_scrape_collector_success{collector=\"modules\"} 1",
+            // Unharmed by the bad line next to it, and not counted as loaded from it.
+            "hpcnode_module_info{module=\"mlx5_core\",state=\"Live\",taints=\"\"} 1",
+            "hpcnode_module_expected_loaded{module=\"mlx5_ib\"} 0",
+            "hpcnode_module_modprobe_rule{module=\"rdma_ucm\",rule=\"blacklist\",file=\"/etc/modprobe.d/blacklist-rdma.conf\"} 1",
+        ],
+    );
+    for absent in [
+        "hpcnode_kernel_taint_mask",
+        "hpcnode_kernel_lockdown_mode",
+        "hpcnode_module_sig_enforce",
+        "hpcnode_secure_boot_enabled",
+        "hpcnode_kernel_build_dir_present",
+    ] {
+        assert!(lines_of(&text, absent).is_empty(), "{absent} exported");
+    }
+    let log = exporter.log();
+    for cause in [
+        "tainted: not an unsigned integer",
+        "Sleeping",
+        "lockdown: expected modes with one in [brackets]",
+        "sig_enforce: expected Y or N",
+        "expected 4 attribute bytes and a 0 or 1",
+        "osrelease: not a kernel release",
+        "fifo.conf: not a regular file",
+    ] {
+        assert_eq!(log.matches(cause).count(), 1, "{cause:?} in log:\n{log}");
+    }
+}
+
+/// This machine's own kernel, read through the real /proc and /sys. The CI kernel has no
+/// module support; the facts are read here independently, so the test holds on any kernel.
+#[test]
+fn running_kernel() {
+    let builtin_in_sysfs = fs::read_dir("/sys/module")
+        .into_iter()
+        .flatten()
+        .flatten()
+        .map(|entry| entry.path())
+        .find(|dir| !dir.join("initstate").exists())
+        .map(|dir| dir.file_name().unwrap().to_string_lossy().into_owned());
+    let expected = format!(
+        "--collector.modules.expected=hpcnode_no_such_module{}",
+        builtin_in_sysfs
+            .as_ref()
+            .map(|m| format!(",{m}"))
+            .unwrap_or_default()
+    );
+    let exporter = Exporter::start(&[
+        "--collector.disable-defaults",
+        "--collector.modules",
+        "--path.procfs=/proc",
+        "--path.sysfs=/sys",
+        "--path.rootfs=/",
+        &expected,
+    ]);
+    let text = scrape(&exporter);
+
+    let supported = Path::new("/proc/modules").exists();
+    let tainted = fs::read_to_string("/proc/sys/kernel/tainted").unwrap();
+    let release = fs::read_to_string("/proc/sys/kernel/osrelease").unwrap();
+    let build_dir = Path::new("/lib/modules")
+        .join(release.trim())
+        .join("build")
+        .is_dir();
+    assert_has(
+        &text,
+        &[
+            &format!("hpcnode_kernel_modules_supported {}", u8::from(supported)),
+            &format!("hpcnode_kernel_taint_mask {}", tainted.trim()),
+            &format!(
+                "hpcnode_kernel_build_dir_present{{release=\"{}\"}} {}",
+                release.trim(),
+                u8::from(build_dir)
+            ),
+            "hpcnode_module_expected_loaded{module=\"hpcnode_no_such_module\"} 0",
+            "hpcnode_scrape_collector_success{collector=\"modules\"} 1",
+        ],
+    );
+    // A /sys/module directory without initstate is a built-in module, on any kernel.
+    if let Some(module) = builtin_in_sysfs {
+        assert!(has(
+            &text,
+            &format!("hpcnode_module_expected_builtin{{module=\"{module}\"}} 1")
+        ));
+    }
+    if !supported {
+        assert!(lines_of(&text, "hpcnode_module_info").is_empty());
+    }
+    assert_eq!(error_total(&text), 0, "{text}\n{}", exporter.log());
+}
+
+/// An EFI variable read that never returns (firmware runtime services can hang; here a FUSE
+/// file that never answers) hides only the Secure Boot state, and is not read again while hung.
+#[test]
+fn hung_efi_variable_hides_only_secure_boot() {
+    let tmp = copy_root("modules_secureboot");
+    let root = tmp.path();
+    let efivars = root.join("sys/firmware/efi/efivars");
+    let names: Vec<String> = fs::read_dir(&efivars)
+        .unwrap()
+        .map(|e| e.unwrap().file_name().into_string().unwrap())
+        .collect();
+    let Some(_hung) =
+        HungFiles::mount("hung_efi_variable_hides_only_secure_boot", &efivars, &names)
+    else {
+        return;
+    };
+    let exporter = start(root, &[EXPECTED, "--scrape.timeout=500ms"]);
+    for _ in 0..3 {
+        let text = scrape(&exporter);
+        assert_has(
+            &text,
+            &[
+                "hpcnode_scrape_collector_success{collector=\"modules\"} 0",
+                "hpcnode_kernel_taint_mask 0",
+                "hpcnode_module_expected_loaded{module=\"mlx5_ib\"} 0",
+                "hpcnode_kernel_lockdown_mode{mode=\"integrity\"} 1",
+                "hpcnode_module_sig_enforce 1",
+            ],
+        );
+        assert!(lines_of(&text, "hpcnode_secure_boot_enabled").is_empty());
+    }
+    let text = scrape(&exporter);
+    assert_has(
+        &text,
+        &[
+            "hpcnode_collector_errors_total{collector=\"modules\",kind=\"timeout\"} 1",
+            "hpcnode_collector_errors_total{collector=\"modules\",kind=\"still_running\"} 3",
+        ],
+    );
+}

@@ -1,0 +1,105 @@
+//! Whole-output comparison with `tests/golden/<case>.prom` and the two format validators,
+//! shared by the golden tests of every collector.
+//! `HPCNODE_UPDATE_GOLDEN=1` rewrites the golden files.
+
+use std::fs;
+
+use super::{run_with_stdin, tests_dir, Exporter};
+
+/// The sample lines whose values differ run to run, with the value masked.
+pub fn normalize(text: &str) -> String {
+    text.lines()
+        .map(|line| {
+            if line.starts_with("hpcnode_scrape_collector_duration_seconds{") {
+                let (series, _) = line.rsplit_once(' ').unwrap();
+                format!("{series} <duration>")
+            } else if line.starts_with("hpcnode_build_info{") {
+                let start = line.find("revision=\"").unwrap() + "revision=\"".len();
+                let end = start + line[start..].find('"').unwrap();
+                format!("{}<revision>{}", &line[..start], &line[end..])
+            } else {
+                line.to_string()
+            }
+        })
+        .map(|line| line + "\n")
+        .collect()
+}
+
+pub fn assert_golden(case: &str, output: &str) {
+    let path = tests_dir().join("golden").join(format!("{case}.prom"));
+    let actual = normalize(output);
+    if std::env::var_os("HPCNODE_UPDATE_GOLDEN").is_some() {
+        fs::create_dir_all(path.parent().unwrap()).unwrap();
+        fs::write(&path, &actual).unwrap();
+        return;
+    }
+    let expected = fs::read_to_string(&path)
+        .unwrap_or_else(|e| panic!("{}: {e}; run with HPCNODE_UPDATE_GOLDEN=1", path.display()));
+    if actual != expected {
+        let diff: Vec<String> = expected
+            .lines()
+            .filter(|l| !actual.lines().any(|a| a == *l))
+            .map(|l| format!("- {l}"))
+            .chain(
+                actual
+                    .lines()
+                    .filter(|l| !expected.lines().any(|e| e == *l))
+                    .map(|l| format!("+ {l}")),
+            )
+            .collect();
+        panic!(
+            "{case}: /metrics differs from {} (HPCNODE_UPDATE_GOLDEN=1 to accept):\n{}",
+            path.display(),
+            diff.join("\n")
+        );
+    }
+}
+
+/// `promtool check metrics` (the exposition lint Prometheus ships) must be clean.
+pub fn assert_promtool_clean(text: &str) {
+    let (ok, out) = run_with_stdin("promtool", &["check", "metrics"], text.as_bytes());
+    assert!(
+        ok && out.trim().is_empty(),
+        "promtool check metrics:\n{out}"
+    );
+}
+
+/// The OpenMetrics output must be accepted by the reference parser (Python prometheus_client's
+/// strict OpenMetrics parser); prints the number of samples it read.
+pub fn openmetrics_sample_count(text: &str) -> usize {
+    let script = "import sys\n\
+        from prometheus_client.openmetrics.parser import text_string_to_metric_families as parse\n\
+        print(sum(len(f.samples) for f in parse(sys.stdin.read())))";
+    let (ok, out) = run_with_stdin("/usr/bin/python3", &["-c", script], text.as_bytes());
+    assert!(ok, "OpenMetrics parser rejected the output:\n{out}");
+    out.trim().parse().unwrap()
+}
+
+pub fn scrape(exporter: &Exporter) -> String {
+    let response = exporter.get("/metrics");
+    assert_eq!(response.status, 200);
+    response.text()
+}
+
+pub fn scrape_openmetrics(exporter: &Exporter) -> String {
+    let response = exporter.get_with(
+        "/metrics",
+        &[("Accept", "application/openmetrics-text;version=1.0.0")],
+    );
+    assert_eq!(response.status, 200);
+    response.text()
+}
+
+pub fn sample_lines(text: &str) -> usize {
+    text.lines().filter(|l| !l.starts_with('#')).count()
+}
+
+/// Checks a fixture's output against its golden file and both format validators.
+pub fn check_fixture_output(case: &str, exporter: &Exporter) -> String {
+    let text = scrape(exporter);
+    assert_golden(case, &text);
+    assert_promtool_clean(&text);
+    let openmetrics = scrape_openmetrics(exporter);
+    assert_eq!(openmetrics_sample_count(&openmetrics), sample_lines(&text));
+    text
+}
