@@ -17,7 +17,7 @@ lab_expect_kernel_taint() {
 # exporter saw exactly that. busybox insmod tries finit_module, then init_module with the image:
 # two refused syscalls, one key_rejected verdict each, and no load. Leaves scrape AFTER.
 lab_expect_refused_load() {
-  local before=$1 after=$2 file=$3
+  local before="$1" after="$2" file="$3"
   local failures=hpcnode_module_load_failures_total verdicts=hpcnode_module_signature_checks_total
   lab_check_fails "insmod $(basename "$file") is refused" sh -c "insmod $file 2> $LAB_TMP/insmod.err"
   lab_info "insmod said: $(cat "$LAB_TMP/insmod.err")"
