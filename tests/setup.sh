@@ -4,10 +4,11 @@
 #   python3-prometheus-client  the reference OpenMetrics parser
 #   python3-fusepy fuse3   a FUSE file that never answers a read (a wedged driver)
 #   prometheus-node-exporter  the peer the benchmark runs side by side
+#   clang llvm             rebuild the eBPF probes (ebpf/build.sh --check compares with the committed objects)
 #   qemu-system-x86 busybox-static kmod cpio xz-utils zstd iproute2  the kernel lab (tests/lab): boots
 #                          Debian kernels under TCG in a busybox initramfs
 set -euo pipefail
-packages=(prometheus python3-prometheus-client python3-fusepy fuse3 prometheus-node-exporter python3-yaml
+packages=(prometheus python3-prometheus-client python3-fusepy fuse3 prometheus-node-exporter python3-yaml clang llvm
   qemu-system-x86 busybox-static kmod cpio xz-utils zstd iproute2)
 missing=()
 for package in "${packages[@]}"; do

@@ -10,6 +10,8 @@ use std::sync::{Arc, Mutex};
 
 use regex::{Regex, RegexSet};
 
+use crate::logging::{self, Level};
+
 /// One kind of kernel log line: the event it counts, a regex, and the regex's named capture
 /// groups that become labels. Later issues add IOMMU and vfio lines here.
 pub struct LinePattern {
@@ -154,9 +156,9 @@ pub fn open_kmsg() -> std::io::Result<File> {
 /// overwritten before they were read (EPIPE) are skipped: the count is then a lower bound.
 pub fn follow_kmsg(mut kmsg: File, counts: Arc<KernelLogCounts>) {
     let mut record = vec![0u8; 8192];
-    loop {
+    let stopped = loop {
         match kmsg.read(&mut record) {
-            Ok(0) => return,
+            Ok(0) => break "end of file".to_string(),
             Ok(len) => {
                 if let Some(text) = kmsg_record_text(&record[..len]) {
                     counts.count_line(&text);
@@ -164,9 +166,14 @@ pub fn follow_kmsg(mut kmsg: File, counts: Arc<KernelLogCounts>) {
             }
             Err(err) if err.raw_os_error() == Some(libc::EPIPE) => {}
             Err(err) if err.kind() == std::io::ErrorKind::Interrupted => {}
-            Err(_) => return,
+            Err(err) => break err.to_string(),
         }
-    }
+    };
+    logging::log(
+        Level::Warn,
+        "stopped reading /dev/kmsg; kernel log events are no longer counted",
+        &[("err", &stopped)],
+    );
 }
 
 #[cfg(test)]
@@ -270,6 +277,51 @@ mod tests {
             Some("Lockdown: modprobe: unsigned module loading is restricted; see man kernel_lockdown.7")
         );
         assert_eq!(kmsg_record_text(b"no separator"), None);
+    }
+
+    /// The /dev/kmsg fallback on the real device: only lines written after it opened count.
+    #[test]
+    fn kmsg_fallback_counts_new_lines() {
+        if !crate::ebpf::tests::running_as_root("kmsg_fallback_counts_new_lines") {
+            return;
+        }
+        let module = format!("hpcnode_kmsg{}", std::process::id());
+        let line = format!(
+            "{module}: module verification failed: signature and/or required key missing - tainting kernel"
+        );
+        let write = || crate::ebpf::tests::write_kmsg(&line);
+        write(); // before the reader opens: not counted
+        let counts = KernelLogCounts::new();
+        let kmsg = open_kmsg().unwrap();
+        std::thread::spawn({
+            let counts = counts.clone();
+            move || follow_kmsg(kmsg, counts)
+        });
+        for _ in 0..5 {
+            write();
+        }
+        let key = (
+            "module_verification_failed",
+            vec![("module", module.clone())],
+        );
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+        loop {
+            let counted = counts.snapshot().into_iter().find(|(k, _)| *k == key);
+            if let Some((_, 5)) = counted {
+                break;
+            }
+            assert!(std::time::Instant::now() < deadline, "{counted:?}");
+            std::thread::sleep(std::time::Duration::from_millis(20));
+        }
+    }
+
+    #[test]
+    fn every_pattern_label_is_a_named_group() {
+        for pattern in PATTERNS {
+            let regex = Regex::new(pattern.regex).unwrap();
+            let groups: Vec<_> = regex.capture_names().flatten().collect();
+            assert_eq!(groups, pattern.labels, "{}", pattern.event);
+        }
     }
 
     #[test]

@@ -141,12 +141,8 @@ impl Probes {
             modules: config.procfs.join("modules").exists(),
         };
         match sys::ensure_tracefs() {
-            Ok(true) => logging::log(
-                Level::Info,
-                "mounted tracefs",
-                &[("path", "/sys/kernel/tracing")],
-            ),
-            Ok(false) => {}
+            Ok(Some(mounted)) => logging::log(Level::Info, "mounted", &[("what", mounted)]),
+            Ok(None) => {}
             Err(err) => logging::log(
                 Level::Warn,
                 "tracefs unavailable; classic tracepoint hooks will fail",
@@ -188,6 +184,8 @@ impl Probes {
                 ProbeState { probe, outcome }
             })
             .collect();
+        drop(kernel);
+        sys::release_startup_memory();
         Probes {
             probes,
             kernel_log,
@@ -368,8 +366,32 @@ impl Collector for EbpfCollector {
 }
 
 #[cfg(test)]
-mod tests {
+pub(crate) mod tests {
     use super::*;
+
+    /// Whether a test that needs root (BPF, /dev/kmsg) can run; where it cannot it says so, and
+    /// in CI (which runs as root) that is a failure.
+    pub(crate) fn running_as_root(test: &str) -> bool {
+        if unsafe { libc::geteuid() } == 0 {
+            return true;
+        }
+        assert!(
+            std::env::var_os("CI").is_none(),
+            "{test} must run as root in CI"
+        );
+        eprintln!("SKIPPED {test}: needs root");
+        false
+    }
+
+    /// Writes one kernel log line, opening /dev/kmsg per line (its ratelimit is per open file).
+    pub(crate) fn write_kmsg(line: &str) {
+        use std::io::Write;
+        let mut kmsg = std::fs::OpenOptions::new()
+            .write(true)
+            .open("/dev/kmsg")
+            .unwrap();
+        kmsg.write_all(format!("{line}\n").as_bytes()).unwrap();
+    }
 
     #[test]
     fn releases() {
