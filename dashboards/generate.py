@@ -391,7 +391,7 @@ def modules_panels():
                "hpcnode_module_signature_checks_total", "result", "{{instance}} {{result}}"),
         events("Failed module loads", "init_module and finit_module calls that failed, by system call and errno (hpcnode_module_load_failures_total): EKEYREJECTED for a refused signature, EPERM under lockdown, EEXIST for an already loaded module.",
                "hpcnode_module_load_failures_total", "syscall, errno", "{{instance}} {{syscall}} {{errno}}"),
-        events("Kernel log: module events", "Module lines of the kernel log (hpcnode_kernel_log_events_total): module_verification_failed (printed once per boot, for the first unsigned module), unsigned_module_rejected, lockdown_refused_module. source=kernel_log: any root process can write /dev/kmsg.",
+        events("Kernel log: module events", "Module lines of the kernel log (hpcnode_kernel_log_events_total): module_verification_failed (printed once per boot, for the first unsigned module), unsigned_module_rejected, unverifiable_module_rejected, lockdown_refused_module. source=kernel_log: any root process can write /dev/kmsg.",
                "hpcnode_kernel_log_events_total", "event, source", "{{instance}} {{event}} ({{source}})"),
     ]
 
