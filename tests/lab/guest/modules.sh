@@ -32,3 +32,11 @@ lab_expect_refused_load() {
   lab_expect_delta "no load counted" "$before" "$after" hpcnode_module_loads_total == 0
   lab_expect_delta "no tainted load counted" "$before" "$after" hpcnode_module_tainted_loads_total == 0
 }
+
+# lab_expect_collectors_clean SCRAPE: the ebpf and modules collectors both succeeded and counted
+# no error, whatever the scenario did to the kernel.
+lab_expect_collectors_clean() {
+  lab_expect "ebpf and modules collectors succeeded" \
+    "$(lab_value "$1" 'hpcnode_scrape_collector_success{collector=~"ebpf|modules"}')" == 2
+  lab_expect "no collector errors" "$(lab_value "$1" hpcnode_collector_errors_total)" == 0
+}
