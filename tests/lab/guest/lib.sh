@@ -7,7 +7,6 @@
 # samples it matches, 0 when none does.
 
 LAB_EXPORTER=/lab/bin/hpcnode_exporter
-# busybox wget's own -T timeout crashes the static build in the guest: timeout(1) bounds it instead.
 LAB_ADDRESS=127.0.0.1:10050
 LAB_TMP=/tmp/lab-$LAB_GROUP
 LAB_SCENARIO=$LAB_GROUP
@@ -74,6 +73,7 @@ lab_exporter_alive() {
   [ -f /tmp/lab-exporter.pid ] && kill -0 "$(cat /tmp/lab-exporter.pid)" 2>/dev/null
 }
 
+# busybox wget's own -T option crashes (SIGSEGV) the static build in the guest: timeout bounds it.
 lab_exporter_answers() {
   timeout 20 wget -q -O /dev/null "http://$LAB_ADDRESS/metrics" 2>/dev/null
 }
