@@ -19,7 +19,7 @@ while (($#)); do
   case $1 in
     --kernel) case ${2:-} in all) kernels=(6.12 6.1) ;; 6.12 | 6.1) kernels=("$2") ;; *) echo "lab: --kernel 6.12, 6.1 or all" >&2; exit 2 ;; esac; shift 2 ;;
     --binary) binary=$(realpath "$2"); shift 2 ;;
-    -h | --help) sed -n '2,11p' "$0"; exit 0 ;;
+    -h | --help) sed -n '2,10p' "$0"; exit 0 ;;
     -*) echo "lab: unknown option $1" >&2; exit 2 ;;
     *) groups+=("$1"); shift ;;
   esac
