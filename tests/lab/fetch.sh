@@ -22,19 +22,22 @@ resolve_meta() {
   echo "$target"
 }
 
-# Downloads PACKAGE's candidate version into the cache unless already there; prints the .deb path.
+# Downloads each PACKAGE's candidate version into the cache unless already there; prints the
+# .deb paths. One apt-cache call for all: each costs half a second.
 download() {
-  local package=$1 version deb
-  version=$(apt-cache policy "$package" | awk '/Candidate:/ {print $2}')
-  [ -n "$version" ] && [ "$version" != "(none)" ] || { echo "lab: no candidate for $package" >&2; return 1; }
-  # apt-get download names the file with the version's ':' escaped as %3a.
-  deb="$cache/debs/${package}_${version//:/%3a}_amd64.deb"
-  if [ ! -s "$deb" ]; then
-    echo "lab: downloading $package $version" >&2
-    (cd "$cache/debs" && apt-get download -q -o APT::Sandbox::User=root "$package=$version" >&2)
-  fi
-  [ -s "$deb" ] || { echo "lab: download of $package left no $deb" >&2; return 1; }
-  echo "$deb"
+  local package version deb
+  apt-cache policy "$@" | awk '/^[^ ].*:$/ {package = substr($0, 1, length($0) - 1)} /Candidate:/ {print package, $2}' |
+    while read -r package version; do
+      [ "$version" != "(none)" ] || { echo "lab: no candidate for $package" >&2; return 1; }
+      # apt-get download names the file with the version's ':' escaped as %3a.
+      deb="$cache/debs/${package}_${version//:/%3a}_amd64.deb"
+      if [ ! -s "$deb" ]; then
+        echo "lab: downloading $package $version" >&2
+        (cd "$cache/debs" && apt-get download -q -o APT::Sandbox::User=root "$package=$version" >&2)
+      fi
+      [ -s "$deb" ] || { echo "lab: download of $package left no $deb" >&2; return 1; }
+      echo "$deb"
+    done
 }
 
 # Unpacks the given .debs into ROOT once; the stamp names the exact files, so a new version re-unpacks.
@@ -68,10 +71,10 @@ case ${1:-} in
     echo "$root"
     ;;
   userspace)
-    debs=()
-    for package in libibverbs1 ibverbs-providers ibverbs-utils perftest libibumad3 librdmacm1 libpci3 rdmacm-utils libnl-3-200 libnl-route-3-200; do
-      debs+=("$(download "$package")")
-    done
+    # rdma-core's verbs stack and tools; libnl is what libibverbs links, absent from a minimal host.
+    mapfile -t debs < <(download libibverbs1 ibverbs-providers ibverbs-utils perftest libibumad3 \
+      librdmacm1 libpci3 rdmacm-utils libnl-3-200 libnl-route-3-200)
+    ((${#debs[@]} == 10)) || { echo "lab: userspace packages missing" >&2; exit 1; }
     root="$cache/userspace"
     unpack "$root" "${debs[@]}"
     echo "$root"

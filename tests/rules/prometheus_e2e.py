@@ -16,7 +16,7 @@ storage directory and the rule files of alerts/. Then, through Prometheus's HTTP
   - an alert reaches `firing` when the test turns a port DOWN and resolves when it is ACTIVE
     again; symbol errors, a vanished port and a killed exporter fire theirs;
   - every dashboard query executes, and returns data except where the fixtures lack the input
-    (hours of history; the ebpf collector's counters, not on this branch).
+    (hours of history; the ebpf collector's event counters, which the kernel lab checks).
 Every wait is bounded; the exporters and Prometheus are stopped on every exit path.
 
 The alerting rules are loaded with their `for:` durations shortened to FOR_IN_TEST (minutes

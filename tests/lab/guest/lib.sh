@@ -7,7 +7,6 @@
 # samples it matches, 0 when none does.
 
 LAB_EXPORTER=/lab/bin/hpcnode_exporter
-# busybox wget's own -T timeout crashes the static build in the guest: timeout(1) bounds it instead.
 LAB_ADDRESS=127.0.0.1:10050
 LAB_TMP=/tmp/lab-$LAB_GROUP
 LAB_SCENARIO=$LAB_GROUP
@@ -29,14 +28,14 @@ lab_info() { lab_record "INFO $LAB_SCENARIO: $*"; }
 
 # lab_check CHECK COMMAND...: passes when the command succeeds.
 lab_check() {
-  local check=$1
+  local check="$1"
   shift
   if "$@"; then lab_pass "$check"; else lab_fail "$check" "command failed: $*"; fi
 }
 
 # lab_check_fails CHECK COMMAND...: passes when the command fails (a refused load).
 lab_check_fails() {
-  local check=$1
+  local check="$1"
   shift
   if "$@"; then lab_fail "$check" "command succeeded: $*"; else lab_pass "$check"; fi
 }
@@ -74,6 +73,7 @@ lab_exporter_alive() {
   [ -f /tmp/lab-exporter.pid ] && kill -0 "$(cat /tmp/lab-exporter.pid)" 2>/dev/null
 }
 
+# busybox wget's own -T option crashes (SIGSEGV) the static build in the guest: timeout bounds it.
 lab_exporter_answers() {
   timeout 20 wget -q -O /dev/null "http://$LAB_ADDRESS/metrics" 2>/dev/null
 }
@@ -128,13 +128,15 @@ lab_matching() {
     function parse_selector(    inner, parts, n, i, m) {
       want_name = selector
       matchers = 0
-      if (index(selector, "{") == 0) return
+      if (selector !~ /^[a-zA-Z_:][a-zA-Z0-9_:]*([{].*[}])?$/) return 0
+      if (index(selector, "{") == 0) return 1
       want_name = substr(selector, 1, index(selector, "{") - 1)
       inner = substr(selector, index(selector, "{") + 1)
       sub(/}$/, "", inner)
       n = split(inner, parts, ",")
       for (i = 1; i <= n; i++) {
-        if (!match(parts[i], /(=~|!=|=)"/)) continue
+        if (parts[i] !~ /^[a-zA-Z_][a-zA-Z0-9_]*(=~|!=|=)"[^"]*"$/) return 0
+        match(parts[i], /(=~|!=|=)"/)
         matchers++
         key[matchers] = substr(parts[i], 1, RSTART - 1)
         op[matchers] = substr(parts[i], RSTART, RLENGTH - 1)
@@ -142,8 +144,14 @@ lab_matching() {
         sub(/"$/, "", m)
         value[matchers] = m
       }
+      return 1
     }
-    BEGIN { parse_selector() }
+    BEGIN {
+      if (!parse_selector()) {
+        print "lab: malformed selector: " selector > "/dev/stderr"
+        exit 2
+      }
+    }
     /^#/ || NF < 2 { next }
     {
       line = $0
@@ -171,14 +179,19 @@ lab_matching() {
     }' "$LAB_TMP/$1.prom"
 }
 
-# lab_value NAME SELECTOR: the sum of the matching samples in scrape NAME (0 when none).
+# lab_value NAME SELECTOR: the sum of the matching samples in scrape NAME (0 when none); for a
+# malformed selector a word that fails every comparison.
 lab_value() {
-  lab_matching "$1" "$2" | awk -F '\t' '{ sum += $2 } END { printf "%.15g\n", sum }'
+  local samples
+  samples=$(lab_matching "$1" "$2") || { echo "malformed-selector"; return 1; }
+  printf '%s\n' "$samples" | awk -F '\t' 'NF > 1 { sum += $2 } END { printf "%.15g\n", sum }'
 }
 
 # lab_series NAME SELECTOR: how many samples of scrape NAME match.
 lab_series() {
-  lab_matching "$1" "$2" | wc -l
+  local samples
+  samples=$(lab_matching "$1" "$2") || { echo "malformed-selector"; return 1; }
+  printf '%s' "$samples" | grep -c . || true
 }
 
 # lab_delta BEFORE AFTER SELECTOR: value in scrape AFTER minus value in scrape BEFORE.
@@ -190,7 +203,7 @@ lab_delta() {
 # scrape AFTER, compared with N. Events reach the exporter asynchronously (ring buffers, the
 # kernel log), so while the comparison fails AFTER is scraped again, for up to 15 s.
 lab_expect_delta() {
-  local check=$1 before=$2 after=$3 selector=$4 op=$5 want=$6 tries=30 delta
+  local check="$1" before="$2" after="$3" selector="$4" op="$5" want="$6" tries=30 delta
   while :; do
     delta=$(lab_delta "$before" "$after" "$selector")
     if lab_compare "$delta" "$op" "$want" || [ "$tries" -le 0 ]; then break; fi
