@@ -188,8 +188,9 @@ fn hung_read_is_bounded() {
     assert!(text.contains(
         "hpcnode_collector_errors_total{collector=\"rdma\",kind=\"still_running\"} 20\n"
     ));
-    // One thread stays stuck in the hung read, and the blocking pool may keep a spare or two;
-    // a pile-up would add a thread per scrape.
+    // One thread stays stuck in the hung read; a pile-up would add one per scrape (19 more by
+    // the last). The blocking pool may hold a few more while slow (not hung) reads finish on a
+    // loaded machine, and keeps idle ones for a while: that stays well below a pile-up.
     let most = *threads.iter().max().unwrap();
-    assert!(most <= threads[0] + 3, "threads grew: {threads:?}");
+    assert!(most <= threads[0] + 10, "threads grew: {threads:?}");
 }
