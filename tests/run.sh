@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # The whole test suite: Rust unit and integration tests (golden end-to-end on fixture trees,
 # HTTP, command line, METRICS.md catalog), then the rule and dashboard checks and the
-# end-to-end test against a real Prometheus.
+# end-to-end test against a real Prometheus; as root, the kernel lab (tests/lab: Debian kernels
+# in qemu, the exporter checked inside).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 if [ "$(id -u)" = 0 ]; then tests/setup.sh; fi
@@ -9,3 +10,8 @@ cargo build --locked --bins
 cargo test --locked --workspace
 tests/rules/check.sh
 tests/rules/prometheus_e2e.sh target/debug/hpcnode_exporter
+if [ "$(id -u)" = 0 ]; then
+  tests/lab/run.sh
+else
+  echo "tests/run.sh: kernel lab not run: it needs root for tests/setup.sh's packages (CI runs as root)"
+fi

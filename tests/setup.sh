@@ -5,8 +5,11 @@
 #   python3-fusepy fuse3   a FUSE file that never answers a read (a wedged driver)
 #   prometheus-node-exporter  the peer the benchmark runs side by side
 #   clang llvm             rebuild the eBPF probes (ebpf/build.sh --check compares with the committed objects)
+#   qemu-system-x86 busybox-static kmod cpio xz-utils zstd iproute2  the kernel lab (tests/lab): boots
+#                          Debian kernels under TCG in a busybox initramfs
 set -euo pipefail
-packages=(prometheus python3-prometheus-client python3-fusepy fuse3 prometheus-node-exporter python3-yaml clang llvm)
+packages=(prometheus python3-prometheus-client python3-fusepy fuse3 prometheus-node-exporter python3-yaml clang llvm
+  qemu-system-x86 busybox-static kmod cpio xz-utils zstd iproute2)
 missing=()
 for package in "${packages[@]}"; do
   dpkg-query -W -f='${Status}' "$package" 2>/dev/null | grep -q "install ok installed" || missing+=("$package")
@@ -22,6 +25,6 @@ if ((${#missing[@]})); then
     created_policy=1
   fi
   apt-get update -qq
-  apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
+  apt-get install -y -qq -o DPkg::Lock::Timeout=300 --no-install-recommends "${missing[@]}" >/dev/null
   if [ -n "$created_policy" ]; then rm -f /usr/sbin/policy-rc.d; fi
 fi

@@ -1,0 +1,212 @@
+#!/usr/bin/env bash
+# The kernel lab: boots real Debian kernels in qemu (TCG), runs the real hpcnode_exporter inside,
+# drives the scenario groups of tests/lab/scenarios/ and checks /metrics from inside the guest.
+#
+#   tests/lab/run.sh [--kernel 6.12|6.1|all] [--binary PATH] [GROUP ...]
+#
+# GROUP is a file name in scenarios/ without .sh; none means all. The guest writes one result file
+# per group to a shared folder; this script reads only those (never qemu's exit code), prints every
+# check, and exits non-zero on any failed check, missing result or timeout. Downloads are cached in
+# tests/lab/.cache (or $HPCNODE_LAB_CACHE); tests/setup.sh installs the host tools.
+set -euo pipefail
+lab=$(cd "$(dirname "$0")" && pwd)
+repo=$(cd "$lab/../.." && pwd)
+work=$repo/target/lab
+binary=$repo/target/debug/hpcnode_exporter
+kernels=(6.12 6.1)
+groups=()
+while (($#)); do
+  case $1 in
+    --kernel) case ${2:-} in all) kernels=(6.12 6.1) ;; 6.12 | 6.1) kernels=("$2") ;; *) echo "lab: --kernel 6.12, 6.1 or all" >&2; exit 2 ;; esac; shift 2 ;;
+    --binary) binary=$(realpath "$2"); shift 2 ;;
+    -h | --help) sed -n '2,11p' "$0"; exit 0 ;;
+    -*) echo "lab: unknown option $1" >&2; exit 2 ;;
+    *) groups+=("$1"); shift ;;
+  esac
+done
+if ((${#groups[@]} == 0)); then
+  for file in "$lab"/scenarios/*.sh; do groups+=("$(basename "$file" .sh)"); done
+fi
+for tool in qemu-system-x86_64 busybox cpio depmod modprobe xz python3 apt-get dpkg; do
+  command -v "$tool" > /dev/null || { echo "lab: $tool missing; run tests/setup.sh as root" >&2; exit 2; }
+done
+[ -x "$binary" ] || { echo "lab: no exporter binary $binary; run cargo build" >&2; exit 2; }
+
+# A group's needs are "# lab: KEY=VALUE" lines in its file:
+#   modules=   modules to load (their dependency closure goes into the initramfs)
+#   collectors= collectors the group's checks need; the group fails when the binary lacks one
+#   cmdline=   extra kernel parameters; machine=pc (default) or q35-iommu (intel-iommu + edu)
+#   tools=verbs  rdma-core userspace (ibverbs, perftest, rdmacm) and iproute2's rdma
+#   variants=  signed modules to provide as /lab/modules/M.{signed,unsigned,badsig}.ko
+#   timeout=   seconds the group may run in the guest (default 120)
+# Groups with the same machine and cmdline share one boot.
+directive() { sed -n "s/^# lab: $2=//p" "$lab/scenarios/$1.sh" | head -n1; }
+
+failures=0
+fail() { echo "FAIL $*"; failures=$((failures + 1)); }
+
+runnable=()
+help_text=$("$binary" --help)
+for group in "${groups[@]}"; do
+  [ -f "$lab/scenarios/$group.sh" ] || { fail "[lab] $group: no such scenario group (scenarios/$group.sh)"; continue; }
+  missing=
+  for collector in $(directive "$group" collectors); do
+    grep -qE -- "--collector\.$collector( |$)" <<< "$help_text" || missing+=" $collector"
+  done
+  if [ -n "$missing" ]; then
+    fail "[all kernels] $group: needs collector(s)$missing, absent from $binary (merge the branch that adds it, or deselect the group by naming the others)"
+    continue
+  fi
+  runnable+=("$group")
+done
+
+# Copies the shared libraries that FILEs load (as ldd resolves them, LIBRARY_PATH searched first)
+# into the initramfs tree at the same paths; those found under SKIP are in the tree already.
+copy_libraries() {
+  local stage=$1 library_path=$2 skip=$3 library
+  shift 3
+  # ldd fails for the scripts among FILEs; their libraries are none.
+  { LD_LIBRARY_PATH=$library_path ldd "$@" 2> /dev/null || true; } | awk '/=> \// {print $3} /^\t\/[^ ]+ \(/ {print $1}' | sort -u |
+    while read -r library; do
+      if [ -n "$skip" ] && [[ $library == "$skip"/* ]]; then continue; fi
+      mkdir -p "$stage$(dirname "$library")"
+      cp -L "$library" "$stage$library"
+    done
+}
+
+# Builds the initramfs for one kernel: busybox, /init, the dynamic loader and libraries of the
+# exporter, the modules' dependency closure (decompressed, with its own modules.dep), and tools.
+build_initramfs() {
+  local root=$1 kver=$2 image=$3 stage module path tools userspace
+  stage=$(dirname "$image")/initramfs
+  rm -rf "$stage"
+  mkdir -p "$stage"/{bin,sbin,usr/bin,usr/sbin,dev,proc,sys,tmp,run,lib/modules/"$kver"/kernel,etc}
+  cp "$(command -v busybox)" "$stage/bin/busybox"
+  cp "$lab/guest/init" "$stage/init"
+  copy_libraries "$stage" "" "" "$binary" # the exporter itself comes over the share
+  local modules="virtio_pci 9pnet_virtio 9p" tools=""
+  for group in "${runnable[@]}"; do
+    modules+=" $(directive "$group" modules)"
+    tools+=" $(directive "$group" tools)"
+  done
+  for module in $modules; do
+    modprobe -d "$root" -S "$kver" --show-depends "$module" | awk '$1 == "insmod" {print $2}'
+  done | sort -u | while read -r path; do
+    local relative=${path#"$root/lib/modules/$kver/"}
+    mkdir -p "$stage/lib/modules/$kver/$(dirname "$relative")"
+    case $path in
+      *.ko.xz) xz -dc "$path" > "$stage/lib/modules/$kver/${relative%.xz}" ;;
+      *) cp "$path" "$stage/lib/modules/$kver/$relative" ;;
+    esac
+  done
+  cp "$root/lib/modules/$kver"/modules.{order,builtin,builtin.modinfo} "$stage/lib/modules/$kver/"
+  depmod -b "$stage" "$kver"
+  if [[ " $tools " == *" verbs "* ]]; then
+    userspace=$("$lab/fetch.sh" userspace)
+    cp -a "$userspace/usr" "$userspace/etc" "$stage/"
+    cp "$(command -v rdma)" "$(command -v ip)" "$stage/usr/bin/"
+    copy_libraries "$stage" "$userspace/usr/lib/x86_64-linux-gnu" "$userspace" "$userspace"/usr/bin/* \
+      "$userspace"/usr/lib/x86_64-linux-gnu/libibverbs/*.so "$(command -v rdma)" "$(command -v ip)"
+  fi
+  (cd "$stage" && find . | cpio -o -H newc --quiet) > "$image"
+}
+
+# Writes the test variants of each signed MODULE into DIR: M.signed.ko (as Debian ships it,
+# decompressed), M.unsigned.ko (signature stripped), M.badsig.ko (signature corrupted).
+make_variants() {
+  local root=$1 kver=$2 dir=$3 module path
+  shift 3
+  mkdir -p "$dir"
+  for module in "$@"; do
+    path=$(modprobe -d "$root" -S "$kver" --show-depends "$module" | awk '$1 == "insmod" {p = $2} END {print p}')
+    case $path in *.xz) xz -dc "$path" > "$dir/$module.signed.ko" ;; *) cp "$path" "$dir/$module.signed.ko" ;; esac
+    python3 "$lab/modsig.py" strip "$dir/$module.signed.ko" "$dir/$module.unsigned.ko"
+    python3 "$lab/modsig.py" corrupt "$dir/$module.signed.ko" "$dir/$module.badsig.ko"
+  done
+}
+
+# Reports one group's result file; a missing file, a missing END line, a non-zero exit or a
+# group without a single check all count as failures.
+report_group() {
+  local kernel=$1 group=$2 result=$3 serial=$4 status seconds checks=0 line
+  if [ ! -s "$result" ]; then
+    fail "[$kernel] $group: no result (the guest never ran it; see $serial)"
+    return
+  fi
+  while IFS= read -r line; do
+    case $line in
+      PASS*) echo "PASS [$kernel] $group/${line#PASS }"; checks=$((checks + 1)) ;;
+      FAIL*) fail "[$kernel] $group/${line#FAIL }"; checks=$((checks + 1)) ;;
+      INFO*) echo "info [$kernel] $group/${line#INFO }" ;;
+    esac
+  done < "$result"
+  read -r status seconds < <(sed -n 's/^END //p' "$result") || true
+  if [ -z "$status" ]; then
+    fail "[$kernel] $group: no end marker (the boot timed out or the guest died; see $serial)"
+  elif [ "$status" != 0 ]; then
+    fail "[$kernel] $group: exited with status $status$([ "$status" = 137 ] && echo ' (killed at its time limit)') (see $(dirname "$result")/$group.log)"
+  elif ((checks == 0)); then
+    fail "[$kernel] $group: ran no check"
+  else
+    echo "lab: [$kernel] $group: $checks checks in $seconds s"
+  fi
+}
+
+for kernel in "${kernels[@]}"; do
+  ((${#runnable[@]})) || break
+  kernel_start=$SECONDS
+  root=$("$lab/fetch.sh" kernel "$kernel")
+  kver=$(ls "$root/lib/modules")
+  dir=$work/$kernel
+  rm -rf "$dir"
+  mkdir -p "$dir/share/bin" "$dir/share/results"
+  build_initramfs "$root" "$kver" "$dir/initramfs.cpio"
+  ln -f "$binary" "$dir/share/bin/hpcnode_exporter" 2> /dev/null || cp "$binary" "$dir/share/bin/hpcnode_exporter"
+  cp -r "$lab/guest" "$lab/scenarios" "$dir/share/"
+  variants=$(for group in "${runnable[@]}"; do directive "$group" variants; done | xargs -n1 | sort -u)
+  make_variants "$root" "$kver" "$dir/share/modules" $variants
+  echo "lab: $kver ready in $((SECONDS - kernel_start)) s (cache $(dirname "$root"))"
+
+  boots=$(for group in "${runnable[@]}"; do
+    echo "$(directive "$group" machine)|$(directive "$group" cmdline)"
+  done | sort -u)
+  while IFS='|' read -r machine cmdline; do
+    boot_groups=() guest_groups=() limit=90 # boot and shutdown under TCG, with room to spare
+    for group in "${runnable[@]}"; do
+      [ "$(directive "$group" machine)|$(directive "$group" cmdline)" = "$machine|$cmdline" ] || continue
+      group_timeout=$(directive "$group" timeout)
+      boot_groups+=("$group")
+      guest_groups+=("$group:${group_timeout:=120}")
+      limit=$((limit + group_timeout))
+    done
+    case ${machine:-pc} in
+      pc) machine_args=(-machine pc) ;;
+      q35-iommu) machine_args=(-machine q35,kernel-irqchip=split -device intel-iommu,intremap=on -device edu)
+        cmdline="intel_iommu=on $cmdline" ;;
+      *) fail "[$kernel] ${boot_groups[*]}: unknown machine $machine"; continue ;;
+    esac
+    names=$(IFS=,; echo "${boot_groups[*]}")
+    guest_list=$(IFS=,; echo "${guest_groups[*]}")
+    serial=$dir/share/results/serial-${names//,/-}.log
+    echo "lab: booting $kver (${machine:-pc}${cmdline:+, $cmdline}) for $names, limit $limit s"
+    boot_start=$SECONDS
+    # Two cores are shared: nice. The limit bounds the whole boot; qemu's exit status says nothing.
+    timeout --kill-after=5 "$limit" nice -n 10 qemu-system-x86_64 -accel tcg -cpu max -m 1G -smp 2 \
+      -nographic -no-reboot -nic none "${machine_args[@]}" \
+      -kernel "$root/boot/vmlinuz-$kver" -initrd "$dir/initramfs.cpio" \
+      -append "console=ttyS0 quiet panic=-1 lab.groups=$guest_list $cmdline" \
+      -virtfs "local,path=$dir/share,mount_tag=lab,security_model=none" \
+      < /dev/null > "$serial" 2> "$dir/share/results/qemu-stderr-${names//,/-}.log" || status=$?
+    case ${status:-0} in 124 | 137) echo "lab: $kver boot for $names timed out after $limit s; qemu killed" ;; esac
+    unset status
+    echo "lab: $kver boot for $names took $((SECONDS - boot_start)) s"
+    for group in "${boot_groups[@]}"; do report_group "$kernel" "$group" "$dir/share/results/$group.result" "$serial"; done
+  done <<< "$boots"
+  echo "lab: kernel $kver done in $((SECONDS - kernel_start)) s"
+done
+
+if ((failures)); then
+  echo "lab: $failures failure(s); logs under $work"
+  exit 1
+fi
+echo "lab: all checks passed"

@@ -1,0 +1,32 @@
+# Booted with module.sig_enforce=1: the stripped (unsigned) module is refused with EKEYREJECTED
+# and counted, nothing loads or taints; the module as Debian signed it still loads.
+# lab: collectors=ebpf modules
+# lab: variants=pcspkr
+# lab: cmdline=module.sig_enforce=1
+# lab: timeout=150
+
+. /lab/guest/modules.sh
+module=pcspkr
+
+lab_scenario boot
+lab_check "sig_enforce is Y" grep -qx Y /sys/module/module/parameters/sig_enforce
+lab_exporter_start --collector.disable-defaults --collector.ebpf --collector.modules --ebpf.strict || exit 1
+lab_scrape boot
+lab_expect "exported sig_enforce" "$(lab_value boot hpcnode_module_sig_enforce)" == 1
+
+lab_scenario unsigned_refused
+lab_expect_refused_load boot refused /lab/modules/$module.unsigned.ko
+# "Loading of unsigned module is rejected" is printed at every attempt: once per syscall.
+lab_expect_delta "kernel log: unsigned module rejected" boot refused \
+  'hpcnode_kernel_log_events_total{event="unsigned_module_rejected",source="kernel_log"}' == 2
+lab_record_changes boot refused hpcnode_kernel_log_events_total
+lab_expect_kernel_taint refused 0
+lab_check_fails "$module not loaded" lab_module_loaded $module
+
+lab_scenario signed_still_loads
+lab_check "insmod $module as Debian signed it" insmod /lab/modules/$module.signed.ko
+lab_scrape signed
+lab_expect_delta "counted" refused signed "hpcnode_module_loads_total{module=\"$module\"}" == 1
+lab_expect_delta "verdict ok" refused signed 'hpcnode_module_signature_checks_total{result="ok"}' == 1
+lab_expect_delta "no failed load" refused signed hpcnode_module_load_failures_total == 0
+lab_exporter_stop

@@ -1,0 +1,67 @@
+# One Debian-signed module (pcspkr: no dependencies, not loaded at boot here) in three forms,
+# not enforcing signatures: as shipped, with a corrupted signature, and with the signature
+# stripped. The corrupted one comes before the stripped one so that "the taint is unchanged"
+# is checked while the kernel is still clean.
+# lab: collectors=ebpf modules
+# lab: variants=pcspkr
+# lab: timeout=200
+
+. /lab/guest/modules.sh
+module=pcspkr
+loads="hpcnode_module_loads_total{module=\"$module\"}"
+tainted_loads=hpcnode_module_tainted_loads_total
+verdicts=hpcnode_module_signature_checks_total
+failures=hpcnode_module_load_failures_total
+log_events='hpcnode_kernel_log_events_total{source="kernel_log"}'
+
+lab_scenario boot
+lab_check_fails "$module not loaded at boot" lab_module_loaded $module
+lab_exporter_start --collector.disable-defaults --collector.ebpf --collector.modules --ebpf.strict \
+  --collector.modules.expected=$module || exit 1
+lab_scrape boot
+lab_expect_kernel_taint boot 0
+lab_expect "$module expected, not loaded" "$(lab_value boot "hpcnode_module_expected_loaded{module=\"$module\"}")" == 0
+lab_expect "signatures not enforced" "$(lab_value boot hpcnode_module_sig_enforce)" == 0
+
+lab_scenario signed_load
+lab_check "insmod $module as Debian signed it" insmod /lab/modules/$module.signed.ko
+lab_scrape signed
+lab_expect_delta "counted" boot signed "$loads" == 1
+lab_expect_delta "verdict ok" boot signed "$verdicts{result=\"ok\"}" == 1
+lab_record_changes boot signed "$verdicts"
+lab_expect_delta "no tainted load" boot signed "$tainted_loads{module=\"$module\"}" == 0
+lab_expect_delta "no failed load" boot signed "$failures" == 0
+lab_expect_kernel_taint signed 0
+lab_check "/sys/module/$module/taint is empty" grep -qx '' /sys/module/$module/taint
+lab_expect "module info: Live, no taints" \
+  "$(lab_series signed "hpcnode_module_info{module=\"$module\",state=\"Live\",taints=\"\"}")" == 1
+lab_expect "$module expected and loaded" "$(lab_value signed "hpcnode_module_expected_loaded{module=\"$module\"}")" == 1
+lab_check "rmmod $module" rmmod $module
+
+lab_scenario corrupted_signature
+lab_scrape removed
+lab_expect_refused_load removed corrupted /lab/modules/$module.badsig.ko
+lab_expect_delta "no kernel log line (the kernel prints none)" removed corrupted "$log_events" == 0
+lab_expect_kernel_taint corrupted 0
+lab_check_fails "$module not loaded" lab_module_loaded $module
+lab_expect "$module absent from module info" "$(lab_series corrupted "hpcnode_module_info{module=\"$module\"}")" == 0
+
+lab_scenario unsigned_load
+lab_check "insmod $module with its signature stripped loads" insmod /lab/modules/$module.unsigned.ko
+lab_scrape unsigned
+lab_expect_delta "counted" corrupted unsigned "$loads" == 1
+lab_expect_delta "counted as unsigned" corrupted unsigned "$tainted_loads{module=\"$module\",taint=\"unsigned\"}" == 1
+lab_expect_delta "no other taint" corrupted unsigned "$tainted_loads{module=\"$module\",taint!=\"unsigned\"}" == 0
+lab_expect_delta "one signature verdict" corrupted unsigned "$verdicts" == 1
+lab_expect_delta "not a key rejection" corrupted unsigned "$verdicts{result=\"key_rejected\"}" == 0
+lab_record_changes corrupted unsigned "$verdicts"
+lab_expect_delta "no failed load" corrupted unsigned "$failures" == 0
+# "module verification failed: ... tainting kernel" is printed for the boot's first unsigned module.
+lab_expect_delta "kernel log: verification failed" corrupted unsigned \
+  "hpcnode_kernel_log_events_total{event=\"module_verification_failed\",source=\"kernel_log\",module=\"$module\"}" == 1
+lab_record_changes corrupted unsigned hpcnode_kernel_log_events_total
+lab_expect_kernel_taint unsigned 1
+lab_check "/sys/module/$module/taint is E" grep -qx E /sys/module/$module/taint
+lab_expect "module info: Live, taints E" \
+  "$(lab_series unsigned "hpcnode_module_info{module=\"$module\",state=\"Live\",taints=\"E\"}")" == 1
+lab_exporter_stop

@@ -1,0 +1,44 @@
+# Soft-RoCE (rdma_rxe) on a dummy netdev: the rdma collector reads a real kernel's
+# /sys/class/infiniband, and the verbs userspace sees the device (later issues' probes need it).
+# lab: modules=rdma_rxe ib_uverbs rdma_ucm crc32_generic crc32_pclmul dummy
+# lab: tools=verbs
+# lab: timeout=120
+
+port=/sys/class/infiniband/rxe0/ports/1
+
+lab_scenario softroce_up
+lab_check "modprobe rdma_rxe ib_uverbs rdma_ucm crc32_generic dummy" \
+  modprobe -a rdma_rxe ib_uverbs rdma_ucm crc32_generic dummy
+# crc32_pclmul needs PCLMULQDQ, which -cpu max has; rxe works with crc32_generic alone.
+modprobe crc32_pclmul 2> /dev/null
+ip link show dummy0 > /dev/null 2>&1 || ip link add dummy0 type dummy
+ip addr add 10.0.0.1/24 dev dummy0
+ip link set dummy0 up
+lab_check "rdma link add rxe0 type rxe netdev dummy0" rdma link add rxe0 type rxe netdev dummy0
+lab_check "rxe0 port 1 becomes ACTIVE" lab_wait_until 20 grep -q ACTIVE "$port/state"
+lab_check "ibv_devinfo lists rxe0 with its port active" \
+  sh -c 'ibv_devinfo -d rxe0 | grep -q "state:.*PORT_ACTIVE"'
+
+lab_scenario rdma_collector
+lab_exporter_start --collector.disable-defaults --collector.rdma || exit 1
+lab_scrape rxe
+lab_expect "hpcnode_build_info" "$(lab_value rxe hpcnode_build_info)" == 1
+lab_expect "rdma collector succeeded" "$(lab_value rxe 'hpcnode_scrape_collector_success{collector="rdma"}')" == 1
+lab_expect "no collector errors" "$(lab_value rxe hpcnode_collector_errors_total)" == 0
+lab_expect "port state id as in $port/state ($(cat $port/state))" \
+  "$(lab_value rxe 'hpcnode_rdma_port_state_id{device="rxe0",port="1"}')" == "$(cut -d: -f1 $port/state)"
+lab_expect "physical state id as in $port/phys_state ($(cat $port/phys_state))" \
+  "$(lab_value rxe 'hpcnode_rdma_port_physical_state_id{device="rxe0",port="1"}')" == "$(cut -d: -f1 $port/phys_state)"
+lab_expect "rate as in $port/rate ($(cat $port/rate)), in bytes/s" \
+  "$(lab_value rxe 'hpcnode_rdma_port_rate_bytes_per_second{device="rxe0",port="1"}')" == \
+  "$(awk '{ printf "%.15g", $1 * 1e9 / 8 }' $port/rate)"
+lab_expect "port info: Ethernet link layer on dummy0" \
+  "$(lab_series rxe 'hpcnode_rdma_port_info{device="rxe0",port="1",link_layer="Ethernet",netdev="dummy0"}')" == 1
+lab_expect "device info names the rdma_rxe driver's node GUID" \
+  "$(lab_series rxe "hpcnode_rdma_device_info{device=\"rxe0\",node_guid=\"$(cat /sys/class/infiniband/rxe0/node_guid)\"}")" == 1
+counters=$(ls $port/hw_counters | grep -cv '^lifespan$')
+lab_expect "one hw_stat series per hw_counters file ($counters)" \
+  "$(lab_series rxe 'hpcnode_rdma_port_hw_stat_total{device="rxe0",port="1"}')" == "$counters"
+lab_expect "hw_counters/rdma_sends as in sysfs" \
+  "$(lab_value rxe 'hpcnode_rdma_port_hw_stat_total{device="rxe0",port="1",counter="rdma_sends"}')" == "$(cat $port/hw_counters/rdma_sends)"
+lab_exporter_stop
