@@ -2,10 +2,13 @@
 # vfio-pci is a ready passthrough device in its real IOMMU group; real DMAR faults (edu's DMA
 # engine programmed through BAR0 with bus mastering on, to IOVAs nothing maps) are counted by
 # the dmar_fault probe and by the kernel-log matcher with the device, access and reason the
-# kernel prints; unbound, edu is not ready.
+# kernel prints; a VMM's view (helpers/vfio_pin.c): opening the device runs the vfio_enable
+# probe, and pinning 1 MiB over a 64 KiB memlock limit is a vfio pin failure, ENOMEM; unbound,
+# edu is not ready.
 # lab: machine=q35-iommu
 # lab: modules=vfio-pci vfio_iommu_type1
 # lab: collectors=ebpf pci
+# lab: helpers=vfio_pin
 # lab: timeout=150
 
 attached=hpcnode_ebpf_probe_attached
@@ -89,6 +92,18 @@ lab_expect "nothing else counted as an IOMMU fault" "$(lab_delta before_read aft
 lab_expect "no io_page_fault tracepoint event on Intel" \
   "$(lab_value after_write "$faults{source=\"tracepoint\"}")" == 0
 lab_info "dmesg: $(dmesg | grep -c 'DMAR: \[DMA') DMAR fault lines"
+
+lab_scenario vfio_pin_enomem
+lab_scrape before_vfio
+lab_check "vfio_pin: device opened, 1 MiB map refused with ENOMEM" /lab/bin/vfio_pin "$group" "$address"
+lab_expect_delta "pin failure counted" before_vfio after_vfio \
+  "hpcnode_vfio_pin_failures_total{errno=\"ENOMEM\"}" == 1
+lab_expect "no other pin failure" "$(lab_value after_vfio hpcnode_vfio_pin_failures_total)" == 1
+lab_expect_delta "vfio_enable ran once, for the device open" before_vfio after_vfio \
+  "hpcnode_ebpf_program_runs_total{probe=\"vfio_enable\"}" == 1
+lab_expect "the successful enable is not a failure" \
+  "$(lab_series after_vfio hpcnode_vfio_enable_failures_total)" == 0
+lab_info "dmesg: $(dmesg | grep 'RLIMIT_MEMLOCK' | tail -n1)"
 
 lab_scenario unbound_not_ready
 echo "$address" > /sys/bus/pci/drivers/vfio-pci/unbind
