@@ -19,7 +19,7 @@ while (($#)); do
   case $1 in
     --kernel) case ${2:-} in all) kernels=(6.12 6.1) ;; 6.12 | 6.1) kernels=("$2") ;; *) echo "lab: --kernel 6.12, 6.1 or all" >&2; exit 2 ;; esac; shift 2 ;;
     --binary) binary=$(realpath "$2"); shift 2 ;;
-    -h | --help) sed -n '2,11p' "$0"; exit 0 ;;
+    -h | --help) sed -n '2,10p' "$0"; exit 0 ;;
     -*) echo "lab: unknown option $1" >&2; exit 2 ;;
     *) groups+=("$1"); shift ;;
   esac
@@ -91,7 +91,8 @@ build_initramfs() {
     tools+=" $(directive "$group" tools)"
   done
   for module in $modules; do
-    modprobe -d "$root" -S "$kver" --show-depends "$module" | awk '$1 == "insmod" {print $2}'
+    modprobe -d "$root" -S "$kver" --show-depends "$module" | awk '$1 == "insmod" {print $2}' ||
+      { echo "lab: no module $module in $kver" >&2; exit 1; }
   done | sort -u | while read -r path; do
     local relative=${path#"$root/lib/modules/$kver/"}
     mkdir -p "$stage/lib/modules/$kver/$(dirname "$relative")"
@@ -120,6 +121,7 @@ make_variants() {
   mkdir -p "$dir"
   for module in "$@"; do
     path=$(modprobe -d "$root" -S "$kver" --show-depends "$module" | awk '$1 == "insmod" {p = $2} END {print p}')
+    [ -n "$path" ] || { echo "lab: no module $module in $kver for its variants" >&2; exit 1; }
     case $path in *.xz) xz -dc "$path" > "$dir/$module.signed.ko" ;; *) cp "$path" "$dir/$module.signed.ko" ;; esac
     python3 "$lab/modsig.py" strip "$dir/$module.signed.ko" "$dir/$module.unsigned.ko"
     python3 "$lab/modsig.py" corrupt "$dir/$module.signed.ko" "$dir/$module.badsig.ko"
@@ -167,8 +169,8 @@ for kernel in "${kernels[@]}"; do
     gcc -static -O2 -Wall -Wextra -Werror -o "$dir/share/bin/$helper" "$lab/helpers/$helper.c"
   done
   cp -r "$lab/guest" "$lab/scenarios" "$dir/share/"
-  variants=$(for group in "${runnable[@]}"; do directive "$group" variants; done | xargs -n1 | sort -u)
-  make_variants "$root" "$kver" "$dir/share/modules" $variants
+  mapfile -t variants < <(for group in "${runnable[@]}"; do directive "$group" variants; done | xargs -n1 | sort -u)
+  make_variants "$root" "$kver" "$dir/share/modules" "${variants[@]}"
   echo "lab: $kver ready in $((SECONDS - kernel_start)) s (cache $(dirname "$root"))"
 
   boots=$(for group in "${runnable[@]}"; do
@@ -183,6 +185,7 @@ for kernel in "${kernels[@]}"; do
       guest_groups+=("$group:${group_timeout:=120}")
       limit=$((limit + group_timeout))
     done
+    # shellcheck disable=SC2054 # commas separate qemu's suboptions
     case ${machine:-pc} in
       pc) machine_args=(-machine pc) ;;
       q35-iommu) machine_args=(-machine q35,kernel-irqchip=split -device intel-iommu,intremap=on -device edu)
@@ -200,9 +203,8 @@ for kernel in "${kernels[@]}"; do
       -kernel "$root/boot/vmlinuz-$kver" -initrd "$dir/initramfs.cpio" \
       -append "console=ttyS0 quiet panic=-1 lab.groups=$guest_list $cmdline" \
       -virtfs "local,path=$dir/share,mount_tag=lab,security_model=none" \
-      < /dev/null > "$serial" 2> "$dir/share/results/qemu-stderr-${names//,/-}.log" || status=$?
-    case ${status:-0} in 124 | 137) echo "lab: $kver boot for $names timed out after $limit s; qemu killed" ;; esac
-    unset status
+      < /dev/null > "$serial" 2> "$dir/share/results/qemu-stderr-${names//,/-}.log" && qemu_status=0 || qemu_status=$?
+    case $qemu_status in 124 | 137) echo "lab: $kver boot for $names timed out after $limit s; qemu killed" ;; esac
     echo "lab: $kver boot for $names took $((SECONDS - boot_start)) s"
     for group in "${boot_groups[@]}"; do report_group "$kernel" "$group" "$dir/share/results/$group.result" "$serial"; done
   done <<< "$boots"

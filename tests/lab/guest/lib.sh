@@ -7,7 +7,6 @@
 # samples it matches, 0 when none does.
 
 LAB_EXPORTER=/lab/bin/hpcnode_exporter
-# busybox wget's own -T timeout crashes the static build in the guest: timeout(1) bounds it instead.
 LAB_ADDRESS=127.0.0.1:10050
 LAB_TMP=/tmp/lab-$LAB_GROUP
 LAB_SCENARIO=$LAB_GROUP
@@ -29,14 +28,14 @@ lab_info() { lab_record "INFO $LAB_SCENARIO: $*"; }
 
 # lab_check CHECK COMMAND...: passes when the command succeeds.
 lab_check() {
-  local check=$1
+  local check="$1"
   shift
   if "$@"; then lab_pass "$check"; else lab_fail "$check" "command failed: $*"; fi
 }
 
 # lab_check_fails CHECK COMMAND...: passes when the command fails (a refused load).
 lab_check_fails() {
-  local check=$1
+  local check="$1"
   shift
   if "$@"; then lab_fail "$check" "command succeeded: $*"; else lab_pass "$check"; fi
 }
@@ -74,6 +73,7 @@ lab_exporter_alive() {
   [ -f /tmp/lab-exporter.pid ] && kill -0 "$(cat /tmp/lab-exporter.pid)" 2>/dev/null
 }
 
+# busybox wget's own -T option crashes (SIGSEGV) the static build in the guest: timeout bounds it.
 lab_exporter_answers() {
   timeout 20 wget -q -O /dev/null "http://$LAB_ADDRESS/metrics" 2>/dev/null
 }
@@ -203,7 +203,7 @@ lab_delta() {
 # scrape AFTER, compared with N. Events reach the exporter asynchronously (ring buffers, the
 # kernel log), so while the comparison fails AFTER is scraped again, for up to 15 s.
 lab_expect_delta() {
-  local check=$1 before=$2 after=$3 selector=$4 op=$5 want=$6 tries=30 delta
+  local check="$1" before="$2" after="$3" selector="$4" op="$5" want="$6" tries=30 delta
   while :; do
     delta=$(lab_delta "$before" "$after" "$selector")
     if lab_compare "$delta" "$op" "$want" || [ "$tries" -le 0 ]; then break; fi

@@ -17,7 +17,7 @@ lab_expect_kernel_taint() {
 # exporter saw exactly that. busybox insmod tries finit_module, then init_module with the image:
 # two refused syscalls, one key_rejected verdict each, and no load. Leaves scrape AFTER.
 lab_expect_refused_load() {
-  local before=$1 after=$2 file=$3
+  local before="$1" after="$2" file="$3"
   local failures=hpcnode_module_load_failures_total verdicts=hpcnode_module_signature_checks_total
   lab_check_fails "insmod $(basename "$file") is refused" sh -c "insmod $file 2> $LAB_TMP/insmod.err"
   lab_info "insmod said: $(cat "$LAB_TMP/insmod.err")"
@@ -31,4 +31,12 @@ lab_expect_refused_load() {
   lab_expect_delta "no other failure" "$before" "$after" "$failures{errno!=\"EKEYREJECTED\"}" == 0
   lab_expect_delta "no load counted" "$before" "$after" hpcnode_module_loads_total == 0
   lab_expect_delta "no tainted load counted" "$before" "$after" hpcnode_module_tainted_loads_total == 0
+}
+
+# lab_expect_collectors_clean SCRAPE: the ebpf and modules collectors both succeeded and counted
+# no error, whatever the scenario did to the kernel.
+lab_expect_collectors_clean() {
+  lab_expect "ebpf and modules collectors succeeded" \
+    "$(lab_value "$1" 'hpcnode_scrape_collector_success{collector=~"ebpf|modules"}')" == 2
+  lab_expect "no collector errors" "$(lab_value "$1" hpcnode_collector_errors_total)" == 0
 }

@@ -29,4 +29,5 @@ lab_scrape signed
 lab_expect_delta "counted" refused signed "hpcnode_module_loads_total{module=\"$module\"}" == 1
 lab_expect_delta "verdict ok" refused signed 'hpcnode_module_signature_checks_total{result="ok"}' == 1
 lab_expect_delta "no failed load" refused signed hpcnode_module_load_failures_total == 0
+lab_expect_collectors_clean signed
 lab_exporter_stop

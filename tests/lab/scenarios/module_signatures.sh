@@ -64,4 +64,5 @@ lab_expect_kernel_taint unsigned 1
 lab_check "/sys/module/$module/taint is E" grep -qx E /sys/module/$module/taint
 lab_expect "module info: Live, taints E" \
   "$(lab_series unsigned "hpcnode_module_info{module=\"$module\",state=\"Live\",taints=\"E\"}")" == 1
+lab_expect_collectors_clean unsigned
 lab_exporter_stop
