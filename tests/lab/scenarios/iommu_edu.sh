@@ -28,7 +28,7 @@ lab_check "IOMMU dmar0 present" test -e /sys/class/iommu/dmar0
 lab_check "modprobe vfio-pci" modprobe vfio-pci
 lab_check "modprobe vfio_iommu_type1" modprobe vfio_iommu_type1
 echo 1234 11e8 > /sys/bus/pci/drivers/vfio-pci/new_id
-lab_check "edu bound to vfio-pci" lab_wait_until 10 test -e /sys/bus/pci/drivers/vfio-pci/$address
+lab_check "edu bound to vfio-pci" lab_wait_until 10 test -e "/sys/bus/pci/drivers/vfio-pci/$address"
 lab_check "/dev/vfio/$group exists" test -e "/dev/vfio/$group"
 
 lab_exporter_start --collector.disable-defaults --collector.ebpf --collector.pci \
@@ -70,6 +70,7 @@ edu_dma() { # SOURCE DESTINATION COMMAND
 dma_done() { [ $(($(devmem $((bar0 + 0x98)) 32) & 1)) = 0 ]; }
 echo 1 > "$edu/enable"
 command=$(dd if="$edu/config" bs=1 skip=4 count=1 2>/dev/null | od -An -tu1)
+# shellcheck disable=SC2059 # the format is the octal escape of the byte to write
 printf "\\$(printf %o $((command | 6)))" | dd of="$edu/config" bs=1 seek=4 count=1 conv=notrunc 2>/dev/null
 command=$(dd if="$edu/config" bs=1 skip=4 count=1 2>/dev/null | od -An -tu1)
 lab_expect "memory decode and bus mastering on" $((command & 6)) == 6
