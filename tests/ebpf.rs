@@ -17,6 +17,23 @@ fn value(text: &str, series: &str) -> Option<f64> {
         .find_map(|line| line.strip_prefix(series)?.strip_prefix(' ')?.parse().ok())
 }
 
+/// The value of `hpcnode_ebpf_probe_attached` for the probe and hook.
+fn attached(text: &str, probe: &str, hook: &str) -> Option<f64> {
+    value(
+        text,
+        &format!("hpcnode_ebpf_probe_attached{{probe=\"{probe}\",hook=\"{hook}\"}}"),
+    )
+}
+
+/// The reason `hpcnode_ebpf_probe_failure_info` gives for a probe that did not attach.
+fn failure_reason(text: &str, probe: &str) -> String {
+    let prefix = format!("hpcnode_ebpf_probe_failure_info{{probe=\"{probe}\",reason=\"");
+    text.lines()
+        .find_map(|line| line.strip_prefix(&prefix))
+        .unwrap_or_else(|| panic!("no failure info for {probe}:\n{text}"))
+        .to_string()
+}
+
 /// Whether a test of this kernel's missing module hooks can run: BPF usable, and a kernel
 /// without modules like the CI machine's (elsewhere the kernel lab tests the module probes).
 fn on_module_free_kernel(test: &str) -> bool {
@@ -121,22 +138,9 @@ fn module_probes_say_why_they_are_not_attached() {
     let exporter = Exporter::start(&EBPF_ONLY);
     let text = exporter.get("/metrics").text();
     for probe in ["module_load", "module_sig_check", "module_load_syscall"] {
-        assert_eq!(
-            value(
-                &text,
-                &format!("hpcnode_ebpf_probe_attached{{probe=\"{probe}\",hook=\"none\"}}")
-            ),
-            Some(0.0),
-            "{text}"
-        );
+        assert_eq!(attached(&text, probe, "none"), Some(0.0), "{text}");
     }
-    let reason = |probe: &str| {
-        let prefix = format!("hpcnode_ebpf_probe_failure_info{{probe=\"{probe}\",reason=\"");
-        text.lines()
-            .find_map(|line| line.strip_prefix(&prefix))
-            .unwrap_or_else(|| panic!("no failure info for {probe}:\n{text}"))
-            .to_string()
-    };
+    let reason = |probe: &str| failure_reason(&text, probe);
     // What this kernel really says for each hook: no module tracepoint (in BTF, for raw_tp,
     // in tracefs), no module_sig_check function, no kprobes.
     let module_load = reason("module_load");
@@ -223,12 +227,7 @@ fn iommu_and_vfio_probes_report_their_hooks() {
     }
     let exporter = Exporter::start(&EBPF_ONLY);
     let text = exporter.get("/metrics").text();
-    let attached = |probe: &str, hook: &str| {
-        value(
-            &text,
-            &format!("hpcnode_ebpf_probe_attached{{probe=\"{probe}\",hook=\"{hook}\"}}"),
-        )
-    };
+    let attached = |probe: &str, hook: &str| attached(&text, probe, hook);
     assert!(
         attached("iommu_fault", "tp_btf") == Some(1.0)
             || attached("iommu_fault", "raw_tp") == Some(1.0),
@@ -237,13 +236,7 @@ fn iommu_and_vfio_probes_report_their_hooks() {
     for probe in ["dmar_fault", "vfio_enable", "vfio_aer", "vfio_pin"] {
         assert_eq!(attached(probe, "none"), Some(0.0), "{text}");
     }
-    let reason = |probe: &str| {
-        let prefix = format!("hpcnode_ebpf_probe_failure_info{{probe=\"{probe}\",reason=\"");
-        text.lines()
-            .find_map(|line| line.strip_prefix(&prefix))
-            .unwrap_or_else(|| panic!("no failure info for {probe}:\n{text}"))
-            .to_string()
-    };
+    let reason = |probe: &str| failure_reason(&text, probe);
     let dmar = reason("dmar_fault");
     assert!(
         dmar.starts_with("fentry(dmar_fault): unknown BTF type"),

@@ -510,17 +510,7 @@ mod tests {
             return;
         }
         let btf = kernel_btf().unwrap();
-        let attempt = attempts(Probe::ModuleLoadSyscall)
-            .iter()
-            .find(|a| a.hook == Hook::RawTp)
-            .unwrap();
-        let mut ebpf = EbpfLoader::new()
-            .btf(Some(&btf))
-            .load(object(Probe::ModuleLoadSyscall))
-            .unwrap();
-        let program = ebpf.program_mut(attempt.program).unwrap();
-        load_program(program, attempt, Some(&btf)).unwrap();
-        let fd = program.fd().unwrap().as_fd().as_raw_fd();
+        let (ebpf, program, fd) = load_raw_tp(Probe::ModuleLoadSyscall, Some(&btf));
         let exits = [
             (libc::SYS_finit_module, -129),
             (libc::SYS_finit_module, -129),
@@ -535,7 +525,7 @@ mod tests {
         }
         let attachment = Attachment::Bpf {
             ebpf: Mutex::new(ebpf),
-            program: attempt.program,
+            program,
         };
         let counts = read_counts(Probe::ModuleLoadSyscall, &attachment).unwrap();
         let expected = BTreeMap::from([
@@ -555,17 +545,7 @@ mod tests {
         {
             return;
         }
-        let attempt = attempts(Probe::KernelLog)
-            .iter()
-            .find(|a| a.hook == Hook::RawTp)
-            .unwrap();
-        let mut ebpf = EbpfLoader::new()
-            .btf(None)
-            .load(object(Probe::KernelLog))
-            .unwrap();
-        let program = ebpf.program_mut(attempt.program).unwrap();
-        load_program(program, attempt, None).unwrap();
-        let fd = program.fd().unwrap().as_fd().as_raw_fd();
+        let (mut ebpf, _, fd) = load_raw_tp(Probe::KernelLog, None);
         let short = "Loading of unsigned module is rejected";
         let long = "x".repeat(400);
         for text in [short, &long] {
@@ -590,17 +570,7 @@ mod tests {
             return;
         }
         let btf = kernel_btf().unwrap();
-        let attempt = attempts(Probe::IommuFault)
-            .iter()
-            .find(|a| a.hook == Hook::RawTp)
-            .unwrap();
-        let mut ebpf = EbpfLoader::new()
-            .btf(Some(&btf))
-            .load(object(Probe::IommuFault))
-            .unwrap();
-        let program = ebpf.program_mut(attempt.program).unwrap();
-        load_program(program, attempt, Some(&btf)).unwrap();
-        let fd = program.fd().unwrap().as_fd().as_raw_fd();
+        let (ebpf, program, fd) = load_raw_tp(Probe::IommuFault, Some(&btf));
         // Wherever this kernel keeps init_name and kobj.name, every pointer-sized slot of this
         // stand-in `struct device` points at the name.
         let name = c"0000:3b:00.0";
@@ -617,7 +587,7 @@ mod tests {
         }
         let attachment = Attachment::Bpf {
             ebpf: Mutex::new(ebpf),
-            program: attempt.program,
+            program,
         };
         let mut counts = read_counts(Probe::IommuFault, &attachment).unwrap();
         counts.device_events.sort();
@@ -652,6 +622,20 @@ mod tests {
         }
         // Other processes may log too: at least our three lines.
         assert!(read() >= before + 3, "{before} -> {}", read());
+    }
+
+    /// Loads the probe's raw_tp program for BPF_PROG_TEST_RUN: its object, name and fd (valid
+    /// while the object lives).
+    fn load_raw_tp(probe: Probe, btf: Option<&Btf>) -> (Ebpf, &'static str, i32) {
+        let attempt = attempts(probe)
+            .iter()
+            .find(|a| a.hook == Hook::RawTp)
+            .unwrap();
+        let mut ebpf = EbpfLoader::new().btf(btf).load(object(probe)).unwrap();
+        let program = ebpf.program_mut(attempt.program).unwrap();
+        load_program(program, attempt, btf).unwrap();
+        let fd = program.fd().unwrap().as_fd().as_raw_fd();
+        (ebpf, attempt.program, fd)
     }
 
     /// BPF_PROG_TEST_RUN of a raw_tp program with the given tracepoint arguments.
