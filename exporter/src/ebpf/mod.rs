@@ -505,6 +505,7 @@ impl Collector for EbpfCollector {
 #[cfg(test)]
 pub(crate) mod tests {
     use super::*;
+    use std::collections::BTreeMap;
 
     /// Whether a test that needs root (BPF, /dev/kmsg) can run; where it cannot it says so, and
     /// in CI (which runs as root) that is a failure.
@@ -536,6 +537,72 @@ pub(crate) mod tests {
         assert_eq!(parse_release("3.10.0-1160.el7.x86_64"), Some((3, 10)));
         assert_eq!(parse_release("6.18.44-fc-v669"), Some((6, 18)));
         assert_eq!(parse_release("garbage"), None);
+    }
+
+    /// The exposition lines of what the push functions wrote.
+    fn exposition(out: Output) -> Vec<String> {
+        let text = crate::metrics::encode(out.samples, crate::metrics::Format::PrometheusText);
+        let text = text.unwrap();
+        text.lines()
+            .filter(|line| !line.starts_with('#'))
+            .map(str::to_string)
+            .collect()
+    }
+
+    #[test]
+    fn iommu_and_vfio_counts_become_labelled_series() {
+        let counts = sys::ProbeCounts {
+            device_events: vec![
+                ("0000:41:00.0".into(), 1, 3),
+                ("0000:41:00.0".into(), 0, 1),
+                (String::new(), 0, 2), // NULL device (SMMUv2)
+            ],
+            dropped: 4,
+            ..Default::default()
+        };
+        let mut out = Output::default();
+        push_tracepoint_iommu_faults(&counts, &mut out);
+        let tracepoint = |device: &str, access: &str, count: u64| {
+            format!("hpcnode_iommu_faults_total{{device=\"{device}\",access=\"{access}\",reason=\"io_page_fault\",source=\"tracepoint\"}} {count}")
+        };
+        assert_eq!(
+            exposition(out),
+            [
+                tracepoint("0000:41:00.0", "write", 3),
+                tracepoint("0000:41:00.0", "read", 1),
+                tracepoint("unknown", "read", 2),
+                tracepoint("other", "other", 4),
+            ]
+        );
+
+        let mut out = Output::default();
+        push_vfio_aer_errors(&counts, &mut out);
+        assert_eq!(
+            exposition(out)[..2],
+            [
+                "hpcnode_vfio_aer_errors_total{device=\"0000:41:00.0\",state=\"normal\"} 3",
+                "hpcnode_vfio_aer_errors_total{device=\"0000:41:00.0\",state=\"state_0\"} 1",
+            ]
+        );
+
+        let counts = sys::ProbeCounts {
+            fault_interrupts: BTreeMap::from([(0, 2), (-1, 1)]),
+            failure_errnos: BTreeMap::from([(12, 5)]),
+            ..Default::default()
+        };
+        let mut out = Output::default();
+        push_fault_interrupts(&counts, &mut out);
+        push_errnos(&VFIO_PIN_FAILURES, &counts, &mut out);
+        assert_eq!(
+            exposition(out),
+            [
+                "hpcnode_iommu_fault_interrupts_total{iommu=\"unknown\"} 1",
+                "hpcnode_iommu_fault_interrupts_total{iommu=\"dmar0\"} 2",
+                "hpcnode_vfio_pin_failures_total{errno=\"ENOMEM\"} 5",
+            ]
+        );
+        assert_eq!(channel_state(2), "frozen");
+        assert_eq!(channel_state(3), "perm_failure");
     }
 
     #[test]
