@@ -169,7 +169,7 @@ for kernel in "${kernels[@]}"; do
     gcc -static -O2 -Wall -Wextra -Werror -o "$dir/share/bin/$helper" "$lab/helpers/$helper.c"
   done
   cp -r "$lab/guest" "$lab/scenarios" "$dir/share/"
-  mapfile -t variants < <(for group in "${runnable[@]}"; do directive "$group" variants; done | xargs -n1 | sort -u)
+  mapfile -t variants < <(for group in "${runnable[@]}"; do directive "$group" variants; done | xargs -r -n1 | sort -u)
   make_variants "$root" "$kver" "$dir/share/modules" "${variants[@]}"
   echo "lab: $kver ready in $((SECONDS - kernel_start)) s (cache $(dirname "$root"))"
 
