@@ -17,6 +17,23 @@ fn value(text: &str, series: &str) -> Option<f64> {
         .find_map(|line| line.strip_prefix(series)?.strip_prefix(' ')?.parse().ok())
 }
 
+/// The value of `hpcnode_ebpf_probe_attached` for the probe and hook.
+fn attached(text: &str, probe: &str, hook: &str) -> Option<f64> {
+    value(
+        text,
+        &format!("hpcnode_ebpf_probe_attached{{probe=\"{probe}\",hook=\"{hook}\"}}"),
+    )
+}
+
+/// The reason `hpcnode_ebpf_probe_failure_info` gives for a probe that did not attach.
+fn failure_reason(text: &str, probe: &str) -> String {
+    let prefix = format!("hpcnode_ebpf_probe_failure_info{{probe=\"{probe}\",reason=\"");
+    text.lines()
+        .find_map(|line| line.strip_prefix(&prefix))
+        .unwrap_or_else(|| panic!("no failure info for {probe}:\n{text}"))
+        .to_string()
+}
+
 /// Whether a test of this kernel's missing module hooks can run: BPF usable, and a kernel
 /// without modules like the CI machine's (elsewhere the kernel lab tests the module probes).
 fn on_module_free_kernel(test: &str) -> bool {
@@ -121,22 +138,9 @@ fn module_probes_say_why_they_are_not_attached() {
     let exporter = Exporter::start(&EBPF_ONLY);
     let text = exporter.get("/metrics").text();
     for probe in ["module_load", "module_sig_check", "module_load_syscall"] {
-        assert_eq!(
-            value(
-                &text,
-                &format!("hpcnode_ebpf_probe_attached{{probe=\"{probe}\",hook=\"none\"}}")
-            ),
-            Some(0.0),
-            "{text}"
-        );
+        assert_eq!(attached(&text, probe, "none"), Some(0.0), "{text}");
     }
-    let reason = |probe: &str| {
-        let prefix = format!("hpcnode_ebpf_probe_failure_info{{probe=\"{probe}\",reason=\"");
-        text.lines()
-            .find_map(|line| line.strip_prefix(&prefix))
-            .unwrap_or_else(|| panic!("no failure info for {probe}:\n{text}"))
-            .to_string()
-    };
+    let reason = |probe: &str| failure_reason(&text, probe);
     // What this kernel really says for each hook: no module tracepoint (in BTF, for raw_tp,
     // in tracefs), no module_sig_check function, no kprobes.
     let module_load = reason("module_load");
@@ -200,6 +204,54 @@ fn strict_exits_1_naming_the_missing_probes() {
     assert!(error.contains("; module_sig_check ("), "{error}");
     assert!(error.contains("; module_load_syscall ("), "{error}");
     assert!(!error.contains("kernel_log ("), "{error}");
+    // The IOMMU and vfio probes may rightly miss (no Intel IOMMU, no vfio modules, no kprobes
+    // here): strict does not require them.
+    for probe in [
+        "iommu_fault",
+        "dmar_fault",
+        "vfio_enable",
+        "vfio_aer",
+        "vfio_pin",
+    ] {
+        assert!(!error.contains(&format!("{probe} (")), "{error}");
+    }
+}
+
+/// On this kernel iommu:io_page_fault exists (IOMMU support built in) and its BPF hooks work;
+/// dmar_fault (no Intel IOMMU) and the vfio functions (no modules, no kprobes) do not exist,
+/// and each says why.
+#[test]
+fn iommu_and_vfio_probes_report_their_hooks() {
+    if !on_module_free_kernel("iommu_and_vfio_probes_report_their_hooks") {
+        return;
+    }
+    let exporter = Exporter::start(&EBPF_ONLY);
+    let text = exporter.get("/metrics").text();
+    let attached = |probe: &str, hook: &str| attached(&text, probe, hook);
+    assert!(
+        attached("iommu_fault", "tp_btf") == Some(1.0)
+            || attached("iommu_fault", "raw_tp") == Some(1.0),
+        "{text}"
+    );
+    for probe in ["dmar_fault", "vfio_enable", "vfio_aer", "vfio_pin"] {
+        assert_eq!(attached(probe, "none"), Some(0.0), "{text}");
+    }
+    let reason = |probe: &str| failure_reason(&text, probe);
+    let dmar = reason("dmar_fault");
+    assert!(
+        dmar.starts_with("fentry(dmar_fault): unknown BTF type"),
+        "{dmar}"
+    );
+    assert!(dmar.contains("; kprobe(dmar_fault):"), "{dmar}");
+    assert!(reason("vfio_enable").contains("kretprobe(vfio_pci_enable):"));
+    assert!(reason("vfio_aer").starts_with("kprobe(vfio_pci_core_aer_err_detected):"));
+    assert!(reason("vfio_pin").starts_with("kretprobe(vfio_pin_pages_remote):"));
+    // Nothing faults here: no IOMMU fault series from either source.
+    assert!(!text.contains("hpcnode_iommu_faults_total{"), "{text}");
+    assert!(
+        !text.contains("hpcnode_iommu_fault_interrupts_total{"),
+        "{text}"
+    );
 }
 
 #[test]

@@ -6,10 +6,11 @@
 #   prometheus-node-exporter  the peer the benchmark runs side by side
 #   clang llvm             rebuild the eBPF probes (ebpf/build.sh --check compares with the committed objects)
 #   qemu-system-x86 busybox-static kmod cpio xz-utils zstd iproute2  the kernel lab (tests/lab): boots
-#                          Debian kernels under TCG in a busybox initramfs
+#                          Debian kernels under TCG in a busybox initramfs; gcc libc6-dev build its static
+#                          guest helpers (tests/lab/helpers)
 set -euo pipefail
-packages=(prometheus python3-prometheus-client python3-fusepy fuse3 prometheus-node-exporter python3-yaml
-  clang llvm qemu-system-x86 busybox-static kmod cpio xz-utils zstd iproute2)
+packages=(prometheus python3-prometheus-client python3-fusepy fuse3 prometheus-node-exporter python3-yaml clang llvm
+  qemu-system-x86 busybox-static kmod cpio xz-utils zstd iproute2 gcc libc6-dev)
 missing=()
 for package in "${packages[@]}"; do
   dpkg-query -W -f='${Status}' "$package" 2>/dev/null | grep -q "install ok installed" || missing+=("$package")

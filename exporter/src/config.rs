@@ -539,7 +539,7 @@ fn command() -> Command {
             Arg::new("ebpf.strict")
                 .long("ebpf.strict")
                 .action(ArgAction::SetTrue)
-                .help("Exit with an error at startup if any eBPF probe attaches to no hook (for CI)."),
+                .help("Exit with an error at startup if any module or kernel-log eBPF probe attaches to no hook (for CI); the IOMMU and vfio probes are not required."),
         );
     for registration in COLLECTORS {
         let enable = format!("collector.{}", registration.name);

@@ -27,7 +27,7 @@ done
 if ((${#groups[@]} == 0)); then
   for file in "$lab"/scenarios/*.sh; do groups+=("$(basename "$file" .sh)"); done
 fi
-for tool in qemu-system-x86_64 busybox cpio depmod modprobe xz python3 apt-get dpkg; do
+for tool in qemu-system-x86_64 busybox cpio depmod modprobe xz python3 apt-get dpkg gcc; do
   command -v "$tool" > /dev/null || { echo "lab: $tool missing; run tests/setup.sh as root" >&2; exit 2; }
 done
 [ -x "$binary" ] || { echo "lab: no exporter binary $binary; run cargo build" >&2; exit 2; }
@@ -38,6 +38,7 @@ done
 #   cmdline=   extra kernel parameters; machine=pc (default) or q35-iommu (intel-iommu + edu)
 #   tools=verbs  rdma-core userspace (ibverbs, perftest, rdmacm) and iproute2's rdma
 #   variants=  signed modules to provide as /lab/modules/M.{signed,unsigned,badsig}.ko
+#   helpers=   C programs from helpers/, built static on the host (gcc -static) into /lab/bin
 #   timeout=   seconds the group may run in the guest (default 120)
 # Groups with the same machine and cmdline share one boot.
 directive() { sed -n "s/^# lab: $2=//p" "$lab/scenarios/$1.sh" | head -n1; }
@@ -164,8 +165,11 @@ for kernel in "${kernels[@]}"; do
   mkdir -p "$dir/share/bin" "$dir/share/results"
   build_initramfs "$root" "$kver" "$dir/initramfs.cpio"
   ln -f "$binary" "$dir/share/bin/hpcnode_exporter" 2> /dev/null || cp "$binary" "$dir/share/bin/hpcnode_exporter"
+  for helper in $(for group in "${runnable[@]}"; do directive "$group" helpers; done | xargs -n1 | sort -u); do
+    gcc -static -O2 -Wall -Wextra -Werror -o "$dir/share/bin/$helper" "$lab/helpers/$helper.c"
+  done
   cp -r "$lab/guest" "$lab/scenarios" "$dir/share/"
-  mapfile -t variants < <(for group in "${runnable[@]}"; do directive "$group" variants; done | xargs -n1 | sort -u)
+  mapfile -t variants < <(for group in "${runnable[@]}"; do directive "$group" variants; done | xargs -r -n1 | sort -u)
   make_variants "$root" "$kver" "$dir/share/modules" "${variants[@]}"
   echo "lab: $kver ready in $((SECONDS - kernel_start)) s (cache $(dirname "$root"))"
 

@@ -1,10 +1,12 @@
 //! The `ebpf` collector: kernel probes for module loads, signature verdicts, failed load
-//! syscalls and kernel log lines, attached once at startup and read at every scrape.
+//! syscalls, kernel log lines, IOMMU faults and vfio failures, attached once at startup and
+//! read at every scrape.
 //!
 //! Invariant: nothing a probe does stops the exporter. Each probe loads and attaches on its
 //! own, trying its hooks cheapest first ([`probes::attempts`]); a probe that gets none is
 //! exported as `hpcnode_ebpf_probe_attached{hook="none"} 0` with one log line saying why,
-//! and the others run. Only `--ebpf.strict` turns a missed probe into a startup error.
+//! and the others run. Only `--ebpf.strict` turns a missed probe into a startup error (not
+//! for the IOMMU and vfio probes, whose hooks a node may rightly lack).
 
 mod iommu_log;
 pub mod kernel_log;
@@ -78,11 +80,31 @@ const KERNEL_LOG_EVENTS: Desc = Desc::counter(
 
 const IOMMU_FAULTS: Desc = Desc::counter(
     "hpcnode_iommu_faults",
-    "IOMMU faults reported in the kernel log (DMAR, AMD-Vi), by device as printed, access and reason; a lower bound (the kernel ratelimits them).",
+    "IOMMU faults by device, access and reason: from the kernel log (DMAR, AMD-Vi; a lower bound, the kernel ratelimits them) or the iommu:io_page_fault tracepoint (AMD-Vi, ARM SMMU).",
+    None,
+);
+const IOMMU_FAULT_INTERRUPTS: Desc = Desc::counter(
+    "hpcnode_iommu_fault_interrupts",
+    "Intel VT-d fault interrupts (calls of dmar_fault), by IOMMU unit; one interrupt may report several faults.",
+    None,
+);
+const VFIO_ENABLE_FAILURES: Desc = Desc::counter(
+    "hpcnode_vfio_enable_failures",
+    "Failed vfio-pci device enables (vfio_pci_core_enable), by errno name.",
+    None,
+);
+const VFIO_AER_ERRORS: Desc = Desc::counter(
+    "hpcnode_vfio_aer_errors",
+    "AER errors reported on devices assigned through vfio-pci, by device and PCI channel state.",
+    None,
+);
+const VFIO_PIN_FAILURES: Desc = Desc::counter(
+    "hpcnode_vfio_pin_failures",
+    "Failed vfio page pinnings (vfio_pin_pages_remote), by errno name; ENOMEM is the memlock limit.",
     None,
 );
 
-pub const METRICS: [Desc; 11] = [
+pub const METRICS: [Desc; 15] = [
     PROBE_ATTACHED,
     PROBE_FAILURE_INFO,
     PROGRAM_RUNS,
@@ -94,6 +116,10 @@ pub const METRICS: [Desc; 11] = [
     LOAD_FAILURES,
     KERNEL_LOG_EVENTS,
     IOMMU_FAULTS,
+    IOMMU_FAULT_INTERRUPTS,
+    VFIO_ENABLE_FAILURES,
+    VFIO_AER_ERRORS,
+    VFIO_PIN_FAILURES,
 ];
 
 /// The probes of this process, attached once (by `main` before serving, or by the first
@@ -203,11 +229,12 @@ impl Probes {
         }
     }
 
-    /// For `--ebpf.strict`: an error naming every probe that is not attached, and why.
+    /// For `--ebpf.strict`: an error naming every required probe that is not attached, and why.
     pub fn require_all_attached(&self) -> Result<(), StrictError> {
         let missed: Vec<String> = self
             .probes
             .iter()
+            .filter(|state| state.probe.required_by_strict())
             .filter_map(|state| match &state.outcome {
                 Outcome::Missed { reason } => Some(format!("{} ({reason})", state.probe.name())),
                 Outcome::Attached { .. } => None,
@@ -267,6 +294,11 @@ impl Probes {
             Probe::ModuleSigCheck => push_signature_checks(&counts, out),
             Probe::ModuleLoadSyscall => push_load_failures(&counts, out),
             Probe::KernelLog => self.push_kernel_log(out),
+            Probe::IommuFault => push_tracepoint_iommu_faults(&counts, out),
+            Probe::DmarFault => push_fault_interrupts(&counts, out),
+            Probe::VfioEnable => push_errnos(&VFIO_ENABLE_FAILURES, &counts, out),
+            Probe::VfioPin => push_errnos(&VFIO_PIN_FAILURES, &counts, out),
+            Probe::VfioAer => push_vfio_aer_errors(&counts, out),
         }
     }
 
@@ -346,6 +378,94 @@ fn push_load_failures(counts: &sys::ProbeCounts, out: &mut Output) {
     }
 }
 
+/// The label of an event whose device the kernel did not give (a NULL `struct device`).
+const NO_DEVICE: &str = "unknown";
+/// The label of events the kernel side could not record by device (its map was full).
+const OTHER_DEVICE: &str = "other";
+
+fn device_label(name: &str) -> String {
+    if name.is_empty() {
+        NO_DEVICE.into()
+    } else {
+        name.into()
+    }
+}
+
+/// `iommu:io_page_fault` counts, in the series the kernel-log matcher also writes.
+fn push_tracepoint_iommu_faults(counts: &sys::ProbeCounts, out: &mut Output) {
+    let labels = |device: String, access: &str| -> Labels {
+        vec![
+            ("device", device.into()),
+            ("access", access.to_string().into()),
+            ("reason", "io_page_fault".into()),
+            ("source", "tracepoint".into()),
+        ]
+    };
+    for (device, write, count) in &counts.device_events {
+        let access = if *write != 0 { "write" } else { "read" };
+        out.samples.push(
+            &IOMMU_FAULTS,
+            labels(device_label(device), access),
+            Value::Int(*count),
+        );
+    }
+    if counts.dropped > 0 {
+        out.samples.push(
+            &IOMMU_FAULTS,
+            labels(OTHER_DEVICE.into(), "other"),
+            Value::Int(counts.dropped),
+        );
+    }
+}
+
+fn push_fault_interrupts(counts: &sys::ProbeCounts, out: &mut Output) {
+    for (seq_id, count) in &counts.fault_interrupts {
+        let iommu = if *seq_id >= 0 {
+            format!("dmar{seq_id}")
+        } else {
+            NO_DEVICE.into()
+        };
+        out.samples.push(
+            &IOMMU_FAULT_INTERRUPTS,
+            vec![("iommu", iommu.into())],
+            Value::Int(*count),
+        );
+    }
+}
+
+fn push_errnos(desc: &'static Desc, counts: &sys::ProbeCounts, out: &mut Output) {
+    for (errno, count) in &counts.failure_errnos {
+        out.samples.push(
+            desc,
+            vec![("errno", module_events::errno_name(*errno).into())],
+            Value::Int(*count),
+        );
+    }
+}
+
+/// `pci_channel_state_t`: io_normal 1, io_frozen 2, io_perm_failure 3.
+fn channel_state(state: u32) -> String {
+    match state {
+        1 => "normal".into(),
+        2 => "frozen".into(),
+        3 => "perm_failure".into(),
+        other => format!("state_{other}"),
+    }
+}
+
+fn push_vfio_aer_errors(counts: &sys::ProbeCounts, out: &mut Output) {
+    for (device, state, count) in &counts.device_events {
+        out.samples.push(
+            &VFIO_AER_ERRORS,
+            vec![
+                ("device", device_label(device).into()),
+                ("state", channel_state(*state).into()),
+            ],
+            Value::Int(*count),
+        );
+    }
+}
+
 /// The module syscalls by this architecture's numbers (what the kernel side records).
 fn syscall_name(nr: u32) -> String {
     match i64::from(nr) {
@@ -385,6 +505,7 @@ impl Collector for EbpfCollector {
 #[cfg(test)]
 pub(crate) mod tests {
     use super::*;
+    use std::collections::BTreeMap;
 
     /// Whether a test that needs root (BPF, /dev/kmsg) can run; where it cannot it says so, and
     /// in CI (which runs as root) that is a failure.
@@ -416,6 +537,72 @@ pub(crate) mod tests {
         assert_eq!(parse_release("3.10.0-1160.el7.x86_64"), Some((3, 10)));
         assert_eq!(parse_release("6.18.44-fc-v669"), Some((6, 18)));
         assert_eq!(parse_release("garbage"), None);
+    }
+
+    /// The exposition lines of what the push functions wrote.
+    fn exposition(out: Output) -> Vec<String> {
+        let text = crate::metrics::encode(out.samples, crate::metrics::Format::PrometheusText);
+        let text = text.unwrap();
+        text.lines()
+            .filter(|line| !line.starts_with('#'))
+            .map(str::to_string)
+            .collect()
+    }
+
+    #[test]
+    fn iommu_and_vfio_counts_become_labelled_series() {
+        let counts = sys::ProbeCounts {
+            device_events: vec![
+                ("0000:41:00.0".into(), 1, 3),
+                ("0000:41:00.0".into(), 0, 1),
+                (String::new(), 0, 2), // NULL device (SMMUv2)
+            ],
+            dropped: 4,
+            ..Default::default()
+        };
+        let mut out = Output::default();
+        push_tracepoint_iommu_faults(&counts, &mut out);
+        let tracepoint = |device: &str, access: &str, count: u64| {
+            format!("hpcnode_iommu_faults_total{{device=\"{device}\",access=\"{access}\",reason=\"io_page_fault\",source=\"tracepoint\"}} {count}")
+        };
+        assert_eq!(
+            exposition(out),
+            [
+                tracepoint("0000:41:00.0", "write", 3),
+                tracepoint("0000:41:00.0", "read", 1),
+                tracepoint("unknown", "read", 2),
+                tracepoint("other", "other", 4),
+            ]
+        );
+
+        let mut out = Output::default();
+        push_vfio_aer_errors(&counts, &mut out);
+        assert_eq!(
+            exposition(out)[..2],
+            [
+                "hpcnode_vfio_aer_errors_total{device=\"0000:41:00.0\",state=\"normal\"} 3",
+                "hpcnode_vfio_aer_errors_total{device=\"0000:41:00.0\",state=\"state_0\"} 1",
+            ]
+        );
+
+        let counts = sys::ProbeCounts {
+            fault_interrupts: BTreeMap::from([(0, 2), (-1, 1)]),
+            failure_errnos: BTreeMap::from([(12, 5)]),
+            ..Default::default()
+        };
+        let mut out = Output::default();
+        push_fault_interrupts(&counts, &mut out);
+        push_errnos(&VFIO_PIN_FAILURES, &counts, &mut out);
+        assert_eq!(
+            exposition(out),
+            [
+                "hpcnode_iommu_fault_interrupts_total{iommu=\"unknown\"} 1",
+                "hpcnode_iommu_fault_interrupts_total{iommu=\"dmar0\"} 2",
+                "hpcnode_vfio_pin_failures_total{errno=\"ENOMEM\"} 5",
+            ]
+        );
+        assert_eq!(channel_state(2), "frozen");
+        assert_eq!(channel_state(3), "perm_failure");
     }
 
     #[test]

@@ -10,14 +10,24 @@ pub enum Probe {
     ModuleSigCheck,
     ModuleLoadSyscall,
     KernelLog,
+    IommuFault,
+    DmarFault,
+    VfioEnable,
+    VfioAer,
+    VfioPin,
 }
 
 impl Probe {
-    pub const ALL: [Probe; 4] = [
+    pub const ALL: [Probe; 9] = [
         Probe::ModuleLoad,
         Probe::ModuleSigCheck,
         Probe::ModuleLoadSyscall,
         Probe::KernelLog,
+        Probe::IommuFault,
+        Probe::DmarFault,
+        Probe::VfioEnable,
+        Probe::VfioAer,
+        Probe::VfioPin,
     ];
 
     pub fn name(self) -> &'static str {
@@ -26,7 +36,22 @@ impl Probe {
             Probe::ModuleSigCheck => "module_sig_check",
             Probe::ModuleLoadSyscall => "module_load_syscall",
             Probe::KernelLog => "kernel_log",
+            Probe::IommuFault => "iommu_fault",
+            Probe::DmarFault => "dmar_fault",
+            Probe::VfioEnable => "vfio_enable",
+            Probe::VfioAer => "vfio_aer",
+            Probe::VfioPin => "vfio_pin",
         }
+    }
+
+    /// Whether `--ebpf.strict` requires the probe. The IOMMU and vfio probes hook code that a
+    /// node may rightly lack (no IOMMU support, an AMD or ARM IOMMU, vfio modules not loaded
+    /// when the exporter starts), so their absence is reported but is not an error.
+    pub fn required_by_strict(self) -> bool {
+        matches!(
+            self,
+            Probe::ModuleLoad | Probe::ModuleSigCheck | Probe::ModuleLoadSyscall | Probe::KernelLog
+        )
     }
 
     /// Whether the probe is pointless on a kernel without module support. Only the syscall
@@ -42,7 +67,9 @@ pub enum Hook {
     TpBtf,
     RawTp,
     Tracepoint,
+    Fentry,
     Fexit,
+    Kprobe,
     Kretprobe,
     /// Counting a tracepoint with perf events, no BPF.
     Perf,
@@ -56,7 +83,9 @@ impl Hook {
             Hook::TpBtf => "tp_btf",
             Hook::RawTp => "raw_tp",
             Hook::Tracepoint => "tracepoint",
+            Hook::Fentry => "fentry",
             Hook::Fexit => "fexit",
+            Hook::Kprobe => "kprobe",
             Hook::Kretprobe => "kretprobe",
             Hook::Perf => "perf",
             Hook::Kmsg => "kmsg",
@@ -68,7 +97,7 @@ impl Hook {
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Needs {
     Nothing,
-    /// Kernel BTF: tp_btf and fexit, and CO-RE reads of kernel structs.
+    /// Kernel BTF: tp_btf, fentry and fexit, and CO-RE reads of kernel structs.
     Btf,
     /// Kernel BTF and x86-64: reads `struct pt_regs` registers.
     BtfOnX86_64,
@@ -170,6 +199,54 @@ const KERNEL_LOG: &[Attempt] = &[
     attempt(Kmsg, "", &[], Needs::Nothing),
 ];
 
+/// No classic tracepoint: its dev_name() crashes on the NULL device of recent SMMUv2.
+const IOMMU_FAULT: &[Attempt] = &[
+    attempt(TpBtf, "iommu_fault_btf", &["io_page_fault"], Needs::Btf),
+    attempt(RawTp, "iommu_fault_raw", &["io_page_fault"], Needs::Btf),
+];
+
+const DMAR_FAULT: &[Attempt] = &[
+    attempt(Fentry, "dmar_fault_fentry", &["dmar_fault"], Needs::Btf),
+    attempt(
+        Kprobe,
+        "dmar_fault_kprobe",
+        &["dmar_fault"],
+        Needs::BtfOnX86_64,
+    ),
+];
+
+/// The vfio functions live in modules: kprobes only (aya attaches fentry/fexit to vmlinux
+/// functions), and only while the module is loaded when the exporter starts.
+const VFIO_ENABLE: &[Attempt] = &[
+    attempt(
+        Kretprobe,
+        "vfio_enable_kretprobe",
+        &["vfio_pci_core_enable"],
+        Needs::BtfOnX86_64,
+    ),
+    // Before 5.15.
+    attempt(
+        Kretprobe,
+        "vfio_enable_kretprobe",
+        &["vfio_pci_enable"],
+        Needs::BtfOnX86_64,
+    ),
+];
+
+const VFIO_AER: &[Attempt] = &[attempt(
+    Kprobe,
+    "vfio_aer_kprobe",
+    &["vfio_pci_core_aer_err_detected"],
+    Needs::BtfOnX86_64,
+)];
+
+const VFIO_PIN: &[Attempt] = &[attempt(
+    Kretprobe,
+    "vfio_pin_kretprobe",
+    &["vfio_pin_pages_remote"],
+    Needs::BtfOnX86_64,
+)];
+
 /// The hooks of each probe, in the order tried: the cheapest that exists wins.
 pub fn attempts(probe: Probe) -> &'static [Attempt] {
     match probe {
@@ -177,6 +254,11 @@ pub fn attempts(probe: Probe) -> &'static [Attempt] {
         Probe::ModuleSigCheck => MODULE_SIG_CHECK,
         Probe::ModuleLoadSyscall => MODULE_LOAD_SYSCALL,
         Probe::KernelLog => KERNEL_LOG,
+        Probe::IommuFault => IOMMU_FAULT,
+        Probe::DmarFault => DMAR_FAULT,
+        Probe::VfioEnable => VFIO_ENABLE,
+        Probe::VfioAer => VFIO_AER,
+        Probe::VfioPin => VFIO_PIN,
     }
 }
 

@@ -10,7 +10,7 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use aya::maps::{HashMap as BpfHashMap, MapData, PerCpuArray, RingBuf};
-use aya::programs::{BtfTracePoint, FExit, KProbe, Program, RawTracePoint, TracePoint};
+use aya::programs::{BtfTracePoint, FEntry, FExit, KProbe, Program, RawTracePoint, TracePoint};
 use aya::{Btf, Ebpf, EbpfLoader};
 use perf_event::events::Tracepoint as PerfTracepoint;
 use perf_event::Counter;
@@ -30,6 +30,11 @@ fn object(probe: Probe) -> &'static [u8] {
             aya::include_bytes_aligned!("../../../ebpf/module_load_syscall.bpf.o")
         }
         Probe::KernelLog => aya::include_bytes_aligned!("../../../ebpf/kernel_log.bpf.o"),
+        Probe::IommuFault => aya::include_bytes_aligned!("../../../ebpf/iommu_fault.bpf.o"),
+        Probe::DmarFault => aya::include_bytes_aligned!("../../../ebpf/dmar_fault.bpf.o"),
+        Probe::VfioEnable | Probe::VfioAer | Probe::VfioPin => {
+            aya::include_bytes_aligned!("../../../ebpf/vfio.bpf.o")
+        }
     }
 }
 
@@ -126,10 +131,11 @@ fn load_program(
     let btf = || btf.ok_or("no kernel BTF");
     match attempt.hook {
         Hook::TpBtf => <&mut BtfTracePoint>::try_from(program)?.load(target, btf()?)?,
+        Hook::Fentry => <&mut FEntry>::try_from(program)?.load(target, btf()?)?,
         Hook::Fexit => <&mut FExit>::try_from(program)?.load(target, btf()?)?,
         Hook::RawTp => <&mut RawTracePoint>::try_from(program)?.load()?,
         Hook::Tracepoint => <&mut TracePoint>::try_from(program)?.load()?,
-        Hook::Kretprobe => <&mut KProbe>::try_from(program)?.load()?,
+        Hook::Kprobe | Hook::Kretprobe => <&mut KProbe>::try_from(program)?.load()?,
         Hook::Perf | Hook::Kmsg => return Err("not a BPF hook".into()),
     }
     Ok(())
@@ -142,13 +148,16 @@ fn attach_program(program: &mut Program, attempt: &Attempt) -> Result<(), Box<dy
         Hook::TpBtf => {
             <&mut BtfTracePoint>::try_from(program)?.attach()?;
         }
+        Hook::Fentry => {
+            <&mut FEntry>::try_from(program)?.attach()?;
+        }
         Hook::Fexit => {
             <&mut FExit>::try_from(program)?.attach()?;
         }
         Hook::RawTp => {
             <&mut RawTracePoint>::try_from(program)?.attach(target)?;
         }
-        Hook::Kretprobe => {
+        Hook::Kprobe | Hook::Kretprobe => {
             <&mut KProbe>::try_from(program)?.attach(target, 0)?;
         }
         Hook::Tracepoint => {
@@ -332,6 +341,22 @@ struct LoadFailureKey {
 // SAFETY: two 32-bit integers, no padding.
 unsafe impl aya::Pod for LoadFailureKey {}
 
+/// `struct device_event_key` of ebpf/include/device_name.h.
+#[repr(C)]
+#[derive(Clone, Copy)]
+struct DeviceEventKey {
+    device: [u8; 48],
+    detail: u32,
+}
+// SAFETY: bytes and a 32-bit integer, no padding (48 + 4 bytes, 4-byte aligned).
+unsafe impl aya::Pod for DeviceEventKey {}
+
+/// The text before the first NUL of a fixed-size name the kernel side filled.
+fn c_name(bytes: &[u8]) -> String {
+    let len = bytes.iter().position(|&b| b == 0).unwrap_or(bytes.len());
+    String::from_utf8_lossy(&bytes[..len]).into_owned()
+}
+
 /// What one probe's maps hold, as plain values.
 #[derive(Debug, Default, PartialEq)]
 pub struct ProbeCounts {
@@ -341,10 +366,24 @@ pub struct ProbeCounts {
     pub signature_returns: BTreeMap<i32, u64>,
     /// module_load_syscall: (syscall number, errno) -> failures.
     pub load_failures: BTreeMap<(u32, i32), u64>,
+    /// iommu_fault: (device name, write flag) and vfio_aer: (device name, channel state)
+    /// -> events; the name is empty where the kernel passed no device.
+    pub device_events: Vec<(String, u32, u64)>,
+    /// dmar_fault: IOMMU sequence number (`dmar<N>`) -> fault interrupts.
+    pub fault_interrupts: BTreeMap<i32, u64>,
+    /// vfio_enable, vfio_pin: errno -> failed calls.
+    pub failure_errnos: BTreeMap<i32, u64>,
     /// module_load counted by perf, which sees that a module loaded but not which one.
     pub unnamed_module_loads: u64,
     /// Events the kernel side could not record (a full map or ring buffer).
     pub dropped: u64,
+}
+
+/// An `i32 -> u64` count hash of the kernel side (return values, errnos, unit numbers).
+fn read_i32_counts(map: &aya::maps::Map) -> Result<BTreeMap<i32, u64>, String> {
+    let err = |e: aya::maps::MapError| one_line(&e);
+    let counts: BpfHashMap<_, i32, u64> = BpfHashMap::try_from(map).map_err(err)?;
+    counts.iter().map(|entry| entry.map_err(err)).collect()
 }
 
 /// Reads a probe's counters from its maps, or its perf counters.
@@ -372,19 +411,14 @@ pub fn read_counts(probe: Probe, attachment: &Attachment) -> Result<ProbeCounts,
                         BpfHashMap::try_from(map("module_loads")?).map_err(err)?;
                     for entry in loads.iter() {
                         let (key, count) = entry.map_err(err)?;
-                        let len = key.name.iter().position(|&b| b == 0).unwrap_or(56);
-                        let name = String::from_utf8_lossy(&key.name[..len]).into_owned();
-                        counts.module_loads.push((name, key.taints, count));
+                        counts
+                            .module_loads
+                            .push((c_name(&key.name), key.taints, count));
                     }
                     "module_loads_dropped"
                 }
                 Probe::ModuleSigCheck => {
-                    let returns: BpfHashMap<_, i32, u64> =
-                        BpfHashMap::try_from(map("signature_checks")?).map_err(err)?;
-                    for entry in returns.iter() {
-                        let (ret, count) = entry.map_err(err)?;
-                        counts.signature_returns.insert(ret, count);
-                    }
+                    counts.signature_returns = read_i32_counts(map("signature_checks")?)?;
                     "signature_checks_dropped"
                 }
                 Probe::ModuleLoadSyscall => {
@@ -399,6 +433,30 @@ pub fn read_counts(probe: Probe, attachment: &Attachment) -> Result<ProbeCounts,
                     "load_failures_dropped"
                 }
                 Probe::KernelLog => "kernel_log_lost",
+                Probe::IommuFault | Probe::VfioAer => {
+                    let (events, dropped) = if probe == Probe::IommuFault {
+                        ("iommu_faults", "iommu_faults_dropped")
+                    } else {
+                        ("vfio_aer_errors", "vfio_aer_errors_dropped")
+                    };
+                    let events: BpfHashMap<_, DeviceEventKey, u64> =
+                        BpfHashMap::try_from(map(events)?).map_err(err)?;
+                    for entry in events.iter() {
+                        let (key, count) = entry.map_err(err)?;
+                        counts
+                            .device_events
+                            .push((c_name(&key.device), key.detail, count));
+                    }
+                    dropped
+                }
+                Probe::DmarFault => {
+                    counts.fault_interrupts = read_i32_counts(map("fault_interrupts")?)?;
+                    "fault_interrupts_dropped"
+                }
+                Probe::VfioEnable | Probe::VfioPin => {
+                    counts.failure_errnos = read_i32_counts(map("vfio_failures")?)?;
+                    "vfio_failures_dropped"
+                }
             };
             let dropped: PerCpuArray<_, u64> =
                 PerCpuArray::try_from(map(dropped_map)?).map_err(err)?;
@@ -438,7 +496,7 @@ mod tests {
                 loaded += 1;
             }
         }
-        assert!(loaded >= 9, "only {loaded} programs loaded");
+        assert!(loaded >= 14, "only {loaded} programs loaded");
     }
 
     /// The syscall probe's kernel side, run by BPF_PROG_TEST_RUN on its raw_tp program with a
@@ -452,17 +510,7 @@ mod tests {
             return;
         }
         let btf = kernel_btf().unwrap();
-        let attempt = attempts(Probe::ModuleLoadSyscall)
-            .iter()
-            .find(|a| a.hook == Hook::RawTp)
-            .unwrap();
-        let mut ebpf = EbpfLoader::new()
-            .btf(Some(&btf))
-            .load(object(Probe::ModuleLoadSyscall))
-            .unwrap();
-        let program = ebpf.program_mut(attempt.program).unwrap();
-        load_program(program, attempt, Some(&btf)).unwrap();
-        let fd = program.fd().unwrap().as_fd().as_raw_fd();
+        let (ebpf, program, fd) = load_raw_tp(Probe::ModuleLoadSyscall, Some(&btf));
         let exits = [
             (libc::SYS_finit_module, -129),
             (libc::SYS_finit_module, -129),
@@ -477,7 +525,7 @@ mod tests {
         }
         let attachment = Attachment::Bpf {
             ebpf: Mutex::new(ebpf),
-            program: attempt.program,
+            program,
         };
         let counts = read_counts(Probe::ModuleLoadSyscall, &attachment).unwrap();
         let expected = BTreeMap::from([
@@ -497,17 +545,7 @@ mod tests {
         {
             return;
         }
-        let attempt = attempts(Probe::KernelLog)
-            .iter()
-            .find(|a| a.hook == Hook::RawTp)
-            .unwrap();
-        let mut ebpf = EbpfLoader::new()
-            .btf(None)
-            .load(object(Probe::KernelLog))
-            .unwrap();
-        let program = ebpf.program_mut(attempt.program).unwrap();
-        load_program(program, attempt, None).unwrap();
-        let fd = program.fd().unwrap().as_fd().as_raw_fd();
+        let (mut ebpf, _, fd) = load_raw_tp(Probe::KernelLog, None);
         let short = "Loading of unsigned module is rejected";
         let long = "x".repeat(400);
         for text in [short, &long] {
@@ -519,6 +557,49 @@ mod tests {
         let second = ring.next().map(|r| kernel_log::ring_record_text(&r));
         assert_eq!(second, Some(Some("x".repeat(255))));
         assert!(ring.next().is_none());
+    }
+
+    /// The IOMMU fault probe's raw_tp program, run by BPF_PROG_TEST_RUN with made-up
+    /// `io_page_fault(dev, iova, flags)` arguments: the device's name read through the kernel's
+    /// own `struct device` layout, the write flag, and a NULL device (recent SMMUv2) counted
+    /// without a name instead of crashing.
+    #[test]
+    fn io_page_fault_program_counts_by_device_and_access() {
+        if !crate::ebpf::tests::running_as_root("io_page_fault_program_counts_by_device_and_access")
+        {
+            return;
+        }
+        let btf = kernel_btf().unwrap();
+        let (ebpf, program, fd) = load_raw_tp(Probe::IommuFault, Some(&btf));
+        // Wherever this kernel keeps init_name and kobj.name, every pointer-sized slot of this
+        // stand-in `struct device` points at the name.
+        let name = c"0000:3b:00.0";
+        let device = [name.as_ptr() as u64; 512];
+        const WRITE: u64 = 1;
+        let faults = [
+            (device.as_ptr() as u64, 0),
+            (device.as_ptr() as u64, WRITE),
+            (device.as_ptr() as u64, WRITE),
+            (0, 0), // NULL device
+        ];
+        for (dev, flags) in faults {
+            test_run_raw_tp(fd, &[dev, 0xfffd_1000, flags]);
+        }
+        let attachment = Attachment::Bpf {
+            ebpf: Mutex::new(ebpf),
+            program,
+        };
+        let mut counts = read_counts(Probe::IommuFault, &attachment).unwrap();
+        counts.device_events.sort();
+        assert_eq!(
+            counts.device_events,
+            [
+                (String::new(), 0, 1),
+                ("0000:3b:00.0".to_string(), 0, 1),
+                ("0000:3b:00.0".to_string(), 1, 2),
+            ]
+        );
+        assert_eq!(counts.dropped, 0);
     }
 
     /// The perf fallback (module loads where BPF is refused) counts a tracepoint on every CPU;
@@ -541,6 +622,20 @@ mod tests {
         }
         // Other processes may log too: at least our three lines.
         assert!(read() >= before + 3, "{before} -> {}", read());
+    }
+
+    /// Loads the probe's raw_tp program for BPF_PROG_TEST_RUN: its object, name and fd (valid
+    /// while the object lives).
+    fn load_raw_tp(probe: Probe, btf: Option<&Btf>) -> (Ebpf, &'static str, i32) {
+        let attempt = attempts(probe)
+            .iter()
+            .find(|a| a.hook == Hook::RawTp)
+            .unwrap();
+        let mut ebpf = EbpfLoader::new().btf(btf).load(object(probe)).unwrap();
+        let program = ebpf.program_mut(attempt.program).unwrap();
+        load_program(program, attempt, btf).unwrap();
+        let fd = program.fd().unwrap().as_fd().as_raw_fd();
+        (ebpf, attempt.program, fd)
     }
 
     /// BPF_PROG_TEST_RUN of a raw_tp program with the given tracepoint arguments.
