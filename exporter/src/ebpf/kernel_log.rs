@@ -106,8 +106,16 @@ impl KernelLogCounts {
         })
     }
 
-    /// Counts one log line (its text, without priority or timestamp).
-    pub fn count_line(&self, line: &str) {
+    /// Counts one log record (its text, without priority or timestamp). A record may hold
+    /// several lines: one printk with embedded newlines, like the two-line DMAR fault report
+    /// of kernels before 4.7, is one record; each of its lines is matched on its own.
+    pub fn count_line(&self, record: &str) {
+        for line in record.split('\n').filter(|line| !line.trim().is_empty()) {
+            self.count_one_line(line);
+        }
+    }
+
+    fn count_one_line(&self, line: &str) {
         let mut faults = self.iommu_faults.lock().unwrap_or_else(|p| p.into_inner());
         if faults.count_line(&self.iommu_matcher, line.trim_end()) {
             return;
@@ -144,12 +152,35 @@ impl KernelLogCounts {
 }
 
 /// The text of one `/dev/kmsg` record: `<prio>,<seq>,<usec>,<flags>[,...];<text>\n` followed
-/// by optional ` KEY=value` continuation lines.
+/// by optional ` KEY=value` continuation lines. The kernel writes every byte of the text below
+/// a space, above `~`, and `\` itself as `\xNN`: they are decoded, so a record's embedded
+/// newlines (one printk of several lines) are newlines again, as on the ring buffer path.
 pub fn kmsg_record_text(record: &[u8]) -> Option<String> {
     let start = record.iter().position(|&b| b == b';')? + 1;
     let text = &record[start..];
     let end = text.iter().position(|&b| b == b'\n').unwrap_or(text.len());
-    Some(String::from_utf8_lossy(&text[..end]).into_owned())
+    let mut text = &text[..end];
+    let mut decoded = Vec::with_capacity(text.len());
+    while let Some((&byte, rest)) = text.split_first() {
+        let hex = |digit: u8| char::from(digit).to_digit(16);
+        let escaped = match rest {
+            [b'x', high, low, ..] if byte == b'\\' => hex(*high)
+                .zip(hex(*low))
+                .map(|(high, low)| (high * 16 + low) as u8),
+            _ => None,
+        };
+        match escaped {
+            Some(value) => {
+                decoded.push(value);
+                text = &rest[3..];
+            }
+            None => {
+                decoded.push(byte);
+                text = rest;
+            }
+        }
+    }
+    Some(String::from_utf8_lossy(&decoded).into_owned())
 }
 
 /// The text of one ring buffer record from the kernel_log probe: a native-endian u32 length,
@@ -293,6 +324,28 @@ mod tests {
             Some("Lockdown: modprobe: unsigned module loading is restricted; see man kernel_lockdown.7")
         );
         assert_eq!(kmsg_record_text(b"no separator"), None);
+        // Escaped bytes are decoded; a lone or malformed escape stays as written.
+        assert_eq!(
+            kmsg_record_text(b"6,1,2,-;a\\x5cb\\x09c \\xzz \\x4\n").as_deref(),
+            Some("a\\b\tc \\xzz \\x4")
+        );
+    }
+
+    /// Kernels before 4.7 print an Intel fault as one printk of two lines, which /dev/kmsg
+    /// (the only kernel log source there) gives as one record with an escaped newline.
+    #[test]
+    fn two_line_dmar_record_from_kmsg_counts() {
+        let record = b"3,2210,4512345678,-;DMAR:[DMA Read] Request device [3b:00.0] fault addr 1ff000 \\x0aDMAR:[fault reason 06] PTE Read access is not set\n";
+        let counts = KernelLogCounts::new();
+        counts.count_line(&kmsg_record_text(record).unwrap());
+        let faults = counts.iommu_faults();
+        assert_eq!(faults.len(), 1, "{faults:?}");
+        let (fault, count) = &faults[0];
+        assert_eq!(
+            (fault.device.as_str(), fault.access, fault.reason.as_str()),
+            ("3b:00.0", "read", "PTE Read access is not set")
+        );
+        assert_eq!(*count, 1);
     }
 
     /// The /dev/kmsg fallback on the real device: only lines written after it opened count.
