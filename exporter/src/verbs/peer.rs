@@ -4,7 +4,7 @@
 use std::net::{IpAddr, SocketAddr, TcpListener, TcpStream, ToSocketAddrs};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use super::engine::{self, Endpoint, Measurement, Params, Progress, Side};
 use super::ffi::Verbs;
@@ -321,9 +321,17 @@ fn session(
     channel.set_timeout(settings.step_timeout)?;
     side.side.clear_receive_area();
     channel.send(&Message::Latency)?;
+    // Each echo waits at most a step, and all of them at most as long as a bandwidth run: a
+    // peer writing just before every step timeout would otherwise hold the responder for
+    // 100 000 of them.
+    let ping_pong_end = Instant::now() + channel_timeout_for_bandwidth(settings.step_timeout);
     for i in 0..params.latency_iterations.max(1) {
+        let left = ping_pong_end.saturating_duration_since(Instant::now());
+        if left.is_zero() {
+            return Err(ProbeError::Timeout("the ping-pong (longer than a bandwidth run)").into());
+        }
         side.side
-            .echo(&remote, engine::marker(i), settings.step_timeout)?;
+            .echo(&remote, engine::marker(i), left.min(settings.step_timeout))?;
     }
     match channel.receive()? {
         Message::Done => Ok(()),
@@ -332,7 +340,7 @@ fn session(
 }
 
 /// How long the responder waits for the client's bandwidth run to finish: the longest run the
-/// client may configure, plus its drain.
+/// client may configure, plus its drain. The ping-pong gets as long in all.
 fn channel_timeout_for_bandwidth(step_timeout: Duration) -> Duration {
     super::MAX_DURATION + step_timeout
 }
