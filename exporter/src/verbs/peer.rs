@@ -230,7 +230,12 @@ pub fn serve(
 ) {
     let busy = Arc::new(AtomicBool::new(false));
     for stream in listener.incoming() {
-        let Ok(stream) = stream else { continue };
+        let Ok(stream) = stream else {
+            // Out of file descriptors (or memory) fails every accept at once: without a pause
+            // the listener would spin a core until the process has some again.
+            std::thread::sleep(Duration::from_millis(100));
+            continue;
+        };
         let Ok(peer) = stream.peer_addr().map(|a| a.ip()) else {
             continue;
         };
