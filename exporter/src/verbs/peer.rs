@@ -258,9 +258,14 @@ pub fn serve(
         let spawned = std::thread::Builder::new()
             .name("hpcnode-verbs-responder".into())
             .spawn(move || {
-                let outcome = session(stream, &verbs, &settings);
-                stats.record(peer, outcome);
+                // A bug in one session must not leave the responder busy for good: it is
+                // counted as that session's error, as the scheduler counts a run's.
+                let outcome = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+                    session(stream, &verbs, &settings)
+                }))
+                .unwrap_or(Err(SessionError::Probe(ProbeError::Panicked)));
                 session_busy.store(false, Ordering::Release);
+                stats.record(peer, outcome);
             });
         if spawned.is_err() {
             busy.store(false, Ordering::Release);
