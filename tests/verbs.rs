@@ -401,3 +401,29 @@ fn probe_command_fails_cleanly() {
     assert_eq!(code, 2);
     assert!(stderr.contains("--min-ratio"), "{stderr}");
 }
+
+#[test]
+fn responder_without_a_device_says_why_it_is_not_listening() {
+    let sysfs = tempfile::tempdir().unwrap();
+    let address = format!("127.0.0.1:{}", free_port());
+    let exporter = Exporter::start(&[
+        "--collector.disable-defaults",
+        "--collector.verbs",
+        &real_library(),
+        &format!("--probe.verbs.listen={address}"),
+        "--probe.verbs.allow=127.0.0.1",
+        &format!("--path.sysfs={}", sysfs.path().display()),
+    ]);
+    let text = exporter.get("/metrics").text();
+    assert!(text.contains("hpcnode_verbs_probe_available 1"), "{text}");
+    assert!(
+        !text.contains("hpcnode_verbs_responder_sessions_total"),
+        "{text}"
+    );
+    assert!(TcpStream::connect(&address).is_err());
+    let log = exporter.log();
+    assert!(
+        log.contains("verbs responder not started: no RDMA device"),
+        "{log}"
+    );
+}
