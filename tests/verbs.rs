@@ -302,9 +302,18 @@ fn hostile_peers_cost_a_counted_failure_and_nothing_else() {
     wait_for(&exporter, &sessions("bad_token", 1));
 
     // One session at a time: a silent session holds the responder, the next is turned away.
+    // The first is being served (its session thread runs, not the last one's) before the
+    // second arrives.
+    let await_sessions = |count: usize| {
+        let deadline = Instant::now() + Duration::from_secs(10);
+        while session_threads() != count {
+            assert!(Instant::now() < deadline, "never {count} session threads");
+            std::thread::sleep(Duration::from_millis(10));
+        }
+    };
+    await_sessions(0);
     let silent = connect();
-    wait_for(&exporter, "hpcnode_verbs_responder_sessions_total"); // the first is being served
-    std::thread::sleep(Duration::from_millis(100));
+    await_sessions(1);
     let mut second = connect();
     second.write_all(&hello(b"right-token")).unwrap();
     assert_eq!(reply(second), reject(2));
@@ -391,4 +400,30 @@ fn probe_command_fails_cleanly() {
     let (code, _, stderr) = probe_command(&["--min-ratio=fast"]);
     assert_eq!(code, 2);
     assert!(stderr.contains("--min-ratio"), "{stderr}");
+}
+
+#[test]
+fn responder_without_a_device_says_why_it_is_not_listening() {
+    let sysfs = tempfile::tempdir().unwrap();
+    let address = format!("127.0.0.1:{}", free_port());
+    let exporter = Exporter::start(&[
+        "--collector.disable-defaults",
+        "--collector.verbs",
+        &real_library(),
+        &format!("--probe.verbs.listen={address}"),
+        "--probe.verbs.allow=127.0.0.1",
+        &format!("--path.sysfs={}", sysfs.path().display()),
+    ]);
+    let text = exporter.get("/metrics").text();
+    assert!(text.contains("hpcnode_verbs_probe_available 1"), "{text}");
+    assert!(
+        !text.contains("hpcnode_verbs_responder_sessions_total"),
+        "{text}"
+    );
+    assert!(TcpStream::connect(&address).is_err());
+    let log = exporter.log();
+    assert!(
+        log.contains("verbs responder not started: no RDMA device"),
+        "{log}"
+    );
 }

@@ -350,9 +350,18 @@ pub fn build(config: &Config) -> Box<dyn Collector> {
 fn start_responder(config: &Config, verbs: &Arc<Verbs>) -> Option<Arc<ResponderStats>> {
     let settings = &config.verbs;
     let listen = settings.listen.clone()?;
-    let device = match settings.devices.first() {
-        Some(device) => device.clone(),
-        None => devices(&config.sysfs).into_iter().next()?,
+    let Some(device) = settings
+        .devices
+        .first()
+        .cloned()
+        .or_else(|| first_device(&config.sysfs))
+    else {
+        logging::log(
+            Level::Error,
+            "verbs responder not started: no RDMA device",
+            &[("address", &listen)],
+        );
+        return None;
     };
     let responder = Arc::new(ResponderSettings {
         listen,
@@ -387,10 +396,17 @@ fn start_responder(config: &Config, verbs: &Arc<Verbs>) -> Option<Arc<ResponderS
     );
     let stats = Arc::new(ResponderStats::default());
     let (verbs, serving) = (verbs.clone(), stats.clone());
-    std::thread::Builder::new()
+    let started = std::thread::Builder::new()
         .name("hpcnode-verbs-listen".into())
-        .spawn(move || peer::serve(listener, verbs, responder, serving))
-        .ok()?;
+        .spawn(move || peer::serve(listener, verbs, responder, serving));
+    if let Err(err) = started {
+        logging::log(
+            Level::Error,
+            "cannot start the verbs responder thread",
+            &[("err", &err.to_string())],
+        );
+        return None;
+    }
     Some(stats)
 }
 

@@ -2,7 +2,8 @@
 //!
 //! Every message is one frame: magic `HPVB`, version 1, a kind byte, a big-endian u16 payload
 //! length (at most [`MAX_PAYLOAD`]) and the payload, whose size is fixed per kind (the token
-//! aside). [`decode`] is a pure function over bytes; every read and write is under a timeout.
+//! aside). [`decode`] is a pure function over bytes; every read and write is under a timeout,
+//! and a whole frame must arrive within one (a peer dripping a byte at a time gets no longer).
 //!
 //! Session (client C, responder R): C->R `Hello` (token, C's endpoint, ping-pong count);
 //! R->C `Accept` (R's endpoint) or `Reject`; C runs the bandwidth writes; C->R `Latency`;
@@ -10,7 +11,7 @@
 
 use std::io::{Read, Write};
 use std::net::TcpStream;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use super::engine::Endpoint;
 
@@ -252,40 +253,63 @@ impl From<std::io::Error> for OobError {
     }
 }
 
-/// A TCP connection carrying frames, every read and write under `timeout`.
+/// A TCP connection carrying frames: every write under `timeout`, every frame read within it.
 pub struct Channel {
     stream: TcpStream,
+    timeout: Duration,
 }
 
 impl Channel {
     pub fn new(stream: TcpStream, timeout: Duration) -> Result<Channel, OobError> {
-        stream.set_read_timeout(Some(timeout))?;
-        stream.set_write_timeout(Some(timeout))?;
         stream.set_nodelay(true)?;
-        Ok(Channel { stream })
+        let mut channel = Channel {
+            stream,
+            timeout: Duration::ZERO,
+        };
+        channel.set_timeout(timeout)?;
+        Ok(channel)
     }
 
     pub fn set_timeout(&mut self, timeout: Duration) -> Result<(), OobError> {
         self.stream.set_read_timeout(Some(timeout))?;
-        Ok(self.stream.set_write_timeout(Some(timeout))?)
+        self.stream.set_write_timeout(Some(timeout))?;
+        self.timeout = timeout;
+        Ok(())
     }
 
     pub fn send(&mut self, message: &Message) -> Result<(), OobError> {
         Ok(self.stream.write_all(&message.encode())?)
     }
 
-    /// Reads one frame: the header first (rejected before anything more is read), then exactly
-    /// the payload it announces.
+    /// Reads one frame, all of it within the timeout: the header first (rejected before
+    /// anything more is read), then exactly the payload it announces.
     pub fn receive(&mut self) -> Result<Message, OobError> {
+        let deadline = Instant::now() + self.timeout;
         let mut frame = [0u8; HEADER + MAX_PAYLOAD];
-        self.read_exact(&mut frame[..HEADER])?;
+        self.read_exact(&mut frame[..HEADER], deadline)?;
         let (_, len) = header(&frame[..HEADER])?;
-        self.read_exact(&mut frame[HEADER..HEADER + len])?;
+        self.read_exact(&mut frame[HEADER..HEADER + len], deadline)?;
         Ok(decode(&frame[..HEADER + len])?.0)
     }
 
-    fn read_exact(&mut self, buf: &mut [u8]) -> Result<(), OobError> {
-        self.stream.read_exact(buf).map_err(OobError::from)
+    /// Fills `buf` by `deadline`: each read waits only for what is left of it, so that a peer
+    /// sending a byte at a time cannot stretch one frame to a timeout per byte.
+    fn read_exact(&mut self, buf: &mut [u8], deadline: Instant) -> Result<(), OobError> {
+        let mut filled = 0;
+        while filled < buf.len() {
+            let left = deadline.saturating_duration_since(Instant::now());
+            if left.is_zero() {
+                return Err(OobError::Timeout);
+            }
+            self.stream.set_read_timeout(Some(left))?;
+            match self.stream.read(&mut buf[filled..]) {
+                Ok(0) => return Err(OobError::Closed),
+                Ok(n) => filled += n,
+                Err(err) if err.kind() == std::io::ErrorKind::Interrupted => {}
+                Err(err) => return Err(err.into()),
+            }
+        }
+        Ok(())
     }
 }
 
@@ -396,6 +420,44 @@ mod tests {
         assert!(!tokens_match(b"abc", b"abd"));
         assert!(!tokens_match(b"abc", b"ab"));
         assert!(tokens_match(b"", b""));
+    }
+
+    /// A peer that sends `frame` a byte every `gap`, on a loopback connection.
+    fn dripping_peer(frame: Vec<u8>, gap: Duration) -> (TcpStream, std::thread::JoinHandle<()>) {
+        let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        let address = listener.local_addr().unwrap();
+        let writer = std::thread::spawn(move || {
+            let mut stream = TcpStream::connect(address).unwrap();
+            for byte in frame {
+                if stream.write_all(&[byte]).is_err() {
+                    return;
+                }
+                std::thread::sleep(gap);
+            }
+        });
+        (listener.accept().unwrap().0, writer)
+    }
+
+    #[test]
+    fn a_frame_dripped_a_byte_at_a_time_times_out_once() {
+        let frame = all_messages()[0].encode();
+        let gap = Duration::from_millis(20);
+        // Every byte comes well within the timeout, the whole frame does not.
+        let (stream, writer) = dripping_peer(frame.clone(), gap);
+        let timeout = Duration::from_millis(300);
+        assert!(gap * frame.len() as u32 > timeout * 3);
+        let mut channel = Channel::new(stream, timeout).unwrap();
+        let started = Instant::now();
+        assert!(matches!(channel.receive(), Err(OobError::Timeout)));
+        assert!(started.elapsed() < timeout * 2, "{:?}", started.elapsed());
+        drop(channel);
+        writer.join().unwrap();
+
+        // The same drip within the timeout is one message.
+        let (stream, writer) = dripping_peer(frame, Duration::from_millis(1));
+        let mut channel = Channel::new(stream, Duration::from_secs(10)).unwrap();
+        assert_eq!(channel.receive().unwrap(), all_messages()[0]);
+        writer.join().unwrap();
     }
 
     proptest! {

@@ -4,7 +4,7 @@
 use std::net::{IpAddr, SocketAddr, TcpListener, TcpStream, ToSocketAddrs};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use super::engine::{self, Endpoint, Measurement, Params, Progress, Side};
 use super::ffi::Verbs;
@@ -230,7 +230,12 @@ pub fn serve(
 ) {
     let busy = Arc::new(AtomicBool::new(false));
     for stream in listener.incoming() {
-        let Ok(stream) = stream else { continue };
+        let Ok(stream) = stream else {
+            // Out of file descriptors (or memory) fails every accept at once: without a pause
+            // the listener would spin a core until the process has some again.
+            std::thread::sleep(Duration::from_millis(100));
+            continue;
+        };
         let Ok(peer) = stream.peer_addr().map(|a| a.ip()) else {
             continue;
         };
@@ -253,9 +258,14 @@ pub fn serve(
         let spawned = std::thread::Builder::new()
             .name("hpcnode-verbs-responder".into())
             .spawn(move || {
-                let outcome = session(stream, &verbs, &settings);
-                stats.record(peer, outcome);
+                // A bug in one session must not leave the responder busy for good: it is
+                // counted as that session's error, as the scheduler counts a run's.
+                let outcome = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+                    session(stream, &verbs, &settings)
+                }))
+                .unwrap_or(Err(SessionError::Probe(ProbeError::Panicked)));
                 session_busy.store(false, Ordering::Release);
+                stats.record(peer, outcome);
             });
         if spawned.is_err() {
             busy.store(false, Ordering::Release);
@@ -321,9 +331,17 @@ fn session(
     channel.set_timeout(settings.step_timeout)?;
     side.side.clear_receive_area();
     channel.send(&Message::Latency)?;
+    // Each echo waits at most a step, and all of them at most as long as a bandwidth run: a
+    // peer writing just before every step timeout would otherwise hold the responder for
+    // 100 000 of them.
+    let ping_pong_end = Instant::now() + channel_timeout_for_bandwidth(settings.step_timeout);
     for i in 0..params.latency_iterations.max(1) {
+        let left = ping_pong_end.saturating_duration_since(Instant::now());
+        if left.is_zero() {
+            return Err(ProbeError::Timeout("the ping-pong (longer than a bandwidth run)").into());
+        }
         side.side
-            .echo(&remote, engine::marker(i), settings.step_timeout)?;
+            .echo(&remote, engine::marker(i), left.min(settings.step_timeout))?;
     }
     match channel.receive()? {
         Message::Done => Ok(()),
@@ -332,7 +350,7 @@ fn session(
 }
 
 /// How long the responder waits for the client's bandwidth run to finish: the longest run the
-/// client may configure, plus its drain.
+/// client may configure, plus its drain. The ping-pong gets as long in all.
 fn channel_timeout_for_bandwidth(step_timeout: Duration) -> Duration {
     super::MAX_DURATION + step_timeout
 }
