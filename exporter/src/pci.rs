@@ -266,7 +266,8 @@ const PASSTHROUGH_DRIVERS: [&str; 2] = [VFIO_DRIVER, "pci-stub"];
 const IRQ_UNASSIGNED: [u64; 2] = [0, 255];
 const CONFIG_SPACE_BYTES: usize = 4096;
 /// Real `modules.alias` files are 1 to 2 MiB; nova.conf with its comments about 200 KiB.
-const MODULES_ALIAS_LIMIT: usize = 64 << 20;
+/// modules.alias is read once per unbound device, by up to four units at once.
+const MODULES_ALIAS_LIMIT: usize = 16 << 20;
 const CONFIG_FILE_LIMIT: usize = 4 << 20;
 /// Candidate modules kept per unbound device; more go to one `other` series.
 const MAX_ALIAS_MODULES: usize = 8;
@@ -854,7 +855,10 @@ impl Read<'_> {
         }
         let dir = collector.rootfs.join("lib/modules").join(&release);
         match SysDir::open(&dir).and_then(|d| d.read_file("modules.alias", MODULES_ALIAS_LIMIT)) {
-            Ok(bytes) => Some(String::from_utf8_lossy(&bytes).into_owned()),
+            // Valid UTF-8 (as depmod writes it) is kept without a copy.
+            Ok(bytes) => Some(String::from_utf8(bytes).unwrap_or_else(|invalid| {
+                String::from_utf8_lossy(invalid.as_bytes()).into_owned()
+            })),
             Err(err) => {
                 self.error(err);
                 None
