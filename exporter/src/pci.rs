@@ -767,6 +767,16 @@ impl Read<'_> {
         if group.is_empty() {
             return false;
         }
+        // It becomes a path component under kernel/iommu_groups: a number, never `..`.
+        if !group.bytes().all(|b| b.is_ascii_digit()) {
+            let path = dir.path("iommu_group");
+            self.error(SysfsError::parse(
+                &path,
+                "not an IOMMU group number",
+                &group,
+            ));
+            return false;
+        }
         let members_dir = self
             .collector
             .sysfs
