@@ -281,6 +281,39 @@ fn iommu_group_link_never_leaves_iommu_groups() {
     assert_eq!(log.matches("not an IOMMU group number").count(), 1, "{log}");
 }
 
+/// A link width that is not a number is reported once, not silently dropped; the speed and
+/// the other device's width are still exported.
+#[test]
+fn garbage_link_width_is_reported() {
+    let tree = util::TreeCopy::of("pci_host");
+    let devices = tree.sys().join("bus/pci/devices");
+    std::fs::write(devices.join("0000:3b:00.0/current_link_width"), "x16\n").unwrap();
+    let root = format!("{FIXTURES}/pci_host");
+    let exporter = Exporter::start(&[
+        "--collector.disable-defaults",
+        "--collector.pci",
+        &tree.sys_arg(),
+        &format!("--path.procfs={root}/proc"),
+        &format!("--path.rootfs={root}"),
+    ]);
+    let text = scrape(&exporter);
+    assert_lines(
+        &text,
+        &["hpcnode_collector_errors_total{collector=\"pci\",kind=\"parse\"} 1"],
+    );
+    assert!(!text.contains("hpcnode_pci_link_width{device=\"0000:3b:00.0\",link=\"current\"}"));
+    assert!(text.contains("hpcnode_pci_link_width{device=\"0000:3b:00.0\",link=\"maximum\"}"));
+    assert!(text.contains(
+        "hpcnode_pci_link_speed_transfers_per_second{device=\"0000:3b:00.0\",link=\"current\"}"
+    ));
+    let log = exporter.log_with("not a link width");
+    assert_eq!(
+        log.matches("0000:3b:00.0/current_link_width").count(),
+        1,
+        "{log}"
+    );
+}
+
 /// The kernel release names a directory under --path.rootfs: one that would lead out of
 /// `lib/modules` (here to a planted `etc/modules.alias` claiming the unbound devices) is refused.
 #[test]

@@ -713,8 +713,16 @@ impl Read<'_> {
                 Some(text) => parse_link_speed(&text),
                 None => from_config.and_then(|l| l.speed_gts),
             };
+            // The kernel prints the width as a number (0 while the link is down).
             let width = match self.optional(dir, &width_file) {
-                Some(text) => text.parse::<u64>().ok().filter(|w| *w > 0),
+                Some(text) => match text.parse::<u64>() {
+                    Ok(width) => Some(width).filter(|w| *w > 0),
+                    Err(_) => {
+                        let path = dir.path(&width_file);
+                        self.error(SysfsError::parse(&path, "not a link width", &text));
+                        None
+                    }
+                },
                 None => from_config.map(|l| u64::from(l.width)).filter(|w| *w > 0),
             };
             let mut labels = labels.clone();
