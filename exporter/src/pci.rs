@@ -410,7 +410,12 @@ fn read_identity(
 
 /// A config file named by a flag, read whole (it is not under a root: the flag names it).
 fn read_file(path: &Path, limit: usize) -> Result<Vec<u8>, SysfsError> {
-    let parent = path.parent().unwrap_or(Path::new("/"));
+    // `nova.conf` has the parent "", which no directory opens: it means the working directory.
+    let parent = match path.parent() {
+        Some(parent) if parent.as_os_str().is_empty() => Path::new("."),
+        Some(parent) => parent,
+        None => Path::new("/"),
+    };
     let name = path
         .file_name()
         .map(|n| n.to_string_lossy().into_owned())
@@ -1130,6 +1135,13 @@ mod tests {
         for bad in ["10de", "10de:1eb8:1", "xyz:1eb8", "10de1:1eb8", ""] {
             assert_eq!(DeviceSelector::parse(bad), None, "{bad}");
         }
+    }
+
+    #[test]
+    fn a_config_file_named_without_a_directory_is_in_the_working_directory() {
+        // Unit tests run in the crate directory.
+        let bytes = read_file(Path::new("Cargo.toml"), CONFIG_FILE_LIMIT).unwrap();
+        assert!(String::from_utf8_lossy(&bytes).contains("[package]"));
     }
 
     #[test]
