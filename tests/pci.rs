@@ -255,18 +255,11 @@ fn bad_input_is_reported_and_the_rest_exported() {
 /// a group number (here `..`) is reported, not followed, and the device is not isolated.
 #[test]
 fn iommu_group_link_never_leaves_iommu_groups() {
-    let tree = util::TreeCopy::of("pci_host");
+    let tree = util::TreeCopy::with_rootfs("pci_host");
     let link = tree.sys().join("bus/pci/devices/0000:3b:00.0/iommu_group");
     std::fs::remove_file(&link).unwrap();
     std::os::unix::fs::symlink("../../../../kernel/iommu_groups/..", &link).unwrap();
-    let root = format!("{FIXTURES}/pci_host");
-    let exporter = Exporter::start(&[
-        "--collector.disable-defaults",
-        "--collector.pci",
-        &tree.sys_arg(),
-        &format!("--path.procfs={root}/proc"),
-        &format!("--path.rootfs={root}"),
-    ]);
+    let exporter = util::start_on_root("pci", tree.root(), &[]);
     let text = scrape(&exporter);
     assert_lines(
         &text,
@@ -285,17 +278,10 @@ fn iommu_group_link_never_leaves_iommu_groups() {
 /// the other device's width are still exported.
 #[test]
 fn garbage_link_width_is_reported() {
-    let tree = util::TreeCopy::of("pci_host");
+    let tree = util::TreeCopy::with_rootfs("pci_host");
     let devices = tree.sys().join("bus/pci/devices");
     std::fs::write(devices.join("0000:3b:00.0/current_link_width"), "x16\n").unwrap();
-    let root = format!("{FIXTURES}/pci_host");
-    let exporter = Exporter::start(&[
-        "--collector.disable-defaults",
-        "--collector.pci",
-        &tree.sys_arg(),
-        &format!("--path.procfs={root}/proc"),
-        &format!("--path.rootfs={root}"),
-    ]);
+    let exporter = util::start_on_root("pci", tree.root(), &[]);
     let text = scrape(&exporter);
     assert_lines(
         &text,
