@@ -27,6 +27,8 @@ const MAX_REGEX_BYTES: usize = 64 << 10;
 /// Device specs kept per file (real hosts have a handful): each may hold four regexes, so
 /// their number bounds the memory and time a file costs.
 const MAX_DEVICE_SPECS: usize = 256;
+/// Aliases kept per file: each is a few series, so their number bounds the output.
+const MAX_ALIASES: usize = 256;
 
 /// How Nova classifies a PCI device, and what an alias asks for.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -216,7 +218,8 @@ pub struct NovaConfig {
 
 pub fn parse_config(text: &str) -> NovaConfig {
     let mut config = NovaConfig::default();
-    let mut truncated = false;
+    let mut too_many_specs = false;
+    let mut too_many_aliases = false;
     for entry in parse_ini(text) {
         let place = || format!("[{}] {} (line {})", entry.section, entry.key, entry.line);
         if let Some((_, option)) = DEVICE_SPEC_OPTIONS
@@ -227,8 +230,8 @@ pub fn parse_config(text: &str) -> NovaConfig {
             match parse_device_specs(option, &entry.value, room) {
                 Ok((specs, complete)) => {
                     config.specs.extend(specs);
-                    if !complete && !truncated {
-                        truncated = true;
+                    if !complete && !too_many_specs {
+                        too_many_specs = true;
                         config.errors.push(format!(
                             "{}: more than {MAX_DEVICE_SPECS} device specs, the rest ignored",
                             place()
@@ -242,6 +245,15 @@ pub fn parse_config(text: &str) -> NovaConfig {
             .any(|(section, key)| *section == entry.section && *key == entry.key)
         {
             match parse_alias(&entry.value) {
+                Ok(_) if config.aliases.len() >= MAX_ALIASES => {
+                    if !too_many_aliases {
+                        too_many_aliases = true;
+                        config.errors.push(format!(
+                            "{}: more than {MAX_ALIASES} aliases, the rest ignored",
+                            place()
+                        ));
+                    }
+                }
                 Ok(alias) => config.aliases.push(alias),
                 Err(reason) => config.errors.push(format!("{}: {reason}", place())),
             }
@@ -571,5 +583,10 @@ device_spec = {"address": {"bus": "[0-9a-fA-F]{2}", "domain": ".*", "function": 
         assert_eq!(config.specs.len(), MAX_DEVICE_SPECS);
         assert_eq!(config.errors.len(), 1, "{:?}", config.errors);
         assert!(config.errors[0].contains("the rest ignored"));
+        let aliases = "alias = {\"name\": \"a\"}\n".repeat(MAX_ALIASES + 10);
+        let config = parse_config(&format!("[pci]\n{aliases}"));
+        assert_eq!(config.aliases.len(), MAX_ALIASES);
+        assert_eq!(config.errors.len(), 1, "{:?}", config.errors);
+        assert!(config.errors[0].contains("aliases, the rest ignored"));
     }
 }
