@@ -251,6 +251,55 @@ fn bad_input_is_reported_and_the_rest_exported() {
     }
 }
 
+/// The iommu_group link's target names a directory under kernel/iommu_groups: one that is not
+/// a group number (here `..`) is reported, not followed, and the device is not isolated.
+#[test]
+fn iommu_group_link_never_leaves_iommu_groups() {
+    let tree = util::TreeCopy::with_rootfs("pci_host");
+    let link = tree.sys().join("bus/pci/devices/0000:3b:00.0/iommu_group");
+    std::fs::remove_file(&link).unwrap();
+    std::os::unix::fs::symlink("../../../../kernel/iommu_groups/..", &link).unwrap();
+    let exporter = util::start_on_root("pci", tree.root(), &[]);
+    let text = scrape(&exporter);
+    assert_lines(
+        &text,
+        &[
+            "hpcnode_collector_errors_total{collector=\"pci\",kind=\"parse\"} 1",
+            "hpcnode_collector_errors_total{collector=\"pci\",kind=\"io\"} 0",
+            "hpcnode_pci_passthrough_check{device=\"0000:3b:00.0\",check=\"group_isolated\"} 0",
+            "hpcnode_pci_passthrough_ready{device=\"0000:3b:00.0\"} 0",
+        ],
+    );
+    let log = exporter.log_with("not an IOMMU group number");
+    assert_eq!(log.matches("not an IOMMU group number").count(), 1, "{log}");
+}
+
+/// A link width that is not a number is reported once, not silently dropped; the speed and
+/// the other device's width are still exported.
+#[test]
+fn garbage_link_width_is_reported() {
+    let tree = util::TreeCopy::with_rootfs("pci_host");
+    let devices = tree.sys().join("bus/pci/devices");
+    std::fs::write(devices.join("0000:3b:00.0/current_link_width"), "x16\n").unwrap();
+    let exporter = util::start_on_root("pci", tree.root(), &[]);
+    let text = scrape(&exporter);
+    assert_lines(
+        &text,
+        &["hpcnode_collector_errors_total{collector=\"pci\",kind=\"parse\"} 1"],
+    );
+    assert!(!text.contains("hpcnode_pci_link_width{device=\"0000:3b:00.0\",link=\"current\"}"));
+    assert!(text.contains("hpcnode_pci_link_width{device=\"0000:3b:00.0\",link=\"maximum\"}"));
+    assert!(text.contains(
+        "hpcnode_pci_link_speed_transfers_per_second{device=\"0000:3b:00.0\",link=\"current\"}"
+    ));
+    let log = exporter.log_with("not a link width");
+    assert_eq!(
+        log.matches("0000:3b:00.0/current_link_width").count(),
+        1,
+        "{log}"
+    );
+}
+
 /// The kernel release names a directory under --path.rootfs: one that would lead out of
 /// `lib/modules` (here to a planted `etc/modules.alias` claiming the unbound devices) is refused.
 #[test]

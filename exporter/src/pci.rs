@@ -266,7 +266,8 @@ const PASSTHROUGH_DRIVERS: [&str; 2] = [VFIO_DRIVER, "pci-stub"];
 const IRQ_UNASSIGNED: [u64; 2] = [0, 255];
 const CONFIG_SPACE_BYTES: usize = 4096;
 /// Real `modules.alias` files are 1 to 2 MiB; nova.conf with its comments about 200 KiB.
-const MODULES_ALIAS_LIMIT: usize = 64 << 20;
+/// modules.alias is read once per unbound device, by up to four units at once.
+const MODULES_ALIAS_LIMIT: usize = 16 << 20;
 const CONFIG_FILE_LIMIT: usize = 4 << 20;
 /// Candidate modules kept per unbound device; more go to one `other` series.
 const MAX_ALIAS_MODULES: usize = 8;
@@ -409,7 +410,12 @@ fn read_identity(
 
 /// A config file named by a flag, read whole (it is not under a root: the flag names it).
 fn read_file(path: &Path, limit: usize) -> Result<Vec<u8>, SysfsError> {
-    let parent = path.parent().unwrap_or(Path::new("/"));
+    // `nova.conf` has the parent "", which no directory opens: it means the working directory.
+    let parent = match path.parent() {
+        Some(parent) if parent.as_os_str().is_empty() => Path::new("."),
+        Some(parent) => parent,
+        None => Path::new("/"),
+    };
     let name = path
         .file_name()
         .map(|n| n.to_string_lossy().into_owned())
@@ -712,8 +718,16 @@ impl Read<'_> {
                 Some(text) => parse_link_speed(&text),
                 None => from_config.and_then(|l| l.speed_gts),
             };
+            // The kernel prints the width as a number (0 while the link is down).
             let width = match self.optional(dir, &width_file) {
-                Some(text) => text.parse::<u64>().ok().filter(|w| *w > 0),
+                Some(text) => match text.parse::<u64>() {
+                    Ok(width) => Some(width).filter(|w| *w > 0),
+                    Err(_) => {
+                        let path = dir.path(&width_file);
+                        self.error(SysfsError::parse(&path, "not a link width", &text));
+                        None
+                    }
+                },
                 None => from_config.map(|l| u64::from(l.width)).filter(|w| *w > 0),
             };
             let mut labels = labels.clone();
@@ -764,6 +778,16 @@ impl Read<'_> {
     fn group_isolated(&mut self, dir: &SysDir, address: &str) -> bool {
         let group = self.link(dir, "iommu_group");
         if group.is_empty() {
+            return false;
+        }
+        // It becomes a path component under kernel/iommu_groups: a number, never `..`.
+        if !group.bytes().all(|b| b.is_ascii_digit()) {
+            let path = dir.path("iommu_group");
+            self.error(SysfsError::parse(
+                &path,
+                "not an IOMMU group number",
+                &group,
+            ));
             return false;
         }
         let members_dir = self
@@ -854,7 +878,10 @@ impl Read<'_> {
         }
         let dir = collector.rootfs.join("lib/modules").join(&release);
         match SysDir::open(&dir).and_then(|d| d.read_file("modules.alias", MODULES_ALIAS_LIMIT)) {
-            Ok(bytes) => Some(String::from_utf8_lossy(&bytes).into_owned()),
+            // Valid UTF-8 (as depmod writes it) is kept without a copy.
+            Ok(bytes) => Some(String::from_utf8(bytes).unwrap_or_else(|invalid| {
+                String::from_utf8_lossy(invalid.as_bytes()).into_owned()
+            })),
             Err(err) => {
                 self.error(err);
                 None
@@ -1108,6 +1135,13 @@ mod tests {
         for bad in ["10de", "10de:1eb8:1", "xyz:1eb8", "10de1:1eb8", ""] {
             assert_eq!(DeviceSelector::parse(bad), None, "{bad}");
         }
+    }
+
+    #[test]
+    fn a_config_file_named_without_a_directory_is_in_the_working_directory() {
+        // Unit tests run in the crate directory.
+        let bytes = read_file(Path::new("Cargo.toml"), CONFIG_FILE_LIMIT).unwrap();
+        assert!(String::from_utf8_lossy(&bytes).contains("[package]"));
     }
 
     #[test]

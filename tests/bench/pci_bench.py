@@ -124,10 +124,12 @@ def main():
             target.cpu_ticks = -target.cpu()
         for _ in range(args.scrapes):
             for target in targets:
-                status, body = target.scrape()
-                target.body_bytes, target.samples = len(body), body.count(b"\n")
+                target.last = target.scrape()
+                target.body_bytes, target.samples = len(target.last[1]), target.last[1].count(b"\n")
         for target in targets:
             target.cpu_ticks += target.cpu()
+            # Each target's own last scrape (not whichever target the loop scraped last).
+            status, body = target.last
             target.check += " | last: " + check(target.label, status, body, args.devices)
             target.memory()
         tick_ms = 1000.0 / os.sysconf("SC_CLK_TCK")

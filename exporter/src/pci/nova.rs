@@ -6,7 +6,7 @@
 //! string (`[[[domain]:]bus]:][slot][.[function]]`, `*` per field) or as a dict of regular
 //! expressions matched from the start of each field.
 
-use regex::Regex;
+use regex::{Regex, RegexBuilder};
 use serde_json::{Map, Value};
 
 /// The section and option names that carry device specs and aliases. The `[DEFAULT]` ones
@@ -20,6 +20,15 @@ const ALIAS_OPTIONS: [(&str, &str); 2] = [("pci", "alias"), ("DEFAULT", "pci_ali
 
 /// The longest spec or alias text kept as a label value.
 const MAX_LABEL_CHARS: usize = 160;
+/// Compiled size allowed for one address field regex. Real ones (`3[bc]`, `[0-9a-f]{2}`,
+/// `.*`) take a few KiB; the config is parsed on every scrape, so a hostile pattern such as
+/// `(\w{100}){100}` must be refused, not built (the regex crate's default allows 10 MiB).
+const MAX_REGEX_BYTES: usize = 64 << 10;
+/// Device specs kept per file (real hosts have a handful): each may hold four regexes, so
+/// their number bounds the memory and time a file costs.
+const MAX_DEVICE_SPECS: usize = 256;
+/// Aliases kept per file: each is a few series, so their number bounds the output.
+const MAX_ALIASES: usize = 256;
 
 /// How Nova classifies a PCI device, and what an alias asks for.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -209,14 +218,26 @@ pub struct NovaConfig {
 
 pub fn parse_config(text: &str) -> NovaConfig {
     let mut config = NovaConfig::default();
+    let mut too_many_specs = false;
+    let mut too_many_aliases = false;
     for entry in parse_ini(text) {
         let place = || format!("[{}] {} (line {})", entry.section, entry.key, entry.line);
         if let Some((_, option)) = DEVICE_SPEC_OPTIONS
             .iter()
             .find(|(section, key)| *section == entry.section && *key == entry.key)
         {
-            match parse_device_specs(option, &entry.value) {
-                Ok(specs) => config.specs.extend(specs),
+            let room = MAX_DEVICE_SPECS - config.specs.len();
+            match parse_device_specs(option, &entry.value, room) {
+                Ok((specs, complete)) => {
+                    config.specs.extend(specs);
+                    if !complete && !too_many_specs {
+                        too_many_specs = true;
+                        config.errors.push(format!(
+                            "{}: more than {MAX_DEVICE_SPECS} device specs, the rest ignored",
+                            place()
+                        ));
+                    }
+                }
                 Err(reason) => config.errors.push(format!("{}: {reason}", place())),
             }
         } else if ALIAS_OPTIONS
@@ -224,6 +245,15 @@ pub fn parse_config(text: &str) -> NovaConfig {
             .any(|(section, key)| *section == entry.section && *key == entry.key)
         {
             match parse_alias(&entry.value) {
+                Ok(_) if config.aliases.len() >= MAX_ALIASES => {
+                    if !too_many_aliases {
+                        too_many_aliases = true;
+                        config.errors.push(format!(
+                            "{}: more than {MAX_ALIASES} aliases, the rest ignored",
+                            place()
+                        ));
+                    }
+                }
                 Ok(alias) => config.aliases.push(alias),
                 Err(reason) => config.errors.push(format!("{}: {reason}", place())),
             }
@@ -285,9 +315,14 @@ fn parse_ini(text: &str) -> Vec<IniEntry> {
     entries
 }
 
-fn parse_device_specs(option: &'static str, value: &str) -> Result<Vec<DeviceSpec>, String> {
+/// At most `room` specs are built (each may compile regexes); `false` when some were left.
+fn parse_device_specs(
+    option: &'static str,
+    value: &str,
+    room: usize,
+) -> Result<(Vec<DeviceSpec>, bool), String> {
     let json: Value = serde_json::from_str(value).map_err(|e| format!("invalid JSON: {e}"))?;
-    let objects = match json {
+    let objects: Vec<Map<String, Value>> = match json {
         Value::Object(object) => vec![object],
         Value::Array(items) => items
             .into_iter()
@@ -300,10 +335,13 @@ fn parse_device_specs(option: &'static str, value: &str) -> Result<Vec<DeviceSpe
             .collect::<Result<_, _>>()?,
         other => return Err(format!("expected a JSON object or list, got {other}")),
     };
-    objects
+    let complete = objects.len() <= room;
+    let specs = objects
         .into_iter()
+        .take(room)
         .map(|object| parse_device_spec(option, object))
-        .collect()
+        .collect::<Result<_, _>>()?;
+    Ok((specs, complete))
 }
 
 fn parse_device_spec(
@@ -418,8 +456,16 @@ fn parse_address_regexes(fields: &Map<String, Value>) -> Result<[Regex; 4], Stri
             Some(Value::String(pattern)) => pattern,
             Some(other) => return Err(format!("address {key} must be a string, got {other}")),
         };
-        Regex::new(&format!("^(?:{pattern})"))
-            .map_err(|_| format!("address {key} {pattern:?} is not a regular expression"))
+        RegexBuilder::new(&format!("^(?:{pattern})"))
+            .size_limit(MAX_REGEX_BYTES)
+            .dfa_size_limit(MAX_REGEX_BYTES)
+            .build()
+            .map_err(|err| match err {
+                regex::Error::CompiledTooBig(_) => {
+                    format!("address {key} {pattern:?} is too large a regular expression")
+                }
+                _ => format!("address {key} {pattern:?} is not a regular expression"),
+            })
     };
     Ok([
         compile("domain")?,
@@ -506,5 +552,41 @@ device_spec = {"vendor_id": "10de"}
         let spec = &parse_config("[pci]\ndevice_spec={\"address\":\"0:3b:0.0\"}").specs[0];
         assert!(spec.matches(&t4("0000:3b:00.0")));
         assert!(!spec.matches(&t4("0000:3b:00.1")));
+    }
+
+    #[test]
+    fn hostile_configs_are_bounded() {
+        // Compiles to far more than MAX_REGEX_BYTES, which the regex crate's default allows.
+        assert!(Regex::new(r"^(?:\w{200})").is_ok());
+        let config = parse_config(
+            r#"[pci]
+device_spec = {"address": {"bus": "\\w{200}"}}
+device_spec = {"address": {"bus": "[0-9a-fA-F]{2}", "domain": ".*", "function": "\\d"}}
+"#,
+        );
+        assert_eq!(config.errors.len(), 1, "{:?}", config.errors);
+        assert!(
+            config.errors[0].contains("too large"),
+            "{:?}",
+            config.errors
+        );
+        assert_eq!(config.specs.len(), 1);
+        assert!(config.specs[0].matches(&t4("0000:3b:00.0")));
+        // Specs beyond the bound are not built, and said so once.
+        let list = format!(
+            "[{}]",
+            vec![r#"{"address": {"bus": "3b"}}"#; MAX_DEVICE_SPECS + 10].join(",")
+        );
+        let config = parse_config(&format!(
+            "[pci]\ndevice_spec = {list}\ndevice_spec = {{\"vendor_id\": \"10de\"}}\n"
+        ));
+        assert_eq!(config.specs.len(), MAX_DEVICE_SPECS);
+        assert_eq!(config.errors.len(), 1, "{:?}", config.errors);
+        assert!(config.errors[0].contains("the rest ignored"));
+        let aliases = "alias = {\"name\": \"a\"}\n".repeat(MAX_ALIASES + 10);
+        let config = parse_config(&format!("[pci]\n{aliases}"));
+        assert_eq!(config.aliases.len(), MAX_ALIASES);
+        assert_eq!(config.errors.len(), 1, "{:?}", config.errors);
+        assert!(config.errors[0].contains("aliases, the rest ignored"));
     }
 }
