@@ -486,3 +486,43 @@ fn hung_library_call_is_bounded() {
     let most = *threads.iter().max().unwrap();
     assert!(most <= threads[0] + 3, "threads grew: {threads:?}");
 }
+
+/// Calls are serialised (the library keeps global state): a call that never returns on one
+/// online card must not hold the other online card's read forever, or that card's host state
+/// (what says why the first one hangs) would vanish with it. The card waiting for its turn gives
+/// up, says so, and exports its sysfs readings.
+#[test]
+fn hung_library_call_holds_only_its_own_card() {
+    if !root_or_skip("hung_library_call_holds_only_its_own_card") {
+        return;
+    }
+    let library = fake_library(&["-DHANG_IN_THERMAL"]);
+    let tree = TreeCopy::with_rootfs("mic_mpss3");
+    fs::write(tree.sys().join("class/mic/mic1/state"), "online\n").unwrap();
+    let exporter = start_with_library(
+        tree.dir.path(),
+        library.path(),
+        None,
+        &["--scrape.timeout=500ms"],
+    );
+    scrape(&exporter);
+    for _ in 0..3 {
+        let text = scrape(&exporter);
+        let online: Vec<&str> = ["mic0", "mic1"]
+            .into_iter()
+            .filter(|card| {
+                text.contains(&format!(
+                    "hpcnode_mic_card_state{{device=\"{card}\",state=\"online\"}} 1\n"
+                ))
+            })
+            .collect();
+        assert_eq!(online.len(), 1, "one card hangs, the other is read: {text}");
+        assert!(text.contains(&format!(
+            "hpcnode_mic_source_available{{device=\"{}\",source=\"libmicmgmt\"}} 0\n",
+            online[0]
+        )));
+    }
+    let cause = "libmicmgmt.so.0 busy";
+    let log = log_with(&exporter, cause);
+    assert_eq!(log.matches(cause).count(), 1, "{log}");
+}

@@ -18,7 +18,8 @@ use std::ffi::{c_int, c_void};
 use std::path::{Path, PathBuf};
 use std::ptr;
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Mutex, OnceLock};
+use std::sync::{Condvar, Mutex, OnceLock, PoisonError};
+use std::time::Duration;
 
 use libloading::Library;
 
@@ -45,7 +46,10 @@ pub fn build(config: &Config) -> Box<dyn Collector> {
                 (path.card.clone(), config.rootfs.join(relative))
             })
             .collect(),
-        library: config.mic_libmicmgmt.then(LibrarySource::default),
+        // Half the deadline: a card waiting for its turn still has time to send what it read.
+        library: config
+            .mic_libmicmgmt
+            .then(|| LibrarySource::new(config.scrape_timeout / 2)),
     })
 }
 
@@ -596,10 +600,10 @@ impl CardRead<'_> {
         if !online {
             return false;
         }
-        let _one_caller = source
-            .calls
-            .lock()
-            .unwrap_or_else(|poisoned| poisoned.into_inner());
+        let Some(_turn) = source.calls.take() else {
+            self.error(LibraryError::Busy);
+            return false;
+        };
         match library.open(number) {
             Ok(device) => self.library_readings(library, &device),
             Err(err) => {
@@ -800,6 +804,8 @@ enum LibraryError {
     MissingSymbol(&'static str),
     #[error("{LIBRARY} does not list {0} among its devices")]
     NotListed(String),
+    #[error("{LIBRARY} busy: a call for another card has not returned")]
+    Busy,
     #[error("{LIBRARY} {call} for {card} failed with error {code}")]
     Call {
         call: &'static str,
@@ -810,7 +816,11 @@ enum LibraryError {
 
 impl From<&LibraryError> for CollectError {
     fn from(err: &LibraryError) -> Self {
-        CollectError::new(ErrorKind::Io, err.to_string())
+        let kind = match err {
+            LibraryError::Busy => ErrorKind::StillRunning,
+            _ => ErrorKind::Io,
+        };
+        CollectError::new(kind, err.to_string())
     }
 }
 
@@ -821,16 +831,62 @@ impl From<LibraryError> for CollectError {
 }
 
 /// The library, loaded on first use by a card read and kept for the process's life.
-#[derive(Default)]
 struct LibrarySource {
     loaded: OnceLock<Result<MicLib, LibraryError>>,
     /// Whether the load failure has been reported.
     reported: AtomicBool,
     /// libmicmgmt keeps its error state in globals: one caller at a time.
-    calls: Mutex<()>,
+    calls: Turn,
+}
+
+/// One caller at a time, and a bounded wait for the turn: a call that never returns (a card
+/// that stopped answering over SCIF) holds its own card's read, not every other card's too.
+struct Turn {
+    taken: Mutex<bool>,
+    freed: Condvar,
+    wait: Duration,
+}
+
+/// The turn, given back on drop (a panic included).
+struct TurnGuard<'t>(&'t Turn);
+
+impl Turn {
+    /// The turn, or `None` when it was not given back within the wait.
+    fn take(&self) -> Option<TurnGuard<'_>> {
+        // The flag is only ever set and cleared under the lock: a poisoned lock still holds it.
+        let taken = self.taken.lock().unwrap_or_else(PoisonError::into_inner);
+        let (mut taken, _) = self
+            .freed
+            .wait_timeout_while(taken, self.wait, |taken| *taken)
+            .unwrap_or_else(PoisonError::into_inner);
+        if *taken {
+            return None;
+        }
+        *taken = true;
+        Some(TurnGuard(self))
+    }
+}
+
+impl Drop for TurnGuard<'_> {
+    fn drop(&mut self) {
+        *self.0.taken.lock().unwrap_or_else(PoisonError::into_inner) = false;
+        self.0.freed.notify_one();
+    }
 }
 
 impl LibrarySource {
+    fn new(wait: Duration) -> Self {
+        LibrarySource {
+            loaded: OnceLock::new(),
+            reported: AtomicBool::new(false),
+            calls: Turn {
+                taken: Mutex::new(false),
+                freed: Condvar::new(),
+                wait,
+            },
+        }
+    }
+
     fn load(&self) -> Result<&MicLib, &LibraryError> {
         self.loaded
             .get_or_init(|| {
@@ -1119,6 +1175,26 @@ mod tests {
         assert_eq!(parse_fields::<2>("50"), None);
         assert_eq!(parse_fields::<1>("banana"), None);
         assert_eq!(parse_fields::<1>("-5"), None);
+    }
+
+    #[test]
+    fn a_turn_not_given_back_is_waited_for_a_bounded_time() {
+        let source = LibrarySource::new(Duration::from_millis(50));
+        let turn = source.calls.take().unwrap();
+        let started = std::time::Instant::now();
+        assert!(source.calls.take().is_none());
+        assert!(started.elapsed() >= Duration::from_millis(50));
+        drop(turn);
+        assert!(source.calls.take().is_some());
+        // A waiting caller is given the turn as soon as it is given back.
+        let source = LibrarySource::new(Duration::from_secs(60));
+        let turn = source.calls.take().unwrap();
+        std::thread::scope(|scope| {
+            let waiter = scope.spawn(|| source.calls.take().is_some());
+            std::thread::sleep(Duration::from_millis(10));
+            drop(turn);
+            assert!(waiter.join().unwrap());
+        });
     }
 
     #[test]
