@@ -526,3 +526,23 @@ fn hung_library_call_holds_only_its_own_card() {
     let log = log_with(&exporter, cause);
     assert_eq!(log.matches(cause).count(), 1, "{log}");
 }
+
+/// micras prints temperatures with `%u`: a number wider than 32 bits is not the driver's and is
+/// reported, not wrapped into a plausible reading (2^32 would read as 0 C).
+#[test]
+fn temperature_wider_than_the_driver_prints_is_reported() {
+    let tree = TreeCopy::with_rootfs("mic_card");
+    let temp = tree.sys().join("class/micras/temp");
+    let text = fs::read_to_string(&temp).unwrap();
+    fs::write(&temp, text.replacen("48 0", "4294967296 0", 1)).unwrap();
+    let exporter = start(tree.dir.path(), &[NO_LIBRARY]);
+    let text = scrape(&exporter);
+    assert!(!text.contains("hpcnode_mic_temperature_celsius{device=\"local\",sensor=\"die\""));
+    assert!(text.contains(
+        "hpcnode_mic_temperature_celsius{device=\"local\",sensor=\"board\",source=\"micras\"} 0.0\n"
+    ));
+    assert_eq!(error_count(&text, "parse"), 1.0);
+    let cause = "micras/temp: temperature wider than 32 bits";
+    let log = log_with(&exporter, cause);
+    assert_eq!(log.matches(cause).count(), 1, "{log}");
+}

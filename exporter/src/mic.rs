@@ -487,9 +487,19 @@ impl CardRead<'_> {
                 }
                 let kind = Some(("sensor", sensor));
                 self.reading(&TEMPERATURE_STATUS, kind, SOURCE_MICRAS, Value::Int(status));
-                if status != UNAVAILABLE {
-                    let celsius = degrees(printed_unsigned(current));
-                    self.reading(&TEMPERATURE, kind, SOURCE_MICRAS, celsius);
+                if status == UNAVAILABLE {
+                    continue;
+                }
+                // The driver prints 32 bits: a wider number is not its (and would wrap).
+                match u32::try_from(current) {
+                    Ok(printed) => {
+                        let celsius = degrees(printed_unsigned(printed));
+                        self.reading(&TEMPERATURE, kind, SOURCE_MICRAS, celsius);
+                    }
+                    Err(_) => {
+                        let reason = "temperature wider than 32 bits";
+                        self.error(SysfsError::parse(&dir.path("temp"), reason, line));
+                    }
                 }
             }
         }
@@ -780,8 +790,8 @@ fn parse_fields<const N: usize>(line: &str) -> Option<[u64; N]> {
 }
 
 /// Temperatures are printed with `%u`: a reading below zero shows as a wrapped 32-bit value.
-fn printed_unsigned(value: impl Into<u64>) -> i32 {
-    value.into() as u32 as i32
+fn printed_unsigned(value: u32) -> i32 {
+    value as i32
 }
 
 /// Micro-units (uW, uA, uV) to base units.
