@@ -45,19 +45,6 @@ fn error_count(text: &str, kind: &str) -> f64 {
     )
 }
 
-/// The exporter's log once it holds `cause` (the test reads stderr on a thread of its own, which
-/// may lag behind the scrape that logged it); fails after a few seconds without it.
-fn log_with(exporter: &Exporter, cause: &str) -> String {
-    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(5);
-    loop {
-        let log = exporter.log();
-        if log.contains(cause) || std::time::Instant::now() > deadline {
-            return log;
-        }
-        std::thread::sleep(std::time::Duration::from_millis(20));
-    }
-}
-
 /// The ten value lines of one capture in `micras-power-knc.txt` (real card-side readings).
 fn power_capture(name: &str) -> Vec<String> {
     let text =
@@ -287,7 +274,7 @@ fn bad_input_is_reported_and_the_rest_exported() {
         "mic1/plim: expected unsigned numbers",
         "micras/mic2: No such file or directory",
     ] {
-        let log = log_with(&exporter, cause);
+        let log = exporter.log_with(cause);
         assert_eq!(log.matches(cause).count(), 1, "{cause:?} in log:\n{log}");
     }
 }
@@ -418,7 +405,7 @@ fn library_missing_a_symbol_is_reported_once_and_sysfs_kept() {
     );
     assert_eq!(error_count(&text, "io"), 1.0);
     let cause = "libmicmgmt.so.0 lacks the symbol mic_get_cores_frequency";
-    let log = log_with(&exporter, cause);
+    let log = exporter.log_with(cause);
     assert_eq!(log.matches(cause).count(), 1, "{log}");
 }
 
@@ -444,7 +431,7 @@ fn library_needs_root() {
     );
     assert_eq!(error_count(&text, "io"), 1.0);
     let cause = "reading cards over SCIF needs root";
-    let log = log_with(&exporter, cause);
+    let log = exporter.log_with(cause);
     assert_eq!(log.matches(cause).count(), 1, "{log}");
 }
 
@@ -523,7 +510,7 @@ fn hung_library_call_holds_only_its_own_card() {
         )));
     }
     let cause = "libmicmgmt.so.0 busy";
-    let log = log_with(&exporter, cause);
+    let log = exporter.log_with(cause);
     assert_eq!(log.matches(cause).count(), 1, "{log}");
 }
 
@@ -543,6 +530,6 @@ fn temperature_wider_than_the_driver_prints_is_reported() {
     ));
     assert_eq!(error_count(&text, "parse"), 1.0);
     let cause = "micras/temp: temperature wider than 32 bits";
-    let log = log_with(&exporter, cause);
+    let log = exporter.log_with(cause);
     assert_eq!(log.matches(cause).count(), 1, "{log}");
 }
