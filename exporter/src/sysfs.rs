@@ -413,6 +413,30 @@ mod tests {
         assert_eq!(err.kind(), ErrorKind::NotRegularFile, "{err}");
     }
 
+    /// A device that never reaches end of file (`/dev/zero` linked where a file belongs): the
+    /// readers that read to end of file refuse it before reading (a 1 GiB bound would not save
+    /// the scrape); the one-read attribute readers stop at a page.
+    #[test]
+    fn endless_device_is_never_read_to_its_end() {
+        let (tmp, dir) = dir_with(&[]);
+        std::os::unix::fs::symlink("/dev/zero", tmp.path().join("zero")).unwrap();
+        let started = Instant::now();
+        for err in [
+            dir.read_text_file("zero", 1 << 30).unwrap_err(),
+            dir.read_file("zero", 1 << 30).unwrap_err(),
+        ] {
+            assert_eq!(err.kind(), ErrorKind::NotRegularFile, "{err}");
+        }
+        let mut reader = AttributeReader::default();
+        for err in [
+            dir.read_bytes("zero", &mut reader).unwrap_err(),
+            dir.read("zero", &mut reader).unwrap_err(),
+        ] {
+            assert_eq!(err.kind(), ErrorKind::Parse, "{err}");
+        }
+        assert!(started.elapsed() < Duration::from_secs(1));
+    }
+
     #[test]
     fn binary_attribute_keeps_every_byte() {
         let tmp = tempfile::tempdir().unwrap();
