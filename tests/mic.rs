@@ -379,6 +379,13 @@ fn libmicmgmt_readings_come_first_and_once() {
         text.contains("hpcnode_mic_source_available{device=\"mic1\",source=\"libmicmgmt\"} 0\n")
     );
     assert!(errors_total(&text, "mic") == 0, "{text}");
+    // Scraped again: the library refuses a list, device or info structure asked for again
+    // without being freed or closed, so a clean page now says every one of them was.
+    let again = scrape(&exporter);
+    assert!(
+        again.contains("hpcnode_mic_source_available{device=\"mic0\",source=\"libmicmgmt\"} 1\n")
+    );
+    assert!(errors_total(&again, "mic") == 0, "{again}");
 }
 
 #[test]

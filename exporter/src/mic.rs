@@ -615,7 +615,18 @@ impl CardRead<'_> {
             return false;
         };
         match library.open(number) {
-            Ok(device) => self.library_readings(library, &device),
+            Ok(device) => {
+                let answered = self.library_readings(library, &device);
+                let code = device.close();
+                if code != 0 {
+                    self.error(LibraryError::Call {
+                        call: "mic_close_device",
+                        card: self.device.as_str().to_string(),
+                        code,
+                    });
+                }
+                answered
+            }
             Err(err) => {
                 self.error(err);
                 false
@@ -655,7 +666,10 @@ impl CardRead<'_> {
                         readings.push((&TEMPERATURE, kind, degrees(printed_unsigned(celsius))));
                     }
                 }
-                (library.free_thermal_info)(thermal);
+                calls.free(
+                    ("mic_free_thermal_info", library.free_thermal_info),
+                    thermal,
+                );
             }
 
             let get_power = ("mic_get_power_utilization_info", library.get_power_info);
@@ -674,7 +688,10 @@ impl CardRead<'_> {
                         }
                     }
                 }
-                (library.free_power_info)(power);
+                calls.free(
+                    ("mic_free_power_utilization_info", library.free_power_info),
+                    power,
+                );
             }
 
             let get_cores = ("mic_get_cores_info", library.get_cores_info);
@@ -688,7 +705,7 @@ impl CardRead<'_> {
                     let hertz = Value::Float(f64::from(kilohertz) * 1e3);
                     readings.push((&CORE_FREQUENCY, None, hertz));
                 }
-                (library.free_cores_info)(cores);
+                calls.free(("mic_free_cores_info", library.free_cores_info), cores);
             }
 
             let get_memory = ("mic_get_memory_info", library.get_memory_info);
@@ -697,7 +714,7 @@ impl CardRead<'_> {
                 if let Some(microvolts) = calls.read(voltage, memory) {
                     readings.push((&MEMORY_VOLTAGE, None, micro(u64::from(microvolts))));
                 }
-                (library.free_memory_info)(memory);
+                calls.free(("mic_free_memory_info", library.free_memory_info), memory);
             }
         }
         let failures = calls.failures;
@@ -743,6 +760,17 @@ impl Calls<'_> {
                 self.failed(call, code);
                 None
             }
+        }
+    }
+
+    /// Frees an info structure; a library that refuses is reported.
+    ///
+    /// # Safety
+    /// `info` is a live info structure of the kind `free` takes, not used again.
+    unsafe fn free(&mut self, (call, free): (&'static str, Free), info: Handle) {
+        match free(info) {
+            0 => {}
+            code => self.failed(call, code),
         }
     }
 
@@ -1090,7 +1118,7 @@ impl MicLib {
         unsafe {
             let mut list = ptr::null_mut();
             let code = (self.get_devices)(&mut list);
-            if code != 0 {
+            if code != 0 || list.is_null() {
                 return Err(failed("mic_get_devices", code));
             }
             let listed = (|| {
@@ -1111,9 +1139,12 @@ impl MicLib {
                 }
                 Ok(false)
             })();
-            (self.free_devices)(list);
+            let freed = (self.free_devices)(list);
             if !listed? {
                 return Err(LibraryError::NotListed(card));
+            }
+            if freed != 0 {
+                return Err(failed("mic_free_devices", freed));
             }
             let mut handle = ptr::null_mut();
             let code = (self.open_device)(&mut handle, number);
@@ -1129,11 +1160,21 @@ impl MicLib {
     }
 }
 
-/// An open card handle, closed on drop.
+/// An open card handle, closed on drop (or by [`OpenDevice::close`], which tells how it went).
 struct OpenDevice<'l> {
     handle: Handle,
     close: Free,
     _library: std::marker::PhantomData<&'l MicLib>,
+}
+
+impl OpenDevice<'_> {
+    /// Closes the card; the library's return code.
+    fn close(self) -> c_int {
+        let device = std::mem::ManuallyDrop::new(self);
+        // SAFETY: the handle came from mic_open_device; `device` is never dropped, so this is
+        // its one close.
+        unsafe { (device.close)(device.handle) }
+    }
 }
 
 impl Drop for OpenDevice<'_> {
