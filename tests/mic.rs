@@ -45,19 +45,6 @@ fn error_count(text: &str, kind: &str) -> f64 {
     )
 }
 
-/// The exporter's log once it holds `cause` (the test reads stderr on a thread of its own, which
-/// may lag behind the scrape that logged it); fails after a few seconds without it.
-fn log_with(exporter: &Exporter, cause: &str) -> String {
-    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(5);
-    loop {
-        let log = exporter.log();
-        if log.contains(cause) || std::time::Instant::now() > deadline {
-            return log;
-        }
-        std::thread::sleep(std::time::Duration::from_millis(20));
-    }
-}
-
 /// The ten value lines of one capture in `micras-power-knc.txt` (real card-side readings).
 fn power_capture(name: &str) -> Vec<String> {
     let text =
@@ -287,7 +274,7 @@ fn bad_input_is_reported_and_the_rest_exported() {
         "mic1/plim: expected unsigned numbers",
         "micras/mic2: No such file or directory",
     ] {
-        let log = log_with(&exporter, cause);
+        let log = exporter.log_with(cause);
         assert_eq!(log.matches(cause).count(), 1, "{cause:?} in log:\n{log}");
     }
 }
@@ -392,6 +379,13 @@ fn libmicmgmt_readings_come_first_and_once() {
         text.contains("hpcnode_mic_source_available{device=\"mic1\",source=\"libmicmgmt\"} 0\n")
     );
     assert!(errors_total(&text, "mic") == 0, "{text}");
+    // Scraped again: the library refuses a list, device or info structure asked for again
+    // without being freed or closed, so a clean page now says every one of them was.
+    let again = scrape(&exporter);
+    assert!(
+        again.contains("hpcnode_mic_source_available{device=\"mic0\",source=\"libmicmgmt\"} 1\n")
+    );
+    assert!(errors_total(&again, "mic") == 0, "{again}");
 }
 
 #[test]
@@ -418,7 +412,7 @@ fn library_missing_a_symbol_is_reported_once_and_sysfs_kept() {
     );
     assert_eq!(error_count(&text, "io"), 1.0);
     let cause = "libmicmgmt.so.0 lacks the symbol mic_get_cores_frequency";
-    let log = log_with(&exporter, cause);
+    let log = exporter.log_with(cause);
     assert_eq!(log.matches(cause).count(), 1, "{log}");
 }
 
@@ -444,7 +438,7 @@ fn library_needs_root() {
     );
     assert_eq!(error_count(&text, "io"), 1.0);
     let cause = "reading cards over SCIF needs root";
-    let log = log_with(&exporter, cause);
+    let log = exporter.log_with(cause);
     assert_eq!(log.matches(cause).count(), 1, "{log}");
 }
 
@@ -485,4 +479,64 @@ fn hung_library_call_is_bounded() {
     assert_eq!(error_count(&text, "still_running"), 5.0);
     let most = *threads.iter().max().unwrap();
     assert!(most <= threads[0] + 3, "threads grew: {threads:?}");
+}
+
+/// Calls are serialised (the library keeps global state): a call that never returns on one
+/// online card must not hold the other online card's read forever, or that card's host state
+/// (what says why the first one hangs) would vanish with it. The card waiting for its turn gives
+/// up, says so, and exports its sysfs readings.
+#[test]
+fn hung_library_call_holds_only_its_own_card() {
+    if !root_or_skip("hung_library_call_holds_only_its_own_card") {
+        return;
+    }
+    let library = fake_library(&["-DHANG_IN_THERMAL"]);
+    let tree = TreeCopy::with_rootfs("mic_mpss3");
+    fs::write(tree.sys().join("class/mic/mic1/state"), "online\n").unwrap();
+    let exporter = start_with_library(
+        tree.dir.path(),
+        library.path(),
+        None,
+        &["--scrape.timeout=500ms"],
+    );
+    scrape(&exporter);
+    for _ in 0..3 {
+        let text = scrape(&exporter);
+        let online: Vec<&str> = ["mic0", "mic1"]
+            .into_iter()
+            .filter(|card| {
+                text.contains(&format!(
+                    "hpcnode_mic_card_state{{device=\"{card}\",state=\"online\"}} 1\n"
+                ))
+            })
+            .collect();
+        assert_eq!(online.len(), 1, "one card hangs, the other is read: {text}");
+        assert!(text.contains(&format!(
+            "hpcnode_mic_source_available{{device=\"{}\",source=\"libmicmgmt\"}} 0\n",
+            online[0]
+        )));
+    }
+    let cause = "libmicmgmt.so.0 busy";
+    let log = exporter.log_with(cause);
+    assert_eq!(log.matches(cause).count(), 1, "{log}");
+}
+
+/// micras prints temperatures with `%u`: a number wider than 32 bits is not the driver's and is
+/// reported, not wrapped into a plausible reading (2^32 would read as 0 C).
+#[test]
+fn temperature_wider_than_the_driver_prints_is_reported() {
+    let tree = TreeCopy::with_rootfs("mic_card");
+    let temp = tree.sys().join("class/micras/temp");
+    let text = fs::read_to_string(&temp).unwrap();
+    fs::write(&temp, text.replacen("48 0", "4294967296 0", 1)).unwrap();
+    let exporter = start(tree.dir.path(), &[NO_LIBRARY]);
+    let text = scrape(&exporter);
+    assert!(!text.contains("hpcnode_mic_temperature_celsius{device=\"local\",sensor=\"die\""));
+    assert!(text.contains(
+        "hpcnode_mic_temperature_celsius{device=\"local\",sensor=\"board\",source=\"micras\"} 0.0\n"
+    ));
+    assert_eq!(error_count(&text, "parse"), 1.0);
+    let cause = "micras/temp: temperature wider than 32 bits";
+    let log = exporter.log_with(cause);
+    assert_eq!(log.matches(cause).count(), 1, "{log}");
 }

@@ -18,7 +18,8 @@ use std::ffi::{c_int, c_void};
 use std::path::{Path, PathBuf};
 use std::ptr;
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Mutex, OnceLock};
+use std::sync::{Condvar, Mutex, OnceLock, PoisonError};
+use std::time::Duration;
 
 use libloading::Library;
 
@@ -45,7 +46,10 @@ pub fn build(config: &Config) -> Box<dyn Collector> {
                 (path.card.clone(), config.rootfs.join(relative))
             })
             .collect(),
-        library: config.mic_libmicmgmt.then(LibrarySource::default),
+        // Half the deadline: a card waiting for its turn still has time to send what it read.
+        library: config
+            .mic_libmicmgmt
+            .then(|| LibrarySource::new(config.scrape_timeout / 2)),
     })
 }
 
@@ -483,9 +487,19 @@ impl CardRead<'_> {
                 }
                 let kind = Some(("sensor", sensor));
                 self.reading(&TEMPERATURE_STATUS, kind, SOURCE_MICRAS, Value::Int(status));
-                if status != UNAVAILABLE {
-                    let celsius = degrees(printed_unsigned(current));
-                    self.reading(&TEMPERATURE, kind, SOURCE_MICRAS, celsius);
+                if status == UNAVAILABLE {
+                    continue;
+                }
+                // The driver prints 32 bits: a wider number is not its (and would wrap).
+                match u32::try_from(current) {
+                    Ok(printed) => {
+                        let celsius = degrees(printed_unsigned(printed));
+                        self.reading(&TEMPERATURE, kind, SOURCE_MICRAS, celsius);
+                    }
+                    Err(_) => {
+                        let reason = "temperature wider than 32 bits";
+                        self.error(SysfsError::parse(&dir.path("temp"), reason, line));
+                    }
                 }
             }
         }
@@ -596,12 +610,23 @@ impl CardRead<'_> {
         if !online {
             return false;
         }
-        let _one_caller = source
-            .calls
-            .lock()
-            .unwrap_or_else(|poisoned| poisoned.into_inner());
+        let Some(_turn) = source.calls.take() else {
+            self.error(LibraryError::Busy);
+            return false;
+        };
         match library.open(number) {
-            Ok(device) => self.library_readings(library, &device),
+            Ok(device) => {
+                let answered = self.library_readings(library, &device);
+                let code = device.close();
+                if code != 0 {
+                    self.error(LibraryError::Call {
+                        call: "mic_close_device",
+                        card: self.device.as_str().to_string(),
+                        code,
+                    });
+                }
+                answered
+            }
             Err(err) => {
                 self.error(err);
                 false
@@ -641,7 +666,10 @@ impl CardRead<'_> {
                         readings.push((&TEMPERATURE, kind, degrees(printed_unsigned(celsius))));
                     }
                 }
-                (library.free_thermal_info)(thermal);
+                calls.free(
+                    ("mic_free_thermal_info", library.free_thermal_info),
+                    thermal,
+                );
             }
 
             let get_power = ("mic_get_power_utilization_info", library.get_power_info);
@@ -660,7 +688,10 @@ impl CardRead<'_> {
                         }
                     }
                 }
-                (library.free_power_info)(power);
+                calls.free(
+                    ("mic_free_power_utilization_info", library.free_power_info),
+                    power,
+                );
             }
 
             let get_cores = ("mic_get_cores_info", library.get_cores_info);
@@ -674,7 +705,7 @@ impl CardRead<'_> {
                     let hertz = Value::Float(f64::from(kilohertz) * 1e3);
                     readings.push((&CORE_FREQUENCY, None, hertz));
                 }
-                (library.free_cores_info)(cores);
+                calls.free(("mic_free_cores_info", library.free_cores_info), cores);
             }
 
             let get_memory = ("mic_get_memory_info", library.get_memory_info);
@@ -683,7 +714,7 @@ impl CardRead<'_> {
                 if let Some(microvolts) = calls.read(voltage, memory) {
                     readings.push((&MEMORY_VOLTAGE, None, micro(u64::from(microvolts))));
                 }
-                (library.free_memory_info)(memory);
+                calls.free(("mic_free_memory_info", library.free_memory_info), memory);
             }
         }
         let failures = calls.failures;
@@ -732,6 +763,17 @@ impl Calls<'_> {
         }
     }
 
+    /// Frees an info structure; a library that refuses is reported.
+    ///
+    /// # Safety
+    /// `info` is a live info structure of the kind `free` takes, not used again.
+    unsafe fn free(&mut self, (call, free): (&'static str, Free), info: Handle) {
+        match free(info) {
+            0 => {}
+            code => self.failed(call, code),
+        }
+    }
+
     /// One value read from an info structure.
     ///
     /// # Safety
@@ -776,8 +818,8 @@ fn parse_fields<const N: usize>(line: &str) -> Option<[u64; N]> {
 }
 
 /// Temperatures are printed with `%u`: a reading below zero shows as a wrapped 32-bit value.
-fn printed_unsigned(value: impl Into<u64>) -> i32 {
-    value.into() as u32 as i32
+fn printed_unsigned(value: u32) -> i32 {
+    value as i32
 }
 
 /// Micro-units (uW, uA, uV) to base units.
@@ -800,6 +842,8 @@ enum LibraryError {
     MissingSymbol(&'static str),
     #[error("{LIBRARY} does not list {0} among its devices")]
     NotListed(String),
+    #[error("{LIBRARY} busy: a call for another card has not returned")]
+    Busy,
     #[error("{LIBRARY} {call} for {card} failed with error {code}")]
     Call {
         call: &'static str,
@@ -810,7 +854,11 @@ enum LibraryError {
 
 impl From<&LibraryError> for CollectError {
     fn from(err: &LibraryError) -> Self {
-        CollectError::new(ErrorKind::Io, err.to_string())
+        let kind = match err {
+            LibraryError::Busy => ErrorKind::StillRunning,
+            _ => ErrorKind::Io,
+        };
+        CollectError::new(kind, err.to_string())
     }
 }
 
@@ -821,16 +869,62 @@ impl From<LibraryError> for CollectError {
 }
 
 /// The library, loaded on first use by a card read and kept for the process's life.
-#[derive(Default)]
 struct LibrarySource {
     loaded: OnceLock<Result<MicLib, LibraryError>>,
     /// Whether the load failure has been reported.
     reported: AtomicBool,
     /// libmicmgmt keeps its error state in globals: one caller at a time.
-    calls: Mutex<()>,
+    calls: Turn,
+}
+
+/// One caller at a time, and a bounded wait for the turn: a call that never returns (a card
+/// that stopped answering over SCIF) holds its own card's read, not every other card's too.
+struct Turn {
+    taken: Mutex<bool>,
+    freed: Condvar,
+    wait: Duration,
+}
+
+/// The turn, given back on drop (a panic included).
+struct TurnGuard<'t>(&'t Turn);
+
+impl Turn {
+    /// The turn, or `None` when it was not given back within the wait.
+    fn take(&self) -> Option<TurnGuard<'_>> {
+        // The flag is only ever set and cleared under the lock: a poisoned lock still holds it.
+        let taken = self.taken.lock().unwrap_or_else(PoisonError::into_inner);
+        let (mut taken, _) = self
+            .freed
+            .wait_timeout_while(taken, self.wait, |taken| *taken)
+            .unwrap_or_else(PoisonError::into_inner);
+        if *taken {
+            return None;
+        }
+        *taken = true;
+        Some(TurnGuard(self))
+    }
+}
+
+impl Drop for TurnGuard<'_> {
+    fn drop(&mut self) {
+        *self.0.taken.lock().unwrap_or_else(PoisonError::into_inner) = false;
+        self.0.freed.notify_one();
+    }
 }
 
 impl LibrarySource {
+    fn new(wait: Duration) -> Self {
+        LibrarySource {
+            loaded: OnceLock::new(),
+            reported: AtomicBool::new(false),
+            calls: Turn {
+                taken: Mutex::new(false),
+                freed: Condvar::new(),
+                wait,
+            },
+        }
+    }
+
     fn load(&self) -> Result<&MicLib, &LibraryError> {
         self.loaded
             .get_or_init(|| {
@@ -1024,7 +1118,7 @@ impl MicLib {
         unsafe {
             let mut list = ptr::null_mut();
             let code = (self.get_devices)(&mut list);
-            if code != 0 {
+            if code != 0 || list.is_null() {
                 return Err(failed("mic_get_devices", code));
             }
             let listed = (|| {
@@ -1045,9 +1139,12 @@ impl MicLib {
                 }
                 Ok(false)
             })();
-            (self.free_devices)(list);
+            let freed = (self.free_devices)(list);
             if !listed? {
                 return Err(LibraryError::NotListed(card));
+            }
+            if freed != 0 {
+                return Err(failed("mic_free_devices", freed));
             }
             let mut handle = ptr::null_mut();
             let code = (self.open_device)(&mut handle, number);
@@ -1063,11 +1160,21 @@ impl MicLib {
     }
 }
 
-/// An open card handle, closed on drop.
+/// An open card handle, closed on drop (or by [`OpenDevice::close`], which tells how it went).
 struct OpenDevice<'l> {
     handle: Handle,
     close: Free,
     _library: std::marker::PhantomData<&'l MicLib>,
+}
+
+impl OpenDevice<'_> {
+    /// Closes the card; the library's return code.
+    fn close(self) -> c_int {
+        let device = std::mem::ManuallyDrop::new(self);
+        // SAFETY: the handle came from mic_open_device; `device` is never dropped, so this is
+        // its one close.
+        unsafe { (device.close)(device.handle) }
+    }
 }
 
 impl Drop for OpenDevice<'_> {
@@ -1119,6 +1226,26 @@ mod tests {
         assert_eq!(parse_fields::<2>("50"), None);
         assert_eq!(parse_fields::<1>("banana"), None);
         assert_eq!(parse_fields::<1>("-5"), None);
+    }
+
+    #[test]
+    fn a_turn_not_given_back_is_waited_for_a_bounded_time() {
+        let source = LibrarySource::new(Duration::from_millis(50));
+        let turn = source.calls.take().unwrap();
+        let started = std::time::Instant::now();
+        assert!(source.calls.take().is_none());
+        assert!(started.elapsed() >= Duration::from_millis(50));
+        drop(turn);
+        assert!(source.calls.take().is_some());
+        // A waiting caller is given the turn as soon as it is given back.
+        let source = LibrarySource::new(Duration::from_secs(60));
+        let turn = source.calls.take().unwrap();
+        std::thread::scope(|scope| {
+            let waiter = scope.spawn(|| source.calls.take().is_some());
+            std::thread::sleep(Duration::from_millis(10));
+            drop(turn);
+            assert!(waiter.join().unwrap());
+        });
     }
 
     #[test]

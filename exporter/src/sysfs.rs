@@ -147,7 +147,7 @@ impl SysDir {
         name: &str,
         reader: &'r mut AttributeReader,
     ) -> Result<&'r [u8], SysfsError> {
-        let (_fd, len) = self.open_and_read_first(name, &mut reader.buf[..])?;
+        let len = self.open_and_read_first(name, &mut reader.buf[..])?;
         let content = &reader.buf[..len];
         if len > MAX_ATTRIBUTE_BYTES {
             let text = String::from_utf8_lossy(content);
@@ -172,12 +172,9 @@ impl SysDir {
         })
     }
 
-    /// Opens a file non-blocking and reads once into `buf`; refuses what is not a regular file.
-    fn open_and_read_first(
-        &self,
-        name: &str,
-        buf: &mut [u8],
-    ) -> Result<(OwnedFd, usize), SysfsError> {
+    /// Opens a file non-blocking, reads once into `buf` and closes it; refuses what is not a
+    /// regular file.
+    fn open_and_read_first(&self, name: &str, buf: &mut [u8]) -> Result<usize, SysfsError> {
         let flags = OFlags::RDONLY | OFlags::NONBLOCK | OFlags::CLOEXEC | OFlags::NOCTTY;
         let fd = rustix::fs::openat(&self.fd, name, flags, Mode::empty())
             .map_err(|errno| SysfsError::io(self.path(name), errno))?;
@@ -197,7 +194,7 @@ impl SysDir {
             Ok(len) => len,
             Err(errno) => return Err(SysfsError::io(self.path(name), errno)),
         };
-        Ok((fd, len))
+        Ok(len)
     }
 
     /// A whole file as bytes, at most `limit` of them: binary attributes (a PCI device's
@@ -414,6 +411,30 @@ mod tests {
         mkfifo(&tmp.path().join("modules"));
         let err = dir.read_text_file("modules", 1 << 20).unwrap_err();
         assert_eq!(err.kind(), ErrorKind::NotRegularFile, "{err}");
+    }
+
+    /// A device that never reaches end of file (`/dev/zero` linked where a file belongs): the
+    /// readers that read to end of file refuse it before reading (a 1 GiB bound would not save
+    /// the scrape); the one-read attribute readers stop at a page.
+    #[test]
+    fn endless_device_is_never_read_to_its_end() {
+        let (tmp, dir) = dir_with(&[]);
+        std::os::unix::fs::symlink("/dev/zero", tmp.path().join("zero")).unwrap();
+        let started = Instant::now();
+        for err in [
+            dir.read_text_file("zero", 1 << 30).unwrap_err(),
+            dir.read_file("zero", 1 << 30).unwrap_err(),
+        ] {
+            assert_eq!(err.kind(), ErrorKind::NotRegularFile, "{err}");
+        }
+        let mut reader = AttributeReader::default();
+        for err in [
+            dir.read_bytes("zero", &mut reader).unwrap_err(),
+            dir.read("zero", &mut reader).unwrap_err(),
+        ] {
+            assert_eq!(err.kind(), ErrorKind::Parse, "{err}");
+        }
+        assert!(started.elapsed() < Duration::from_secs(1));
     }
 
     #[test]

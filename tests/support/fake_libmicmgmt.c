@@ -6,7 +6,9 @@
  * (micras-power-knc.txt). The other temperatures are those of the derived micras format sheet.
  *
  * Every handle is checked: a call with a handle this library did not hand out, or one already
- * freed, fails with E_MIC_INVAL, so a collector that misuses the API shows errors.
+ * freed, fails with E_MIC_INVAL, and so does asking again for a list, device or info structure
+ * that was never freed or closed, so a collector that misuses the API (or leaks) shows errors
+ * from its next scrape on.
  *
  * Build: gcc -shared -fPIC -o libmicmgmt.so.0 fake_libmicmgmt.c
  * -DWITHOUT_CORES_FREQUENCY leaves out mic_get_cores_frequency (a library missing a symbol);
@@ -38,7 +40,7 @@ static struct mic_device_mem memory_info;
 
 int mic_get_devices(struct mic_devices_list **list)
 {
-	if (list == NULL)
+	if (list == NULL || devices_list.live)
 		return E_MIC_INVAL;
 	devices_list.live = 1;
 	*list = &devices_list;
@@ -75,6 +77,8 @@ int mic_open_device(struct mic_device **device, uint32_t number)
 		return E_MIC_INVAL;
 	if (number > 1)
 		return E_MIC_NOENT;
+	if (devices[number].live)
+		return E_MIC_INVAL;
 	devices[number].live = 1;
 	devices[number].number = number;
 	*device = &devices[number];
@@ -93,7 +97,7 @@ int mic_close_device(struct mic_device *device)
 #define GET_INFO(name, type, object)                                  \
 	int name(struct mic_device *device, struct type **out)        \
 	{                                                             \
-		if (!LIVE(device) || out == NULL)                     \
+		if (!LIVE(device) || out == NULL || object.live)      \
 			return E_MIC_INVAL;                           \
 		object.live = 1;                                      \
 		*out = &object;                                       \
