@@ -458,6 +458,7 @@ async fn run(
         Err(_) => return outcome(Output::default(), Err(timed_out(&busy))),
     };
 
+    let deadline = deadline.into_std();
     let state = Arc::new(Mutex::new(RunState {
         units: (0..units.len()).map(|_| None).collect(),
         errors: Vec::new(),
@@ -473,6 +474,12 @@ async fn run(
                 next.clone(),
             );
             tokio::task::spawn_blocking(move || loop {
+                // A worker freed from a hung read after the deadline stops: its scrape has
+                // answered, and reading on would only hold units that a later scrape then
+                // reports as still running.
+                if Instant::now() >= deadline {
+                    return;
+                }
                 let index = next.fetch_add(1, Ordering::Relaxed);
                 let Some(unit) = units.get(index) else {
                     return;
@@ -492,7 +499,7 @@ async fn run(
         .collect();
     let mut result = Ok(());
     for handle in handles {
-        match tokio::time::timeout_at(deadline, handle).await {
+        match tokio::time::timeout_at(deadline.into(), handle).await {
             Ok(Ok(())) => {}
             Ok(Err(join_error)) => result = Err(panicked(join_error)),
             Err(_) => {
@@ -666,6 +673,55 @@ mod tests {
         assert!(recovered.contains("hpcnode_test_up{device=\"hung\"} 1"));
         assert!(recovered.contains("hpcnode_scrape_collector_success{collector=\"test\"} 1"));
         assert_eq!(collector.hung_reads.load(Ordering::SeqCst), 2);
+    }
+
+    /// Units `hung` then `after`; counts the reads of `after`.
+    struct HungThenAfter {
+        release: Mutex<mpsc::Receiver<()>>,
+        after_reads: AtomicU64,
+    }
+
+    impl Collector for Arc<HungThenAfter> {
+        fn units(&self) -> Result<Vec<String>, CollectError> {
+            Ok(vec!["hung".into(), "after".into()])
+        }
+
+        fn collect_unit(&self, unit: &str, _out: &mut Output) {
+            if unit == "hung" {
+                let _ = lock(&self.release).recv();
+            } else {
+                self.after_reads.fetch_add(1, Ordering::SeqCst);
+            }
+        }
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn worker_freed_after_the_deadline_reads_no_further_unit() {
+        let (release, wait) = mpsc::channel();
+        let collector = Arc::new(HungThenAfter {
+            release: Mutex::new(wait),
+            after_reads: AtomicU64::new(0),
+        });
+        let mut scraper = Scraper::new(
+            vec![("test", Box::new(collector.clone()))],
+            Duration::from_millis(100),
+        );
+        scraper.workers = 1;
+        let first = text(scraper.scrape().await);
+        assert!(first.contains("hpcnode_scrape_collector_success{collector=\"test\"} 0"));
+
+        release.send(()).unwrap();
+        let deadline = Instant::now() + Duration::from_secs(5);
+        while lock(&scraper.slots[0].busy).contains("hung") {
+            assert!(Instant::now() < deadline, "released read never finished");
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+        assert_eq!(
+            collector.after_reads.load(Ordering::SeqCst),
+            0,
+            "a worker of a finished scrape read on"
+        );
     }
 
     #[tokio::test]
