@@ -255,27 +255,56 @@ impl ErrorLog {
 struct Slot {
     name: &'static str,
     collector: Arc<dyn Collector>,
-    /// Units (and [`LISTING`]) whose read is in progress, including reads abandoned at a deadline.
-    busy: Arc<Mutex<HashSet<String>>>,
+    busy: Busy,
 }
+
+/// Units (and [`LISTING`]) whose read is in progress, with when it started; including reads
+/// abandoned at a deadline.
+type Busy = Arc<Mutex<HashMap<String, Instant>>>;
 
 /// The busy-set key of a collector's unit listing (no unit name is empty).
 const LISTING: &str = "";
 
+/// How often a read waiting for a concurrent scrape's read of the same unit looks again.
+const BUSY_POLL: Duration = Duration::from_millis(2);
+
 /// Marks a unit busy for as long as it lives; released however the read ends (a panic included).
 struct BusyGuard {
-    busy: Arc<Mutex<HashSet<String>>>,
+    busy: Busy,
     unit: String,
 }
 
 impl BusyGuard {
-    /// `None` when the unit is still busy from an earlier scrape.
-    fn claim(busy: &Arc<Mutex<HashSet<String>>>, unit: &str) -> Option<BusyGuard> {
-        let newly = lock(busy).insert(unit.to_string());
-        newly.then(|| BusyGuard {
-            busy: busy.clone(),
-            unit: unit.to_string(),
-        })
+    /// Claims `unit` for a read. A read of it that started less than `hung_after` ago belongs
+    /// to a concurrent scrape (two Prometheus servers): wait for it, until `deadline` at most.
+    /// `None` when the unit stays busy: its read has outlived a scrape's deadline (hung), or
+    /// this scrape's deadline came first.
+    fn claim(
+        busy: &Busy,
+        unit: &str,
+        hung_after: Duration,
+        deadline: Instant,
+    ) -> Option<BusyGuard> {
+        loop {
+            {
+                let mut reading = lock(busy);
+                match reading.get(unit) {
+                    None => {
+                        reading.insert(unit.to_string(), Instant::now());
+                        return Some(BusyGuard {
+                            busy: busy.clone(),
+                            unit: unit.to_string(),
+                        });
+                    }
+                    Some(started) if started.elapsed() >= hung_after => return None,
+                    Some(_) => {}
+                }
+            }
+            if Instant::now() >= deadline {
+                return None;
+            }
+            std::thread::sleep(BUSY_POLL);
+        }
     }
 }
 
@@ -363,6 +392,7 @@ impl Scraper {
                 tokio::spawn(run(
                     slot.collector.clone(),
                     slot.busy.clone(),
+                    self.deadline,
                     deadline,
                     self.workers,
                 ))
@@ -425,7 +455,8 @@ const MAX_WORKERS_PER_COLLECTOR: usize = 4;
 /// finished by the deadline is returned; the rest goes on alone and is dropped.
 async fn run(
     collector: Arc<dyn Collector>,
-    busy: Arc<Mutex<HashSet<String>>>,
+    busy: Busy,
+    timeout: Duration,
     deadline: tokio::time::Instant,
     workers: usize,
 ) -> RunOutcome {
@@ -446,9 +477,12 @@ async fn run(
 
     let listing = {
         let (collector, busy) = (collector.clone(), busy.clone());
-        tokio::task::spawn_blocking(move || match BusyGuard::claim(&busy, LISTING) {
-            None => Err(still_running("listing")),
-            Some(_guard) => collector.units(),
+        let deadline = deadline.into_std();
+        tokio::task::spawn_blocking(move || {
+            match BusyGuard::claim(&busy, LISTING, timeout, deadline) {
+                None => Err(still_running("listing")),
+                Some(_guard) => collector.units(),
+            }
         })
     };
     let units = match tokio::time::timeout_at(deadline, listing).await {
@@ -484,7 +518,7 @@ async fn run(
                 let Some(unit) = units.get(index) else {
                     return;
                 };
-                let Some(_guard) = BusyGuard::claim(&busy, unit) else {
+                let Some(_guard) = BusyGuard::claim(&busy, unit, timeout, deadline) else {
                     lock(&state).errors.push(still_running(unit));
                     continue;
                 };
@@ -519,9 +553,9 @@ async fn run(
     outcome(output, result)
 }
 
-fn timed_out(busy: &Mutex<HashSet<String>>) -> CollectError {
+fn timed_out(busy: &Mutex<HashMap<String, Instant>>) -> CollectError {
     let mut reading: Vec<_> = lock(busy)
-        .iter()
+        .keys()
         .map(|unit| {
             if unit == LISTING {
                 "(listing)".to_string()
@@ -664,7 +698,7 @@ mod tests {
 
         release.send(()).unwrap();
         let deadline = Instant::now() + Duration::from_secs(5);
-        while lock(&scraper.slots[0].busy).contains("hung") {
+        while lock(&scraper.slots[0].busy).contains_key("hung") {
             assert!(Instant::now() < deadline, "released read never finished");
             tokio::time::sleep(Duration::from_millis(10)).await;
         }
@@ -712,7 +746,7 @@ mod tests {
 
         release.send(()).unwrap();
         let deadline = Instant::now() + Duration::from_secs(5);
-        while lock(&scraper.slots[0].busy).contains("hung") {
+        while lock(&scraper.slots[0].busy).contains_key("hung") {
             assert!(Instant::now() < deadline, "released read never finished");
             tokio::time::sleep(Duration::from_millis(10)).await;
         }
@@ -722,6 +756,39 @@ mod tests {
             0,
             "a worker of a finished scrape read on"
         );
+    }
+
+    /// One unit whose read takes a while (slow, not hung).
+    struct Slow;
+
+    impl Collector for Slow {
+        fn units(&self) -> Result<Vec<String>, CollectError> {
+            Ok(vec!["slow".into()])
+        }
+
+        fn collect_unit(&self, unit: &str, out: &mut Output) {
+            std::thread::sleep(Duration::from_millis(150));
+            out.samples.push(
+                &UP,
+                vec![("device", unit.to_string().into())],
+                Value::Int(1),
+            );
+        }
+    }
+
+    /// Two Prometheus servers scraping at once: a unit that one scrape is reading within its
+    /// deadline is not hung, so the other waits for it and reads it too.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn concurrent_scrapes_both_read_a_slow_unit() {
+        let scraper = Scraper::new(vec![("test", Box::new(Slow))], Duration::from_secs(2));
+        let (first, second) = tokio::join!(scraper.scrape(), scraper.scrape());
+        for out in [text(first), text(second)] {
+            assert!(out.contains("hpcnode_test_up{device=\"slow\"} 1"), "{out}");
+            assert!(
+                out.contains("hpcnode_scrape_collector_success{collector=\"test\"} 1"),
+                "{out}"
+            );
+        }
     }
 
     #[tokio::test]
