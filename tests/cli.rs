@@ -2,12 +2,36 @@
 
 mod util;
 
-use std::process::Command;
+use std::process::{Command, Stdio};
+use std::sync::mpsc;
+use std::time::Duration;
 
 use util::{Exporter, BINARY};
 
+/// Runs the binary to its exit. A run that should exit but serves instead (a bad value
+/// accepted, a taken port not noticed) fails after 30 s and is killed, rather than hanging
+/// the test run and leaving an exporter behind.
 fn run(args: &[&str]) -> (i32, String, String) {
-    let out = Command::new(BINARY).args(args).output().unwrap();
+    let child = Command::new(BINARY)
+        .args(args)
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let pid = child.id();
+    let (done, finished) = mpsc::channel();
+    std::thread::spawn(move || {
+        let _ = done.send(child.wait_with_output());
+    });
+    let out = match finished.recv_timeout(Duration::from_secs(30)) {
+        Ok(out) => out.unwrap(),
+        Err(_) => {
+            // Not reaped yet (the waiting thread reaps it after this), so the pid is still ours.
+            unsafe { libc::kill(pid as i32, libc::SIGKILL) };
+            panic!("hpcnode_exporter {args:?} did not exit within 30 s");
+        }
+    };
     (
         out.status.code().unwrap_or(-1),
         String::from_utf8_lossy(&out.stdout).into_owned(),
