@@ -115,10 +115,22 @@ fn json_logs() {
         .stderr(std::process::Stdio::piped())
         .spawn()
         .unwrap();
-    // Every line up to "listening" (probes log before it) is JSON.
+    // Every line up to "listening" (probes log before it) is JSON. Read on a thread, so that a
+    // binary that never logs that line (a changed encoding) fails the test instead of hanging it.
     let stderr = std::io::BufReader::new(child.stderr.take().unwrap());
+    let (sink, received) = mpsc::channel();
+    std::thread::spawn(move || {
+        for line in std::io::BufRead::lines(stderr).map_while(Result::ok) {
+            if sink.send(line).is_err() {
+                break;
+            }
+        }
+    });
+    let deadline = std::time::Instant::now() + Duration::from_secs(20);
     let mut lines = Vec::new();
-    for line in std::io::BufRead::lines(stderr).map_while(Result::ok) {
+    while let Ok(line) =
+        received.recv_timeout(deadline.saturating_duration_since(std::time::Instant::now()))
+    {
         let listening = line.contains("\"msg\":\"listening\"");
         lines.push(line);
         if listening {
