@@ -207,32 +207,42 @@ impl ErrorLog {
             count.fetch_add(1, Ordering::Relaxed);
         }
         let key = format!("{collector}\0{}\0{}", error.kind.as_str(), error.cause);
-        let mut logged = lock(&self.logged);
-        if logged.contains(&key) {
-            return;
-        }
-        match logged.len() {
-            n if n < MAX_LOGGED_CAUSES => {
-                logging::log(
-                    Level::Warn,
-                    "collector error (logged once per cause)",
-                    &[
-                        ("collector", collector),
-                        ("kind", error.kind.as_str()),
-                        ("err", &error.cause),
-                    ],
-                );
-                logged.insert(key);
+        // Decided under the lock, written after it: a stalled stderr (a full pipe to journald)
+        // must not hold up every other scrape's error accounting.
+        let new_cause = {
+            let mut logged = lock(&self.logged);
+            if logged.contains(&key) {
+                return;
             }
-            MAX_LOGGED_CAUSES => {
-                logging::log(
-                    Level::Warn,
-                    "too many distinct collector errors; further new causes are counted, not logged",
-                    &[],
-                );
-                logged.insert(String::new());
+            match logged.len() {
+                n if n < MAX_LOGGED_CAUSES => {
+                    logged.insert(key);
+                    true
+                }
+                MAX_LOGGED_CAUSES => {
+                    // The marker that the "too many" line has been written.
+                    logged.insert(String::new());
+                    false
+                }
+                _ => return,
             }
-            _ => {}
+        };
+        if new_cause {
+            logging::log(
+                Level::Warn,
+                "collector error (logged once per cause)",
+                &[
+                    ("collector", collector),
+                    ("kind", error.kind.as_str()),
+                    ("err", &error.cause),
+                ],
+            );
+        } else {
+            logging::log(
+                Level::Warn,
+                "too many distinct collector errors; further new causes are counted, not logged",
+                &[],
+            );
         }
     }
 
