@@ -2,12 +2,36 @@
 
 mod util;
 
-use std::process::Command;
+use std::process::{Command, Stdio};
+use std::sync::mpsc;
+use std::time::Duration;
 
 use util::{Exporter, BINARY};
 
+/// Runs the binary to its exit. A run that should exit but serves instead (a bad value
+/// accepted, a taken port not noticed) fails after 30 s and is killed, rather than hanging
+/// the test run and leaving an exporter behind.
 fn run(args: &[&str]) -> (i32, String, String) {
-    let out = Command::new(BINARY).args(args).output().unwrap();
+    let child = Command::new(BINARY)
+        .args(args)
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let pid = child.id();
+    let (done, finished) = mpsc::channel();
+    std::thread::spawn(move || {
+        let _ = done.send(child.wait_with_output());
+    });
+    let out = match finished.recv_timeout(Duration::from_secs(30)) {
+        Ok(out) => out.unwrap(),
+        Err(_) => {
+            // Not reaped yet (the waiting thread reaps it after this), so the pid is still ours.
+            unsafe { libc::kill(pid as i32, libc::SIGKILL) };
+            panic!("hpcnode_exporter {args:?} did not exit within 30 s");
+        }
+    };
     (
         out.status.code().unwrap_or(-1),
         String::from_utf8_lossy(&out.stdout).into_owned(),
@@ -91,10 +115,22 @@ fn json_logs() {
         .stderr(std::process::Stdio::piped())
         .spawn()
         .unwrap();
-    // Every line up to "listening" (probes log before it) is JSON.
+    // Every line up to "listening" (probes log before it) is JSON. Read on a thread, so that a
+    // binary that never logs that line (a changed encoding) fails the test instead of hanging it.
     let stderr = std::io::BufReader::new(child.stderr.take().unwrap());
+    let (sink, received) = mpsc::channel();
+    std::thread::spawn(move || {
+        for line in std::io::BufRead::lines(stderr).map_while(Result::ok) {
+            if sink.send(line).is_err() {
+                break;
+            }
+        }
+    });
+    let deadline = std::time::Instant::now() + Duration::from_secs(20);
     let mut lines = Vec::new();
-    for line in std::io::BufRead::lines(stderr).map_while(Result::ok) {
+    while let Ok(line) =
+        received.recv_timeout(deadline.saturating_duration_since(std::time::Instant::now()))
+    {
         let listening = line.contains("\"msg\":\"listening\"");
         lines.push(line);
         if listening {

@@ -136,6 +136,43 @@ fn hostile_requests_do_not_hurt() {
     assert_eq!(exporter.get("/metrics").status, 200);
 }
 
+/// Slowloris: a client that sends its request head a byte now and then, or goes idle on a
+/// kept-alive connection, is cut off once the head's time (10 s) is up, and holds nothing.
+#[test]
+fn slow_request_heads_are_cut_off() {
+    let exporter = procfs_exporter(&[]);
+    let mut trickle = exporter.connect();
+    trickle.write_all(b"GET /metrics HTTP/1.1\r\n").unwrap();
+    let mut idle = exporter.connect();
+    idle.write_all(b"GET /-/healthy HTTP/1.1\r\nHost: x\r\n\r\n")
+        .unwrap();
+    let started = Instant::now();
+    let mut closed = false;
+    while started.elapsed() < Duration::from_secs(25) {
+        // One header line a second keeps the connection busy but never finishes the head.
+        if trickle.write_all(b"X-Slow: 1\r\n").is_err() {
+            closed = true;
+            break;
+        }
+        std::thread::sleep(Duration::from_secs(1));
+    }
+    assert!(
+        closed,
+        "a trickled request head held its connection for 25 s"
+    );
+    assert!(
+        started.elapsed() < Duration::from_secs(15),
+        "cut off only after {:?}",
+        started.elapsed()
+    );
+    // The idle kept-alive connection got its answer, then was closed too.
+    let mut reply = Vec::new();
+    let _ = idle.read_to_end(&mut reply);
+    assert!(reply.starts_with(b"HTTP/1.1 200"), "{reply:?}");
+    assert!(started.elapsed() < Duration::from_secs(20));
+    assert_eq!(exporter.get("/metrics").status, 200);
+}
+
 /// A scrape that waits on a hung read (bounded by the deadline) holds its request slot; with
 /// `--web.max-requests=1` a second concurrent scrape gets 503, and a client that disconnects
 /// mid-scrape does not leak its slot.

@@ -167,8 +167,21 @@ fn metrics_md_matches_what_fixtures_produce() {
         .flat_map(|(flags, fixtures)| fixtures.iter().map(|f| emitted(flags, f)))
         .flatten()
         .chain(verbs_emitted())
-        .chain(NEEDS_RDMA_DEVICE.iter().map(|name| name.to_string()))
         .collect();
+    let verbs_metrics: BTreeSet<String> = hpcnode_exporter::verbs::METRICS
+        .iter()
+        .map(|desc| desc.sample_name())
+        .collect();
+    for name in NEEDS_RDMA_DEVICE {
+        assert!(
+            verbs_metrics.contains(*name),
+            "{name} is not a verbs metric"
+        );
+        assert!(
+            produced.insert(name.to_string()),
+            "{name} is produced here: remove it from NEEDS_RDMA_DEVICE"
+        );
+    }
     let ebpf_metrics: BTreeSet<String> = hpcnode_exporter::ebpf::METRICS
         .iter()
         .map(|desc| desc.sample_name())

@@ -207,32 +207,42 @@ impl ErrorLog {
             count.fetch_add(1, Ordering::Relaxed);
         }
         let key = format!("{collector}\0{}\0{}", error.kind.as_str(), error.cause);
-        let mut logged = lock(&self.logged);
-        if logged.contains(&key) {
-            return;
-        }
-        match logged.len() {
-            n if n < MAX_LOGGED_CAUSES => {
-                logging::log(
-                    Level::Warn,
-                    "collector error (logged once per cause)",
-                    &[
-                        ("collector", collector),
-                        ("kind", error.kind.as_str()),
-                        ("err", &error.cause),
-                    ],
-                );
-                logged.insert(key);
+        // Decided under the lock, written after it: a stalled stderr (a full pipe to journald)
+        // must not hold up every other scrape's error accounting.
+        let new_cause = {
+            let mut logged = lock(&self.logged);
+            if logged.contains(&key) {
+                return;
             }
-            MAX_LOGGED_CAUSES => {
-                logging::log(
-                    Level::Warn,
-                    "too many distinct collector errors; further new causes are counted, not logged",
-                    &[],
-                );
-                logged.insert(String::new());
+            match logged.len() {
+                n if n < MAX_LOGGED_CAUSES => {
+                    logged.insert(key);
+                    true
+                }
+                MAX_LOGGED_CAUSES => {
+                    // The marker that the "too many" line has been written.
+                    logged.insert(String::new());
+                    false
+                }
+                _ => return,
             }
-            _ => {}
+        };
+        if new_cause {
+            logging::log(
+                Level::Warn,
+                "collector error (logged once per cause)",
+                &[
+                    ("collector", collector),
+                    ("kind", error.kind.as_str()),
+                    ("err", &error.cause),
+                ],
+            );
+        } else {
+            logging::log(
+                Level::Warn,
+                "too many distinct collector errors; further new causes are counted, not logged",
+                &[],
+            );
         }
     }
 
@@ -255,27 +265,56 @@ impl ErrorLog {
 struct Slot {
     name: &'static str,
     collector: Arc<dyn Collector>,
-    /// Units (and [`LISTING`]) whose read is in progress, including reads abandoned at a deadline.
-    busy: Arc<Mutex<HashSet<String>>>,
+    busy: Busy,
 }
+
+/// Units (and [`LISTING`]) whose read is in progress, with when it started; including reads
+/// abandoned at a deadline.
+type Busy = Arc<Mutex<HashMap<String, Instant>>>;
 
 /// The busy-set key of a collector's unit listing (no unit name is empty).
 const LISTING: &str = "";
 
+/// How often a read waiting for a concurrent scrape's read of the same unit looks again.
+const BUSY_POLL: Duration = Duration::from_millis(2);
+
 /// Marks a unit busy for as long as it lives; released however the read ends (a panic included).
 struct BusyGuard {
-    busy: Arc<Mutex<HashSet<String>>>,
+    busy: Busy,
     unit: String,
 }
 
 impl BusyGuard {
-    /// `None` when the unit is still busy from an earlier scrape.
-    fn claim(busy: &Arc<Mutex<HashSet<String>>>, unit: &str) -> Option<BusyGuard> {
-        let newly = lock(busy).insert(unit.to_string());
-        newly.then(|| BusyGuard {
-            busy: busy.clone(),
-            unit: unit.to_string(),
-        })
+    /// Claims `unit` for a read. A read of it that started less than `hung_after` ago belongs
+    /// to a concurrent scrape (two Prometheus servers): wait for it, until `deadline` at most.
+    /// `None` when the unit stays busy: its read has outlived a scrape's deadline (hung), or
+    /// this scrape's deadline came first.
+    fn claim(
+        busy: &Busy,
+        unit: &str,
+        hung_after: Duration,
+        deadline: Instant,
+    ) -> Option<BusyGuard> {
+        loop {
+            {
+                let mut reading = lock(busy);
+                match reading.get(unit) {
+                    None => {
+                        reading.insert(unit.to_string(), Instant::now());
+                        return Some(BusyGuard {
+                            busy: busy.clone(),
+                            unit: unit.to_string(),
+                        });
+                    }
+                    Some(started) if started.elapsed() >= hung_after => return None,
+                    Some(_) => {}
+                }
+            }
+            if Instant::now() >= deadline {
+                return None;
+            }
+            std::thread::sleep(BUSY_POLL);
+        }
     }
 }
 
@@ -363,6 +402,7 @@ impl Scraper {
                 tokio::spawn(run(
                     slot.collector.clone(),
                     slot.busy.clone(),
+                    self.deadline,
                     deadline,
                     self.workers,
                 ))
@@ -425,7 +465,8 @@ const MAX_WORKERS_PER_COLLECTOR: usize = 4;
 /// finished by the deadline is returned; the rest goes on alone and is dropped.
 async fn run(
     collector: Arc<dyn Collector>,
-    busy: Arc<Mutex<HashSet<String>>>,
+    busy: Busy,
+    timeout: Duration,
     deadline: tokio::time::Instant,
     workers: usize,
 ) -> RunOutcome {
@@ -446,9 +487,12 @@ async fn run(
 
     let listing = {
         let (collector, busy) = (collector.clone(), busy.clone());
-        tokio::task::spawn_blocking(move || match BusyGuard::claim(&busy, LISTING) {
-            None => Err(still_running("listing")),
-            Some(_guard) => collector.units(),
+        let deadline = deadline.into_std();
+        tokio::task::spawn_blocking(move || {
+            match BusyGuard::claim(&busy, LISTING, timeout, deadline) {
+                None => Err(still_running("listing")),
+                Some(_guard) => collector.units(),
+            }
         })
     };
     let units = match tokio::time::timeout_at(deadline, listing).await {
@@ -458,6 +502,7 @@ async fn run(
         Err(_) => return outcome(Output::default(), Err(timed_out(&busy))),
     };
 
+    let deadline = deadline.into_std();
     let state = Arc::new(Mutex::new(RunState {
         units: (0..units.len()).map(|_| None).collect(),
         errors: Vec::new(),
@@ -473,11 +518,17 @@ async fn run(
                 next.clone(),
             );
             tokio::task::spawn_blocking(move || loop {
+                // A worker freed from a hung read after the deadline stops: its scrape has
+                // answered, and reading on would only hold units that a later scrape then
+                // reports as still running.
+                if Instant::now() >= deadline {
+                    return;
+                }
                 let index = next.fetch_add(1, Ordering::Relaxed);
                 let Some(unit) = units.get(index) else {
                     return;
                 };
-                let Some(_guard) = BusyGuard::claim(&busy, unit) else {
+                let Some(_guard) = BusyGuard::claim(&busy, unit, timeout, deadline) else {
                     lock(&state).errors.push(still_running(unit));
                     continue;
                 };
@@ -492,7 +543,7 @@ async fn run(
         .collect();
     let mut result = Ok(());
     for handle in handles {
-        match tokio::time::timeout_at(deadline, handle).await {
+        match tokio::time::timeout_at(deadline.into(), handle).await {
             Ok(Ok(())) => {}
             Ok(Err(join_error)) => result = Err(panicked(join_error)),
             Err(_) => {
@@ -512,9 +563,9 @@ async fn run(
     outcome(output, result)
 }
 
-fn timed_out(busy: &Mutex<HashSet<String>>) -> CollectError {
+fn timed_out(busy: &Mutex<HashMap<String, Instant>>) -> CollectError {
     let mut reading: Vec<_> = lock(busy)
-        .iter()
+        .keys()
         .map(|unit| {
             if unit == LISTING {
                 "(listing)".to_string()
@@ -657,7 +708,7 @@ mod tests {
 
         release.send(()).unwrap();
         let deadline = Instant::now() + Duration::from_secs(5);
-        while lock(&scraper.slots[0].busy).contains("hung") {
+        while lock(&scraper.slots[0].busy).contains_key("hung") {
             assert!(Instant::now() < deadline, "released read never finished");
             tokio::time::sleep(Duration::from_millis(10)).await;
         }
@@ -666,6 +717,88 @@ mod tests {
         assert!(recovered.contains("hpcnode_test_up{device=\"hung\"} 1"));
         assert!(recovered.contains("hpcnode_scrape_collector_success{collector=\"test\"} 1"));
         assert_eq!(collector.hung_reads.load(Ordering::SeqCst), 2);
+    }
+
+    /// Units `hung` then `after`; counts the reads of `after`.
+    struct HungThenAfter {
+        release: Mutex<mpsc::Receiver<()>>,
+        after_reads: AtomicU64,
+    }
+
+    impl Collector for Arc<HungThenAfter> {
+        fn units(&self) -> Result<Vec<String>, CollectError> {
+            Ok(vec!["hung".into(), "after".into()])
+        }
+
+        fn collect_unit(&self, unit: &str, _out: &mut Output) {
+            if unit == "hung" {
+                let _ = lock(&self.release).recv();
+            } else {
+                self.after_reads.fetch_add(1, Ordering::SeqCst);
+            }
+        }
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn worker_freed_after_the_deadline_reads_no_further_unit() {
+        let (release, wait) = mpsc::channel();
+        let collector = Arc::new(HungThenAfter {
+            release: Mutex::new(wait),
+            after_reads: AtomicU64::new(0),
+        });
+        let mut scraper = Scraper::new(
+            vec![("test", Box::new(collector.clone()))],
+            Duration::from_millis(100),
+        );
+        scraper.workers = 1;
+        let first = text(scraper.scrape().await);
+        assert!(first.contains("hpcnode_scrape_collector_success{collector=\"test\"} 0"));
+
+        release.send(()).unwrap();
+        let deadline = Instant::now() + Duration::from_secs(5);
+        while lock(&scraper.slots[0].busy).contains_key("hung") {
+            assert!(Instant::now() < deadline, "released read never finished");
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+        assert_eq!(
+            collector.after_reads.load(Ordering::SeqCst),
+            0,
+            "a worker of a finished scrape read on"
+        );
+    }
+
+    /// One unit whose read takes a while (slow, not hung).
+    struct Slow;
+
+    impl Collector for Slow {
+        fn units(&self) -> Result<Vec<String>, CollectError> {
+            Ok(vec!["slow".into()])
+        }
+
+        fn collect_unit(&self, unit: &str, out: &mut Output) {
+            std::thread::sleep(Duration::from_millis(150));
+            out.samples.push(
+                &UP,
+                vec![("device", unit.to_string().into())],
+                Value::Int(1),
+            );
+        }
+    }
+
+    /// Two Prometheus servers scraping at once: a unit that one scrape is reading within its
+    /// deadline is not hung, so the other waits for it and reads it too.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn concurrent_scrapes_both_read_a_slow_unit() {
+        let scraper = Scraper::new(vec![("test", Box::new(Slow))], Duration::from_secs(2));
+        let (first, second) = tokio::join!(scraper.scrape(), scraper.scrape());
+        for out in [text(first), text(second)] {
+            assert!(out.contains("hpcnode_test_up{device=\"slow\"} 1"), "{out}");
+            assert!(
+                out.contains("hpcnode_scrape_collector_success{collector=\"test\"} 1"),
+                "{out}"
+            );
+        }
     }
 
     #[tokio::test]

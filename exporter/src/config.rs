@@ -606,7 +606,8 @@ fn raw_flags(matches: &ArgMatches) -> RawFlags {
             .map(|v| v.cloned().collect())
             .unwrap_or_default()
     };
-    let value = |name: &str| matches.get_one::<String>(name).cloned().unwrap_or_default();
+    let optional = |name: &str| matches.get_one::<String>(name).cloned();
+    let value = |name: &str| optional(name).unwrap_or_default();
     let disable_defaults = matches.get_flag("collector.disable-defaults");
     let collectors = COLLECTORS
         .iter()
@@ -628,16 +629,9 @@ fn raw_flags(matches: &ArgMatches) -> RawFlags {
         procfs: value("path.procfs"),
         rootfs: value("path.rootfs"),
         collectors,
-        rdma_device_include: matches
-            .get_one::<String>("collector.rdma.device-include")
-            .cloned(),
-        rdma_device_exclude: matches
-            .get_one::<String>("collector.rdma.device-exclude")
-            .cloned(),
-        mic_micras_paths: matches
-            .get_many::<String>("collector.mic.micras-path")
-            .map(|values| values.cloned().collect())
-            .unwrap_or_default(),
+        rdma_device_include: optional("collector.rdma.device-include"),
+        rdma_device_exclude: optional("collector.rdma.device-exclude"),
+        mic_micras_paths: values("collector.mic.micras-path"),
         mic_libmicmgmt: !matches.get_flag("no-collector.mic.libmicmgmt"),
         modules_expected: value("collector.modules.expected"),
         modules_max_modules: value("collector.modules.max-modules"),

@@ -4,9 +4,12 @@
 //! `Accept` header prefers it, gzip when asked; a landing page; `/-/healthy` and `/-/ready`.
 
 use std::convert::Infallible;
+use std::future::Future;
 use std::io::Write as _;
 use std::net::SocketAddr;
+use std::pin::Pin;
 use std::sync::Arc;
+use std::task::{Context, Poll};
 use std::time::Duration;
 
 use bytes::Bytes;
@@ -18,6 +21,7 @@ use hyper::service::service_fn;
 use hyper::{Method, Request, Response, StatusCode};
 use hyper_util::rt::{TokioIo, TokioTimer};
 use hyper_util::server::graceful::GracefulShutdown;
+use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 use tokio::net::TcpListener;
 use tokio::sync::Semaphore;
 
@@ -29,6 +33,9 @@ use crate::metrics::{encode, Format};
 const HEADER_READ_TIMEOUT: Duration = Duration::from_secs(10);
 /// Request heads larger than this are refused; a scrape request is a few hundred bytes.
 const MAX_REQUEST_HEAD_BYTES: usize = 16 * 1024;
+/// How long a response write may make no progress (a client that stopped reading) before the
+/// connection is closed; without it such a client holds its connection and response forever.
+const WRITE_STALL_TIMEOUT: Duration = Duration::from_secs(30);
 /// How long shutdown waits for in-flight requests.
 const SHUTDOWN_GRACE: Duration = Duration::from_secs(30);
 
@@ -80,7 +87,10 @@ impl Server {
                         .timer(TokioTimer::new())
                         .header_read_timeout(HEADER_READ_TIMEOUT)
                         .max_buf_size(MAX_REQUEST_HEAD_BYTES)
-                        .serve_connection(TokioIo::new(stream), service);
+                        .serve_connection(
+                            TokioIo::new(StallLimit::new(stream, WRITE_STALL_TIMEOUT)),
+                            service,
+                        );
                     let connection = graceful.watch(connection);
                     tokio::spawn(async move {
                         // Client errors (resets, malformed requests) are the client's business.
@@ -172,6 +182,96 @@ impl Server {
         );
         headers.insert(VARY, HeaderValue::from_static("Accept, Accept-Encoding"));
         response
+    }
+}
+
+/// A stream whose writes fail with `TimedOut` once they have made no progress for `limit`.
+/// Reads pass through: hyper bounds the wait for a request head itself.
+struct StallLimit<S> {
+    inner: S,
+    limit: Duration,
+    stalled_since: Option<Pin<Box<tokio::time::Sleep>>>,
+}
+
+impl<S> StallLimit<S> {
+    fn new(inner: S, limit: Duration) -> Self {
+        StallLimit {
+            inner,
+            limit,
+            stalled_since: None,
+        }
+    }
+
+    /// Passes a ready result on (progress: the stall clock stops); a pending one waits for the
+    /// stall clock, which starts at the first pending write.
+    fn bound<T>(
+        &mut self,
+        cx: &mut Context<'_>,
+        result: Poll<std::io::Result<T>>,
+    ) -> Poll<std::io::Result<T>> {
+        if result.is_ready() {
+            self.stalled_since = None;
+            return result;
+        }
+        let limit = self.limit;
+        let stall = self
+            .stalled_since
+            .get_or_insert_with(|| Box::pin(tokio::time::sleep(limit)));
+        match stall.as_mut().poll(cx) {
+            Poll::Ready(()) => Poll::Ready(Err(std::io::Error::new(
+                std::io::ErrorKind::TimedOut,
+                "client stopped reading the response",
+            ))),
+            Poll::Pending => Poll::Pending,
+        }
+    }
+}
+
+impl<S: AsyncRead + Unpin> AsyncRead for StallLimit<S> {
+    fn poll_read(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &mut ReadBuf<'_>,
+    ) -> Poll<std::io::Result<()>> {
+        Pin::new(&mut self.get_mut().inner).poll_read(cx, buf)
+    }
+}
+
+impl<S: AsyncWrite + Unpin> AsyncWrite for StallLimit<S> {
+    fn poll_write(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &[u8],
+    ) -> Poll<std::io::Result<usize>> {
+        let this = self.get_mut();
+        let result = Pin::new(&mut this.inner).poll_write(cx, buf);
+        this.bound(cx, result)
+    }
+
+    fn poll_write_vectored(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        bufs: &[std::io::IoSlice<'_>],
+    ) -> Poll<std::io::Result<usize>> {
+        let this = self.get_mut();
+        let result = Pin::new(&mut this.inner).poll_write_vectored(cx, bufs);
+        this.bound(cx, result)
+    }
+
+    fn is_write_vectored(&self) -> bool {
+        self.inner.is_write_vectored()
+    }
+
+    fn poll_flush(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<std::io::Result<()>> {
+        let this = self.get_mut();
+        let result = Pin::new(&mut this.inner).poll_flush(cx);
+        this.bound(cx, result)
+    }
+
+    fn poll_shutdown(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<std::io::Result<()>> {
+        let this = self.get_mut();
+        let result = Pin::new(&mut this.inner).poll_shutdown(cx);
+        this.bound(cx, result)
     }
 }
 
@@ -272,6 +372,58 @@ mod tests {
             negotiate_format("application/openmetrics-text;q=0"),
             Format::PrometheusText
         );
+    }
+
+    /// Writes 64 KiB chunks to `stream` until a write fails or `within` passes.
+    async fn write_until_error(
+        stream: &mut StallLimit<tokio::net::TcpStream>,
+        within: Duration,
+    ) -> Option<std::io::Error> {
+        let chunk = vec![0u8; 64 * 1024];
+        let give_up = tokio::time::Instant::now() + within;
+        loop {
+            let write = std::future::poll_fn(|cx| Pin::new(&mut *stream).poll_write(cx, &chunk));
+            match tokio::time::timeout_at(give_up, write).await {
+                Ok(Ok(_)) => {}
+                Ok(Err(err)) => return Some(err),
+                Err(_) => return None,
+            }
+        }
+    }
+
+    #[tokio::test]
+    async fn a_client_that_stops_reading_times_out_one_that_reads_does_not() {
+        let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let address = listener.local_addr().unwrap();
+
+        // Never reads: the kernel's buffers fill, then the write stalls past the limit.
+        let _silent = tokio::net::TcpStream::connect(address).await.unwrap();
+        let (server_side, _) = listener.accept().await.unwrap();
+        let mut stream = StallLimit::new(server_side, Duration::from_millis(200));
+        let err = write_until_error(&mut stream, Duration::from_secs(20))
+            .await
+            .expect("a stalled write never failed");
+        assert_eq!(err.kind(), std::io::ErrorKind::TimedOut);
+
+        // Reads steadily, if slowly: writes keep making progress and never time out.
+        let reader = std::net::TcpStream::connect(address).unwrap();
+        let (server_side, _) = listener.accept().await.unwrap();
+        let reading = std::thread::spawn(move || {
+            use std::io::Read as _;
+            let mut reader = reader;
+            let mut buf = vec![0u8; 256 * 1024];
+            while let Ok(n) = reader.read(&mut buf) {
+                if n == 0 {
+                    break;
+                }
+                std::thread::sleep(Duration::from_millis(20));
+            }
+        });
+        let mut stream = StallLimit::new(server_side, Duration::from_millis(200));
+        let err = write_until_error(&mut stream, Duration::from_secs(1)).await;
+        assert!(err.is_none(), "{err:?}");
+        drop(stream);
+        reading.join().unwrap();
     }
 
     #[test]

@@ -198,12 +198,18 @@ for kernel in "${kernels[@]}"; do
     echo "lab: booting $kver (${machine:-pc}${cmdline:+, $cmdline}) for $names, limit $limit s"
     boot_start=$SECONDS
     # Two cores are shared: nice. The limit bounds the whole boot; qemu's exit status says nothing.
+    # timeout runs qemu in a process group of its own, which Ctrl-C does not reach, and bash
+    # would wait for it to the limit: run it in the background and pass an interrupt on.
     timeout --kill-after=5 "$limit" nice -n 10 qemu-system-x86_64 -accel tcg -cpu max -m 1G -smp 2 \
       -nographic -no-reboot -nic none "${machine_args[@]}" \
       -kernel "$root/boot/vmlinuz-$kver" -initrd "$dir/initramfs.cpio" \
       -append "console=ttyS0 quiet panic=-1 lab.groups=$guest_list $cmdline" \
       -virtfs "local,path=$dir/share,mount_tag=lab,security_model=none" \
-      < /dev/null > "$serial" 2> "$dir/share/results/qemu-stderr-${names//,/-}.log" && qemu_status=0 || qemu_status=$?
+      < /dev/null > "$serial" 2> "$dir/share/results/qemu-stderr-${names//,/-}.log" &
+    qemu_pid=$!
+    trap 'kill -TERM "$qemu_pid" 2> /dev/null; wait "$qemu_pid" || true; echo "lab: interrupted" >&2; exit 130' INT TERM
+    wait "$qemu_pid" && qemu_status=0 || qemu_status=$?
+    trap - INT TERM
     case $qemu_status in 124 | 137) echo "lab: $kver boot for $names timed out after $limit s; qemu killed" ;; esac
     echo "lab: $kver boot for $names took $((SECONDS - boot_start)) s"
     for group in "${boot_groups[@]}"; do report_group "$kernel" "$group" "$dir/share/results/$group.result" "$serial"; done

@@ -82,6 +82,7 @@ impl Exporter {
             Ok(address) => address,
             Err(_) => {
                 let _ = child.kill();
+                let _ = child.wait();
                 panic!("exporter did not start; log:\n{}", log.lock().unwrap());
             }
         };
