@@ -168,7 +168,7 @@ fn metrics_md_matches_what_fixtures_produce() {
         .flatten()
         .chain(verbs_emitted())
         .collect();
-    let verbs_metrics: BTreeSet<String> = hpcnode_exporter::verbs::METRICS
+    let verbs_metrics: BTreeSet<String> = hpcnode_exporter::collectors::verbs::METRICS
         .iter()
         .map(|desc| desc.sample_name())
         .collect();
@@ -182,7 +182,7 @@ fn metrics_md_matches_what_fixtures_produce() {
             "{name} is produced here: remove it from NEEDS_RDMA_DEVICE"
         );
     }
-    let ebpf_metrics: BTreeSet<String> = hpcnode_exporter::ebpf::METRICS
+    let ebpf_metrics: BTreeSet<String> = hpcnode_exporter::collectors::ebpf::METRICS
         .iter()
         .map(|desc| desc.sample_name())
         .collect();

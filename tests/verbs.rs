@@ -11,9 +11,9 @@ use std::net::{TcpListener, TcpStream};
 use std::process::Command;
 use std::time::{Duration, Instant};
 
-use hpcnode_exporter::verbs::engine::Endpoint;
-use hpcnode_exporter::verbs::ffi::ABI_LAYOUT;
-use hpcnode_exporter::verbs::oob::Message;
+use hpcnode_exporter::collectors::verbs::engine::Endpoint;
+use hpcnode_exporter::collectors::verbs::ffi::ABI_LAYOUT;
+use hpcnode_exporter::collectors::verbs::oob::Message;
 use util::{Exporter, BINARY};
 
 /// Exporter flags that load the real library.

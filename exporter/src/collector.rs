@@ -14,14 +14,14 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use crate::config::Config;
-use crate::ebpf;
+use crate::collectors::ebpf;
 use crate::logging::{self, Level};
 use crate::metrics::{Desc, Samples, Value};
-use crate::mic;
-use crate::modules;
-use crate::pci;
-use crate::rdma;
-use crate::verbs;
+use crate::collectors::mic;
+use crate::collectors::modules;
+use crate::collectors::pci;
+use crate::collectors::rdma;
+use crate::collectors::verbs;
 
 /// What a collector does at scrape time, split into independent units (devices) so that one
 /// unit whose read hangs hides nothing but itself.

@@ -12,8 +12,8 @@ use regex::Regex;
 
 use crate::collector::{Registration, COLLECTORS};
 use crate::logging::{Level, LogFormat};
-use crate::pci::DeviceSelector;
-use crate::verbs;
+use crate::collectors::pci::DeviceSelector;
+use crate::collectors::verbs;
 
 #[derive(Debug, thiserror::Error)]
 pub enum ConfigError {

@@ -3,15 +3,10 @@
 //! See ARCHITECTURE.md at the repository root for the code map and invariants.
 
 pub mod collector;
+pub mod collectors;
 pub mod config;
-pub mod ebpf;
 pub mod http;
+pub mod kernel;
 pub mod logging;
 pub mod metrics;
-pub mod mic;
-pub mod modprobe;
-pub mod modules;
-pub mod pci;
-pub mod rdma;
 pub mod sysfs;
-pub mod verbs;

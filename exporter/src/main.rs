@@ -9,10 +9,10 @@ use std::time::Duration;
 use anyhow::Context;
 use hpcnode_exporter::collector::Scraper;
 use hpcnode_exporter::config::{self, Config, Invocation, VerbsProbeCommand};
-use hpcnode_exporter::ebpf;
+use hpcnode_exporter::collectors::ebpf;
 use hpcnode_exporter::http::{self, Server};
 use hpcnode_exporter::logging::{self, Level};
-use hpcnode_exporter::verbs;
+use hpcnode_exporter::collectors::verbs;
 use tokio::signal::unix::{signal, SignalKind};
 
 fn main() -> ExitCode {

@@ -351,14 +351,14 @@ mod tests {
     /// The /dev/kmsg fallback on the real device: only lines written after it opened count.
     #[test]
     fn kmsg_fallback_counts_new_lines() {
-        if !crate::ebpf::tests::running_as_root("kmsg_fallback_counts_new_lines") {
+        if !crate::collectors::ebpf::tests::running_as_root("kmsg_fallback_counts_new_lines") {
             return;
         }
         let module = format!("hpcnode_kmsg{}", std::process::id());
         let line = format!(
             "{module}: module verification failed: signature and/or required key missing - tainting kernel"
         );
-        let write = || crate::ebpf::tests::write_kmsg(&line);
+        let write = || crate::collectors::ebpf::tests::write_kmsg(&line);
         write(); // before the reader opens: not counted
         let counts = KernelLogCounts::new();
         let kmsg = open_kmsg().unwrap();

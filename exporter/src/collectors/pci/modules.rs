@@ -5,7 +5,7 @@
 
 use std::collections::{BTreeMap, HashSet};
 
-use crate::modprobe::{Action, ConfigFile};
+use crate::kernel::modprobe::{Action, ConfigFile};
 
 /// One `alias pci:... module` line.
 pub struct ModuleAlias<'a> {
@@ -172,7 +172,7 @@ mod tests {
     fn the_last_install_rule_wins() {
         let file = |path: &str, text| ConfigFile {
             path: path.to_string(),
-            rules: crate::modprobe::parse_rules(text),
+            rules: crate::kernel::modprobe::parse_rules(text),
         };
         let rules = ModprobeRules::from_config(vec![
             file(

@@ -12,7 +12,7 @@ use std::path::{Path, PathBuf};
 use crate::collector::{CollectError, Collector, Output};
 use crate::config::Config;
 use crate::metrics::{Desc, Labels, Value};
-use crate::modprobe::{self, Action};
+use crate::kernel::modprobe::{self, Action};
 use crate::sysfs::{AttributeReader, SysDir, SysfsError};
 
 pub fn build(config: &Config) -> Box<dyn Collector> {

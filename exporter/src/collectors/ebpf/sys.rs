@@ -22,18 +22,18 @@ use crate::sysfs::{AttributeReader, SysDir};
 /// The compiled probes (ebpf/*.bpf.o, rebuilt by ebpf/build.sh), aligned for the ELF parser.
 fn object(probe: Probe) -> &'static [u8] {
     match probe {
-        Probe::ModuleLoad => aya::include_bytes_aligned!("../../../ebpf/module_load.bpf.o"),
+        Probe::ModuleLoad => aya::include_bytes_aligned!("../../../../ebpf/module_load.bpf.o"),
         Probe::ModuleSigCheck => {
-            aya::include_bytes_aligned!("../../../ebpf/module_sig_check.bpf.o")
+            aya::include_bytes_aligned!("../../../../ebpf/module_sig_check.bpf.o")
         }
         Probe::ModuleLoadSyscall => {
-            aya::include_bytes_aligned!("../../../ebpf/module_load_syscall.bpf.o")
+            aya::include_bytes_aligned!("../../../../ebpf/module_load_syscall.bpf.o")
         }
-        Probe::KernelLog => aya::include_bytes_aligned!("../../../ebpf/kernel_log.bpf.o"),
-        Probe::IommuFault => aya::include_bytes_aligned!("../../../ebpf/iommu_fault.bpf.o"),
-        Probe::DmarFault => aya::include_bytes_aligned!("../../../ebpf/dmar_fault.bpf.o"),
+        Probe::KernelLog => aya::include_bytes_aligned!("../../../../ebpf/kernel_log.bpf.o"),
+        Probe::IommuFault => aya::include_bytes_aligned!("../../../../ebpf/iommu_fault.bpf.o"),
+        Probe::DmarFault => aya::include_bytes_aligned!("../../../../ebpf/dmar_fault.bpf.o"),
         Probe::VfioEnable | Probe::VfioAer | Probe::VfioPin => {
-            aya::include_bytes_aligned!("../../../ebpf/vfio.bpf.o")
+            aya::include_bytes_aligned!("../../../../ebpf/vfio.bpf.o")
         }
     }
 }
@@ -469,7 +469,7 @@ pub fn read_counts(probe: Probe, attachment: &Attachment) -> Result<ProbeCounts,
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::ebpf::probes::attempts;
+    use crate::collectors::ebpf::probes::attempts;
     use std::os::fd::{AsFd, AsRawFd};
 
     /// Every BPF program the probes can use passes this kernel's verifier, including those
@@ -477,7 +477,7 @@ mod tests {
     /// need its target; tp_btf and fexit programs do, and are loaded where it exists).
     #[test]
     fn every_program_passes_the_verifier_here() {
-        if !crate::ebpf::tests::running_as_root("every_program_passes_the_verifier_here") {
+        if !crate::collectors::ebpf::tests::running_as_root("every_program_passes_the_verifier_here") {
             return;
         }
         let btf = kernel_btf().ok();
@@ -504,7 +504,7 @@ mod tests {
     /// the key the exporter reads, anything else is ignored.
     #[test]
     fn syscall_exit_program_records_module_syscall_failures() {
-        if !crate::ebpf::tests::running_as_root(
+        if !crate::collectors::ebpf::tests::running_as_root(
             "syscall_exit_program_records_module_syscall_failures",
         ) {
             return;
@@ -541,7 +541,7 @@ mod tests {
     /// in the record layout the exporter parses, cut at 255 bytes.
     #[test]
     fn console_program_forwards_lines_to_the_ring_buffer() {
-        if !crate::ebpf::tests::running_as_root("console_program_forwards_lines_to_the_ring_buffer")
+        if !crate::collectors::ebpf::tests::running_as_root("console_program_forwards_lines_to_the_ring_buffer")
         {
             return;
         }
@@ -565,7 +565,7 @@ mod tests {
     /// without a name instead of crashing.
     #[test]
     fn io_page_fault_program_counts_by_device_and_access() {
-        if !crate::ebpf::tests::running_as_root("io_page_fault_program_counts_by_device_and_access")
+        if !crate::collectors::ebpf::tests::running_as_root("io_page_fault_program_counts_by_device_and_access")
         {
             return;
         }
@@ -606,7 +606,7 @@ mod tests {
     /// here on printk:console, which this kernel has, with lines written to /dev/kmsg.
     #[test]
     fn perf_counts_a_tracepoint_on_every_cpu() {
-        if !crate::ebpf::tests::running_as_root("perf_counts_a_tracepoint_on_every_cpu") {
+        if !crate::collectors::ebpf::tests::running_as_root("perf_counts_a_tracepoint_on_every_cpu") {
             return;
         }
         ensure_tracefs().unwrap();
@@ -618,7 +618,7 @@ mod tests {
         };
         let before = read();
         for _ in 0..3 {
-            crate::ebpf::tests::write_kmsg("hpcnode perf counting test");
+            crate::collectors::ebpf::tests::write_kmsg("hpcnode perf counting test");
         }
         // Other processes may log too: at least our three lines.
         assert!(read() >= before + 3, "{before} -> {}", read());

@@ -19,7 +19,7 @@ use std::path::{Path, PathBuf};
 use crate::collector::{CollectError, Collector, ErrorKind, Output};
 use crate::config::Config;
 use crate::metrics::{Desc, LabelValue, Labels, Value};
-use crate::modprobe;
+use crate::kernel::modprobe;
 use crate::sysfs::{AttributeReader, SysDir, SysfsError};
 
 use config_space::{ConfigSpace, BAR_COUNT};
@@ -871,7 +871,7 @@ impl Read<'_> {
             .ok()?;
         let release = self.optional(&kernel, "osrelease")?;
         // It becomes a path component under --path.rootfs: never `..` or a path.
-        if !crate::modules::is_release(&release) {
+        if !crate::collectors::modules::is_release(&release) {
             let path = kernel.path("osrelease");
             self.error(SysfsError::parse(&path, "not a kernel release", &release));
             return None;

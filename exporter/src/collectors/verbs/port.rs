@@ -9,7 +9,7 @@ use super::engine::PortAddress;
 use super::ffi::{self, Verbs};
 use super::resources::Device;
 use super::{ProbeError, Target};
-use crate::rdma;
+use crate::collectors::rdma;
 use crate::sysfs::{AttributeReader, SysDir};
 
 /// A port as sysfs describes it.
