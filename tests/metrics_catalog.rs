@@ -221,7 +221,7 @@ fn code_descriptors_match_catalog() {
     let described: BTreeSet<String> = hpcnode_exporter::collector::FRAMEWORK_METRICS
         .iter()
         .chain(
-            hpcnode_exporter::collector::COLLECTORS
+            hpcnode_exporter::collectors::ALL
                 .iter()
                 .flat_map(|registration| registration.metrics),
         )

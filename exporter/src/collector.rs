@@ -1,5 +1,6 @@
-//! The collector framework: the one registration list, and the scrape that runs every enabled
-//! collector concurrently under a deadline.
+//! The collector framework: the contract every collector implements (flags, settings, start,
+//! units, stop), and the scrape that runs every started collector concurrently under a deadline.
+//! It names no collector: `collectors/mod.rs` hands it the list.
 //!
 //! Invariants:
 //! - a scrape never fails and never waits past the deadline because of a collector;
@@ -8,141 +9,137 @@
 //!   (at most one per hung unit);
 //! - every error is counted in `hpcnode_collector_errors_total` and logged once per distinct cause.
 
-use std::collections::{HashMap, HashSet};
+use std::collections::HashMap;
+use std::fmt;
+use std::future::Future;
+use std::path::PathBuf;
+use std::pin::Pin;
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use crate::config::Config;
-use crate::collectors::ebpf;
-use crate::logging::{self, Level};
+use clap::Arg;
+
+use crate::config::{ConfigError, Flags};
+pub use crate::error::{CollectError, ErrorKind};
+use crate::logging::{self, Level, OncePerCause, Verdict};
 use crate::metrics::{Desc, Samples, Value};
-use crate::collectors::mic;
-use crate::collectors::modules;
-use crate::collectors::pci;
-use crate::collectors::rdma;
-use crate::collectors::verbs;
 
-/// What a collector does at scrape time, split into independent units (devices) so that one
-/// unit whose read hangs hides nothing but itself.
-pub trait Collector: Send + Sync + 'static {
-    /// The units to read in this scrape, listed fresh each time. An `Err` means the collector
-    /// cannot do its job at all (its success gauge goes to 0).
-    fn units(&self) -> Result<Vec<String>, CollectError>;
-
-    /// Reads one unit: samples and per-item errors go to `out`.
-    fn collect_unit(&self, unit: &str, out: &mut Output);
-}
-
+/// One row of the registry (`collectors::ALL`): everything the framework needs to know about a
+/// collector. Adding a collector is one module that defines its `REGISTRATION` and one row in
+/// that list; `--[no-]collector.<name>` and the collector's own flags appear by themselves.
 #[derive(Debug)]
 pub struct Registration {
     pub name: &'static str,
     pub enabled_by_default: bool,
     pub help: &'static str,
-    pub build: fn(&Config) -> Box<dyn Collector>,
     /// Every metric the collector can emit (checked against METRICS.md).
     pub metrics: &'static [Desc],
+    /// The collector's own flags; the registry adds them to the command line.
+    pub flags: fn() -> Vec<Arg>,
+    /// The collector's flag values, validated into settings: raw strings in, no I/O. Run for
+    /// every registered collector, enabled or not, so a bad flag is an error either way.
+    pub configure: fn(&Flags) -> Result<Box<dyn Settings>, ConfigError>,
+    /// `hpcnode_exporter probe <name>`, for a collector that can also run once, now.
+    pub probe: Option<ProbeCommand>,
 }
 
-/// Every collector, once. Generates `--collector.<name>` / `--no-collector.<name>`.
-pub const COLLECTORS: &[Registration] = &[
-    Registration {
-        name: "rdma",
-        enabled_by_default: true,
-        help: "RDMA (InfiniBand, RoCE, iWARP, Omni-Path) device and port state and counters from /sys/class/infiniband",
-        build: rdma::build,
-        metrics: &rdma::METRICS,
-    },
-    Registration {
-        name: "mic",
-        enabled_by_default: true,
-        help: "Xeon Phi (MIC) card state, boot and crash counts from /sys/class/mic; temperatures, voltages and power from micras files and libmicmgmt",
-        build: mic::build,
-        metrics: &mic::METRICS,
-    },
-    Registration {
-        name: "modules",
-        enabled_by_default: true,
-        help: "Kernel taint, loaded and expected modules, modprobe.d rules, module signature enforcement, lockdown and Secure Boot",
-        build: modules::build,
-        metrics: &modules::METRICS,
-    },
-    Registration {
-        name: "ebpf",
-        enabled_by_default: true,
-        help: "Kernel probes (eBPF, perf, /dev/kmsg): module loads and taints, signature verdicts, failed load syscalls, kernel log events",
-        build: ebpf::build,
-        metrics: &ebpf::METRICS,
-    },
-    Registration {
-        name: "pci",
-        enabled_by_default: true,
-        help: "GPU, accelerator and fabric PCI devices: passthrough readiness, IOMMU state, unbound devices, Nova [pci] config check",
-        build: pci::build,
-        metrics: &pci::METRICS,
-    },
-    Registration {
-        name: "verbs",
-        enabled_by_default: true,
-        help: "Results of the periodic RDMA verbs bandwidth and latency probe (silent unless --probe.verbs.interval or --probe.verbs.listen is set)",
-        build: verbs::build,
-        metrics: &verbs::METRICS,
-    },
-];
-
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-pub enum ErrorKind {
-    Io,
-    Parse,
-    NotRegularFile,
-    Timeout,
-    StillRunning,
-    Panic,
+/// A collector's validated settings; `main` starts the enabled ones once the whole command
+/// line is valid, before serving.
+pub trait Settings: fmt::Debug + Send {
+    /// Acquires what the collector holds while the exporter runs (probes, sockets, threads,
+    /// libraries) and returns it ready to scrape. An error fails the start (exit 1); a
+    /// resource a node may rightly lack is reported by the collector's metrics instead.
+    fn start(self: Box<Self>, host: &Host) -> Result<Started, StartError>;
 }
 
-impl ErrorKind {
-    pub const ALL: [ErrorKind; 6] = [
-        ErrorKind::Io,
-        ErrorKind::Parse,
-        ErrorKind::NotRegularFile,
-        ErrorKind::Timeout,
-        ErrorKind::StillRunning,
-        ErrorKind::Panic,
-    ];
+/// What every collector's start may use: the roots all paths are under, and the deadline.
+#[derive(Debug, Clone)]
+pub struct Host {
+    pub sysfs: PathBuf,
+    pub procfs: PathBuf,
+    pub rootfs: PathBuf,
+    pub scrape_timeout: Duration,
+}
 
-    pub fn as_str(self) -> &'static str {
-        match self {
-            ErrorKind::Io => "io",
-            ErrorKind::Parse => "parse",
-            ErrorKind::NotRegularFile => "not_regular_file",
-            ErrorKind::Timeout => "timeout",
-            ErrorKind::StillRunning => "still_running",
-            ErrorKind::Panic => "panic",
-        }
+/// Why a collector could not start.
+#[derive(Debug, thiserror::Error)]
+#[error("starting the {collector} collector: {reason}")]
+pub struct StartError {
+    pub collector: &'static str,
+    pub reason: String,
+}
+
+/// `hpcnode_exporter probe <name> [flags]`: one run now, a report on stdout.
+#[derive(Debug)]
+pub struct ProbeCommand {
+    pub about: &'static str,
+    pub flags: fn() -> Vec<Arg>,
+    pub configure: fn(&Flags) -> Result<Box<dyn RunOnce>, ConfigError>,
+}
+
+/// A validated `probe` subcommand.
+pub trait RunOnce: fmt::Debug {
+    /// Whether the run passed; an error when it could not run at all.
+    fn run(self: Box<Self>) -> Result<bool, Box<dyn std::error::Error>>;
+}
+
+/// What a started collector does at scrape time, split into independent units (devices) so
+/// that one unit whose read hangs hides nothing but itself.
+pub trait Collector: Send + Sync + 'static {
+    /// What names one unit (a device name, a card, a typed PCI unit). Its `Display` must be
+    /// unique among the units of one listing and non-empty: it keys the busy set and names
+    /// the unit in error messages.
+    type Unit: fmt::Display + Send + Sync + 'static;
+
+    /// The units to read in this scrape, listed fresh each time. An `Err` means the collector
+    /// cannot do its job at all (its success gauge goes to 0).
+    fn units(&self) -> Result<Vec<Self::Unit>, CollectError>;
+
+    /// Reads one unit: samples and per-item errors go to `out`.
+    fn collect_unit(&self, unit: &Self::Unit, out: &mut Output);
+
+    /// Releases what `start` acquired (threads, sockets, probes), on SIGTERM or SIGINT.
+    fn stop(&self) {}
+}
+
+/// A started collector, its unit type erased, as the scraper holds it.
+pub struct Started(Arc<dyn Erased>);
+
+impl Started {
+    pub fn new(collector: impl Collector) -> Self {
+        Started(Arc::new(collector))
     }
 }
 
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct CollectError {
-    pub kind: ErrorKind,
-    /// Stable across scrapes for the same fault (a path and an errno, not a timestamp), since it
-    /// decides whether the error is logged again.
-    pub cause: String,
-}
-
-impl CollectError {
-    pub fn new(kind: ErrorKind, cause: impl Into<String>) -> Self {
-        CollectError {
-            kind,
-            cause: cause.into(),
-        }
+impl fmt::Debug for Started {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("Started")
     }
 }
 
-impl From<crate::sysfs::SysfsError> for CollectError {
-    fn from(err: crate::sysfs::SysfsError) -> Self {
-        CollectError::new(err.kind(), err.to_string())
+type RunFuture = Pin<Box<dyn Future<Output = RunOutcome> + Send>>;
+
+trait Erased: Send + Sync {
+    fn run(self: Arc<Self>, busy: Busy, timeout: Duration, deadline: Deadline) -> RunFuture;
+    fn stop(&self);
+}
+
+impl<C: Collector> Erased for C {
+    fn run(self: Arc<Self>, busy: Busy, timeout: Duration, deadline: Deadline) -> RunFuture {
+        Box::pin(run(self, busy, timeout, deadline))
     }
+
+    fn stop(&self) {
+        Collector::stop(self)
+    }
+}
+
+/// When a scrape answers, and how many workers read one collector's units.
+#[derive(Clone, Copy)]
+struct Deadline {
+    at: tokio::time::Instant,
+    workers: usize,
 }
 
 #[derive(Default)]
@@ -180,14 +177,13 @@ pub const FRAMEWORK_METRICS: [Desc; 4] = [
     COLLECTOR_ERRORS,
 ];
 
-/// Distinct causes remembered for log deduplication; past this, new causes are counted but a
-/// single line says logging stopped, so a churning fault cannot grow memory without bound.
+/// Distinct causes remembered for log deduplication.
 const MAX_LOGGED_CAUSES: usize = 4096;
 
 /// Error counters and the once-per-cause log filter, shared by all scrapes.
 struct ErrorLog {
     counts: HashMap<(&'static str, ErrorKind), AtomicU64>,
-    logged: Mutex<HashSet<String>>,
+    logged: OncePerCause<(&'static str, ErrorKind, String)>,
 }
 
 impl ErrorLog {
@@ -198,7 +194,7 @@ impl ErrorLog {
             .collect();
         ErrorLog {
             counts,
-            logged: Mutex::new(HashSet::new()),
+            logged: OncePerCause::new(MAX_LOGGED_CAUSES),
         }
     }
 
@@ -206,29 +202,11 @@ impl ErrorLog {
         if let Some(count) = self.counts.get(&(collector, error.kind)) {
             count.fetch_add(1, Ordering::Relaxed);
         }
-        let key = format!("{collector}\0{}\0{}", error.kind.as_str(), error.cause);
-        // Decided under the lock, written after it: a stalled stderr (a full pipe to journald)
-        // must not hold up every other scrape's error accounting.
-        let new_cause = {
-            let mut logged = lock(&self.logged);
-            if logged.contains(&key) {
-                return;
-            }
-            match logged.len() {
-                n if n < MAX_LOGGED_CAUSES => {
-                    logged.insert(key);
-                    true
-                }
-                MAX_LOGGED_CAUSES => {
-                    // The marker that the "too many" line has been written.
-                    logged.insert(String::new());
-                    false
-                }
-                _ => return,
-            }
-        };
-        if new_cause {
-            logging::log(
+        match self
+            .logged
+            .check((collector, error.kind, error.cause.clone()))
+        {
+            Verdict::New => logging::log(
                 Level::Warn,
                 "collector error (logged once per cause)",
                 &[
@@ -236,13 +214,13 @@ impl ErrorLog {
                     ("kind", error.kind.as_str()),
                     ("err", &error.cause),
                 ],
-            );
-        } else {
-            logging::log(
+            ),
+            Verdict::JustFull => logging::log(
                 Level::Warn,
                 "too many distinct collector errors; further new causes are counted, not logged",
                 &[],
-            );
+            ),
+            Verdict::Seen | Verdict::Full => {}
         }
     }
 
@@ -264,7 +242,7 @@ impl ErrorLog {
 
 struct Slot {
     name: &'static str,
-    collector: Arc<dyn Collector>,
+    collector: Started,
     busy: Busy,
 }
 
@@ -358,14 +336,15 @@ pub struct Scraper {
 }
 
 impl Scraper {
-    pub fn new(collectors: Vec<(&'static str, Box<dyn Collector>)>, deadline: Duration) -> Self {
+    /// The started collectors, by name, in the order their output appears.
+    pub fn new(collectors: Vec<(&'static str, Started)>, deadline: Duration) -> Self {
         let names: Vec<_> = collectors.iter().map(|(name, _)| *name).collect();
         Scraper {
             slots: collectors
                 .into_iter()
                 .map(|(name, collector)| Slot {
                     name,
-                    collector: Arc::from(collector),
+                    collector,
                     busy: Arc::default(),
                 })
                 .collect(),
@@ -379,17 +358,15 @@ impl Scraper {
         }
     }
 
-    pub fn from_config(config: &Config) -> Self {
-        let collectors = config
-            .collectors
-            .iter()
-            .map(|registration| (registration.name, (registration.build)(config)))
-            .collect();
-        Scraper::new(collectors, config.scrape_timeout)
-    }
-
     pub fn collector_names(&self) -> impl Iterator<Item = &'static str> + '_ {
         self.slots.iter().map(|slot| slot.name)
+    }
+
+    /// Stops every collector (SIGTERM): what their start acquired is released.
+    pub fn stop(&self) {
+        for slot in &self.slots {
+            slot.collector.0.stop();
+        }
     }
 
     /// One scrape: every collector's samples plus the framework's own metrics.
@@ -399,12 +376,13 @@ impl Scraper {
             .slots
             .iter()
             .map(|slot| {
-                tokio::spawn(run(
-                    slot.collector.clone(),
+                tokio::spawn(slot.collector.0.clone().run(
                     slot.busy.clone(),
                     self.deadline,
-                    deadline,
-                    self.workers,
+                    Deadline {
+                        at: deadline,
+                        workers: self.workers,
+                    },
                 ))
             })
             .collect();
@@ -463,12 +441,14 @@ const MAX_WORKERS_PER_COLLECTOR: usize = 4;
 /// One collector's part of a scrape: list its units, then read them with a few workers on the
 /// blocking pool, each unit skipped while an earlier read of it is still hung. Whatever has
 /// finished by the deadline is returned; the rest goes on alone and is dropped.
-async fn run(
-    collector: Arc<dyn Collector>,
+async fn run<C: Collector>(
+    collector: Arc<C>,
     busy: Busy,
     timeout: Duration,
-    deadline: tokio::time::Instant,
-    workers: usize,
+    Deadline {
+        at: deadline,
+        workers,
+    }: Deadline,
 ) -> RunOutcome {
     let started = Instant::now();
     let outcome = |output, result| RunOutcome {
@@ -528,8 +508,9 @@ async fn run(
                 let Some(unit) = units.get(index) else {
                     return;
                 };
-                let Some(_guard) = BusyGuard::claim(&busy, unit, timeout, deadline) else {
-                    lock(&state).errors.push(still_running(unit));
+                let name = unit.to_string();
+                let Some(_guard) = BusyGuard::claim(&busy, &name, timeout, deadline) else {
+                    lock(&state).errors.push(still_running(&name));
                     continue;
                 };
                 let mut output = Output::default();
@@ -613,11 +594,13 @@ mod tests {
     }
 
     impl Collector for OneHungDevice {
+        type Unit = String;
+
         fn units(&self) -> Result<Vec<String>, CollectError> {
             Ok(vec!["good".into(), "hung".into()])
         }
 
-        fn collect_unit(&self, unit: &str, out: &mut Output) {
+        fn collect_unit(&self, unit: &String, out: &mut Output) {
             if unit == "hung" {
                 self.hung_reads.fetch_add(1, Ordering::SeqCst);
                 let _ = lock(&self.release).recv();
@@ -633,21 +616,25 @@ mod tests {
     struct Broken;
 
     impl Collector for Broken {
+        type Unit = String;
+
         fn units(&self) -> Result<Vec<String>, CollectError> {
             Err(CollectError::new(ErrorKind::Io, "root unreadable"))
         }
 
-        fn collect_unit(&self, _unit: &str, _out: &mut Output) {}
+        fn collect_unit(&self, _unit: &String, _out: &mut Output) {}
     }
 
     struct Panics;
 
     impl Collector for Panics {
+        type Unit = String;
+
         fn units(&self) -> Result<Vec<String>, CollectError> {
             Ok(vec!["a".into()])
         }
 
-        fn collect_unit(&self, _unit: &str, _out: &mut Output) {
+        fn collect_unit(&self, _unit: &String, _out: &mut Output) {
             panic!("bug")
         }
     }
@@ -665,15 +652,17 @@ mod tests {
         });
         struct Shared(Arc<OneHungDevice>);
         impl Collector for Shared {
+            type Unit = String;
+
             fn units(&self) -> Result<Vec<String>, CollectError> {
                 self.0.units()
             }
-            fn collect_unit(&self, unit: &str, out: &mut Output) {
+            fn collect_unit(&self, unit: &String, out: &mut Output) {
                 self.0.collect_unit(unit, out)
             }
         }
         let scraper = Scraper::new(
-            vec![("test", Box::new(Shared(collector.clone())))],
+            vec![("test", Started::new(Shared(collector.clone())))],
             Duration::from_millis(200),
         );
 
@@ -726,11 +715,13 @@ mod tests {
     }
 
     impl Collector for Arc<HungThenAfter> {
+        type Unit = String;
+
         fn units(&self) -> Result<Vec<String>, CollectError> {
             Ok(vec!["hung".into(), "after".into()])
         }
 
-        fn collect_unit(&self, unit: &str, _out: &mut Output) {
+        fn collect_unit(&self, unit: &String, _out: &mut Output) {
             if unit == "hung" {
                 let _ = lock(&self.release).recv();
             } else {
@@ -747,7 +738,7 @@ mod tests {
             after_reads: AtomicU64::new(0),
         });
         let mut scraper = Scraper::new(
-            vec![("test", Box::new(collector.clone()))],
+            vec![("test", Started::new(collector.clone()))],
             Duration::from_millis(100),
         );
         scraper.workers = 1;
@@ -772,11 +763,13 @@ mod tests {
     struct Slow;
 
     impl Collector for Slow {
+        type Unit = String;
+
         fn units(&self) -> Result<Vec<String>, CollectError> {
             Ok(vec!["slow".into()])
         }
 
-        fn collect_unit(&self, unit: &str, out: &mut Output) {
+        fn collect_unit(&self, unit: &String, out: &mut Output) {
             std::thread::sleep(Duration::from_millis(150));
             out.samples.push(
                 &UP,
@@ -790,7 +783,7 @@ mod tests {
     /// deadline is not hung, so the other waits for it and reads it too.
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
     async fn concurrent_scrapes_both_read_a_slow_unit() {
-        let scraper = Scraper::new(vec![("test", Box::new(Slow))], Duration::from_secs(2));
+        let scraper = Scraper::new(vec![("test", Started::new(Slow))], Duration::from_secs(2));
         let (first, second) = tokio::join!(scraper.scrape(), scraper.scrape());
         for out in [text(first), text(second)] {
             assert!(out.contains("hpcnode_test_up{device=\"slow\"} 1"), "{out}");
@@ -804,7 +797,10 @@ mod tests {
     #[tokio::test]
     async fn failure_and_panic_are_reported_not_propagated() {
         let scraper = Scraper::new(
-            vec![("broken", Box::new(Broken)), ("panics", Box::new(Panics))],
+            vec![
+                ("broken", Started::new(Broken)),
+                ("panics", Started::new(Panics)),
+            ],
             Duration::from_secs(5),
         );
         let out = text(scraper.scrape().await);

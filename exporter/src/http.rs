@@ -40,7 +40,7 @@ const WRITE_STALL_TIMEOUT: Duration = Duration::from_secs(30);
 const SHUTDOWN_GRACE: Duration = Duration::from_secs(30);
 
 pub struct Server {
-    scraper: Scraper,
+    scraper: Arc<Scraper>,
     telemetry_path: String,
     /// `None`: no limit on concurrent scrapes.
     scrape_slots: Option<Semaphore>,
@@ -48,7 +48,7 @@ pub struct Server {
 }
 
 impl Server {
-    pub fn new(scraper: Scraper, telemetry_path: String, max_requests: usize) -> Self {
+    pub fn new(scraper: Arc<Scraper>, telemetry_path: String, max_requests: usize) -> Self {
         let landing_page = landing_page(&telemetry_path, scraper.collector_names());
         Server {
             scraper,

@@ -1,8 +1,10 @@
 //! Structured log lines on stderr, in logfmt (node_exporter's default) or JSON.
 
+use std::collections::HashSet;
 use std::fmt::Write as _;
+use std::hash::Hash;
 use std::io::Write as _;
-use std::sync::OnceLock;
+use std::sync::{Mutex, OnceLock, PoisonError};
 use std::time::SystemTime;
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
@@ -131,6 +133,55 @@ fn civil_from_days(days: i64) -> (i64, u32, u32) {
     let month = if mp < 10 { mp + 3 } else { mp - 9 } as u32;
     let year = yoe + era * 400 + i64::from(month <= 2);
     (year, month, day)
+}
+
+/// The one log-once-per-cause filter: says whether a cause is new, remembering at most
+/// `capacity` of them so a churning fault cannot grow memory without bound. Past the cap, new
+/// causes are not logged, and the caller is told once so it can say so.
+#[derive(Debug)]
+pub struct OncePerCause<K> {
+    capacity: usize,
+    seen: Mutex<(HashSet<K>, bool)>,
+}
+
+/// What to do with a cause.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Verdict {
+    /// First time: log it.
+    New,
+    /// Already logged.
+    Seen,
+    /// The filter has just filled up: log, once, that further new causes are not logged.
+    JustFull,
+    /// Full: not logged.
+    Full,
+}
+
+impl<K: Eq + Hash> OncePerCause<K> {
+    pub fn new(capacity: usize) -> Self {
+        OncePerCause {
+            capacity,
+            seen: Mutex::new((HashSet::new(), false)),
+        }
+    }
+
+    /// Decided under the lock; the caller writes the line after it, so a stalled stderr never
+    /// holds up others deciding.
+    pub fn check(&self, cause: K) -> Verdict {
+        let mut guard = self.seen.lock().unwrap_or_else(PoisonError::into_inner);
+        let (seen, full) = &mut *guard;
+        if seen.contains(&cause) {
+            Verdict::Seen
+        } else if seen.len() < self.capacity {
+            seen.insert(cause);
+            Verdict::New
+        } else if !*full {
+            *full = true;
+            Verdict::JustFull
+        } else {
+            Verdict::Full
+        }
+    }
 }
 
 #[cfg(test)]

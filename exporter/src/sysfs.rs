@@ -16,7 +16,7 @@ use std::path::{Path, PathBuf};
 use rustix::fs::{FileType, Mode, OFlags};
 use rustix::io::Errno;
 
-use crate::collector::ErrorKind;
+use crate::error::{CollectError, ErrorKind};
 
 /// sysfs attributes are at most one page; anything longer is not an attribute.
 const MAX_ATTRIBUTE_BYTES: usize = 4096;
@@ -297,6 +297,12 @@ fn utf8_name(dir: &Path, name: &CStr) -> Result<String, SysfsError> {
         let lossy = name.to_string_lossy();
         SysfsError::parse(&dir.join(&*lossy), "entry name is not UTF-8", &lossy)
     })
+}
+
+impl From<SysfsError> for CollectError {
+    fn from(err: SysfsError) -> Self {
+        CollectError::new(err.kind(), err.to_string())
+    }
 }
 
 #[cfg(test)]

@@ -1,4 +1,8 @@
-//! The collectors, and the one list that registers them.
+//! The registry: every collector, once, in the order their output appears. The only place
+//! that names them; `main` hands the list to command-line parsing and, once started, to the
+//! scraper. Adding a collector is one module here and one row in [`ALL`].
+
+use crate::collector::Registration;
 
 pub mod ebpf;
 pub mod mic;
@@ -6,3 +10,12 @@ pub mod modules;
 pub mod pci;
 pub mod rdma;
 pub mod verbs;
+
+pub static ALL: [Registration; 6] = [
+    rdma::REGISTRATION,
+    mic::REGISTRATION,
+    modules::REGISTRATION,
+    ebpf::REGISTRATION,
+    pci::REGISTRATION,
+    verbs::REGISTRATION,
+];

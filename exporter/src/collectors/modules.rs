@@ -7,25 +7,97 @@
 //! not as an error.
 
 use std::collections::{BTreeSet, HashSet};
+use std::fmt;
 use std::path::{Path, PathBuf};
 
-use crate::collector::{CollectError, Collector, Output};
-use crate::config::Config;
-use crate::metrics::{Desc, Labels, Value};
+use crate::collector::{
+    CollectError, Collector, Host, Output, Registration, Settings, StartError, Started,
+};
+use crate::config::{flag, ConfigError, Flags};
 use crate::kernel::modprobe::{self, Action};
+use crate::metrics::{Desc, Labels, Value};
 use crate::sysfs::{AttributeReader, SysDir, SysfsError};
 
-pub fn build(config: &Config) -> Box<dyn Collector> {
-    Box::new(ModulesCollector {
-        procfs: config.procfs.clone(),
-        sysfs: config.sysfs.clone(),
-        rootfs: config.rootfs.clone(),
-        expected: config.modules_expected.clone(),
-        max_modules: config.modules_max_modules,
-    })
+pub const REGISTRATION: Registration = Registration {
+    name: "modules",
+    enabled_by_default: true,
+    help: "Kernel taint, loaded and expected modules, modprobe.d rules, module signature enforcement, lockdown and Secure Boot",
+    metrics: &METRICS,
+    flags: || {
+        vec![
+            flag(EXPECTED, "", "Comma-separated kernel modules that must be loaded or built in, e.g. mlx5_core,mlx5_ib,ib_uverbs ('-' and '_' are the same)."),
+            flag(MAX_MODULES, "2048", "Loaded modules exported one series each; the rest are counted in one module=\"other\" series."),
+        ]
+    },
+    configure: |flags| Ok(Box::new(ModulesSettings::from_flags(flags)?)),
+    probe: None,
+};
+
+const EXPECTED: &str = "collector.modules.expected";
+const MAX_MODULES: &str = "collector.modules.max-modules";
+
+#[derive(Debug)]
+struct ModulesSettings {
+    /// Modules that must be loaded (or built in), in the kernel's spelling: `-` becomes `_`.
+    expected: Vec<String>,
+    /// `hpcnode_module_info` series per scrape; the rest fold into one `other` series.
+    max_modules: usize,
 }
 
-pub struct ModulesCollector {
+impl ModulesSettings {
+    fn from_flags(flags: &Flags) -> Result<ModulesSettings, ConfigError> {
+        let expected = flags.value(EXPECTED).unwrap_or_default();
+        Ok(ModulesSettings {
+            expected: parse_module_list(&expected)
+                .map_err(|reason| flags.invalid(EXPECTED, &expected, reason))?,
+            max_modules: flags.number(MAX_MODULES, 1, 65536)?.unwrap_or(2048) as usize,
+        })
+    }
+}
+
+impl Settings for ModulesSettings {
+    fn start(self: Box<Self>, host: &Host) -> Result<Started, StartError> {
+        Ok(Started::new(ModulesCollector {
+            procfs: host.procfs.clone(),
+            sysfs: host.sysfs.clone(),
+            rootfs: host.rootfs.clone(),
+            expected: self.expected,
+            max_modules: self.max_modules,
+        }))
+    }
+}
+
+/// `mlx5_core,ib-uverbs` -> `["mlx5_core", "ib_uverbs"]`: the kernel treats `-` and `_` in
+/// module names alike and reports `_`; duplicates after that are dropped.
+fn parse_module_list(value: &str) -> Result<Vec<String>, String> {
+    let mut modules: Vec<String> = Vec::new();
+    if value.is_empty() {
+        return Ok(modules);
+    }
+    for name in value.split(',').map(str::trim) {
+        let invalid = |reason| format!("module {name:?}: {reason}");
+        if name.is_empty() {
+            return Err(invalid("empty name"));
+        }
+        // The kernel's MODULE_NAME_LEN is 64 bytes less a pointer: 55 characters and the NUL.
+        if name.len() > 55 {
+            return Err(invalid("longer than the kernel's 55 characters"));
+        }
+        if !name
+            .chars()
+            .all(|c| c.is_ascii_alphanumeric() || c == '_' || c == '-')
+        {
+            return Err(invalid("only letters, digits, '_' and '-' are allowed"));
+        }
+        let name = name.replace('-', "_");
+        if !modules.contains(&name) {
+            modules.push(name);
+        }
+    }
+    Ok(modules)
+}
+
+struct ModulesCollector {
     procfs: PathBuf,
     sysfs: PathBuf,
     rootfs: PathBuf,
@@ -136,33 +208,48 @@ const SECURE_BOOT_VARIABLE: &str = "SecureBoot-8be4df61-93ca-11d2-aa0d-00e098032
 
 /// The collector's units: each a separate read, so that a hung EFI variable read (it calls
 /// into the firmware's runtime services) hides only the Secure Boot state.
-const UNIT_KERNEL: &str = "kernel";
-const UNIT_EXPECTED: &str = "expected";
-const UNIT_SIGNING: &str = "signing";
-const UNIT_SECURE_BOOT: &str = "secure_boot";
+#[derive(Debug, Clone, Copy)]
+enum Unit {
+    Kernel,
+    Expected,
+    Signing,
+    SecureBoot,
+}
+
+impl fmt::Display for Unit {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(match self {
+            Unit::Kernel => "kernel",
+            Unit::Expected => "expected",
+            Unit::Signing => "signing",
+            Unit::SecureBoot => "secure_boot",
+        })
+    }
+}
 
 impl Collector for ModulesCollector {
-    fn units(&self) -> Result<Vec<String>, CollectError> {
-        let mut units = vec![UNIT_KERNEL.to_string()];
+    type Unit = Unit;
+
+    fn units(&self) -> Result<Vec<Unit>, CollectError> {
+        let mut units = vec![Unit::Kernel];
         if !self.expected.is_empty() {
-            units.push(UNIT_EXPECTED.to_string());
+            units.push(Unit::Expected);
         }
-        units.extend([UNIT_SIGNING.to_string(), UNIT_SECURE_BOOT.to_string()]);
+        units.extend([Unit::Signing, Unit::SecureBoot]);
         Ok(units)
     }
 
-    fn collect_unit(&self, unit: &str, out: &mut Output) {
+    fn collect_unit(&self, unit: &Unit, out: &mut Output) {
         let mut read = Read {
             collector: self,
             reader: AttributeReader::default(),
             out,
         };
         match unit {
-            UNIT_KERNEL => read.kernel(),
-            UNIT_EXPECTED => read.expected(),
-            UNIT_SIGNING => read.signing(),
-            UNIT_SECURE_BOOT => read.secure_boot(),
-            _ => {}
+            Unit::Kernel => read.kernel(),
+            Unit::Expected => read.expected(),
+            Unit::Signing => read.signing(),
+            Unit::SecureBoot => read.secure_boot(),
         }
     }
 }
@@ -645,6 +732,38 @@ fn parse_lockdown(text: &str) -> Option<Vec<(String, bool)>> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    fn settings(args: &[&str]) -> Result<ModulesSettings, ConfigError> {
+        ModulesSettings::from_flags(&Flags::parse((REGISTRATION.flags)(), args)?)
+    }
+
+    #[test]
+    fn expected_modules_are_normalised_like_the_kernel_does() {
+        let parsed = settings(&["--collector.modules.expected=mlx5_core, ib-uverbs,ib_uverbs"]);
+        assert_eq!(parsed.unwrap().expected, ["mlx5_core", "ib_uverbs"]);
+        assert!(settings(&[]).unwrap().expected.is_empty());
+        let too_long = "m".repeat(56);
+        for bad in [
+            "mlx5_core,",
+            "a b",
+            "../x",
+            "nvidia;reboot",
+            too_long.as_str(),
+        ] {
+            let flag = format!("--collector.modules.expected={bad}");
+            let err = settings(&[&flag]).unwrap_err().to_string();
+            assert!(
+                err.starts_with("invalid --collector.modules.expected "),
+                "{bad:?}: {err}"
+            );
+        }
+        assert_eq!(settings(&[]).unwrap().max_modules, 2048);
+        for bad in ["0", "-1", "65537", "many"] {
+            let flag = format!("--collector.modules.max-modules={bad}");
+            let err = settings(&[&flag]).unwrap_err().to_string();
+            assert!(err.contains("--collector.modules.max-modules"), "{err}");
+        }
+    }
 
     #[test]
     fn proc_modules_lines_of_3_10_and_6_x() {

@@ -6,19 +6,82 @@
 
 use std::path::{Path, PathBuf};
 
-use crate::collector::{CollectError, Collector, Output};
-use crate::config::{Config, DeviceFilter};
+use regex::Regex;
+
+use crate::collector::{
+    CollectError, Collector, Host, Output, Registration, Settings, StartError, Started,
+};
+use crate::config::{optional, ConfigError, Flags};
 use crate::metrics::{Desc, LabelValue, Labels, Value};
 use crate::sysfs::{AttributeReader, SysDir, SysfsError};
 
-pub fn build(config: &Config) -> Box<dyn Collector> {
-    Box::new(RdmaCollector {
-        class_dir: config.sysfs.join("class/infiniband"),
-        devices: config.rdma_devices.clone(),
-    })
+pub const REGISTRATION: Registration = Registration {
+    name: "rdma",
+    enabled_by_default: true,
+    help: "RDMA (InfiniBand, RoCE, iWARP, Omni-Path) device and port state and counters from /sys/class/infiniband",
+    metrics: &METRICS,
+    flags: || {
+        vec![
+            optional(INCLUDE, "REGEX", "Regexp of RDMA devices to include (mutually exclusive with device-exclude).")
+                .conflicts_with(EXCLUDE),
+            optional(EXCLUDE, "REGEX", "Regexp of RDMA devices to exclude (mutually exclusive with device-include)."),
+        ]
+    },
+    configure: |flags| Ok(Box::new(RdmaSettings::from_flags(flags)?)),
+    probe: None,
+};
+
+const INCLUDE: &str = "collector.rdma.device-include";
+const EXCLUDE: &str = "collector.rdma.device-exclude";
+
+/// Which devices the collector exports, by name.
+#[derive(Debug, Clone)]
+pub enum DeviceFilter {
+    All,
+    Include(Regex),
+    Exclude(Regex),
 }
 
-pub struct RdmaCollector {
+impl DeviceFilter {
+    pub fn allows(&self, device: &str) -> bool {
+        match self {
+            DeviceFilter::All => true,
+            DeviceFilter::Include(re) => re.is_match(device),
+            DeviceFilter::Exclude(re) => !re.is_match(device),
+        }
+    }
+}
+
+#[derive(Debug)]
+struct RdmaSettings {
+    devices: DeviceFilter,
+}
+
+impl RdmaSettings {
+    fn from_flags(flags: &Flags) -> Result<RdmaSettings, ConfigError> {
+        // clap refuses both at once.
+        let devices = match (
+            flags.anchored_regex(INCLUDE)?,
+            flags.anchored_regex(EXCLUDE)?,
+        ) {
+            (Some(include), _) => DeviceFilter::Include(include),
+            (None, Some(exclude)) => DeviceFilter::Exclude(exclude),
+            (None, None) => DeviceFilter::All,
+        };
+        Ok(RdmaSettings { devices })
+    }
+}
+
+impl Settings for RdmaSettings {
+    fn start(self: Box<Self>, host: &Host) -> Result<Started, StartError> {
+        Ok(Started::new(RdmaCollector {
+            class_dir: host.sysfs.join("class/infiniband"),
+            devices: self.devices,
+        }))
+    }
+}
+
+struct RdmaCollector {
     class_dir: PathBuf,
     devices: DeviceFilter,
 }
@@ -253,6 +316,8 @@ const COUNTERS_EXT: [(&str, &str); 8] = [
 const NO_PMA: &str = "N/A (no PMA)";
 
 impl Collector for RdmaCollector {
+    type Unit = String;
+
     fn units(&self) -> Result<Vec<String>, CollectError> {
         match SysDir::open(&self.class_dir).and_then(|dir| dir.entries()) {
             Ok(mut devices) => {
@@ -265,7 +330,7 @@ impl Collector for RdmaCollector {
         }
     }
 
-    fn collect_unit(&self, device: &str, out: &mut Output) {
+    fn collect_unit(&self, device: &String, out: &mut Output) {
         let mut read = DeviceRead {
             reader: AttributeReader::default(),
             out,
@@ -654,6 +719,33 @@ fn gbps_to_bytes(gbps: f64) -> f64 {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    fn settings(args: &[&str]) -> Result<RdmaSettings, ConfigError> {
+        RdmaSettings::from_flags(&Flags::parse((REGISTRATION.flags)(), args)?)
+    }
+
+    #[test]
+    fn device_filters_are_anchored_and_exclusive() {
+        let include = settings(&["--collector.rdma.device-include", "mlx5_.*"]).unwrap();
+        assert!(include.devices.allows("mlx5_0"));
+        assert!(!include.devices.allows("xmlx5_0"));
+        let exclude = settings(&["--collector.rdma.device-exclude=rxe0"]).unwrap();
+        assert!(!exclude.devices.allows("rxe0"));
+        assert!(exclude.devices.allows("rxe01"));
+        assert!(matches!(
+            settings(&[
+                "--collector.rdma.device-include=a",
+                "--collector.rdma.device-exclude=b"
+            ]),
+            Err(ConfigError::Flags(_))
+        ));
+        let err = settings(&["--collector.rdma.device-include=("]).unwrap_err();
+        assert!(
+            err.to_string()
+                .starts_with("invalid --collector.rdma.device-include \"(\""),
+            "{err}"
+        );
+    }
 
     fn rate(text: &str) -> Rate {
         parse_rate(Path::new("rate"), text).unwrap()

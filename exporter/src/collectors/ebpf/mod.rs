@@ -14,11 +14,15 @@ pub mod module_events;
 pub mod probes;
 mod sys;
 
+use std::fmt;
 use std::os::fd::OwnedFd;
-use std::sync::{Arc, Mutex, OnceLock};
+use std::path::Path;
+use std::sync::{Arc, Mutex};
 
-use crate::collector::{CollectError, Collector, ErrorKind, Output};
-use crate::config::Config;
+use crate::collector::{
+    CollectError, Collector, ErrorKind, Host, Output, Registration, Settings, StartError, Started,
+};
+use crate::config::switch;
 use crate::logging::{self, Level};
 use crate::metrics::{Desc, Labels, Value};
 use crate::sysfs::{AttributeReader, SysDir};
@@ -122,21 +126,43 @@ pub const METRICS: [Desc; 15] = [
     VFIO_PIN_FAILURES,
 ];
 
-/// The probes of this process, attached once (by `main` before serving, or by the first
-/// `build`), whichever comes first.
-static PROBES: OnceLock<Arc<Probes>> = OnceLock::new();
+pub const REGISTRATION: Registration = Registration {
+    name: "ebpf",
+    enabled_by_default: true,
+    help: "Kernel probes (eBPF, perf, /dev/kmsg): module loads and taints, signature verdicts, failed load syscalls, kernel log events",
+    metrics: &METRICS,
+    flags: || {
+        vec![switch(STRICT, "Exit with an error at startup if any module or kernel-log eBPF probe attaches to no hook (for CI); the IOMMU and vfio probes are not required.")]
+    },
+    configure: |flags| {
+        Ok(Box::new(EbpfSettings {
+            strict: flags.is_set(STRICT),
+        }))
+    },
+    probe: None,
+};
 
-/// Attaches every probe (once per process) and returns them.
-pub fn start(config: &Config) -> Arc<Probes> {
-    PROBES
-        .get_or_init(|| Arc::new(Probes::attach(config)))
-        .clone()
+const STRICT: &str = "ebpf.strict";
+
+#[derive(Debug)]
+struct EbpfSettings {
+    /// A probe that attaches to no hook is a startup error.
+    strict: bool,
 }
 
-pub fn build(config: &Config) -> Box<dyn Collector> {
-    Box::new(EbpfCollector {
-        probes: start(config),
-    })
+impl Settings for EbpfSettings {
+    /// Attaches every probe, before serving, so `--ebpf.strict` fails the start and not a
+    /// later scrape.
+    fn start(self: Box<Self>, host: &Host) -> Result<Started, StartError> {
+        let probes = Probes::attach(&host.procfs);
+        if self.strict {
+            probes.require_all_attached().map_err(|err| StartError {
+                collector: REGISTRATION.name,
+                reason: err.to_string(),
+            })?;
+        }
+        Ok(Started::new(EbpfCollector { probes }))
+    }
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -159,8 +185,8 @@ pub struct Probes {
 }
 
 impl Probes {
-    fn attach(config: &Config) -> Probes {
-        let proc = SysDir::open(&config.procfs).ok();
+    fn attach(procfs: &Path) -> Probes {
+        let proc = SysDir::open(procfs).ok();
         let mut reader = AttributeReader::default();
         let mut proc_value = |name: &str| {
             proc.as_ref()
@@ -172,7 +198,7 @@ impl Probes {
             btf: btf.as_ref().map(drop).map_err(Clone::clone),
             x86_64: cfg!(target_arch = "x86_64"),
             release: release.as_deref().and_then(parse_release),
-            modules: config.procfs.join("modules").exists(),
+            modules: procfs.join("modules").exists(),
         };
         match sys::ensure_tracefs() {
             Ok(Some(mounted)) => logging::log(Level::Info, "mounted", &[("what", mounted)]),
@@ -482,21 +508,26 @@ fn parse_release(release: &str) -> Option<(u32, u32)> {
 }
 
 struct EbpfCollector {
-    probes: Arc<Probes>,
+    probes: Probes,
 }
 
+impl fmt::Display for Probe {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.name())
+    }
+}
+
+/// One unit per probe. The probes stay attached until the process exits: closing its file
+/// descriptors detaches them, so stopping needs nothing more.
 impl Collector for EbpfCollector {
-    fn units(&self) -> Result<Vec<String>, CollectError> {
-        Ok(self
-            .probes
-            .probes
-            .iter()
-            .map(|s| s.probe.name().to_string())
-            .collect())
+    type Unit = Probe;
+
+    fn units(&self) -> Result<Vec<Probe>, CollectError> {
+        Ok(self.probes.probes.iter().map(|s| s.probe).collect())
     }
 
-    fn collect_unit(&self, unit: &str, out: &mut Output) {
-        if let Some(state) = self.probes.probes.iter().find(|s| s.probe.name() == unit) {
+    fn collect_unit(&self, unit: &Probe, out: &mut Output) {
+        if let Some(state) = self.probes.probes.iter().find(|s| s.probe == *unit) {
             self.probes.collect(state, out);
         }
     }

@@ -23,8 +23,10 @@ use std::time::Duration;
 
 use libloading::Library;
 
-use crate::collector::{CollectError, Collector, ErrorKind, Output};
-use crate::config::Config;
+use crate::collector::{
+    CollectError, Collector, ErrorKind, Host, Output, Registration, Settings, StartError, Started,
+};
+use crate::config::{optional, toggle, ConfigError, Flags};
 use crate::metrics::{Desc, LabelValue, Labels, Value};
 use crate::sysfs::{AttributeReader, SysDir, SysfsError};
 
@@ -34,26 +36,105 @@ const LIBRARY: &str = "libmicmgmt.so.0";
 const SOURCE_LIBRARY: &str = "libmicmgmt";
 const SOURCE_MICRAS: &str = "micras";
 
-pub fn build(config: &Config) -> Box<dyn Collector> {
-    Box::new(MicCollector {
-        class_dir: config.sysfs.join("class/mic"),
-        local_micras: config.sysfs.join("class/micras"),
-        micras_paths: config
-            .mic_micras_paths
-            .iter()
-            .map(|path| {
-                let relative = path.dir.strip_prefix("/").unwrap_or(&path.dir);
-                (path.card.clone(), config.rootfs.join(relative))
-            })
-            .collect(),
-        // Half the deadline: a card waiting for its turn still has time to send what it read.
-        library: config
-            .mic_libmicmgmt
-            .then(|| LibrarySource::new(config.scrape_timeout / 2)),
-    })
+pub const REGISTRATION: Registration = Registration {
+    name: "mic",
+    enabled_by_default: true,
+    help: "Xeon Phi (MIC) card state, boot and crash counts from /sys/class/mic; temperatures, voltages and power from micras files and libmicmgmt",
+    metrics: &METRICS,
+    flags: || {
+        let mut flags = vec![optional(MICRAS_PATH, "micN=DIR", "Directory holding a copy of card micN's /sys/class/micras files (absolute, read below --path.rootfs). Repeat once per card.")
+            .action(clap::ArgAction::Append)];
+        flags.extend(toggle(
+            LIBMICMGMT,
+            "Read card telemetry over SCIF with libmicmgmt.so.0, loaded at run time; needs root (default: enabled).",
+            "Do not load libmicmgmt.",
+        ));
+        flags
+    },
+    configure: |flags| Ok(Box::new(MicSettings::from_flags(flags)?)),
+    probe: None,
+};
+
+const MICRAS_PATH: &str = "collector.mic.micras-path";
+const LIBMICMGMT: &str = "collector.mic.libmicmgmt";
+
+#[derive(Debug)]
+struct MicSettings {
+    /// Per-card directories of copied-out micras files, below `rootfs`, sorted by card.
+    micras_paths: Vec<MicrasPath>,
+    /// Whether to ask libmicmgmt (root only) for card telemetry.
+    libmicmgmt: bool,
 }
 
-pub struct MicCollector {
+impl MicSettings {
+    fn from_flags(flags: &Flags) -> Result<MicSettings, ConfigError> {
+        Ok(MicSettings {
+            micras_paths: parse_micras_paths(flags)?,
+            libmicmgmt: flags.toggled(LIBMICMGMT).unwrap_or(true),
+        })
+    }
+}
+
+impl Settings for MicSettings {
+    fn start(self: Box<Self>, host: &Host) -> Result<Started, StartError> {
+        Ok(Started::new(MicCollector {
+            class_dir: host.sysfs.join("class/mic"),
+            local_micras: host.sysfs.join("class/micras"),
+            micras_paths: self
+                .micras_paths
+                .into_iter()
+                .map(|path| {
+                    let relative = path.dir.strip_prefix("/").unwrap_or(&path.dir);
+                    (path.card, host.rootfs.join(relative))
+                })
+                .collect(),
+            // Half the deadline: a card waiting for its turn still has time to send what it read.
+            library: self
+                .libmicmgmt
+                .then(|| LibrarySource::new(host.scrape_timeout / 2)),
+        }))
+    }
+}
+
+/// One `--collector.mic.micras-path=micN=DIR`: where card `micN`'s micras files were copied.
+#[derive(Debug, Clone, PartialEq, Eq)]
+struct MicrasPath {
+    card: String,
+    /// Absolute as given; the collector reads it below `--path.rootfs`.
+    dir: PathBuf,
+}
+
+/// Card names as the host driver spells them (`mic0`), each card at most once.
+fn parse_micras_paths(flags: &Flags) -> Result<Vec<MicrasPath>, ConfigError> {
+    let values = flags.values(MICRAS_PATH);
+    let mut paths: Vec<MicrasPath> = Vec::new();
+    for value in &values {
+        let invalid = |reason| flags.invalid(MICRAS_PATH, value, reason);
+        let (card, dir) = value
+            .split_once('=')
+            .ok_or_else(|| invalid("expected micN=DIR"))?;
+        let number = card
+            .strip_prefix("mic")
+            .ok_or_else(|| invalid("the card must be named micN, as in /sys/class/mic"))?;
+        if number.is_empty() || !number.bytes().all(|b| b.is_ascii_digit()) {
+            return Err(invalid("the card must be named micN, as in /sys/class/mic"));
+        }
+        if !dir.starts_with('/') {
+            return Err(invalid("DIR must be an absolute path"));
+        }
+        if paths.iter().any(|path| path.card == card) {
+            return Err(invalid("a card may be given only once"));
+        }
+        paths.push(MicrasPath {
+            card: card.to_string(),
+            dir: PathBuf::from(dir),
+        });
+    }
+    paths.sort_by(|a, b| a.card.cmp(&b.card));
+    Ok(paths)
+}
+
+struct MicCollector {
     class_dir: PathBuf,
     local_micras: PathBuf,
     micras_paths: Vec<(String, PathBuf)>,
@@ -248,6 +329,8 @@ fn card_number(name: &str) -> Option<u32> {
 }
 
 impl Collector for MicCollector {
+    type Unit = String;
+
     fn units(&self) -> Result<Vec<String>, CollectError> {
         let mut cards: Vec<String> = match SysDir::open(&self.class_dir).and_then(|d| d.entries()) {
             // `ctrl` and `scif` sit beside the cards.
@@ -273,7 +356,7 @@ impl Collector for MicCollector {
         Ok(cards)
     }
 
-    fn collect_unit(&self, card: &str, out: &mut Output) {
+    fn collect_unit(&self, card: &String, out: &mut Output) {
         let mut read = CardRead {
             reader: AttributeReader::default(),
             out,
@@ -1187,6 +1270,63 @@ impl Drop for OpenDevice<'_> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    fn settings(args: &[&str]) -> Result<MicSettings, ConfigError> {
+        MicSettings::from_flags(&Flags::parse((REGISTRATION.flags)(), args)?)
+    }
+
+    #[test]
+    fn micras_paths_name_each_card_once() {
+        let parsed = settings(&[
+            "--collector.mic.micras-path=mic1=/srv/micras/mic1",
+            "--collector.mic.micras-path",
+            "mic0=/srv/micras/mic0",
+        ])
+        .unwrap();
+        assert_eq!(
+            parsed.micras_paths,
+            [
+                MicrasPath {
+                    card: "mic0".into(),
+                    dir: "/srv/micras/mic0".into()
+                },
+                MicrasPath {
+                    card: "mic1".into(),
+                    dir: "/srv/micras/mic1".into()
+                },
+            ]
+        );
+        for bad in [
+            &[
+                "--collector.mic.micras-path=mic0=/a",
+                "--collector.mic.micras-path=mic0=/b",
+            ][..],
+            &["--collector.mic.micras-path=mic0"],
+            &["--collector.mic.micras-path=card0=/var/lib/micras"],
+            &["--collector.mic.micras-path=mic=/var/lib/micras"],
+            &["--collector.mic.micras-path=mic0=relative/dir"],
+        ] {
+            let err = settings(bad).unwrap_err().to_string();
+            assert!(
+                err.starts_with("invalid --collector.mic.micras-path "),
+                "{err}"
+            );
+        }
+        assert!(settings(&[]).unwrap().libmicmgmt);
+        assert!(
+            !settings(&["--no-collector.mic.libmicmgmt"])
+                .unwrap()
+                .libmicmgmt
+        );
+        assert!(
+            settings(&[
+                "--no-collector.mic.libmicmgmt",
+                "--collector.mic.libmicmgmt"
+            ])
+            .unwrap()
+            .libmicmgmt
+        );
+    }
 
     #[test]
     fn card_names() {

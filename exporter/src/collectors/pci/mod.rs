@@ -14,27 +14,108 @@ mod modules;
 mod nova;
 
 use std::collections::BTreeMap;
+use std::fmt;
 use std::path::{Path, PathBuf};
 
-use crate::collector::{CollectError, Collector, ErrorKind, Output};
-use crate::config::Config;
-use crate::metrics::{Desc, LabelValue, Labels, Value};
+use crate::collector::{
+    CollectError, Collector, ErrorKind, Host, Output, Registration, Settings, StartError, Started,
+};
+use crate::config::{repeated, ConfigError, Flags};
 use crate::kernel::modprobe;
+use crate::metrics::{Desc, LabelValue, Labels, Value};
 use crate::sysfs::{AttributeReader, SysDir, SysfsError};
 
 use config_space::{ConfigSpace, BAR_COUNT};
 use nova::{Address, DeviceType, NovaConfig, PciIdentity};
 
+pub const REGISTRATION: Registration = Registration {
+    name: "pci",
+    enabled_by_default: true,
+    help: "GPU, accelerator and fabric PCI devices: passthrough readiness, IOMMU state, unbound devices, Nova [pci] config check",
+    metrics: &METRICS,
+    flags: || {
+        vec![
+            repeated(DEVICE, "VENDOR:DEVICE", "A PCI device of interest beyond the GPU, accelerator and fabric classes, by ids (10de:1eb8). Repeatable."),
+            repeated(PASSTHROUGH_DEVICE, "ADDRESS|VENDOR:DEVICE", "A PCI device meant for passthrough, by address (0000:3b:00.0) or ids; its readiness is reported even when not bound to vfio-pci. Repeatable."),
+            repeated(NOVA_CONFIG, "PATH", "An OpenStack Nova config file whose [pci] device_spec and alias are checked against the devices present (repeat for Kolla's split files)."),
+        ]
+    },
+    configure: |flags| Ok(Box::new(PciSettings::from_flags(flags)?)),
+    probe: None,
+};
+
+const DEVICE: &str = "collector.pci.device";
+const PASSTHROUGH_DEVICE: &str = "collector.pci.passthrough-device";
+const NOVA_CONFIG: &str = "collector.pci.nova-config";
+
+#[derive(Debug)]
+struct PciSettings {
+    /// Extra devices of interest, by ids.
+    devices: Vec<DeviceSelector>,
+    /// Devices meant for passthrough.
+    passthrough: Vec<DeviceSelector>,
+    /// Nova configs whose `[pci]` options are checked; read at scrape time.
+    nova_configs: Vec<PathBuf>,
+}
+
+impl PciSettings {
+    fn from_flags(flags: &Flags) -> Result<PciSettings, ConfigError> {
+        let devices = flags
+            .values(DEVICE)
+            .into_iter()
+            .map(|value| match DeviceSelector::parse(&value) {
+                Some(selector @ DeviceSelector::Ids { .. }) => Ok(selector),
+                _ => Err(flags.invalid(
+                    DEVICE,
+                    &value,
+                    "expected vendor:device in hexadecimal (10de:1eb8)",
+                )),
+            })
+            .collect::<Result<_, _>>()?;
+        let passthrough = flags
+            .values(PASSTHROUGH_DEVICE)
+            .into_iter()
+            .map(|value| {
+                DeviceSelector::parse(&value).ok_or_else(|| {
+                    flags.invalid(
+                        PASSTHROUGH_DEVICE,
+                        &value,
+                        "expected vendor:device in hexadecimal (10de:1eb8) or a PCI address (0000:3b:00.0)",
+                    )
+                })
+            })
+            .collect::<Result<_, _>>()?;
+        Ok(PciSettings {
+            devices,
+            passthrough,
+            nova_configs: flags.paths(NOVA_CONFIG)?,
+        })
+    }
+}
+
+impl Settings for PciSettings {
+    fn start(self: Box<Self>, host: &Host) -> Result<Started, StartError> {
+        Ok(Started::new(PciCollector {
+            sysfs: host.sysfs.clone(),
+            procfs: host.procfs.clone(),
+            rootfs: host.rootfs.clone(),
+            devices: self.devices,
+            passthrough: self.passthrough,
+            nova_configs: self.nova_configs,
+        }))
+    }
+}
+
 /// A device named on the command line: by address, or by `vendor:device` ids.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub enum DeviceSelector {
+enum DeviceSelector {
     Address(String),
     Ids { vendor: u16, device: u16 },
 }
 
 impl DeviceSelector {
     /// `10de:1eb8` or `0000:3b:00.0`; `None` for anything else.
-    pub fn parse(text: &str) -> Option<DeviceSelector> {
+    fn parse(text: &str) -> Option<DeviceSelector> {
         if let Some(address) = Address::parse(text) {
             return Some(DeviceSelector::Address(format!(
                 "{:04x}:{:02x}:{:02x}.{:x}",
@@ -60,18 +141,7 @@ impl DeviceSelector {
     }
 }
 
-pub fn build(config: &Config) -> Box<dyn Collector> {
-    Box::new(PciCollector {
-        sysfs: config.sysfs.clone(),
-        procfs: config.procfs.clone(),
-        rootfs: config.rootfs.clone(),
-        devices: config.pci_devices.clone(),
-        passthrough: config.pci_passthrough_devices.clone(),
-        nova_configs: config.pci_nova_configs.clone(),
-    })
-}
-
-pub struct PciCollector {
+struct PciCollector {
     sysfs: PathBuf,
     procfs: PathBuf,
     rootfs: PathBuf,
@@ -279,14 +349,33 @@ const VFIO_MODULES: [&str; 3] = ["vfio", "vfio_iommu_type1", "vfio_pci"];
 /// Other `vfio*` entries of /sys/module kept (vfio_pci_core, vfio_virqfd, ...).
 const MAX_OTHER_VFIO_MODULES: usize = 16;
 
-const HOST_UNIT: &str = "host";
-const NOVA_UNIT: &str = "nova";
-/// Suffix of a device unit selected by a Nova device_spec (units carry what the listing
-/// learnt, so that device reads need not parse the Nova config again).
-const NOVA_SELECTED: &str = " nova";
+/// What one read covers: the host's IOMMU state, Nova's options, or one device.
+#[derive(Debug, Clone, PartialEq, Eq)]
+enum Unit {
+    Host,
+    Nova,
+    Device {
+        address: String,
+        /// Selected by a Nova device_spec: the listing says so, so that device reads need not
+        /// parse the Nova config again.
+        nova_selected: bool,
+    },
+}
+
+impl fmt::Display for Unit {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Unit::Host => f.write_str("host"),
+            Unit::Nova => f.write_str("nova"),
+            Unit::Device { address, .. } => f.write_str(address),
+        }
+    }
+}
 
 impl Collector for PciCollector {
-    fn units(&self) -> Result<Vec<String>, CollectError> {
+    type Unit = Unit;
+
+    fn units(&self) -> Result<Vec<Unit>, CollectError> {
         let listing = SysDir::open(&self.sysfs.join("bus/pci/devices"))
             .and_then(|dir| dir.entries().map(|addresses| (dir, addresses)));
         let (devices, addresses) = match listing {
@@ -327,43 +416,46 @@ impl Collector for PciCollector {
                     .link_target_name("driver")
                     .is_ok_and(|d| d == VFIO_DRIVER);
             if interesting {
-                units.push(match by_nova {
-                    true => format!("{address}{NOVA_SELECTED}"),
-                    false => address.clone(),
+                units.push(Unit::Device {
+                    address: address.clone(),
+                    nova_selected: by_nova,
                 });
             }
         }
         for selector in &self.passthrough {
             if let DeviceSelector::Address(address) = selector {
                 if !addresses.contains(address) {
-                    units.push(address.clone());
+                    units.push(Unit::Device {
+                        address: address.clone(),
+                        nova_selected: false,
+                    });
                 }
             }
         }
         // The host's IOMMU state matters where there is a device to pass through or check;
         // a node without one stays silent.
         if !self.nova_configs.is_empty() {
-            units.insert(0, NOVA_UNIT.to_string());
+            units.insert(0, Unit::Nova);
         }
         if !units.is_empty() {
-            units.insert(0, HOST_UNIT.to_string());
+            units.insert(0, Unit::Host);
         }
         Ok(units)
     }
 
-    fn collect_unit(&self, unit: &str, out: &mut Output) {
+    fn collect_unit(&self, unit: &Unit, out: &mut Output) {
         let mut read = Read {
             collector: self,
             reader: AttributeReader::default(),
             out,
         };
         match unit {
-            HOST_UNIT => read.host(),
-            NOVA_UNIT => read.nova(),
-            _ => match unit.strip_suffix(NOVA_SELECTED) {
-                Some(address) => read.device(address, true),
-                None => read.device(unit, false),
-            },
+            Unit::Host => read.host(),
+            Unit::Nova => read.nova(),
+            Unit::Device {
+                address,
+                nova_selected,
+            } => read.device(address, *nova_selected),
         }
     }
 }
@@ -1118,6 +1210,38 @@ fn iommu_parameters(cmdline: &str) -> Vec<(&'static str, String)> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    fn settings(args: &[&str]) -> Result<PciSettings, ConfigError> {
+        PciSettings::from_flags(&Flags::parse((REGISTRATION.flags)(), args)?)
+    }
+
+    #[test]
+    fn device_flags_take_ids_or_addresses() {
+        let parsed = settings(&[
+            "--collector.pci.device=10de:1eb8",
+            "--collector.pci.passthrough-device=0000:3b:00.0",
+            "--collector.pci.passthrough-device=15b3:101b",
+        ])
+        .unwrap();
+        assert_eq!(
+            parsed.devices,
+            [DeviceSelector::Ids {
+                vendor: 0x10de,
+                device: 0x1eb8
+            }]
+        );
+        assert_eq!(parsed.passthrough.len(), 2);
+        for bad in [
+            "--collector.pci.device=0000:3b:00.0",
+            "--collector.pci.passthrough-device=nvidia",
+            "--collector.pci.nova-config=",
+        ] {
+            let err = settings(&[bad]).unwrap_err().to_string();
+            let flag = bad.split('=').next().unwrap();
+            assert!(err.starts_with(&format!("invalid {flag}")), "{err}");
+            assert!(!err.contains('\n'), "{err}");
+        }
+    }
 
     #[test]
     fn selectors() {

@@ -8,6 +8,7 @@
 //!   the last results;
 //! - every verbs object is owned ([`resources`]) and released on every path.
 
+mod cli;
 pub mod engine;
 pub mod ffi;
 pub mod oob;
@@ -16,20 +17,25 @@ pub mod port;
 pub mod resources;
 
 use std::collections::{BTreeMap, HashSet};
+use std::fmt;
 use std::hash::BuildHasher;
+use std::net::TcpListener;
+use std::os::fd::AsRawFd;
 use std::path::{Path, PathBuf};
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, Condvar, Mutex, PoisonError};
 use std::time::{Duration, Instant, SystemTime};
 
-use crate::collector::{lock, CollectError, Collector, Output};
-use crate::config::Config;
+use crate::collector::{
+    lock, CollectError, Collector, Host, Output, Registration, Settings, StartError, Started,
+};
 use crate::logging::{self, Level};
 use crate::metrics::{Desc, Labels, Value};
 use crate::sysfs::{SysDir, SysfsError};
+use cli::VerbsSettings;
 use engine::{Measurement, Params, Progress};
 use ffi::Verbs;
 use oob::{OobError, RejectReason};
-use peer::{Cidr, ResponderSettings, ResponderStats};
+use peer::{ResponderSettings, ResponderStats};
 
 /// The longest bandwidth run a probe may be configured for.
 pub const MAX_DURATION: Duration = Duration::from_secs(60);
@@ -97,33 +103,6 @@ pub struct Target {
     pub port: u8,
     /// Overrides the RoCE v2 GID choice.
     pub gid_index: Option<u8>,
-}
-
-/// The probe's validated flags.
-#[derive(Debug, Clone, Default)]
-pub struct Settings {
-    /// `None`: no scheduled runs.
-    pub interval: Option<Duration>,
-    pub jitter: Duration,
-    /// Empty: every device under /sys/class/infiniband.
-    pub devices: Vec<String>,
-    pub port: u8,
-    pub gid_index: Option<u8>,
-    /// `HOST:PORT` of a responder; `None`: loopback.
-    pub peer: Option<String>,
-    pub token: Option<Vec<u8>>,
-    pub params: Params,
-    /// `ADDR:PORT` to serve other exporters' probes on; `None`: no responder.
-    pub listen: Option<String>,
-    pub allow: Vec<Cidr>,
-    /// The libibverbs to load: [`ffi::LIBRARY`] unless a flag names another.
-    pub library: String,
-}
-
-impl Settings {
-    fn configured(&self) -> bool {
-        self.interval.is_some() || self.listen.is_some()
-    }
 }
 
 /// A finished probe with what it is compared against.
@@ -236,8 +215,6 @@ struct Service {
     logged: Mutex<HashSet<String>>,
 }
 
-const AVAILABILITY_UNIT: &str = "availability";
-const RESPONDER_UNIT: &str = "responder";
 /// Distinct failure causes logged before further ones are only counted.
 const MAX_LOGGED_CAUSES: usize = 256;
 
@@ -298,63 +275,129 @@ impl Service {
     }
 }
 
-pub struct VerbsCollector {
+pub const REGISTRATION: Registration = Registration {
+    name: "verbs",
+    enabled_by_default: true,
+    help: "Results of the periodic RDMA verbs bandwidth and latency probe (silent unless --probe.verbs.interval or --probe.verbs.listen is set)",
+    metrics: &METRICS,
+    flags: cli::exporter_flags,
+    configure: |flags| Ok(Box::new(VerbsSettings::from_flags(flags)?)),
+    probe: Some(cli::PROBE),
+};
+
+struct VerbsCollector {
+    /// `None` when the flags ask for neither runs nor a responder.
     service: Option<Arc<Service>>,
+    stop: Arc<Stop>,
+    /// The responder's listening socket, shut down to end its accept loop.
+    listener: Option<TcpListener>,
 }
 
-/// Starts what the flags ask for (scheduler, responder) and returns the collector that reads
-/// their results. Unconfigured, it does nothing and exports nothing.
-pub fn build(config: &Config) -> Box<dyn Collector> {
-    let settings = &config.verbs;
-    if !settings.configured() {
-        return Box::new(VerbsCollector { service: None });
-    }
-    let verbs = match Verbs::load(&settings.library) {
-        Ok(verbs) => Some(Arc::new(verbs)),
-        Err(err) => {
-            logging::log(
-                Level::Info,
-                "verbs probe unavailable",
-                &[("err", &err.to_string())],
-            );
-            None
-        }
-    };
-    let responder = verbs
-        .as_ref()
-        .and_then(|verbs| start_responder(config, verbs));
-    let service = Arc::new(Service {
-        available: verbs.is_some(),
-        series: Mutex::default(),
-        responder,
-        logged: Mutex::default(),
-    });
-    if let (Some(verbs), Some(interval)) = (verbs, settings.interval) {
-        let (service, settings, sysfs) = (service.clone(), settings.clone(), config.sysfs.clone());
-        let started = std::thread::Builder::new()
-            .name("hpcnode-verbs-probe".into())
-            .spawn(move || schedule(&service, &verbs, &settings, &sysfs, interval));
-        if let Err(err) = started {
-            logging::log(
-                Level::Error,
-                "cannot start the verbs probe thread",
-                &[("err", &err.to_string())],
-            );
-        }
-    }
-    Box::new(VerbsCollector {
-        service: Some(service),
-    })
+/// Tells the scheduler and the responder that the exporter is stopping.
+#[derive(Default)]
+struct Stop {
+    stopped: Mutex<bool>,
+    wake: Condvar,
 }
 
-fn start_responder(config: &Config, verbs: &Arc<Verbs>) -> Option<Arc<ResponderStats>> {
-    let settings = &config.verbs;
+impl Stop {
+    fn stop(&self) {
+        *lock(&self.stopped) = true;
+        self.wake.notify_all();
+    }
+
+    fn is_stopped(&self) -> bool {
+        *lock(&self.stopped)
+    }
+
+    /// Sleeps for `delay` or until stopped; whether it was stopped.
+    fn sleep(&self, delay: Duration) -> bool {
+        let stopped = lock(&self.stopped);
+        let (stopped, _) = self
+            .wake
+            .wait_timeout_while(stopped, delay, |stopped| !*stopped)
+            .unwrap_or_else(PoisonError::into_inner);
+        *stopped
+    }
+}
+
+impl Settings for VerbsSettings {
+    /// Starts what the flags ask for (scheduler, responder); the collector reads their
+    /// results. Unconfigured, it does nothing and exports nothing. An unreadable token file
+    /// fails the start; a missing libibverbs does not (the node may rightly lack it).
+    fn start(self: Box<Self>, host: &Host) -> Result<Started, StartError> {
+        let stop = Arc::new(Stop::default());
+        if self.interval.is_none() && self.listen.is_none() {
+            return Ok(Started::new(VerbsCollector {
+                service: None,
+                stop,
+                listener: None,
+            }));
+        }
+        let token = match &self.measurement.token_file {
+            None => Vec::new(),
+            Some(path) => cli::read_token(path).map_err(|reason| StartError {
+                collector: REGISTRATION.name,
+                reason: format!("--probe.verbs.token-file {path:?}: {reason}"),
+            })?,
+        };
+        let verbs = match Verbs::load(&self.measurement.library) {
+            Ok(verbs) => Some(Arc::new(verbs)),
+            Err(err) => {
+                logging::log(
+                    Level::Info,
+                    "verbs probe unavailable",
+                    &[("err", &err.to_string())],
+                );
+                None
+            }
+        };
+        let responder = verbs
+            .as_ref()
+            .and_then(|verbs| start_responder(&self, &token, &host.sysfs, verbs, &stop));
+        let (responder, listener) = responder.unzip();
+        let service = Arc::new(Service {
+            available: verbs.is_some(),
+            series: Mutex::default(),
+            responder,
+            logged: Mutex::default(),
+        });
+        if let (Some(verbs), Some(interval)) = (verbs, self.interval) {
+            let (service, sysfs, stop) = (service.clone(), host.sysfs.clone(), stop.clone());
+            let started = std::thread::Builder::new()
+                .name("hpcnode-verbs-probe".into())
+                .spawn(move || schedule(&service, &verbs, &self, &token, &sysfs, interval, &stop));
+            if let Err(err) = started {
+                logging::log(
+                    Level::Error,
+                    "cannot start the verbs probe thread",
+                    &[("err", &err.to_string())],
+                );
+            }
+        }
+        Ok(Started::new(VerbsCollector {
+            service: Some(service),
+            stop,
+            listener,
+        }))
+    }
+}
+
+/// Binds and serves the responder when `--probe.verbs.listen` is set; its statistics and a
+/// handle on its socket.
+fn start_responder(
+    settings: &VerbsSettings,
+    token: &[u8],
+    sysfs: &Path,
+    verbs: &Arc<Verbs>,
+    stop: &Arc<Stop>,
+) -> Option<(Arc<ResponderStats>, TcpListener)> {
     let listen = settings.listen.clone()?;
     let Some(device) = settings
         .devices
         .first()
         .cloned()
-        .or_else(|| first_device(&config.sysfs))
+        .or_else(|| first_device(sysfs))
     else {
         logging::log(
             Level::Error,
@@ -363,26 +406,30 @@ fn start_responder(config: &Config, verbs: &Arc<Verbs>) -> Option<Arc<ResponderS
         );
         return None;
     };
+    let measurement = &settings.measurement;
     let responder = Arc::new(ResponderSettings {
         listen,
         allow: settings.allow.clone(),
-        token: settings.token.clone(),
+        token: (!token.is_empty()).then(|| token.to_vec()),
         target: Target {
-            sysfs: config.sysfs.clone(),
+            sysfs: sysfs.to_path_buf(),
             device,
-            port: settings.port,
-            gid_index: settings.gid_index,
+            port: measurement.port,
+            gid_index: measurement.gid_index,
         },
-        step_timeout: settings.params.step_timeout,
+        step_timeout: measurement.params.step_timeout,
     });
-    let listener = match peer::bind(&responder) {
+    let cannot_listen = |err: std::io::Error| {
+        logging::log(
+            Level::Error,
+            "verbs responder cannot listen",
+            &[("address", &responder.listen), ("err", &err.to_string())],
+        );
+    };
+    let listener = match peer::bind(&responder).and_then(|l| Ok((l.try_clone()?, l))) {
         Ok(listener) => listener,
         Err(err) => {
-            logging::log(
-                Level::Error,
-                "verbs responder cannot listen",
-                &[("address", &responder.listen), ("err", &err.to_string())],
-            );
+            cannot_listen(err);
             return None;
         }
     };
@@ -395,10 +442,11 @@ fn start_responder(config: &Config, verbs: &Arc<Verbs>) -> Option<Arc<ResponderS
         ],
     );
     let stats = Arc::new(ResponderStats::default());
-    let (verbs, serving) = (verbs.clone(), stats.clone());
+    let (handle, listener) = listener;
+    let (verbs, serving, stop) = (verbs.clone(), stats.clone(), stop.clone());
     let started = std::thread::Builder::new()
         .name("hpcnode-verbs-listen".into())
-        .spawn(move || peer::serve(listener, verbs, responder, serving));
+        .spawn(move || peer::serve(listener, verbs, responder, serving, &|| stop.is_stopped()));
     if let Err(err) = started {
         logging::log(
             Level::Error,
@@ -407,7 +455,7 @@ fn start_responder(config: &Config, verbs: &Arc<Verbs>) -> Option<Arc<ResponderS
         );
         return None;
     }
-    Some(stats)
+    Some((stats, handle))
 }
 
 /// The RDMA devices under sysfs, sorted; none when the class directory is absent.
@@ -449,13 +497,18 @@ fn random_below(bound: Duration) -> Duration {
 fn schedule(
     service: &Service,
     verbs: &Arc<Verbs>,
-    settings: &Settings,
+    settings: &VerbsSettings,
+    token: &[u8],
     sysfs: &Path,
     interval: Duration,
+    stop: &Stop,
 ) {
+    let measurement = &settings.measurement;
     let mut delay = random_below(settings.jitter);
     loop {
-        std::thread::sleep(delay);
+        if stop.sleep(delay) {
+            return;
+        }
         let devices = if settings.devices.is_empty() {
             devices(sysfs)
         } else {
@@ -465,8 +518,8 @@ fn schedule(
             let target = Target {
                 sysfs: sysfs.to_path_buf(),
                 device,
-                port: settings.port,
-                gid_index: settings.gid_index,
+                port: measurement.port,
+                gid_index: measurement.gid_index,
             };
             let started = Instant::now();
             // A bug in one run must not end the schedule: it is counted as that run's error.
@@ -474,43 +527,69 @@ fn schedule(
                 probe(
                     verbs,
                     &target,
-                    settings.peer.as_deref(),
-                    settings.token.as_deref().unwrap_or_default(),
-                    &settings.params,
+                    measurement.peer.as_deref(),
+                    token,
+                    &measurement.params,
                     &mut |_| {},
                 )
             }))
             .unwrap_or(Err(ProbeError::Panicked));
-            service.record(&target, settings.peer.as_deref(), result, started.elapsed());
+            service.record(
+                &target,
+                measurement.peer.as_deref(),
+                result,
+                started.elapsed(),
+            );
         }
         delay = interval + random_below(settings.jitter);
     }
 }
 
+/// What one read covers: whether the probe can run, the responder's sessions, or one
+/// target's results (keyed as the results store keys them).
+#[derive(Debug, Clone)]
+enum Unit {
+    Availability,
+    Responder,
+    Target(String),
+}
+
+impl fmt::Display for Unit {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Unit::Availability => f.write_str("availability"),
+            Unit::Responder => f.write_str("responder"),
+            Unit::Target(key) => f.write_str(key),
+        }
+    }
+}
+
 impl Collector for VerbsCollector {
-    fn units(&self) -> Result<Vec<String>, CollectError> {
+    type Unit = Unit;
+
+    fn units(&self) -> Result<Vec<Unit>, CollectError> {
         let Some(service) = &self.service else {
             return Ok(Vec::new());
         };
-        let mut units = vec![AVAILABILITY_UNIT.to_string()];
+        let mut units = vec![Unit::Availability];
         if service.responder.is_some() {
-            units.push(RESPONDER_UNIT.to_string());
+            units.push(Unit::Responder);
         }
-        units.extend(lock(&service.series).keys().cloned());
+        units.extend(lock(&service.series).keys().cloned().map(Unit::Target));
         Ok(units)
     }
 
-    fn collect_unit(&self, unit: &str, out: &mut Output) {
+    fn collect_unit(&self, unit: &Unit, out: &mut Output) {
         let Some(service) = &self.service else {
             return;
         };
         match unit {
-            AVAILABILITY_UNIT => out.samples.push(
+            Unit::Availability => out.samples.push(
                 &AVAILABLE,
                 Vec::new(),
                 Value::Int(u64::from(service.available)),
             ),
-            RESPONDER_UNIT => {
+            Unit::Responder => {
                 for (result, count) in service.responder.iter().flat_map(|stats| stats.counts()) {
                     out.samples.push(
                         &RESPONDER_SESSIONS,
@@ -519,11 +598,22 @@ impl Collector for VerbsCollector {
                     );
                 }
             }
-            key => {
+            Unit::Target(key) => {
                 if let Some(series) = lock(&service.series).get(key) {
                     export_series(series, out);
                 }
             }
+        }
+    }
+
+    /// No new run starts, and the responder stops accepting; a run in progress finishes
+    /// unless the process exits first.
+    fn stop(&self) {
+        self.stop.stop();
+        if let Some(listener) = &self.listener {
+            // SAFETY: shutdown(2) on a descriptor this value owns, open for as long as it
+            // lives; it only makes the responder's blocked accept return with an error.
+            unsafe { libc::shutdown(listener.as_raw_fd(), libc::SHUT_RDWR) };
         }
     }
 }
@@ -654,7 +744,11 @@ mod tests {
 
     #[test]
     fn unconfigured_is_silent() {
-        let collector = VerbsCollector { service: None };
+        let collector = VerbsCollector {
+            service: None,
+            stop: Arc::default(),
+            listener: None,
+        };
         assert!(collector.units().unwrap().is_empty());
     }
 
@@ -670,6 +764,8 @@ mod tests {
         );
         let text = scrape(&VerbsCollector {
             service: Some(service),
+            stop: Arc::default(),
+            listener: None,
         });
         let labels = r#"device="mlx5_0",port="1",mode="loopback",peer="""#;
         for line in [

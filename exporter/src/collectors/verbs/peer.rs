@@ -220,16 +220,20 @@ pub fn bind(settings: &ResponderSettings) -> std::io::Result<TcpListener> {
     TcpListener::bind(&settings.listen)
 }
 
-/// Accepts connections until the process ends: one session at a time, each on its own thread
-/// so that the listener can turn others away at once.
+/// Accepts connections until `stopped` (the listener is shut down to wake it): one session at
+/// a time, each on its own thread so that the listener can turn others away at once.
 pub fn serve(
     listener: TcpListener,
     verbs: Arc<Verbs>,
     settings: Arc<ResponderSettings>,
     stats: Arc<ResponderStats>,
+    stopped: &dyn Fn() -> bool,
 ) {
     let busy = Arc::new(AtomicBool::new(false));
     for stream in listener.incoming() {
+        if stopped() {
+            return;
+        }
         let Ok(stream) = stream else {
             // Out of file descriptors (or memory) fails every accept at once: without a pause
             // the listener would spin a core until the process has some again.

@@ -1,0 +1,463 @@
+//! The verbs probe's command line: the exporter's `--probe.verbs.*` flags, and the
+//! `hpcnode_exporter probe verbs` subcommand, which shares the measurement flags without the
+//! prefix. Values are validated here; the token file is read only when the probe starts.
+
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::time::Duration;
+
+use clap::Arg;
+
+use super::engine::Params;
+use super::ffi::{self, Verbs};
+use super::peer::{self, Cidr};
+use super::{first_device, oob, progress_line, result_table, ProbeError, Target, MAX_DURATION};
+use crate::collector::{ProbeCommand, RunOnce};
+use crate::config::{optional, parse_listen_address, ConfigError, Flags};
+use crate::sysfs::SysDir;
+
+/// The exporter's flags: when and what to probe, the responder, then the measurement.
+pub(super) fn exporter_flags() -> Vec<Arg> {
+    let flag = |name: &str, value, help| optional(format!("{EXPORTER}{name}"), value, help);
+    let mut flags = vec![
+        flag("interval", "DURATION", "Run the verbs probe this often (e.g. 1h); unset or 0: never."),
+        flag("jitter", "DURATION", "Add a random delay up to this to each probe interval (default 0)."),
+        flag("device", "NAMES", "Comma-separated RDMA devices to probe (default: all)."),
+        flag("listen", "ADDR:PORT", "Serve other exporters' peer probes here (off by default; requires --probe.verbs.allow)."),
+        flag("allow", "CIDRS", "Comma-separated addresses or networks allowed to use the responder."),
+    ];
+    flags.extend(measurement_flags(EXPORTER));
+    flags
+}
+
+const EXPORTER: &str = "probe.verbs.";
+
+/// The probe's measurement and connection flags, shared by the exporter (`--probe.verbs.*`) and
+/// the `probe verbs` subcommand (no prefix).
+fn measurement_flags(prefix: &str) -> Vec<Arg> {
+    let flag = |name: &str, value, help| optional(format!("{prefix}{name}"), value, help);
+    vec![
+        flag("port", "N", "Port number to probe (default 1)."),
+        flag("gid-index", "N", "GID index on RoCE (default: the first RoCE v2 GID, IPv4-mapped preferred)."),
+        flag("peer", "HOST:PORT", "Probe against the responder of another exporter there instead of in loopback."),
+        flag("token-file", "FILE", "File holding the shared token sent to (or required from) the peer."),
+        flag("message-size", "BYTES", "RDMA WRITE message size for the bandwidth run (default 65536)."),
+        flag("queue-depth", "N", "Writes in flight during the bandwidth run (default 128)."),
+        flag("duration", "DURATION", "Length of the bandwidth run (default 2s, at most 60s)."),
+        flag("latency-iterations", "N", "Ping-pong round trips for the latency (default 1000)."),
+        flag("timeout", "DURATION", "Longest wait for any single step: a completion, an echo, a peer message (default 5s)."),
+        flag("library", "PATH", "The libibverbs to load (default libibverbs.so.1, wherever the dynamic linker finds it)."),
+    ]
+}
+
+/// The measurement flags, validated.
+#[derive(Debug, Clone)]
+pub(super) struct Measurement {
+    pub port: u8,
+    pub gid_index: Option<u8>,
+    /// `HOST:PORT` of a responder; `None`: loopback.
+    pub peer: Option<String>,
+    /// Read when the probe starts ([`read_token`]), not while parsing.
+    pub token_file: Option<PathBuf>,
+    pub params: Params,
+    /// The libibverbs to load: [`ffi::LIBRARY`] unless a flag names another.
+    pub library: String,
+}
+
+fn measurement(flags: &Flags, prefix: &str) -> Result<Measurement, ConfigError> {
+    let name = |name: &str| format!("{prefix}{name}");
+    let number = |flag: &str, min, max| flags.number(&name(flag), min, max);
+    let duration = |flag: &str, max: Duration| -> Result<Option<Duration>, ConfigError> {
+        let flag = name(flag);
+        match flags.duration(&flag)? {
+            Some(d) if d > max => Err(flags.invalid(
+                &flag,
+                &flags.value(&flag).unwrap_or_default(),
+                format!("must be at most {}s", max.as_secs()),
+            )),
+            d => Ok(d),
+        }
+    };
+    let defaults = Params::default();
+    let params = Params {
+        message_size: number("message-size", 1, peer::MAX_MESSAGE_SIZE as u64)?
+            .map_or(defaults.message_size, |n| n as usize),
+        queue_depth: number("queue-depth", 1, 4096)?.map_or(defaults.queue_depth, |n| n as u32),
+        duration: duration("duration", MAX_DURATION)?.unwrap_or(defaults.duration),
+        latency_iterations: number("latency-iterations", 1, 100_000)?
+            .map_or(defaults.latency_iterations, |n| n as u32),
+        step_timeout: duration("timeout", Duration::from_secs(300))?
+            .unwrap_or(defaults.step_timeout),
+    };
+    let peer = flags.value(&name("peer"));
+    if let Some(peer) = &peer {
+        if !peer
+            .rsplit_once(':')
+            .is_some_and(|(host, port)| !host.is_empty() && port.parse::<u16>().is_ok())
+        {
+            return Err(flags.invalid(&name("peer"), peer, "expected HOST:PORT"));
+        }
+    }
+    Ok(Measurement {
+        port: number("port", 1, 255)?.map_or(1, |n| n as u8),
+        gid_index: number("gid-index", 0, 255)?.map(|n| n as u8),
+        peer,
+        token_file: flags.path(&name("token-file"))?,
+        params,
+        library: flags
+            .value(&name("library"))
+            .unwrap_or_else(|| ffi::LIBRARY.to_string()),
+    })
+}
+
+/// The exporter's `--probe.verbs.*` flags, validated.
+#[derive(Debug)]
+pub(super) struct VerbsSettings {
+    /// `None`: no scheduled runs.
+    pub interval: Option<Duration>,
+    pub jitter: Duration,
+    /// Empty: every device under /sys/class/infiniband.
+    pub devices: Vec<String>,
+    /// `ADDR:PORT` to serve other exporters' probes on; `None`: no responder.
+    pub listen: Option<String>,
+    pub allow: Vec<Cidr>,
+    pub measurement: Measurement,
+}
+
+impl VerbsSettings {
+    pub(super) fn from_flags(flags: &Flags) -> Result<VerbsSettings, ConfigError> {
+        let name = |name: &str| format!("{EXPORTER}{name}");
+        let off_or_duration = |flag: &str| -> Result<Option<Duration>, ConfigError> {
+            match flags.value(&name(flag)).as_deref() {
+                Some("0" | "0s") => Ok(None),
+                _ => flags.duration(&name(flag)),
+            }
+        };
+        let allow = match flags.value(&name("allow")) {
+            None => Vec::new(),
+            Some(list) => list
+                .split(',')
+                .map(|cidr| {
+                    Cidr::parse(cidr.trim()).ok_or_else(|| {
+                        flags.invalid(
+                            &name("allow"),
+                            cidr,
+                            "expected an address or ADDRESS/PREFIX",
+                        )
+                    })
+                })
+                .collect::<Result<_, _>>()?,
+        };
+        let listen = flags.value(&name("listen"));
+        if let Some(listen) = &listen {
+            parse_listen_address(listen)
+                .map_err(|reason| flags.invalid(&name("listen"), listen, reason))?;
+            if allow.is_empty() {
+                return Err(flags.invalid(
+                    &name("listen"),
+                    listen,
+                    "requires --probe.verbs.allow (the peers it serves)",
+                ));
+            }
+        }
+        Ok(VerbsSettings {
+            interval: off_or_duration("interval")?,
+            jitter: off_or_duration("jitter")?.unwrap_or_default(),
+            devices: flags
+                .value(&name("device"))
+                .map(|list| {
+                    list.split(',')
+                        .map(str::to_string)
+                        .filter(|d| !d.is_empty())
+                        .collect()
+                })
+                .unwrap_or_default(),
+            listen,
+            allow,
+            measurement: measurement(flags, EXPORTER)?,
+        })
+    }
+}
+
+/// Reads the shared token: a regular file (never a FIFO or a device, which could block or never
+/// end), trimmed, 1 to [`oob::MAX_TOKEN`] bytes. Errors never quote the file's content.
+pub(super) fn read_token(path: &Path) -> Result<Vec<u8>, String> {
+    let name = path
+        .file_name()
+        .and_then(|name| name.to_str())
+        .ok_or("not a file name")?;
+    let parent = match path.parent() {
+        Some(parent) if !parent.as_os_str().is_empty() => parent,
+        _ => Path::new("."),
+    };
+    let too_long = format!("the token must be 1 to {} bytes", oob::MAX_TOKEN);
+    // Room for whitespace around the longest token; anything longer is not a token file.
+    let text = SysDir::open(parent)
+        .and_then(|dir| dir.read_file(name, 4 * oob::MAX_TOKEN))
+        .map_err(|err| match err {
+            crate::sysfs::SysfsError::Parse { .. } => too_long.clone(),
+            err => err.to_string(),
+        })?;
+    let token = text.trim_ascii();
+    if token.is_empty() || token.len() > oob::MAX_TOKEN {
+        return Err(too_long);
+    }
+    Ok(token.to_vec())
+}
+
+/// `hpcnode_exporter probe verbs`.
+pub(super) const PROBE: ProbeCommand = ProbeCommand {
+    about: "Run one RDMA WRITE bandwidth and latency probe now and print ib_write_bw's table; exit 1 below --min-ratio.",
+    flags: || {
+        let mut flags = vec![
+            optional("device", "NAME", "RDMA device (default: the first one)."),
+            optional("path.sysfs", "PATH", "sysfs mountpoint.").default_value("/sys"),
+            optional("min-ratio", "RATIO", "Fail when bandwidth / port data rate is below this (e.g. 0.9)."),
+        ];
+        flags.extend(measurement_flags(""));
+        flags
+    },
+    configure: |flags| Ok(Box::new(ProbeOnce::from_flags(flags)?)),
+};
+
+/// The validated `probe verbs` subcommand.
+#[derive(Debug)]
+struct ProbeOnce {
+    sysfs: PathBuf,
+    /// `None`: the first RDMA device.
+    device: Option<String>,
+    measurement: Measurement,
+    /// Fail (exit 1) when the efficiency ratio is below this.
+    min_ratio: Option<f64>,
+}
+
+impl ProbeOnce {
+    fn from_flags(flags: &Flags) -> Result<ProbeOnce, ConfigError> {
+        let min_ratio = match flags.value("min-ratio") {
+            None => None,
+            Some(value) => match value.parse::<f64>() {
+                Ok(ratio) if ratio.is_finite() && ratio >= 0.0 => Some(ratio),
+                _ => {
+                    return Err(flags.invalid("min-ratio", &value, "must be a non-negative number"))
+                }
+            },
+        };
+        Ok(ProbeOnce {
+            sysfs: flags.path("path.sysfs")?.unwrap_or_else(|| "/sys".into()),
+            device: flags.value("device"),
+            measurement: measurement(flags, "")?,
+            min_ratio,
+        })
+    }
+}
+
+/// Why `probe verbs` could not give a verdict.
+#[derive(Debug, thiserror::Error)]
+enum ProbeOnceError {
+    #[error(transparent)]
+    Load(#[from] ffi::LoadError),
+    #[error("invalid --token-file {path:?}: {reason}")]
+    Token { path: PathBuf, reason: String },
+    #[error("no RDMA device under the sysfs class/infiniband directory")]
+    NoDevice,
+    #[error("{device}/{port}: {source}")]
+    Probe {
+        device: String,
+        port: u8,
+        source: ProbeError,
+    },
+    #[error("--min-ratio given but the port's data rate is unknown")]
+    NoDataRate,
+}
+
+impl RunOnce for ProbeOnce {
+    /// One probe now, progress on stderr, ib_write_bw's table on stdout; whether it passed
+    /// `--min-ratio` (always, without one).
+    fn run(self: Box<Self>) -> Result<bool, Box<dyn std::error::Error>> {
+        let ProbeOnce {
+            sysfs,
+            device,
+            measurement,
+            min_ratio,
+        } = *self;
+        let token = match &measurement.token_file {
+            None => Vec::new(),
+            Some(path) => read_token(path).map_err(|reason| ProbeOnceError::Token {
+                path: path.clone(),
+                reason,
+            })?,
+        };
+        let library = Arc::new(Verbs::load(&measurement.library).map_err(ProbeOnceError::from)?);
+        let device = match device {
+            Some(device) => device,
+            None => first_device(&sysfs).ok_or(ProbeOnceError::NoDevice)?,
+        };
+        let target = Target {
+            sysfs,
+            device,
+            port: measurement.port,
+            gid_index: measurement.gid_index,
+        };
+        let params = &measurement.params;
+        let mode = measurement.peer.as_deref().unwrap_or("loopback");
+        eprintln!(
+            "probing {}/{} ({mode}): {} bytes x {} in flight for {:?}",
+            target.device, target.port, params.message_size, params.queue_depth, params.duration
+        );
+        let report = super::probe(
+            &library,
+            &target,
+            measurement.peer.as_deref(),
+            &token,
+            params,
+            &mut |progress| eprint!("\r{}", progress_line(&progress)),
+        );
+        eprintln!();
+        let report = report.map_err(|source| ProbeOnceError::Probe {
+            device: target.device.clone(),
+            port: target.port,
+            source,
+        })?;
+        print!("{}", result_table(&report));
+        let Some(min_ratio) = min_ratio else {
+            return Ok(true);
+        };
+        let ratio = report.efficiency().ok_or(ProbeOnceError::NoDataRate)?;
+        let passed = ratio >= min_ratio;
+        println!(
+            "{}: efficiency {ratio:.3} {} --min-ratio {min_ratio}",
+            if passed { "PASS" } else { "FAIL" },
+            if passed { ">=" } else { "<" }
+        );
+        Ok(passed)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn settings(args: &[&str]) -> Result<VerbsSettings, ConfigError> {
+        VerbsSettings::from_flags(&Flags::parse(exporter_flags(), args)?)
+    }
+
+    fn probe(args: &[&str]) -> Result<ProbeOnce, ConfigError> {
+        ProbeOnce::from_flags(&Flags::parse((PROBE.flags)(), args)?)
+    }
+
+    #[test]
+    fn verbs_probe_is_off_unless_asked_for() {
+        let off = settings(&[]).unwrap();
+        assert_eq!(off.interval, None);
+        assert_eq!(off.listen, None);
+        let zero = settings(&["--probe.verbs.interval=0"]).unwrap();
+        assert_eq!(zero.interval, None);
+        let on = settings(&[
+            "--probe.verbs.interval=1h",
+            "--probe.verbs.jitter=5m",
+            "--probe.verbs.device=mlx5_0,mlx5_1",
+            "--probe.verbs.message-size=4096",
+            "--probe.verbs.duration=10s",
+        ])
+        .unwrap();
+        assert_eq!(on.interval, Some(Duration::from_secs(3600)));
+        assert_eq!(on.jitter, Duration::from_secs(300));
+        assert_eq!(on.devices, ["mlx5_0", "mlx5_1"]);
+        assert_eq!(on.measurement.port, 1);
+        assert_eq!(on.measurement.params.message_size, 4096);
+        assert_eq!(on.measurement.params.duration, Duration::from_secs(10));
+        assert_eq!(on.measurement.params.queue_depth, 128);
+    }
+
+    #[test]
+    fn verbs_responder_needs_an_allow_list() {
+        let err = settings(&["--probe.verbs.listen=:18515"]).unwrap_err();
+        assert!(err.to_string().contains("--probe.verbs.allow"), "{err}");
+        let ok = settings(&[
+            "--probe.verbs.listen=0.0.0.0:18515",
+            "--probe.verbs.allow=10.0.0.0/8,127.0.0.1",
+        ])
+        .unwrap();
+        assert_eq!(ok.allow.len(), 2);
+    }
+
+    #[test]
+    fn errors_name_the_flag_given() {
+        for (args, flag) in [
+            (
+                &["--probe.verbs.listen=:1", "--probe.verbs.allow=10.0.0.0/40"][..],
+                "--probe.verbs.allow",
+            ),
+            (&["--probe.verbs.duration=2m"], "--probe.verbs.duration"),
+            (
+                &["--probe.verbs.message-size=0"],
+                "--probe.verbs.message-size",
+            ),
+            (&["--probe.verbs.peer=nohost"], "--probe.verbs.peer"),
+            (&["--probe.verbs.interval=soon"], "--probe.verbs.interval"),
+            (&["--probe.verbs.interval=-5s"], "--probe.verbs.interval"),
+            (&["--probe.verbs.timeout=0s"], "--probe.verbs.timeout"),
+        ] {
+            let err = settings(args).unwrap_err().to_string();
+            assert!(
+                err.starts_with(&format!("invalid {flag} ")),
+                "{args:?}: {err}"
+            );
+            assert!(!err.contains('\n'), "{args:?}: {err}");
+        }
+    }
+
+    #[test]
+    fn the_token_file_is_read_at_start_not_while_parsing() {
+        let parsed = settings(&["--probe.verbs.token-file=/nonexistent/token"]).unwrap();
+        let path = parsed.measurement.token_file.unwrap();
+        assert!(read_token(&path).is_err());
+    }
+
+    #[test]
+    fn token_file_is_trimmed_bounded_and_never_quoted() {
+        let dir = tempfile::tempdir().unwrap();
+        let token = dir.path().join("token");
+        std::fs::write(&token, "s3cret\n").unwrap();
+        assert_eq!(read_token(&token).unwrap(), b"s3cret");
+        std::fs::write(&token, "x".repeat(65)).unwrap();
+        assert!(read_token(&token).is_err());
+        std::fs::write(&token, "\n").unwrap();
+        assert!(read_token(&token).is_err());
+        std::fs::write(&token, "secret".repeat(100)).unwrap();
+        let err = read_token(&token).unwrap_err();
+        assert!(!err.contains("secret"), "{err}");
+        // Neither endless nor blocking: a device and a FIFO are refused without reading.
+        assert!(read_token(Path::new("/dev/zero")).is_err());
+        let fifo = dir.path().join("fifo");
+        assert!(std::process::Command::new("mkfifo")
+            .arg(&fifo)
+            .status()
+            .unwrap()
+            .success());
+        assert!(read_token(&fifo).is_err());
+    }
+
+    #[test]
+    fn probe_subcommand() {
+        let command = probe(&[
+            "--device=rxe0",
+            "--port=1",
+            "--peer=10.0.0.2:18515",
+            "--min-ratio=0.9",
+            "--duration=500ms",
+        ])
+        .unwrap();
+        assert_eq!(command.device.as_deref(), Some("rxe0"));
+        assert_eq!(command.measurement.peer.as_deref(), Some("10.0.0.2:18515"));
+        assert_eq!(command.min_ratio, Some(0.9));
+        assert_eq!(
+            command.measurement.params.duration,
+            Duration::from_millis(500)
+        );
+        assert_eq!(command.sysfs, PathBuf::from("/sys"));
+        assert!(probe(&["--min-ratio=-1"]).is_err());
+        assert!(probe(&["--port=0"]).is_err());
+        assert!(probe(&["--no-such"]).is_err());
+    }
+}
