@@ -7,14 +7,13 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Condvar, Mutex, OnceLock, PoisonError};
 use std::time::Duration;
 
-use libloading::Library;
-
 use super::{
     degrees, micro, printed_unsigned, CardRead, ReadingKind, CORE_FREQUENCY, CORE_VOLTAGE,
     MEMORY_VOLTAGE, POWER, RAIL_CURRENT, RAIL_POWER, RAIL_VOLTAGE, SOURCE_LIBRARY, TEMPERATURE,
     TEMPERATURE_STATUS, UNAVAILABLE,
 };
 use crate::collector::{CollectError, ErrorKind};
+use crate::dynlib::{Library, LoadError};
 use crate::metrics::{Desc, Value};
 
 const LIBRARY: &str = "libmicmgmt.so.0";
@@ -225,10 +224,8 @@ impl Calls<'_> {
 enum LibraryError {
     #[error("{LIBRARY} not used: reading cards over SCIF needs root")]
     NotRoot,
-    #[error("cannot load {LIBRARY}: {0}")]
-    Load(String),
-    #[error("{LIBRARY} lacks the symbol {0}")]
-    MissingSymbol(&'static str),
+    #[error(transparent)]
+    Load(#[from] LoadError),
     #[error("{LIBRARY} does not list {0} among its devices")]
     NotListed(String),
     #[error("{LIBRARY} busy: a call for another card has not returned")]
@@ -429,70 +426,66 @@ const LIBRARY_RAILS: [(&str, [&str; 3]); 3] = [
     ),
 ];
 
-fn symbol<T: Copy>(library: &Library, name: &'static str) -> Result<T, LibraryError> {
-    // SAFETY: T is the function type miclib.h declares for `name`.
-    unsafe { library.get::<T>(name.as_bytes()) }
-        .map(|symbol| *symbol)
-        .map_err(|_| LibraryError::MissingSymbol(name))
-}
-
 impl MicLib {
     fn load() -> Result<MicLib, LibraryError> {
         // SAFETY: loading runs the library's initialisers; libmicmgmt's only set up its state.
-        let library =
-            unsafe { Library::new(LIBRARY) }.map_err(|err| LibraryError::Load(err.to_string()))?;
+        let library = unsafe { Library::open(LIBRARY) }?;
         let lib = &library;
-        let temperatures = LIBRARY_TEMPERATURES
-            .into_iter()
-            .map(|(sensor, read_call, valid_call)| {
-                let read = if sensor == "die" {
-                    Temperature::Wide(symbol(lib, read_call)?)
-                } else {
-                    Temperature::Narrow(symbol(lib, read_call)?)
-                };
-                Ok(TemperatureSensor {
-                    sensor,
-                    read_call,
-                    read,
-                    valid_call,
-                    valid: symbol(lib, valid_call)?,
+        // SAFETY: each symbol is taken as the function type miclib.h declares for it, and the
+        // library outlives the pointers (both live in `MicLib`).
+        unsafe {
+            let temperatures = LIBRARY_TEMPERATURES
+                .into_iter()
+                .map(|(sensor, read_call, valid_call)| {
+                    let read = if sensor == "die" {
+                        Temperature::Wide(lib.function(read_call)?)
+                    } else {
+                        Temperature::Narrow(lib.function(read_call)?)
+                    };
+                    Ok(TemperatureSensor {
+                        sensor,
+                        read_call,
+                        read,
+                        valid_call,
+                        valid: lib.function(valid_call)?,
+                    })
                 })
+                .collect::<Result<_, LoadError>>()?;
+            let power = LIBRARY_POWER
+                .into_iter()
+                .map(|(reading, call)| Ok((reading, call, lib.function(call)?)))
+                .collect::<Result<_, LoadError>>()?;
+            let rails = LIBRARY_RAILS
+                .into_iter()
+                .map(|(rail, [power, current, voltage])| {
+                    let reader = |call| Ok::<_, LoadError>((call, lib.function(call)?));
+                    Ok((rail, [reader(power)?, reader(current)?, reader(voltage)?]))
+                })
+                .collect::<Result<_, LoadError>>()?;
+            Ok(MicLib {
+                get_devices: lib.function("mic_get_devices")?,
+                free_devices: lib.function("mic_free_devices")?,
+                get_ndevices: lib.function("mic_get_ndevices")?,
+                get_device_at_index: lib.function("mic_get_device_at_index")?,
+                open_device: lib.function("mic_open_device")?,
+                close_device: lib.function("mic_close_device")?,
+                get_thermal_info: lib.function("mic_get_thermal_info")?,
+                free_thermal_info: lib.function("mic_free_thermal_info")?,
+                temperatures,
+                get_power_info: lib.function("mic_get_power_utilization_info")?,
+                free_power_info: lib.function("mic_free_power_utilization_info")?,
+                power,
+                rails,
+                get_cores_info: lib.function("mic_get_cores_info")?,
+                free_cores_info: lib.function("mic_free_cores_info")?,
+                cores_voltage: lib.function("mic_get_cores_voltage")?,
+                cores_frequency: lib.function("mic_get_cores_frequency")?,
+                get_memory_info: lib.function("mic_get_memory_info")?,
+                free_memory_info: lib.function("mic_free_memory_info")?,
+                memory_voltage: lib.function("mic_get_memory_voltage")?,
+                _library: library,
             })
-            .collect::<Result<_, LibraryError>>()?;
-        let power = LIBRARY_POWER
-            .into_iter()
-            .map(|(reading, call)| Ok((reading, call, symbol(lib, call)?)))
-            .collect::<Result<_, LibraryError>>()?;
-        let rails = LIBRARY_RAILS
-            .into_iter()
-            .map(|(rail, [power, current, voltage])| {
-                let reader = |call| Ok::<_, LibraryError>((call, symbol(lib, call)?));
-                Ok((rail, [reader(power)?, reader(current)?, reader(voltage)?]))
-            })
-            .collect::<Result<_, LibraryError>>()?;
-        Ok(MicLib {
-            get_devices: symbol(lib, "mic_get_devices")?,
-            free_devices: symbol(lib, "mic_free_devices")?,
-            get_ndevices: symbol(lib, "mic_get_ndevices")?,
-            get_device_at_index: symbol(lib, "mic_get_device_at_index")?,
-            open_device: symbol(lib, "mic_open_device")?,
-            close_device: symbol(lib, "mic_close_device")?,
-            get_thermal_info: symbol(lib, "mic_get_thermal_info")?,
-            free_thermal_info: symbol(lib, "mic_free_thermal_info")?,
-            temperatures,
-            get_power_info: symbol(lib, "mic_get_power_utilization_info")?,
-            free_power_info: symbol(lib, "mic_free_power_utilization_info")?,
-            power,
-            rails,
-            get_cores_info: symbol(lib, "mic_get_cores_info")?,
-            free_cores_info: symbol(lib, "mic_free_cores_info")?,
-            cores_voltage: symbol(lib, "mic_get_cores_voltage")?,
-            cores_frequency: symbol(lib, "mic_get_cores_frequency")?,
-            get_memory_info: symbol(lib, "mic_get_memory_info")?,
-            free_memory_info: symbol(lib, "mic_free_memory_info")?,
-            memory_voltage: symbol(lib, "mic_get_memory_voltage")?,
-            _library: library,
-        })
+        }
     }
 
     /// Opens card `number`, which the library must list.
