@@ -5,6 +5,7 @@
 pub mod collector;
 pub mod collectors;
 pub mod config;
+pub mod dynlib;
 pub mod error;
 pub mod http;
 pub mod kernel;

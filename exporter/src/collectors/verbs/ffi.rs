@@ -18,7 +18,8 @@
 use std::ffi::{c_char, c_int, c_void};
 use std::mem::offset_of;
 
-use libloading::Library;
+use crate::dynlib::Library;
+pub use crate::dynlib::LoadError;
 
 /// The soname rdma-core has shipped since 2016 (`libibverbs.so.1`, ABI 1.1).
 pub const LIBRARY: &str = "libibverbs.so.1";
@@ -502,59 +503,38 @@ pub struct Verbs {
     _library: Library,
 }
 
-#[derive(Debug, thiserror::Error)]
-pub enum LoadError {
-    #[error("cannot load {library}: {reason}")]
-    Open { library: String, reason: String },
-    #[error("libibverbs lacks {symbol}: {reason}")]
-    Symbol {
-        symbol: &'static str,
-        reason: String,
-    },
-}
-
 impl Verbs {
     /// Loads `library`: a path, or a soname such as [`LIBRARY`] that the dynamic linker finds.
     pub fn load(library: &str) -> Result<Verbs, LoadError> {
         // SAFETY: libibverbs' initialisers only read its config directory and sysfs.
-        let loaded = unsafe { Library::new(library) }.map_err(|err| LoadError::Open {
-            library: library.to_string(),
-            reason: err.to_string(),
-        })?;
+        let loaded = unsafe { Library::open(library) }?;
         Verbs::resolve(loaded)
     }
 
     fn resolve(library: Library) -> Result<Verbs, LoadError> {
-        /// Resolves one symbol as the function type of the field it initialises.
-        fn symbol<T: Copy>(library: &Library, name: &'static str) -> Result<T, LoadError> {
-            // SAFETY: each call site names the type verbs.h declares for that symbol, and the
-            // library outlives the copied pointer (both live in `Verbs`).
-            unsafe { library.get::<T>(name.as_bytes()) }
-                .map(|symbol| *symbol)
-                .map_err(|err| LoadError::Symbol {
-                    symbol: name,
-                    reason: err.to_string(),
-                })
+        // SAFETY: each symbol is taken as the function type verbs.h declares for it (the type of
+        // the field it initialises), and the library outlives the pointers (both live in `Verbs`).
+        unsafe {
+            Ok(Verbs {
+                get_device_list: library.function("ibv_get_device_list")?,
+                free_device_list: library.function("ibv_free_device_list")?,
+                get_device_name: library.function("ibv_get_device_name")?,
+                open_device: library.function("ibv_open_device")?,
+                close_device: library.function("ibv_close_device")?,
+                query_port: library.function("ibv_query_port")?,
+                query_gid: library.function("ibv_query_gid")?,
+                alloc_pd: library.function("ibv_alloc_pd")?,
+                dealloc_pd: library.function("ibv_dealloc_pd")?,
+                reg_mr: library.function("ibv_reg_mr")?,
+                dereg_mr: library.function("ibv_dereg_mr")?,
+                create_cq: library.function("ibv_create_cq")?,
+                destroy_cq: library.function("ibv_destroy_cq")?,
+                create_qp: library.function("ibv_create_qp")?,
+                modify_qp: library.function("ibv_modify_qp")?,
+                destroy_qp: library.function("ibv_destroy_qp")?,
+                _library: library,
+            })
         }
-        Ok(Verbs {
-            get_device_list: symbol(&library, "ibv_get_device_list")?,
-            free_device_list: symbol(&library, "ibv_free_device_list")?,
-            get_device_name: symbol(&library, "ibv_get_device_name")?,
-            open_device: symbol(&library, "ibv_open_device")?,
-            close_device: symbol(&library, "ibv_close_device")?,
-            query_port: symbol(&library, "ibv_query_port")?,
-            query_gid: symbol(&library, "ibv_query_gid")?,
-            alloc_pd: symbol(&library, "ibv_alloc_pd")?,
-            dealloc_pd: symbol(&library, "ibv_dealloc_pd")?,
-            reg_mr: symbol(&library, "ibv_reg_mr")?,
-            dereg_mr: symbol(&library, "ibv_dereg_mr")?,
-            create_cq: symbol(&library, "ibv_create_cq")?,
-            destroy_cq: symbol(&library, "ibv_destroy_cq")?,
-            create_qp: symbol(&library, "ibv_create_qp")?,
-            modify_qp: symbol(&library, "ibv_modify_qp")?,
-            destroy_qp: symbol(&library, "ibv_destroy_qp")?,
-            _library: library,
-        })
     }
 }
 

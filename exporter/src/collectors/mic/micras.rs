@@ -1,0 +1,186 @@
+//! micras files: the card driver's text files of readings (`temp`, `power`, `volt`, `freq`,
+//! `gvolt`, `gfreq`, `plim`, `fan`), read on the card itself or from a copy per card.
+
+use super::{
+    degrees, micro, printed_unsigned, CardRead, CORE_FREQUENCY, CORE_VOLTAGE, FAN_SPEED,
+    MEMORY_FREQUENCY, MEMORY_VOLTAGE, POWER, POWER_LIMIT, RAIL_CURRENT, RAIL_POWER, RAIL_VOLTAGE,
+    SOURCE_MICRAS, TEMPERATURE, TEMPERATURE_STATUS, UNAVAILABLE,
+};
+use crate::metrics::Value;
+use crate::sysfs::{SysDir, SysfsError};
+
+/// micras `temp` lines, in the driver's order.
+const TEMPERATURE_SENSORS: [&str; 8] = [
+    "die",
+    "board",
+    "fan_inlet",
+    "fan_outlet",
+    "gddr",
+    "vccp",
+    "vddg",
+    "vddq",
+];
+/// The first seven micras `power` lines, in the driver's order (microwatts).
+const POWER_READINGS: [&str; 7] = [
+    "total_window0",
+    "total_window1",
+    "instantaneous",
+    "instantaneous_max",
+    "pcie",
+    "connector_2x3",
+    "connector_2x4",
+];
+/// The last three micras `power` lines (`uW uA uV` each).
+const RAILS: [&str; 3] = ["vccp", "vddg", "vddq"];
+/// micras `plim` fields (watts).
+const POWER_LIMITS: [&str; 3] = ["physical", "high", "low"];
+
+impl CardRead<'_> {
+    /// The micras files of one card; each is optional, each line is checked on its own.
+    pub(super) fn micras(&mut self, dir: &SysDir) {
+        if let Some(text) = self.optional_text(dir, "temp") {
+            let lines = self.lines(dir, "temp", &text, TEMPERATURE_SENSORS.len());
+            for (sensor, line) in TEMPERATURE_SENSORS.into_iter().zip(lines) {
+                let Some([current, status]) = self.fields(dir, "temp", line) else {
+                    continue;
+                };
+                if status > UNAVAILABLE {
+                    self.error(SysfsError::parse(&dir.path("temp"), "status not 0-3", line));
+                    continue;
+                }
+                let kind = Some(("sensor", sensor));
+                self.reading(&TEMPERATURE_STATUS, kind, SOURCE_MICRAS, Value::Int(status));
+                if status == UNAVAILABLE {
+                    continue;
+                }
+                // The driver prints 32 bits: a wider number is not its (and would wrap).
+                match u32::try_from(current) {
+                    Ok(printed) => {
+                        let celsius = degrees(printed_unsigned(printed));
+                        self.reading(&TEMPERATURE, kind, SOURCE_MICRAS, celsius);
+                    }
+                    Err(_) => {
+                        let reason = "temperature wider than 32 bits";
+                        self.error(SysfsError::parse(&dir.path("temp"), reason, line));
+                    }
+                }
+            }
+        }
+        if let Some(text) = self.optional_text(dir, "power") {
+            let expected = POWER_READINGS.len() + RAILS.len();
+            let lines = self.lines(dir, "power", &text, expected);
+            for (reading, line) in POWER_READINGS.into_iter().zip(&lines) {
+                if let Some([microwatts]) = self.fields(dir, "power", line) {
+                    let kind = Some(("reading", reading));
+                    self.reading(&POWER, kind, SOURCE_MICRAS, micro(microwatts));
+                }
+            }
+            for (rail, line) in RAILS
+                .into_iter()
+                .zip(lines.iter().skip(POWER_READINGS.len()))
+            {
+                if let Some(values) = self.fields(dir, "power", line) {
+                    self.micras_rail(rail, values);
+                }
+            }
+        }
+        for (file, desc, scale) in [
+            ("volt", &CORE_VOLTAGE, 1e-6),
+            ("freq", &CORE_FREQUENCY, 1e3),
+            ("gvolt", &MEMORY_VOLTAGE, 1e-6),
+            ("gfreq", &MEMORY_FREQUENCY, 1e3),
+        ] {
+            // The current value comes first, then set or default values and supported ones.
+            if let Some([current]) = self.first_line_fields(dir, file) {
+                self.reading(
+                    desc,
+                    None,
+                    SOURCE_MICRAS,
+                    Value::Float(current as f64 * scale),
+                );
+            }
+        }
+        if let Some(watts) = self.first_line_fields::<3>(dir, "plim") {
+            for (limit, value) in POWER_LIMITS.into_iter().zip(watts) {
+                let kind = Some(("limit", limit));
+                self.reading(&POWER_LIMIT, kind, SOURCE_MICRAS, Value::Int(value));
+            }
+        }
+        if let Some([_override, _pwm, rpm]) = self.first_line_fields(dir, "fan") {
+            self.reading(&FAN_SPEED, None, SOURCE_MICRAS, Value::Int(rpm));
+        }
+    }
+
+    /// A micras rail line's `[uW, uA, uV]` in base units.
+    fn micras_rail(&mut self, rail: &'static str, values: [u64; 3]) {
+        let kind = Some(("rail", rail));
+        let [microwatts, microamperes, microvolts] = values;
+        self.reading(&RAIL_POWER, kind, SOURCE_MICRAS, micro(microwatts));
+        self.reading(&RAIL_CURRENT, kind, SOURCE_MICRAS, micro(microamperes));
+        self.reading(&RAIL_VOLTAGE, kind, SOURCE_MICRAS, micro(microvolts));
+    }
+
+    /// The non-empty lines of a micras file; fewer than the driver prints is reported (the
+    /// lines present are still used).
+    fn lines<'t>(
+        &mut self,
+        dir: &SysDir,
+        file: &str,
+        text: &'t str,
+        expected: usize,
+    ) -> Vec<&'t str> {
+        let lines: Vec<&str> = text
+            .lines()
+            .map(str::trim)
+            .filter(|l| !l.is_empty())
+            .collect();
+        if lines.len() < expected {
+            let reason = "fewer lines than the driver prints";
+            self.error(SysfsError::parse(&dir.path(file), reason, text));
+        }
+        lines
+    }
+
+    /// The first `N` unsigned numbers of a line; anything else is reported.
+    fn fields<const N: usize>(&mut self, dir: &SysDir, file: &str, line: &str) -> Option<[u64; N]> {
+        let parsed = parse_fields(line);
+        if parsed.is_none() {
+            let reason = "expected unsigned numbers";
+            self.error(SysfsError::parse(&dir.path(file), reason, line));
+        }
+        parsed
+    }
+
+    fn first_line_fields<const N: usize>(&mut self, dir: &SysDir, file: &str) -> Option<[u64; N]> {
+        let text = self.optional_text(dir, file)?;
+        let line = text.lines().next().unwrap_or_default();
+        self.fields(dir, file, line)
+    }
+}
+
+fn parse_fields<const N: usize>(line: &str) -> Option<[u64; N]> {
+    let mut values = [0u64; N];
+    let mut words = line.split_whitespace();
+    for value in &mut values {
+        *value = words.next()?.parse().ok()?;
+    }
+    Some(values)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn fields_take_the_leading_numbers() {
+        assert_eq!(parse_fields::<2>("50 0"), Some([50, 0]));
+        assert_eq!(
+            parse_fields::<1>("1041000 1041000 1000000 1100000"),
+            Some([1041000])
+        );
+        assert_eq!(parse_fields::<3>("0 0 1033000"), Some([0, 0, 1033000]));
+        assert_eq!(parse_fields::<2>("50"), None);
+        assert_eq!(parse_fields::<1>("banana"), None);
+        assert_eq!(parse_fields::<1>("-5"), None);
+    }
+}
