@@ -510,6 +510,7 @@ pub(crate) mod tests {
     /// Whether a test that needs root (BPF, /dev/kmsg) can run; where it cannot it says so, and
     /// in CI (which runs as root) that is a failure.
     pub(crate) fn running_as_root(test: &str) -> bool {
+        // SAFETY: geteuid has no preconditions and cannot fail.
         if unsafe { libc::geteuid() } == 0 {
             return true;
         }
