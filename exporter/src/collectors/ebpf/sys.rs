@@ -477,7 +477,9 @@ mod tests {
     /// need its target; tp_btf and fexit programs do, and are loaded where it exists).
     #[test]
     fn every_program_passes_the_verifier_here() {
-        if !crate::collectors::ebpf::tests::running_as_root("every_program_passes_the_verifier_here") {
+        if !crate::collectors::ebpf::tests::running_as_root(
+            "every_program_passes_the_verifier_here",
+        ) {
             return;
         }
         let btf = kernel_btf().ok();
@@ -541,8 +543,9 @@ mod tests {
     /// in the record layout the exporter parses, cut at 255 bytes.
     #[test]
     fn console_program_forwards_lines_to_the_ring_buffer() {
-        if !crate::collectors::ebpf::tests::running_as_root("console_program_forwards_lines_to_the_ring_buffer")
-        {
+        if !crate::collectors::ebpf::tests::running_as_root(
+            "console_program_forwards_lines_to_the_ring_buffer",
+        ) {
             return;
         }
         let (mut ebpf, _, fd) = load_raw_tp(Probe::KernelLog, None);
@@ -565,8 +568,9 @@ mod tests {
     /// without a name instead of crashing.
     #[test]
     fn io_page_fault_program_counts_by_device_and_access() {
-        if !crate::collectors::ebpf::tests::running_as_root("io_page_fault_program_counts_by_device_and_access")
-        {
+        if !crate::collectors::ebpf::tests::running_as_root(
+            "io_page_fault_program_counts_by_device_and_access",
+        ) {
             return;
         }
         let btf = kernel_btf().unwrap();
@@ -606,7 +610,8 @@ mod tests {
     /// here on printk:console, which this kernel has, with lines written to /dev/kmsg.
     #[test]
     fn perf_counts_a_tracepoint_on_every_cpu() {
-        if !crate::collectors::ebpf::tests::running_as_root("perf_counts_a_tracepoint_on_every_cpu") {
+        if !crate::collectors::ebpf::tests::running_as_root("perf_counts_a_tracepoint_on_every_cpu")
+        {
             return;
         }
         ensure_tracefs().unwrap();
