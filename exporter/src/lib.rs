@@ -9,4 +9,5 @@ pub mod http;
 pub mod kernel;
 pub mod logging;
 pub mod metrics;
+pub mod rdma_port;
 pub mod sysfs;
