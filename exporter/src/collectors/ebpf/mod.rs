@@ -8,7 +8,6 @@
 //! and the others run. Only `--ebpf.strict` turns a missed probe into a startup error (not
 //! for the IOMMU and vfio probes, whose hooks a node may rightly lack).
 
-mod iommu_log;
 pub mod kernel_log;
 pub mod module_events;
 pub mod probes;
