@@ -11,4 +11,5 @@ pub mod http;
 pub mod kernel;
 pub mod logging;
 pub mod metrics;
+pub mod rdma_port;
 pub mod sysfs;

@@ -4,7 +4,7 @@
 //! the others: each failure is reported and the rest is exported. Every `hw_counters` file is
 //! exported whatever its name, and PMA counters stuck at their width's maximum are flagged.
 
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 
 use regex::Regex;
 
@@ -13,6 +13,7 @@ use crate::collector::{
 };
 use crate::config::{optional, ConfigError, Flags};
 use crate::metrics::{Desc, LabelValue, Labels, Value};
+use crate::rdma_port::{parse_rate, parse_state_id, ETHERNET_LINK_LAYER};
 use crate::sysfs::{AttributeReader, SysDir, SysfsError};
 
 pub const REGISTRATION: Registration = Registration {
@@ -451,7 +452,7 @@ impl DeviceRead<'_> {
     fn port(&mut self, dir: &SysDir, port: &LabelValue) {
         let link_layer = self.text(dir, "link_layer");
         let netdev = match link_layer.as_str() {
-            "Ethernet" => self.netdev(dir),
+            ETHERNET_LINK_LAYER => self.netdev(dir),
             _ => String::new(),
         };
         let mut info = self.port_labels(port);
@@ -478,18 +479,16 @@ impl DeviceRead<'_> {
             .and_then(|text| parse_rate(&dir.path("rate"), text))
         {
             Ok(rate) => {
-                let bytes = Value::Float(gbps_to_bytes(rate.gbps));
+                let bytes = Value::Float(rate.bytes_per_second());
                 self.push(&PORT_RATE, self.port_labels(port), bytes);
-                match rate.data_gbps(link_layer == "Ethernet") {
-                    Some(gbps) => self.push(
-                        &PORT_DATA_RATE,
-                        self.port_labels(port),
-                        Value::Float(gbps_to_bytes(gbps)),
-                    ),
+                match rate.data_bytes_per_second(link_layer == ETHERNET_LINK_LAYER) {
+                    Some(bytes) => {
+                        self.push(&PORT_DATA_RATE, self.port_labels(port), Value::Float(bytes))
+                    }
                     None => self.error(SysfsError::parse(
                         &dir.path("rate"),
                         "unknown link speed generation; data rate not exported",
-                        &rate.generation,
+                        rate.generation(),
                     )),
                 }
             }
@@ -629,93 +628,6 @@ impl DeviceRead<'_> {
     }
 }
 
-/// `4: ACTIVE` -> 4.
-pub(crate) fn parse_state_id(path: &Path, text: &str) -> Result<u64, SysfsError> {
-    text.split_once(':')
-        .and_then(|(id, _)| id.trim().parse().ok())
-        .ok_or_else(|| SysfsError::parse(path, "expected '<id>: <NAME>'", text))
-}
-
-/// A parsed `rate` file: `100 Gb/sec (4X EDR)`, `10 Gb/sec (4X)`, `0 GB/sec`.
-#[derive(Debug, PartialEq)]
-struct Rate {
-    gbps: f64,
-    lanes: u32,
-    generation: String,
-}
-
-impl Rate {
-    /// Payload rate in Gb/s. Ethernet speeds are already payload rates; InfiniBand generations
-    /// up to QDR lose 20% to 8b/10b, FDR and later use 64b/66b on a faster signal.
-    fn data_gbps(&self, ethernet: bool) -> Option<f64> {
-        if ethernet || self.gbps == 0.0 {
-            return Some(self.gbps);
-        }
-        let per_lane = match self.generation.as_str() {
-            // Kernels before 4.x print no generation for SDR.
-            "" | "SDR" => 2.0,
-            "DDR" => 4.0,
-            "QDR" => 8.0,
-            "FDR10" => 10.0,
-            "FDR" => 14.0625 * 64.0 / 66.0,
-            "EDR" => 25.0,
-            "HDR" => 50.0,
-            "NDR" => 100.0,
-            "XDR" => 200.0,
-            _ => return None,
-        };
-        Some(per_lane * f64::from(self.lanes))
-    }
-}
-
-fn parse_rate(path: &Path, text: &str) -> Result<Rate, SysfsError> {
-    let invalid = || SysfsError::parse(path, "expected '<n> Gb/sec (<w>X <generation>)'", text);
-    let (number, rest) = text.split_once(' ').ok_or_else(invalid)?;
-    let gbps: f64 = number.parse().map_err(|_| invalid())?;
-    if !gbps.is_finite() || gbps < 0.0 {
-        return Err(invalid());
-    }
-    // The kernel prints `0 GB/sec` (sic) when neither speed nor width is known: an empty cage.
-    if gbps == 0.0 && rest.trim() == "GB/sec" {
-        return Ok(Rate {
-            gbps,
-            lanes: 0,
-            generation: String::new(),
-        });
-    }
-    let inner = rest
-        .strip_prefix("Gb/sec (")
-        .and_then(|r| r.strip_suffix(')'))
-        .ok_or_else(invalid)?;
-    let (width, generation) = inner.split_once(' ').unwrap_or((inner, ""));
-    let lanes = width
-        .strip_suffix('X')
-        .and_then(|w| w.parse().ok())
-        .ok_or_else(invalid)?;
-    Ok(Rate {
-        gbps,
-        lanes,
-        generation: generation.to_string(),
-    })
-}
-
-/// A `rate` file's effective data rate in bytes per second (what the verbs probe's efficiency
-/// ratio divides by).
-pub(crate) fn data_rate_bytes_per_second(
-    path: &Path,
-    text: &str,
-    ethernet: bool,
-) -> Result<f64, SysfsError> {
-    let rate = parse_rate(path, text)?;
-    rate.data_gbps(ethernet)
-        .map(gbps_to_bytes)
-        .ok_or_else(|| SysfsError::parse(path, "unknown link speed generation", &rate.generation))
-}
-
-fn gbps_to_bytes(gbps: f64) -> f64 {
-    gbps * 1e9 / 8.0
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -745,73 +657,6 @@ mod tests {
                 .starts_with("invalid --collector.rdma.device-include \"(\""),
             "{err}"
         );
-    }
-
-    fn rate(text: &str) -> Rate {
-        parse_rate(Path::new("rate"), text).unwrap()
-    }
-
-    #[test]
-    fn qdr_signals_40_and_carries_32() {
-        let qdr = rate("40 Gb/sec (4X QDR)");
-        assert_eq!(gbps_to_bytes(qdr.gbps), 5e9);
-        assert_eq!(gbps_to_bytes(qdr.data_gbps(false).unwrap()), 4e9);
-    }
-
-    #[test]
-    fn edr_100_is_12_5_gigabytes() {
-        let edr = rate("100 Gb/sec (4X EDR)");
-        assert_eq!(gbps_to_bytes(edr.gbps), 12_500_000_000.0);
-        assert_eq!(edr.data_gbps(false), Some(100.0));
-    }
-
-    #[test]
-    fn generations_and_widths() {
-        assert_eq!(rate("200 Gb/sec (4X HDR)").data_gbps(false), Some(200.0));
-        assert_eq!(rate("400 Gb/sec (4X NDR)").data_gbps(false), Some(400.0));
-        assert_eq!(rate("2.5 Gb/sec (1X SDR)").data_gbps(false), Some(2.0));
-        assert_eq!(rate("10 Gb/sec (4X)").data_gbps(false), Some(8.0));
-        assert_eq!(rate("40 Gb/sec (4X FDR10)").data_gbps(false), Some(40.0));
-        let fdr = rate("56 Gb/sec (4X FDR)").data_gbps(false).unwrap();
-        assert!((fdr - 54.545_454).abs() < 1e-3, "{fdr}");
-        assert_eq!(rate("300 Gb/sec (12X EDR)").data_gbps(false), Some(300.0));
-        assert_eq!(rate("1600 Gb/sec (8X XXR)").data_gbps(false), None);
-    }
-
-    #[test]
-    fn ethernet_rate_is_the_data_rate() {
-        assert_eq!(rate("40 Gb/sec (4X QDR)").data_gbps(true), Some(40.0));
-    }
-
-    #[test]
-    fn empty_cage() {
-        let empty = rate("0 GB/sec");
-        assert_eq!(empty.gbps, 0.0);
-        assert_eq!(empty.data_gbps(false), Some(0.0));
-    }
-
-    #[test]
-    fn garbage_rates_are_errors() {
-        for text in [
-            "fast",
-            "",
-            "40 Gb/sec",
-            "40 Gb/sec (QDR)",
-            "NaN Gb/sec (4X)",
-            "-1 Gb/sec (4X)",
-            "5 GB/sec",
-        ] {
-            assert!(parse_rate(Path::new("rate"), text).is_err(), "{text:?}");
-        }
-    }
-
-    #[test]
-    fn state_ids() {
-        let id = |t| parse_state_id(Path::new("state"), t);
-        assert_eq!(id("4: ACTIVE").unwrap(), 4);
-        assert_eq!(id("5: LinkUp").unwrap(), 5);
-        assert!(id("banana").is_err());
-        assert!(id(": ACTIVE").is_err());
     }
 
     #[test]

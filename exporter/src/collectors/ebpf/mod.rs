@@ -8,7 +8,6 @@
 //! and the others run. Only `--ebpf.strict` turns a missed probe into a startup error (not
 //! for the IOMMU and vfio probes, whose hooks a node may rightly lack).
 
-mod iommu_log;
 pub mod kernel_log;
 pub mod module_events;
 pub mod probes;
@@ -541,6 +540,7 @@ pub(crate) mod tests {
     /// Whether a test that needs root (BPF, /dev/kmsg) can run; where it cannot it says so, and
     /// in CI (which runs as root) that is a failure.
     pub(crate) fn running_as_root(test: &str) -> bool {
+        // SAFETY: geteuid has no preconditions and cannot fail.
         if unsafe { libc::geteuid() } == 0 {
             return true;
         }

@@ -506,7 +506,9 @@ pub struct Verbs {
 impl Verbs {
     /// Loads `library`: a path, or a soname such as [`LIBRARY`] that the dynamic linker finds.
     pub fn load(library: &str) -> Result<Verbs, LoadError> {
-        // SAFETY: libibverbs' initialisers only read its config directory and sysfs.
+        // SAFETY: loading runs the library's initialisers; libibverbs' only read its config
+        // directory and sysfs. This relies on `library` being libibverbs (the default, or
+        // what the operator's flag names).
         let loaded = unsafe { Library::open(library) }?;
         Verbs::resolve(loaded)
     }
@@ -544,8 +546,12 @@ impl Verbs {
 /// `qp` is a live QP from `ibv_create_qp`; `wr` and what it points to stay valid for the call.
 pub unsafe fn post_send(qp: *mut Qp, wr: *mut SendWr) -> c_int {
     let mut bad = std::ptr::null_mut();
-    match (*(*qp).context).ops.post_send {
-        Some(post) => post(qp, wr, &mut bad),
+    // SAFETY: the caller passes a live QP, whose `context` is the live context it was created
+    // on; `Qp` and `Context` mirror verbs.h up to the fields read (checked by tests/verbs.rs).
+    let post_send = unsafe { (*(*qp).context).ops.post_send };
+    match post_send {
+        // SAFETY: the provider's own post_send, given the caller's live QP and valid `wr`.
+        Some(post) => unsafe { post(qp, wr, &mut bad) },
         None => libc::ENOSYS,
     }
 }
@@ -555,8 +561,13 @@ pub unsafe fn post_send(qp: *mut Qp, wr: *mut SendWr) -> c_int {
 /// # Safety
 /// `cq` is a live CQ from `ibv_create_cq`; `wc` has room for `entries` completions.
 pub unsafe fn poll_cq(cq: *mut Cq, entries: c_int, wc: *mut Wc) -> c_int {
-    match (*(*cq).context).ops.poll_cq {
-        Some(poll) => poll(cq, entries, wc),
+    // SAFETY: the caller passes a live CQ, whose `context` is the live context it was created
+    // on; `Cq` and `Context` mirror verbs.h up to the fields read (checked by tests/verbs.rs).
+    let poll_cq = unsafe { (*(*cq).context).ops.poll_cq };
+    match poll_cq {
+        // SAFETY: the provider's own poll_cq, given the caller's live CQ and room for
+        // `entries` completions in `wc`.
+        Some(poll) => unsafe { poll(cq, entries, wc) },
         None => -libc::ENOSYS,
     }
 }

@@ -9,7 +9,7 @@ use super::engine::PortAddress;
 use super::ffi::{self, Verbs};
 use super::resources::Device;
 use super::{ProbeError, Target};
-use crate::collectors::rdma;
+use crate::rdma_port::{self, ETHERNET_LINK_LAYER};
 use crate::sysfs::{AttributeReader, SysDir};
 
 /// A port as sysfs describes it.
@@ -26,12 +26,13 @@ pub fn read_state(sysfs: &Path, device: &str, port: u8) -> Result<PortState, Pro
     let dir = SysDir::open(&port_dir(sysfs, device, port))?;
     let mut reader = AttributeReader::default();
     let state = dir.read("state", &mut reader)?.to_string();
-    let state_id = rdma::parse_state_id(&dir.path("state"), &state)?;
-    let ethernet = dir.read("link_layer", &mut reader)? == "Ethernet";
-    let data_rate = match dir.read("rate", &mut reader) {
-        Ok(rate) => rdma::data_rate_bytes_per_second(&dir.path("rate"), rate, ethernet).ok(),
-        Err(_) => None,
-    };
+    let state_id = rdma_port::parse_state_id(&dir.path("state"), &state)?;
+    let ethernet = dir.read("link_layer", &mut reader)? == ETHERNET_LINK_LAYER;
+    let data_rate = dir
+        .read("rate", &mut reader)
+        .ok()
+        .and_then(|rate| rdma_port::parse_rate(&dir.path("rate"), rate).ok())
+        .and_then(|rate| rate.data_bytes_per_second(ethernet));
     Ok(PortState {
         active: state_id == u64::from(ffi::PORT_ACTIVE),
         ethernet,

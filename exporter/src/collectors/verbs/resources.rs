@@ -50,20 +50,28 @@ impl Device {
     /// Opens the device named `name` (as in /sys/class/infiniband).
     pub fn open(verbs: Arc<Verbs>, name: &str) -> Result<Rc<Device>, ProbeError> {
         let mut count: c_int = 0;
-        // SAFETY: the list is freed below on every path, after the device is opened (which
-        // verbs allows: an open context does not need the list).
+        // SAFETY: `count` is a live out-parameter. The list is freed below on every path, after
+        // the device is opened (which verbs allows: an open context does not need the list).
         let list = non_null("ibv_get_device_list", unsafe {
             (verbs.get_device_list)(&mut count)
         })?;
+        // SAFETY: a non-NULL list holds `count` device pointers (a negative count reads as
+        // none); the slice is last used before the list is freed.
         let devices =
             unsafe { std::slice::from_raw_parts(list, usize::try_from(count).unwrap_or(0)) };
         let found = devices.iter().copied().find(|&device| {
+            // SAFETY: `device` comes from the list, which is still live.
             let device_name = unsafe { (verbs.get_device_name)(device) };
+            // SAFETY: a non-NULL name is the NUL-terminated string the device owns, read here
+            // while the list keeps the device alive.
             !device_name.is_null()
                 && unsafe { CStr::from_ptr(device_name) }.to_bytes() == name.as_bytes()
         });
+        // SAFETY: `device` comes from the list, which is still live.
         let context = found.map(|device| unsafe { (verbs.open_device)(device) });
         let errno = last_errno();
+        // SAFETY: `list` came from ibv_get_device_list, is freed once, and `devices` is not
+        // used after this.
         unsafe { (verbs.free_device_list)(list) };
         match context {
             None => Err(ProbeError::NoSuchDevice(name.to_string())),
@@ -77,7 +85,8 @@ impl Device {
 
     pub fn query_port(&self, port: u8) -> Result<ffi::PortAttr, ProbeError> {
         let mut attr = ffi::PortAttr::default();
-        // SAFETY: `attr` is larger than what ibv_query_port@@IBVERBS_1.1 writes.
+        // SAFETY: the context is live while `self` is; `attr` is larger than what
+        // ibv_query_port@@IBVERBS_1.1 writes (its prefix is checked by tests/verbs.rs).
         check("ibv_query_port", unsafe {
             (self.verbs.query_port)(self.context, port, &mut attr)
         })?;
@@ -86,6 +95,8 @@ impl Device {
 
     pub fn query_gid(&self, port: u8, index: u8) -> Result<ffi::Gid, ProbeError> {
         let mut gid = ffi::Gid::default();
+        // SAFETY: the context is live while `self` is; `Gid` has the size of `union ibv_gid`
+        // (checked by tests/verbs.rs), which is all ibv_query_gid writes.
         check("ibv_query_gid", unsafe {
             (self.verbs.query_gid)(self.context, port, c_int::from(index), &mut gid)
         })?;
@@ -95,6 +106,8 @@ impl Device {
 
 impl Drop for Device {
     fn drop(&mut self) {
+        // SAFETY: the context came from ibv_open_device and is closed once; every object
+        // created on it holds an `Rc<Device>`, so none is left.
         unsafe { (self.verbs.close_device)(self.context) };
     }
 }
@@ -106,6 +119,7 @@ pub struct ProtectionDomain {
 
 impl ProtectionDomain {
     pub fn new(device: &Rc<Device>) -> Result<Rc<ProtectionDomain>, ProbeError> {
+        // SAFETY: the context is live while `device` is.
         let pd = non_null("ibv_alloc_pd", unsafe {
             (device.verbs.alloc_pd)(device.context)
         })?;
@@ -118,6 +132,8 @@ impl ProtectionDomain {
 
 impl Drop for ProtectionDomain {
     fn drop(&mut self) {
+        // SAFETY: the PD came from ibv_alloc_pd and is freed once; every QP and MR in it holds
+        // an `Rc<ProtectionDomain>`, so none is left.
         unsafe { (self.device.verbs.dealloc_pd)(self.pd) };
     }
 }
@@ -143,6 +159,7 @@ impl PageBuffer {
 
 impl Drop for PageBuffer {
     fn drop(&mut self) {
+        // SAFETY: `ptr` was allocated in `new` with this layout and is freed once.
         unsafe { std::alloc::dealloc(self.ptr, self.layout) };
     }
 }
@@ -159,6 +176,8 @@ impl RegisteredBuffer {
     pub fn new(pd: &Rc<ProtectionDomain>, len: usize) -> Result<RegisteredBuffer, ProbeError> {
         let memory = PageBuffer::new(len)?;
         let access = (ffi::ACCESS_LOCAL_WRITE | ffi::ACCESS_REMOTE_WRITE) as c_int;
+        // SAFETY: the PD is live while `pd` is; `memory` holds at least `len` bytes and is
+        // freed only after the region is deregistered (see the field order below).
         let mr = non_null("ibv_reg_mr", unsafe {
             (pd.device.verbs.reg_mr)(pd.pd, memory.ptr.cast(), len, access)
         })?;
@@ -178,16 +197,22 @@ impl RegisteredBuffer {
     }
 
     pub fn lkey(&self) -> u32 {
+        // SAFETY: `mr` is the live region from ibv_reg_mr; `Mr` mirrors the start of
+        // `struct ibv_mr` (offsets checked by tests/verbs.rs).
         unsafe { (*self.mr).lkey }
     }
 
     pub fn rkey(&self) -> u32 {
+        // SAFETY: as in `lkey`.
         unsafe { (*self.mr).rkey }
     }
 
     /// Reads one byte that the HCA may write at any time.
     pub fn read_byte(&self, offset: usize) -> u8 {
         assert!(offset < self.size());
+        // SAFETY: the offset is inside the buffer (asserted above). No Rust reference to the
+        // buffer exists, so the HCA writing it concurrently invalidates none; the read is
+        // volatile so that it is not hoisted out of a polling loop.
         unsafe { std::ptr::read_volatile(self.memory.ptr.add(offset)) }
     }
 
@@ -195,6 +220,8 @@ impl RegisteredBuffer {
         assert!(offset
             .checked_add(len)
             .is_some_and(|end| end <= self.size()));
+        // SAFETY: the range is inside the buffer (asserted above), which is only ever accessed
+        // through raw pointers.
         unsafe { std::ptr::write_bytes(self.memory.ptr.add(offset), value, len) };
         std::sync::atomic::fence(std::sync::atomic::Ordering::SeqCst);
     }
@@ -202,6 +229,8 @@ impl RegisteredBuffer {
 
 impl Drop for RegisteredBuffer {
     fn drop(&mut self) {
+        // SAFETY: the region came from ibv_reg_mr and is deregistered once, before its memory
+        // is freed (fields drop after this).
         unsafe { (self.pd.device.verbs.dereg_mr)(self.mr) };
     }
 }
@@ -214,6 +243,7 @@ pub struct CompletionQueue {
 impl CompletionQueue {
     pub fn new(device: &Rc<Device>, entries: u32) -> Result<Rc<CompletionQueue>, ProbeError> {
         let entries = c_int::try_from(entries).map_err(|_| ProbeError::Invalid("queue depth"))?;
+        // SAFETY: the context is live while `device` is; no completion channel or context.
         let cq = non_null("ibv_create_cq", unsafe {
             (device.verbs.create_cq)(
                 device.context,
@@ -232,6 +262,8 @@ impl CompletionQueue {
     /// Polls up to `wc.len()` completions; each must have succeeded.
     pub fn poll(&self, wc: &mut [ffi::Wc]) -> Result<usize, ProbeError> {
         let entries = c_int::try_from(wc.len()).unwrap_or(c_int::MAX);
+        // SAFETY: the CQ is live while `self` is, and `wc` has room for `entries` completions
+        // (`Wc` has the size of `struct ibv_wc`, checked by tests/verbs.rs).
         let n = unsafe { ffi::poll_cq(self.cq, entries, wc.as_mut_ptr()) };
         let n = usize::try_from(n).map_err(|_| ProbeError::Call {
             call: "ibv_poll_cq",
@@ -246,6 +278,8 @@ impl CompletionQueue {
 
 impl Drop for CompletionQueue {
     fn drop(&mut self) {
+        // SAFETY: the CQ came from ibv_create_cq and is destroyed once; every QP using it holds
+        // an `Rc<CompletionQueue>`, so none is left.
         unsafe { (self.device.verbs.destroy_cq)(self.cq) };
     }
 }
@@ -278,6 +312,10 @@ impl QueuePair {
             qp_type: ffi::QPT_RC,
             sq_sig_all: 0,
         };
+        // SAFETY: the PD and CQ are live while `pd` and `cq` are; `init` is a whole
+        // `struct ibv_qp_init_attr` (size checked by tests/verbs.rs). This relies on `pd` and
+        // `cq` being on one device: the callers of `engine::Side::new` make the PD on the
+        // device they pass it.
         let qp = non_null("ibv_create_qp", unsafe {
             (pd.device.verbs.create_qp)(pd.pd, &mut init)
         })?;
@@ -289,22 +327,31 @@ impl QueuePair {
     }
 
     pub fn qp_num(&self) -> u32 {
+        // SAFETY: `qp` is the live QP from ibv_create_qp; `Qp` mirrors the start of
+        // `struct ibv_qp` (offsets checked by tests/verbs.rs).
         unsafe { (*self.qp).qp_num }
     }
 
     pub fn modify(&self, attr: &mut ffi::QpAttr, mask: c_int) -> Result<(), ProbeError> {
+        // SAFETY: the QP is live while `self` is; `attr` is a whole `struct ibv_qp_attr` (size
+        // checked by tests/verbs.rs).
         check("ibv_modify_qp", unsafe {
             (self.pd.device.verbs.modify_qp)(self.qp, attr, mask)
         })
     }
 
     pub fn post_write(&self, wr: &mut ffi::SendWr) -> Result<(), ProbeError> {
+        // SAFETY: the QP is live while `self` is. This relies on `wr.sg_list` pointing at an
+        // `Sge` that lives for the call and names a registered buffer that outlives the
+        // write, as `engine::Side::post_write` builds it from its own `RegisteredBuffer`.
         check("ibv_post_send", unsafe { ffi::post_send(self.qp, wr) })
     }
 }
 
 impl Drop for QueuePair {
     fn drop(&mut self) {
+        // SAFETY: the QP came from ibv_create_qp and is destroyed once, before the CQ, PD and
+        // buffers it used (it holds their `Rc`s; `engine::Side` drops its QP before its buffer).
         unsafe { (self.pd.device.verbs.destroy_qp)(self.qp) };
     }
 }

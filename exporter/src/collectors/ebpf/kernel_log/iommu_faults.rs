@@ -1,14 +1,13 @@
-//! IOMMU faults in the kernel log: every Intel VT-d (DMAR) and AMD-Vi fault line format of
-//! kernels 3.10 to 6.x, one-line and the old two-line DMAR form, counted by device, access
-//! and reason. Intel prints the requester as `bus:slot.function` without a PCI segment, AMD
-//! with one (older kernels without): the `device` label is the address as printed.
+//! IOMMU faults in the kernel log, counted by device, access and reason: the captures of the
+//! fault lines [`super::patterns`] matches, one-line forms and the old two-line DMAR form.
 //!
-//! The kernel ratelimits these lines, so the counts are lower bounds; any root process can
-//! write the kernel log, so they carry `source="kernel_log"`.
+//! The kernel ratelimits these lines, so the counts are lower bounds.
 
 use std::collections::BTreeMap;
 
-use regex::Regex;
+use regex::Captures;
+
+use super::patterns::FaultLine;
 
 /// Distinct (device, access, reason) sets kept; more are counted as one `other` set.
 const MAX_FAULT_SETS: usize = 64;
@@ -21,42 +20,6 @@ pub struct Fault {
     pub device: String,
     pub access: &'static str,
     pub reason: String,
-}
-
-/// The IOMMU fault lines' patterns.
-pub struct FaultMatcher {
-    /// 4.20+ (`dmar_fault_do_one`): `DMAR: [DMA Read NO_PASID] Request device [00:03.0] fault
-    /// addr 0x300000 [fault reason 0x06] PTE Read access is not set`; 5.x `[DMA Read] ...
-    /// PASID ffffffff fault addr ...`; interrupt remapping `[INTR-REMAP] ... fault index ...`.
-    intel: Regex,
-    /// 3.10/4.x, first line: `DMAR:[DMA Read] Request device [3b:00.0] fault addr 1ff000 `
-    /// (3.x prefix `dmar:`).
-    intel_old_request: Regex,
-    /// 3.10/4.x, second line: `DMAR:[fault reason 06] PTE Read access is not set`.
-    intel_old_reason: Regex,
-    /// `<driver> 0000:3b:00.0: AMD-Vi: Event logged [IO_PAGE_FAULT domain=0x000b
-    /// address=0xfffd1000 flags=0x0000]`, and the older form with `device=3b:00.0` inside.
-    amd: Regex,
-}
-
-impl FaultMatcher {
-    pub fn new() -> FaultMatcher {
-        let compile = |pattern: &str| Regex::new(pattern).expect("IOMMU fault patterns compile");
-        FaultMatcher {
-            intel: compile(
-                r"^DMAR: \[(?P<access>DMA Read|DMA Write|INTR-REMAP)[^\]]*\] Request device \[(?P<device>[0-9a-f]{2}:[0-9a-f]{2}\.[0-7])\](?: PASID [0-9a-fx]+)? fault (?:addr|index) (?:0x)?[0-9a-f]+ \[fault reason (?:0x)?[0-9a-f]+\] ?(?P<reason>.*)$",
-            ),
-            intel_old_request: compile(
-                r"^(?:DMAR|dmar): ?\[(?P<access>DMA Read|DMA Write)\] Request device \[(?P<device>[0-9a-f]{2}:[0-9a-f]{2}\.[0-7])\] fault addr [0-9a-f]+\s*$",
-            ),
-            intel_old_reason: compile(
-                r"^(?:DMAR|dmar): ?\[fault reason [0-9a-f]+\] ?(?P<reason>.*)$",
-            ),
-            amd: compile(
-                r"^(?:\S+ (?P<device>[0-9a-f]{4}:[0-9a-f]{2}:[0-9a-f]{2}\.[0-7]): )?AMD-Vi: Event logged \[IO_PAGE_FAULT (?:device=(?P<event_device>[0-9a-f:.]+) )?domain=0x[0-9a-f]+ address=0x[0-9a-f]+ flags=0x(?P<flags>[0-9a-f]+)\]",
-            ),
-        }
-    }
 }
 
 /// AMD-Vi event flags: bit 5 (RW) set for a write.
@@ -83,49 +46,48 @@ pub struct FaultCounts {
 }
 
 impl FaultCounts {
-    /// Counts the line if it reports an IOMMU fault; true when it was an IOMMU fault line.
-    pub fn count_line(&mut self, matcher: &FaultMatcher, line: &str) -> bool {
-        if let Some(captures) = matcher.intel.captures(line) {
-            self.add(Fault {
+    /// Counts one IOMMU fault line, given its form and the captures of its pattern.
+    pub fn count_line(&mut self, form: FaultLine, captures: &Captures) {
+        match form {
+            FaultLine::Intel => self.add(Fault {
                 device: captures["device"].to_string(),
                 access: access(&captures["access"]),
                 reason: reason(&captures["reason"]),
-            });
-        } else if let Some(captures) = matcher.intel_old_request.captures(line) {
-            // A request line still waiting means its reason line never came: count it so.
-            if let Some(unfinished) = self.pending.take() {
-                self.add(unfinished);
+            }),
+            FaultLine::IntelOldRequest => {
+                // A request line still waiting means its reason line never came: count it so.
+                if let Some(unfinished) = self.pending.take() {
+                    self.add(unfinished);
+                }
+                self.pending = Some(Fault {
+                    device: captures["device"].to_string(),
+                    access: access(&captures["access"]),
+                    reason: "unknown".to_string(),
+                });
             }
-            self.pending = Some(Fault {
-                device: captures["device"].to_string(),
-                access: access(&captures["access"]),
-                reason: "unknown".to_string(),
-            });
-        } else if let Some(captures) = matcher.intel_old_reason.captures(line) {
-            let Some(mut fault) = self.pending.take() else {
-                return true;
-            };
-            fault.reason = reason(&captures["reason"]);
-            self.add(fault);
-        } else if let Some(captures) = matcher.amd.captures(line) {
-            let device = captures
-                .name("device")
-                .or(captures.name("event_device"))
-                .map_or("", |m| m.as_str());
-            let flags = u32::from_str_radix(&captures["flags"], 16).unwrap_or(0);
-            self.add(Fault {
-                device: device.to_string(),
-                access: if flags & AMD_EVENT_FLAG_RW != 0 {
-                    "write"
-                } else {
-                    "read"
-                },
-                reason: "IO_PAGE_FAULT".to_string(),
-            });
-        } else {
-            return false;
+            FaultLine::IntelOldReason => {
+                if let Some(mut fault) = self.pending.take() {
+                    fault.reason = reason(&captures["reason"]);
+                    self.add(fault);
+                }
+            }
+            FaultLine::Amd => {
+                let device = captures
+                    .name("device")
+                    .or(captures.name("event_device"))
+                    .map_or("", |m| m.as_str());
+                let flags = u32::from_str_radix(&captures["flags"], 16).unwrap_or(0);
+                self.add(Fault {
+                    device: device.to_string(),
+                    access: if flags & AMD_EVENT_FLAG_RW != 0 {
+                        "write"
+                    } else {
+                        "read"
+                    },
+                    reason: "IO_PAGE_FAULT".to_string(),
+                });
+            }
         }
-        true
     }
 
     fn add(&mut self, fault: Fault) {
@@ -149,14 +111,14 @@ impl FaultCounts {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::collectors::ebpf::kernel_log::KernelLogCounts;
 
     fn counted(lines: &[&str]) -> Vec<(Fault, u64)> {
-        let matcher = FaultMatcher::new();
-        let mut counts = FaultCounts::default();
+        let counts = KernelLogCounts::new();
         for line in lines {
-            counts.count_line(&matcher, line);
+            counts.count_line(line);
         }
-        counts.snapshot()
+        counts.iommu_faults()
     }
 
     fn fault(device: &str, access: &'static str, reason: &str) -> Fault {

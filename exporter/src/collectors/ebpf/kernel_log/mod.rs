@@ -1,98 +1,28 @@
-//! Kernel log lines -> event counts: one table of line patterns, fed by the `printk:console`
-//! probe's ring buffer or, where that cannot be used, by reading `/dev/kmsg`.
+//! Kernel log lines -> counts, fed by the `printk:console` probe's ring buffer or, where that
+//! cannot be used, by reading `/dev/kmsg`. Every line pattern is in [`patterns`]: module
+//! events and IOMMU faults alike; [`iommu_faults`] reads the fault lines.
 //!
 //! Any root process can write the kernel log, so these counts carry `source="kernel_log"`.
+
+mod iommu_faults;
+mod patterns;
 
 use std::collections::BTreeMap;
 use std::fs::File;
 use std::io::{Read, Seek, SeekFrom};
 use std::sync::{Arc, Mutex};
 
-use regex::{Regex, RegexSet};
-
-use super::iommu_log::{Fault, FaultCounts, FaultMatcher};
 use crate::logging::{self, Level};
-
-/// One kind of kernel log line: the event it counts, a regex, and the regex's named capture
-/// groups that become labels. Later issues add IOMMU and vfio lines here.
-pub struct LinePattern {
-    pub event: &'static str,
-    pub regex: &'static str,
-    pub labels: &'static [&'static str],
-}
-
-/// The lines counted, with the kernel formats they come from.
-pub const PATTERNS: &[LinePattern] = &[
-    // pr_notice_once in module_sig_check (4.x+, `%s: module verification failed: ...`); 3.x
-    // printed two spaces before "required". Once per boot: it names the first unsigned module.
-    LinePattern {
-        event: "module_verification_failed",
-        regex: r"^(?P<module>[^\s:]+): module verification failed: signature and/or +required key missing - tainting kernel",
-        labels: &["module"],
-    },
-    // module_sig_check with enforcement (5.4+): `Loading of %s is rejected`.
-    LinePattern {
-        event: "unsigned_module_rejected",
-        regex: r"^Loading of unsigned module is rejected",
-        labels: &[],
-    },
-    LinePattern {
-        event: "unverifiable_module_rejected",
-        regex: r"^Loading of module with (?:unavailable key|unsupported crypto) is rejected",
-        labels: &[],
-    },
-    // security/lockdown: `Lockdown: %s: %s is restricted; see man kernel_lockdown.7` (comm,
-    // reason); the distribution patches before 5.4 wrote the reason with a capital letter.
-    LinePattern {
-        event: "lockdown_refused_module",
-        regex: r"^Lockdown: (?:[^:]*: )?[Uu]nsigned module loading is restricted",
-        labels: &[],
-    },
-];
+use iommu_faults::{Fault, FaultCounts};
+use patterns::{EventKey, LineMatch, Matcher, PATTERNS};
 
 /// Distinct captured label sets per event beyond this are counted with every capture `other`.
 const MAX_LABEL_SETS_PER_EVENT: usize = 64;
 
-/// An event with its captured labels (name, value), in the regex's group order.
-pub type EventKey = (&'static str, Vec<(&'static str, String)>);
-
-pub struct Matcher {
-    any: RegexSet,
-    patterns: Vec<(&'static str, Regex, &'static [&'static str])>,
-}
-
-impl Matcher {
-    pub fn new(patterns: &[LinePattern]) -> Result<Matcher, regex::Error> {
-        Ok(Matcher {
-            any: RegexSet::new(patterns.iter().map(|p| p.regex))?,
-            patterns: patterns
-                .iter()
-                .map(|p| Ok((p.event, Regex::new(p.regex)?, p.labels)))
-                .collect::<Result<_, regex::Error>>()?,
-        })
-    }
-
-    /// The event a line counts as, if any (the first matching pattern).
-    pub fn event(&self, line: &str) -> Option<EventKey> {
-        let index = self.any.matches(line).into_iter().next()?;
-        let (event, regex, names) = &self.patterns[index];
-        let captures = regex.captures(line)?;
-        let labels = names
-            .iter()
-            .map(|name| {
-                let value = captures.name(name).map_or("", |m| m.as_str());
-                (*name, value.to_string())
-            })
-            .collect();
-        Some((event, labels))
-    }
-}
-
-/// Event counts since start, shared by the line source and the scrape.
+/// Event and IOMMU fault counts since start, shared by the line source and the scrape.
 pub struct KernelLogCounts {
     matcher: Matcher,
     counts: Mutex<BTreeMap<EventKey, u64>>,
-    iommu_matcher: FaultMatcher,
     iommu_faults: Mutex<FaultCounts>,
 }
 
@@ -101,7 +31,6 @@ impl KernelLogCounts {
         Arc::new(KernelLogCounts {
             matcher: Matcher::new(PATTERNS).expect("the built-in kernel log patterns compile"),
             counts: Mutex::default(),
-            iommu_matcher: FaultMatcher::new(),
             iommu_faults: Mutex::default(),
         })
     }
@@ -116,14 +45,17 @@ impl KernelLogCounts {
     }
 
     fn count_one_line(&self, line: &str) {
-        let mut faults = self.iommu_faults.lock().unwrap_or_else(|p| p.into_inner());
-        if faults.count_line(&self.iommu_matcher, line.trim_end()) {
-            return;
+        match self.matcher.find(line.trim_end()) {
+            Some(LineMatch::Event(key)) => self.count_event(key),
+            Some(LineMatch::IommuFault(form, captures)) => {
+                let mut faults = self.iommu_faults.lock().unwrap_or_else(|p| p.into_inner());
+                faults.count_line(form, &captures);
+            }
+            None => {}
         }
-        drop(faults);
-        let Some((event, labels)) = self.matcher.event(line.trim_end()) else {
-            return;
-        };
+    }
+
+    fn count_event(&self, (event, labels): EventKey) {
         let mut counts = self.counts.lock().unwrap_or_else(|p| p.into_inner());
         let known = counts.contains_key(&(event, labels.clone()));
         let sets = counts.keys().filter(|(e, _)| *e == event).count();
@@ -139,7 +71,7 @@ impl KernelLogCounts {
         *counts.entry(key).or_default() += 1;
     }
 
-    /// IOMMU fault counts (see [`super::iommu_log`]).
+    /// IOMMU fault counts (see [`iommu_faults`]).
     pub fn iommu_faults(&self) -> Vec<(Fault, u64)> {
         let faults = self.iommu_faults.lock().unwrap_or_else(|p| p.into_inner());
         faults.snapshot()
@@ -226,67 +158,6 @@ pub fn follow_kmsg(mut kmsg: File, counts: Arc<KernelLogCounts>) {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    fn event(line: &str) -> Option<EventKey> {
-        Matcher::new(PATTERNS).unwrap().event(line)
-    }
-
-    #[test]
-    fn module_verification_failed_in_4x_and_3x_formats() {
-        let modern = "pcspkr: module verification failed: signature and/or required key missing - tainting kernel";
-        assert_eq!(
-            event(modern),
-            Some((
-                "module_verification_failed",
-                vec![("module", "pcspkr".to_string())]
-            ))
-        );
-        let el7 = "mlx5_core: module verification failed: signature and/or  required key missing - tainting kernel";
-        assert_eq!(
-            event(el7).unwrap().1,
-            vec![("module", "mlx5_core".to_string())]
-        );
-    }
-
-    #[test]
-    fn rejections_and_lockdown() {
-        assert_eq!(
-            event("Loading of unsigned module is rejected").unwrap().0,
-            "unsigned_module_rejected"
-        );
-        assert_eq!(
-            event("Loading of module with unavailable key is rejected")
-                .unwrap()
-                .0,
-            "unverifiable_module_rejected"
-        );
-        for line in [
-            "Lockdown: modprobe: unsigned module loading is restricted; see man kernel_lockdown.7",
-            "Lockdown: insmod: unsigned module loading is restricted; see man kernel_lockdown.7",
-            // RHEL 8 / Fedora lockdown patches before 5.4.
-            "Lockdown: modprobe: Unsigned module loading is restricted; see man kernel_lockdown.7",
-            "Lockdown: Unsigned module loading is restricted; see man kernel_lockdown.7",
-        ] {
-            assert_eq!(
-                event(line),
-                Some(("lockdown_refused_module", vec![])),
-                "{line}"
-            );
-        }
-    }
-
-    #[test]
-    fn other_lines_do_not_count() {
-        for line in [
-            "Lockdown: systemd: /dev/mem,kmem,port is restricted; see man kernel_lockdown.7",
-            "Lockdown: bpftool: use of bpf to read kernel RAM is restricted; see man kernel_lockdown.7",
-            "module verification failed", // no module name: not the kernel's line
-            "mlx5_core 0000:3b:00.0: firmware version: 16.35.2000",
-            "",
-        ] {
-            assert_eq!(event(line), None, "{line}");
-        }
-    }
 
     #[test]
     fn counts_and_caps_label_sets() {
@@ -381,15 +252,6 @@ mod tests {
             }
             assert!(std::time::Instant::now() < deadline, "{counted:?}");
             std::thread::sleep(std::time::Duration::from_millis(20));
-        }
-    }
-
-    #[test]
-    fn every_pattern_label_is_a_named_group() {
-        for pattern in PATTERNS {
-            let regex = Regex::new(pattern.regex).unwrap();
-            let groups: Vec<_> = regex.capture_names().flatten().collect();
-            assert_eq!(groups, pattern.labels, "{}", pattern.event);
         }
     }
 
