@@ -21,7 +21,7 @@ use std::time::{Duration, Instant};
 use clap::Arg;
 
 use crate::config::{ConfigError, Flags};
-pub use crate::error::{CollectError, ErrorKind};
+pub use crate::error::{CollectError, ErrorKind, PendingErrors};
 use crate::logging::{self, Level, OncePerCause, Verdict};
 use crate::metrics::{Desc, Samples, Value};
 
@@ -206,15 +206,19 @@ impl ErrorLog {
             .logged
             .check((collector, error.kind, error.cause.clone()))
         {
-            Verdict::New => logging::log(
-                Level::Warn,
-                "collector error (logged once per cause)",
-                &[
+            Verdict::New => {
+                let mut fields = vec![
                     ("collector", collector),
                     ("kind", error.kind.as_str()),
-                    ("err", &error.cause),
-                ],
-            ),
+                    ("err", error.cause.as_str()),
+                ];
+                fields.extend(error.context.iter().map(|(k, v)| (*k, v.as_str())));
+                logging::log(
+                    Level::Warn,
+                    "collector error (logged once per cause)",
+                    &fields,
+                )
+            }
             Verdict::JustFull => logging::log(
                 Level::Warn,
                 "too many distinct collector errors; further new causes are counted, not logged",

@@ -41,6 +41,8 @@ pub struct CollectError {
     /// Stable across scrapes for the same fault (a path and an errno, not a timestamp), since it
     /// decides whether the error is logged again.
     pub cause: String,
+    /// Fields the log line carries besides the cause (a probe's target and result).
+    pub context: Vec<(&'static str, String)>,
 }
 
 impl CollectError {
@@ -48,6 +50,45 @@ impl CollectError {
         CollectError {
             kind,
             cause: cause.into(),
+            context: Vec::new(),
         }
+    }
+
+    /// Adds a field to the log line.
+    pub fn with(mut self, field: &'static str, value: impl Into<String>) -> Self {
+        self.context.push((field, value.into()));
+        self
+    }
+}
+
+/// Failures that happen between scrapes (a probe run, a responder session): kept until the
+/// next scrape hands them to the framework, which counts and logs them like any other error.
+/// Bounded, so that an exporter nobody scrapes does not grow; past the bound failures are
+/// still counted where they happen (the probe's own counters), not here.
+#[derive(Debug, Default)]
+pub struct PendingErrors(std::sync::Mutex<Vec<CollectError>>);
+
+/// Failures kept between two scrapes at most.
+const MAX_PENDING: usize = 1024;
+
+impl PendingErrors {
+    pub fn push(&self, error: CollectError) {
+        let mut pending = self
+            .0
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        if pending.len() < MAX_PENDING {
+            pending.push(error);
+        }
+    }
+
+    /// Everything since the last call.
+    pub fn take(&self) -> Vec<CollectError> {
+        std::mem::take(
+            &mut *self
+                .0
+                .lock()
+                .unwrap_or_else(std::sync::PoisonError::into_inner),
+        )
     }
 }

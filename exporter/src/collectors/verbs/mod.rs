@@ -16,7 +16,7 @@ pub mod peer;
 pub mod port;
 pub mod resources;
 
-use std::collections::{BTreeMap, HashSet};
+use std::collections::BTreeMap;
 use std::fmt;
 use std::hash::BuildHasher;
 use std::net::TcpListener;
@@ -26,7 +26,8 @@ use std::sync::{Arc, Condvar, Mutex, PoisonError};
 use std::time::{Duration, Instant, SystemTime};
 
 use crate::collector::{
-    lock, CollectError, Collector, Host, Output, Registration, Settings, StartError, Started,
+    lock, CollectError, Collector, ErrorKind, Host, Output, PendingErrors, Registration, Settings,
+    StartError, Started,
 };
 use crate::logging::{self, Level};
 use crate::metrics::{Desc, Labels, Value};
@@ -212,11 +213,9 @@ struct Service {
     available: bool,
     series: Mutex<BTreeMap<String, Series>>,
     responder: Option<Arc<ResponderStats>>,
-    logged: Mutex<HashSet<String>>,
+    /// Run failures since the last scrape, for `hpcnode_collector_errors_total` and the log.
+    failures: PendingErrors,
 }
-
-/// Distinct failure causes logged before further ones are only counted.
-const MAX_LOGGED_CAUSES: usize = 256;
 
 impl Service {
     fn record(
@@ -236,19 +235,16 @@ impl Service {
             Err(err) => err.result(),
         };
         if let Err(err) = &result {
-            let cause = format!("{key}: {err}");
-            let mut logged = lock(&self.logged);
-            if logged.len() < MAX_LOGGED_CAUSES && logged.insert(cause.clone()) {
-                logging::log(
-                    Level::Warn,
-                    "verbs probe failed (logged once per cause)",
-                    &[
-                        ("target", &key),
-                        ("result", outcome),
-                        ("err", &err.to_string()),
-                    ],
-                );
-            }
+            let kind = match err {
+                ProbeError::Panicked => ErrorKind::Panic,
+                _ if outcome == "timeout" => ErrorKind::Timeout,
+                _ => ErrorKind::Io,
+            };
+            self.failures.push(
+                CollectError::new(kind, format!("verbs probe {key}: {err}"))
+                    .with("target", key.clone())
+                    .with("result", outcome),
+            );
         }
         let mut series = lock(&self.series);
         let entry = series.entry(key).or_insert_with(|| Series {
@@ -360,7 +356,7 @@ impl Settings for VerbsSettings {
             available: verbs.is_some(),
             series: Mutex::default(),
             responder,
-            logged: Mutex::default(),
+            failures: PendingErrors::default(),
         });
         if let (Some(verbs), Some(interval)) = (verbs, self.interval) {
             let (service, sysfs, stop) = (service.clone(), host.sysfs.clone(), stop.clone());
@@ -584,18 +580,24 @@ impl Collector for VerbsCollector {
             return;
         };
         match unit {
-            Unit::Availability => out.samples.push(
-                &AVAILABLE,
-                Vec::new(),
-                Value::Int(u64::from(service.available)),
-            ),
+            Unit::Availability => {
+                out.samples.push(
+                    &AVAILABLE,
+                    Vec::new(),
+                    Value::Int(u64::from(service.available)),
+                );
+                out.errors.extend(service.failures.take());
+            }
             Unit::Responder => {
-                for (result, count) in service.responder.iter().flat_map(|stats| stats.counts()) {
-                    out.samples.push(
-                        &RESPONDER_SESSIONS,
-                        vec![("result", result.into())],
-                        Value::Int(count),
-                    );
+                if let Some(stats) = &service.responder {
+                    for (result, count) in stats.counts() {
+                        out.samples.push(
+                            &RESPONDER_SESSIONS,
+                            vec![("result", result.into())],
+                            Value::Int(count),
+                        );
+                    }
+                    out.errors.extend(stats.failures.take());
                 }
             }
             Unit::Target(key) => {
@@ -729,7 +731,7 @@ mod tests {
             available: true,
             series: Mutex::default(),
             responder: None,
-            logged: Mutex::default(),
+            failures: PendingErrors::default(),
         })
     }
 
@@ -737,7 +739,7 @@ mod tests {
     fn jitter_stays_below_its_bound() {
         assert_eq!(random_below(Duration::ZERO), Duration::ZERO);
         let bound = Duration::from_secs(60);
-        let draws: HashSet<_> = (0..50).map(|_| random_below(bound)).collect();
+        let draws: std::collections::HashSet<_> = (0..50).map(|_| random_below(bound)).collect();
         assert!(draws.iter().all(|d| *d < bound));
         assert!(draws.len() > 1, "no jitter: {draws:?}");
     }

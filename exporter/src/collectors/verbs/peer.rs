@@ -3,7 +3,7 @@
 
 use std::net::{IpAddr, SocketAddr, TcpListener, TcpStream, ToSocketAddrs};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use super::engine::{self, Endpoint, Measurement, Params, Progress, Side};
@@ -12,7 +12,7 @@ use super::oob::{tokens_match, Channel, Message, OobError, RejectReason};
 use super::port;
 use super::resources::ProtectionDomain;
 use super::{ProbeError, Target};
-use crate::logging::{self, Level};
+use crate::collector::{CollectError, ErrorKind, PendingErrors};
 
 /// The largest message a responder accepts to register a buffer for.
 pub const MAX_MESSAGE_SIZE: usize = 16 << 20;
@@ -141,15 +141,13 @@ pub const SESSION_RESULTS: [&str; 7] = [
     "error",
 ];
 
-/// Sessions by result, and the log filter for failures.
+/// Sessions by result, and the failures since the last scrape.
 #[derive(Default)]
 pub struct ResponderStats {
     counts: [AtomicU64; SESSION_RESULTS.len()],
-    logged: Mutex<std::collections::HashSet<(String, IpAddr)>>,
+    /// Every failed session but a busy one (a second peer at the same time is normal).
+    pub failures: PendingErrors,
 }
-
-/// Distinct (cause, peer) pairs logged before further failures are only counted.
-const MAX_LOGGED: usize = 1024;
 
 impl ResponderStats {
     pub fn counts(&self) -> impl Iterator<Item = (&'static str, u64)> + '_ {
@@ -167,21 +165,21 @@ impl ResponderStats {
         if let Some(index) = SESSION_RESULTS.iter().position(|r| *r == result) {
             self.counts[index].fetch_add(1, Ordering::Relaxed);
         }
-        if let Err(err) = outcome {
-            let cause = err.to_string();
-            let mut logged = crate::collector::lock(&self.logged);
-            if logged.len() < MAX_LOGGED && logged.insert((cause.clone(), peer)) {
-                logging::log(
-                    Level::Warn,
-                    "verbs responder session failed (logged once per cause and peer)",
-                    &[
-                        ("peer", &peer.to_string()),
-                        ("result", result),
-                        ("err", &cause),
-                    ],
-                );
-            }
-        }
+        let Err(err) = outcome else {
+            return;
+        };
+        let kind = match &err {
+            SessionError::Busy => return,
+            SessionError::Oob(OobError::Timeout) => ErrorKind::Timeout,
+            SessionError::Oob(_) => ErrorKind::Parse,
+            _ => ErrorKind::Io,
+        };
+        // One cause per peer and fault, so a hostile peer is logged once, not once a session.
+        self.failures.push(
+            CollectError::new(kind, format!("verbs responder session from {peer}: {err}"))
+                .with("peer", peer.to_string())
+                .with("result", result),
+        );
     }
 }
 
