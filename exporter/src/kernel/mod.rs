@@ -1,4 +1,5 @@
 //! Kernel knowledge that more than one collector needs: modprobe.d rules, the kernel command
-//! line, taint flags. Collectors import this; it imports no collector.
+//! line, taint flags, the kernel release. Collectors import this; it imports no collector.
 
 pub mod modprobe;
+pub mod release;

@@ -18,8 +18,9 @@ use std::path::{Path, PathBuf};
 
 use crate::collector::{CollectError, Collector, ErrorKind, Output};
 use crate::config::Config;
-use crate::metrics::{Desc, LabelValue, Labels, Value};
 use crate::kernel::modprobe;
+use crate::kernel::release::checked_release;
+use crate::metrics::{Desc, LabelValue, Labels, Value};
 use crate::sysfs::{AttributeReader, SysDir, SysfsError};
 
 use config_space::{ConfigSpace, BAR_COUNT};
@@ -870,12 +871,9 @@ impl Read<'_> {
             .map_err(|err| self.error(err))
             .ok()?;
         let release = self.optional(&kernel, "osrelease")?;
-        // It becomes a path component under --path.rootfs: never `..` or a path.
-        if !crate::collectors::modules::is_release(&release) {
-            let path = kernel.path("osrelease");
-            self.error(SysfsError::parse(&path, "not a kernel release", &release));
-            return None;
-        }
+        let release = checked_release(&kernel.path("osrelease"), &release)
+            .map_err(|err| self.error(err))
+            .ok()?;
         let dir = collector.rootfs.join("lib/modules").join(&release);
         match SysDir::open(&dir).and_then(|d| d.read_file("modules.alias", MODULES_ALIAS_LIMIT)) {
             // Valid UTF-8 (as depmod writes it) is kept without a copy.
