@@ -13,6 +13,7 @@ use crate::collector::{CollectError, Collector, Output};
 use crate::config::Config;
 use crate::kernel::modprobe::{self, Action};
 use crate::kernel::release::checked_release;
+use crate::kernel::taint;
 use crate::metrics::{Desc, Labels, Value};
 use crate::sysfs::{AttributeReader, SysDir, SysfsError};
 
@@ -103,31 +104,6 @@ pub const METRICS: [Desc; 11] = [
     SECURE_BOOT,
     BUILD_DIR,
     MODULES_SUPPORTED,
-];
-
-/// The kernel's taint bits in bit order (kernel/panic.c `taint_flags`): the TAINT_* name
-/// lowercased, and the letter the kernel prints. Bits past the table show in the raw mask only.
-const TAINT_FLAGS: [(&str, &str); 20] = [
-    ("proprietary_module", "P"),
-    ("forced_module", "F"),
-    ("cpu_out_of_spec", "S"),
-    ("forced_rmmod", "R"),
-    ("machine_check", "M"),
-    ("bad_page", "B"),
-    ("user", "U"),
-    ("die", "D"),
-    ("overridden_acpi_table", "A"),
-    ("warn", "W"),
-    ("crap", "C"),
-    ("firmware_workaround", "I"),
-    ("oot_module", "O"),
-    ("unsigned_module", "E"),
-    ("softlockup", "L"),
-    ("livepatch", "K"),
-    ("aux", "X"),
-    ("randstruct", "T"),
-    ("test", "N"),
-    ("fwctl", "J"),
 ];
 
 /// Files longer than a page read whole (`/proc/modules`, `modules.builtin`) stop here: 1 MiB holds several thousand modules.
@@ -265,8 +241,8 @@ impl Read<'_> {
         };
         let tainted = procfs.read_u64("sys/kernel/tainted", &mut self.reader);
         if let Some(mask) = self.reported(tainted) {
-            for (bit, (flag, letter)) in TAINT_FLAGS.iter().enumerate() {
-                let labels = vec![("flag", (*flag).into()), ("letter", (*letter).into())];
+            for (bit, flag) in taint::FLAGS.iter().enumerate() {
+                let labels = vec![("flag", flag.name.into()), ("letter", flag.letter.into())];
                 self.push(&TAINTED, labels, (mask >> bit) & 1);
             }
             self.push(&TAINT_MASK, Vec::new(), mask);
@@ -717,26 +693,5 @@ mod tests {
         ] {
             assert_eq!(modes(bad), None, "{bad:?}");
         }
-    }
-
-    #[test]
-    fn taint_table_matches_the_kernels_bits() {
-        let bit = |letter| TAINT_FLAGS.iter().position(|(_, l)| *l == letter).unwrap();
-        // Proprietary 0, forced 1, out-of-tree 12, unsigned 13, live patch 15; 'T' is
-        // randstruct (17) and the test taint is 'N' (18).
-        assert_eq!(
-            [
-                bit("P"),
-                bit("F"),
-                bit("O"),
-                bit("E"),
-                bit("K"),
-                bit("T"),
-                bit("N")
-            ],
-            [0, 1, 12, 13, 15, 17, 18]
-        );
-        // Seen in qemu: an unsigned module turns 0 into 8192.
-        assert_eq!(1u64 << bit("E"), 8192);
     }
 }

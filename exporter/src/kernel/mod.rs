@@ -3,3 +3,4 @@
 
 pub mod modprobe;
 pub mod release;
+pub mod taint;
