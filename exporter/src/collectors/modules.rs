@@ -11,6 +11,7 @@ use std::path::{Path, PathBuf};
 
 use crate::collector::{CollectError, Collector, Output};
 use crate::config::Config;
+use crate::kernel::cmdline;
 use crate::kernel::modprobe::{self, Action};
 use crate::kernel::release::checked_release;
 use crate::kernel::taint;
@@ -570,17 +571,19 @@ fn parse_builtin_index(text: &str) -> HashSet<String> {
         .collect()
 }
 
-/// `modprobe.blacklist=a,b` and `module_blacklist=a,b` words of the kernel command line.
-fn parse_cmdline_blacklists(cmdline: &str) -> Vec<(String, &'static str)> {
+/// The modules in `modprobe.blacklist=a,b` and `module_blacklist=a,b` on the kernel command
+/// line, with the rule that names them.
+fn parse_cmdline_blacklists(text: &str) -> Vec<(String, &'static str)> {
     let mut rules = Vec::new();
-    for word in cmdline.split_whitespace() {
-        let (list, rule) = if let Some(list) = word.strip_prefix("modprobe.blacklist=") {
-            (list, "blacklist")
-        } else if let Some(list) = word.strip_prefix("module_blacklist=") {
-            (list, "module_blacklist")
+    for parameter in cmdline::parameters(text) {
+        let rule = if parameter.is("modprobe.blacklist") {
+            "blacklist"
+        } else if parameter.is("module_blacklist") {
+            "module_blacklist"
         } else {
             continue;
         };
+        let list = parameter.value.unwrap_or_default();
         for module in list.split(',').filter(|m| !m.is_empty()) {
             rules.push((modprobe::module_key(module), rule));
         }
@@ -666,6 +669,18 @@ mod tests {
                 ("nouveau".to_string(), "blacklist"),
                 ("mlx5_ib".to_string(), "blacklist"),
                 ("nvidia".to_string(), "module_blacklist"),
+            ]
+        );
+        // The kernel reads `module-blacklist` as `module_blacklist`, and not after `--`; kmod
+        // reads `modprobe.blacklist` on the whole line.
+        let cmdline =
+            "module-blacklist=\"nvidia,nouveau\" -- module_blacklist=ast modprobe.blacklist=i915";
+        assert_eq!(
+            parse_cmdline_blacklists(cmdline),
+            [
+                ("nvidia".to_string(), "module_blacklist"),
+                ("nouveau".to_string(), "module_blacklist"),
+                ("i915".to_string(), "blacklist"),
             ]
         );
     }
