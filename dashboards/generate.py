@@ -449,7 +449,7 @@ def modules_panels():
               "none", [], hide=["job", "__name__", "Value #A", "Value"], order=["instance", "letter", "flag"], w=12),
         events("Module loads", "Module loads per interval, by module (hpcnode_module_loads_total, from the ebpf collector's module_load tracepoint probe).",
                "hpcnode_module_loads_total", "module", "{{instance}} {{module}}"),
-        events("Tainted module loads", "Loads of modules that taint the kernel, by module and taint: unsigned, out_of_tree, proprietary, forced (hpcnode_module_tainted_loads_total). Alert for unsigned: HpcnodeUnsignedModuleLoaded.",
+        events("Tainted module loads", "Loads of modules that taint the kernel, by module and taint: unsigned_module, oot_module, proprietary_module, forced_module (hpcnode_module_tainted_loads_total). Alert for unsigned: HpcnodeUnsignedModuleLoaded.",
                "hpcnode_module_tainted_loads_total", "module, taint", "{{instance}} {{module}} {{taint}}"),
         events("Signature verdicts", "Module signature checks by result (hpcnode_module_signature_checks_total): ok, key_rejected, unknown_key, bad_message, no_signature, no_crypto, lockdown, other. Anything but ok refused the module. Alerts: HpcnodeModuleSignatureRejected, HpcnodeModuleLockdownRefused.",
                "hpcnode_module_signature_checks_total", "result", "{{instance}} {{result}}"),

@@ -14,7 +14,10 @@ use crate::collector::{
     CollectError, Collector, Host, Output, Registration, Settings, StartError, Started,
 };
 use crate::config::{flag, ConfigError, Flags};
+use crate::kernel::cmdline;
 use crate::kernel::modprobe::{self, Action};
+use crate::kernel::release::checked_release;
+use crate::kernel::taint;
 use crate::metrics::{Desc, Labels, Value};
 use crate::sysfs::{AttributeReader, SysDir, SysfsError};
 
@@ -176,31 +179,6 @@ pub const METRICS: [Desc; 11] = [
     MODULES_SUPPORTED,
 ];
 
-/// The kernel's taint bits in bit order (kernel/panic.c `taint_flags`): the TAINT_* name
-/// lowercased, and the letter the kernel prints. Bits past the table show in the raw mask only.
-const TAINT_FLAGS: [(&str, &str); 20] = [
-    ("proprietary_module", "P"),
-    ("forced_module", "F"),
-    ("cpu_out_of_spec", "S"),
-    ("forced_rmmod", "R"),
-    ("machine_check", "M"),
-    ("bad_page", "B"),
-    ("user", "U"),
-    ("die", "D"),
-    ("overridden_acpi_table", "A"),
-    ("warn", "W"),
-    ("crap", "C"),
-    ("firmware_workaround", "I"),
-    ("oot_module", "O"),
-    ("unsigned_module", "E"),
-    ("softlockup", "L"),
-    ("livepatch", "K"),
-    ("aux", "X"),
-    ("randstruct", "T"),
-    ("test", "N"),
-    ("fwctl", "J"),
-];
-
 /// Files longer than a page read whole (`/proc/modules`, `modules.builtin`) stop here: 1 MiB holds several thousand modules.
 const MAX_LIST_BYTES: usize = 1 << 20;
 
@@ -341,10 +319,7 @@ impl Read<'_> {
         let path = procfs.path("sys/kernel/osrelease");
         let release = procfs
             .read("sys/kernel/osrelease", &mut self.reader)
-            .and_then(|text| match is_release(text) {
-                true => Ok(text.to_string()),
-                false => Err(SysfsError::parse(&path, "not a kernel release", text)),
-            });
+            .and_then(|text| checked_release(&path, text));
         self.reported(release)
     }
 
@@ -354,8 +329,8 @@ impl Read<'_> {
         };
         let tainted = procfs.read_u64("sys/kernel/tainted", &mut self.reader);
         if let Some(mask) = self.reported(tainted) {
-            for (bit, (flag, letter)) in TAINT_FLAGS.iter().enumerate() {
-                let labels = vec![("flag", (*flag).into()), ("letter", (*letter).into())];
+            for (bit, flag) in taint::FLAGS.iter().enumerate() {
+                let labels = vec![("flag", flag.name.into()), ("letter", flag.letter.into())];
                 self.push(&TAINTED, labels, (mask >> bit) & 1);
             }
             self.push(&TAINT_MASK, Vec::new(), mask);
@@ -623,15 +598,6 @@ fn is_invalid(err: &SysfsError) -> bool {
     matches!(err, SysfsError::Io { source, .. } if source.raw_os_error() == Some(libc::EINVAL))
 }
 
-/// A release such as `3.10.0-1160.el7.x86_64`: one path component, as `uname -r` prints it.
-pub fn is_release(text: &str) -> bool {
-    !text.is_empty()
-        && text.len() <= 64
-        && text != "."
-        && text != ".."
-        && text.chars().all(|c| c.is_ascii_graphic() && c != '/')
-}
-
 /// Parses `/proc/modules`: `name size refcount deps state address [(taints)]`, one module a
 /// line. A malformed or repeated line is an error of its own and the others are kept.
 fn parse_modules(path: &Path, text: &str) -> (Vec<LoadedModule>, Vec<SysfsError>) {
@@ -692,17 +658,19 @@ fn parse_builtin_index(text: &str) -> HashSet<String> {
         .collect()
 }
 
-/// `modprobe.blacklist=a,b` and `module_blacklist=a,b` words of the kernel command line.
-fn parse_cmdline_blacklists(cmdline: &str) -> Vec<(String, &'static str)> {
+/// The modules in `modprobe.blacklist=a,b` and `module_blacklist=a,b` on the kernel command
+/// line, with the rule that names them.
+fn parse_cmdline_blacklists(text: &str) -> Vec<(String, &'static str)> {
     let mut rules = Vec::new();
-    for word in cmdline.split_whitespace() {
-        let (list, rule) = if let Some(list) = word.strip_prefix("modprobe.blacklist=") {
-            (list, "blacklist")
-        } else if let Some(list) = word.strip_prefix("module_blacklist=") {
-            (list, "module_blacklist")
+    for parameter in cmdline::parameters(text) {
+        let rule = if parameter.is("modprobe.blacklist") {
+            "blacklist"
+        } else if parameter.is("module_blacklist") {
+            "module_blacklist"
         } else {
             continue;
         };
+        let list = parameter.value.unwrap_or_default();
         for module in list.split(',').filter(|m| !m.is_empty()) {
             rules.push((modprobe::module_key(module), rule));
         }
@@ -822,6 +790,18 @@ mod tests {
                 ("nvidia".to_string(), "module_blacklist"),
             ]
         );
+        // The kernel reads `module-blacklist` as `module_blacklist`, and not after `--`; kmod
+        // reads `modprobe.blacklist` on the whole line.
+        let cmdline =
+            "module-blacklist=\"nvidia,nouveau\" -- module_blacklist=ast modprobe.blacklist=i915";
+        assert_eq!(
+            parse_cmdline_blacklists(cmdline),
+            [
+                ("nvidia".to_string(), "module_blacklist"),
+                ("nouveau".to_string(), "module_blacklist"),
+                ("i915".to_string(), "blacklist"),
+            ]
+        );
     }
 
     #[test]
@@ -847,35 +827,5 @@ mod tests {
         ] {
             assert_eq!(modes(bad), None, "{bad:?}");
         }
-    }
-
-    #[test]
-    fn releases_are_single_path_components() {
-        assert!(is_release("3.10.0-1160.el7.x86_64"));
-        assert!(is_release("6.18.44-fc-v669"));
-        for bad in ["", ".", "..", "../../etc", "6.1 x", &"9".repeat(65)] {
-            assert!(!is_release(bad), "{bad:?}");
-        }
-    }
-
-    #[test]
-    fn taint_table_matches_the_kernels_bits() {
-        let bit = |letter| TAINT_FLAGS.iter().position(|(_, l)| *l == letter).unwrap();
-        // Proprietary 0, forced 1, out-of-tree 12, unsigned 13, live patch 15; 'T' is
-        // randstruct (17) and the test taint is 'N' (18).
-        assert_eq!(
-            [
-                bit("P"),
-                bit("F"),
-                bit("O"),
-                bit("E"),
-                bit("K"),
-                bit("T"),
-                bit("N")
-            ],
-            [0, 1, 12, 13, 15, 17, 18]
-        );
-        // Seen in qemu: an unsigned module turns 0 into 8192.
-        assert_eq!(1u64 << bit("E"), 8192);
     }
 }

@@ -50,8 +50,8 @@ lab_scenario unsigned_load
 lab_check "insmod $module with its signature stripped loads" insmod /lab/modules/$module.unsigned.ko
 lab_scrape unsigned
 lab_expect_delta "counted" corrupted unsigned "$loads" == 1
-lab_expect_delta "counted as unsigned" corrupted unsigned "$tainted_loads{module=\"$module\",taint=\"unsigned\"}" == 1
-lab_expect_delta "no other taint" corrupted unsigned "$tainted_loads{module=\"$module\",taint!=\"unsigned\"}" == 0
+lab_expect_delta "counted as unsigned" corrupted unsigned "$tainted_loads{module=\"$module\",taint=\"unsigned_module\"}" == 1
+lab_expect_delta "no other taint" corrupted unsigned "$tainted_loads{module=\"$module\",taint!=\"unsigned_module\"}" == 0
 lab_expect_delta "one signature verdict" corrupted unsigned "$verdicts" == 1
 lab_expect_delta "not a key rejection" corrupted unsigned "$verdicts{result=\"key_rejected\"}" == 0
 lab_record_changes corrupted unsigned "$verdicts"

@@ -62,7 +62,7 @@ const MODULE_LOADS: Desc = Desc::counter(
 );
 const MODULE_TAINTED_LOADS: Desc = Desc::counter(
     "hpcnode_module_tainted_loads",
-    "Module loads that carried a taint flag (unsigned, out_of_tree, proprietary, forced), by module and flag.",
+    "Module loads that carried a taint flag (unsigned_module, oot_module, proprietary_module, forced_module), by module and flag.",
     None,
 );
 const SIGNATURE_CHECKS: Desc = Desc::counter(

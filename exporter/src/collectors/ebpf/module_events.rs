@@ -3,6 +3,8 @@
 
 use std::collections::{BTreeMap, BTreeSet};
 
+use crate::kernel::taint;
+
 /// Errno names for the values a module load or a signature check can return (asm-generic
 /// numbering, shared by x86-64 and arm64); any other value is written `E<n>`.
 const ERRNO_NAMES: &[(i32, &str)] = &[
@@ -71,20 +73,15 @@ pub fn signature_result(ret: i32) -> &'static str {
     }
 }
 
-/// The module taint flags worth a series, with their bit in the module's taint mask.
-const TAINT_FLAGS: [(u32, &str); 4] = [
-    (0, "proprietary"),  // P
-    (1, "forced"),       // F
-    (12, "out_of_tree"), // O
-    (13, "unsigned"),    // E
-];
+/// The taints of a module load worth a series, by letter: proprietary (P), forced (F), out of
+/// tree (O), unsigned (E).
+const SERIES_TAINTS: [&str; 4] = ["P", "F", "O", "E"];
 
-/// The `taint` labels set in a module's taint mask, in a fixed order.
+/// The `taint` labels set in a module's taint mask, in bit order.
 pub fn taint_flags(taints: u32) -> impl Iterator<Item = &'static str> {
-    TAINT_FLAGS
-        .into_iter()
-        .filter(move |(bit, _)| taints & (1 << bit) != 0)
-        .map(|(_, name)| name)
+    taint::flags_set(u64::from(taints))
+        .filter(|flag| SERIES_TAINTS.contains(&flag.letter))
+        .map(|flag| flag.name)
 }
 
 /// Per-module series beyond this many names are summed into `module="other"`.
@@ -176,14 +173,14 @@ mod tests {
     #[test]
     fn taints_decoded_from_the_tracepoint_bits() {
         // `module_load: pcspkr E` in qemu: 8192 = bit 13.
-        assert_eq!(taint_flags(8192).collect::<Vec<_>>(), ["unsigned"]);
+        assert_eq!(taint_flags(8192).collect::<Vec<_>>(), ["unsigned_module"]);
         // (POE): proprietary, out-of-tree, unsigned; bit 15 (K, livepatch) is not exported.
         let poe = 1 | 1 << 12 | 1 << 13 | 1 << 15;
         assert_eq!(
             taint_flags(poe).collect::<Vec<_>>(),
-            ["proprietary", "out_of_tree", "unsigned"]
+            ["proprietary_module", "oot_module", "unsigned_module"]
         );
-        assert_eq!(taint_flags(2).collect::<Vec<_>>(), ["forced"]);
+        assert_eq!(taint_flags(2).collect::<Vec<_>>(), ["forced_module"]);
         assert_eq!(taint_flags(0).count(), 0);
     }
 
@@ -200,12 +197,15 @@ mod tests {
         // dropped loads go to other.
         assert_eq!(counts.loads["mod000"], 1);
         assert_eq!(counts.loads[OTHER_MODULE], 1 + 1 + 2 + 3);
-        assert_eq!(counts.tainted[&(OTHER_MODULE.into(), "proprietary")], 2);
-        assert_eq!(counts.tainted[&(OTHER_MODULE.into(), "out_of_tree")], 2);
+        assert_eq!(
+            counts.tainted[&(OTHER_MODULE.into(), "proprietary_module")],
+            2
+        );
+        assert_eq!(counts.tainted[&(OTHER_MODULE.into(), "oot_module")], 2);
         // A later scrape keeps the same names.
         let again = module_load_counts(vec![("mod005".into(), 8192, 4)], 0, &mut names);
         assert_eq!(again.loads["mod005"], 4);
-        assert_eq!(again.tainted[&("mod005".into(), "unsigned")], 4);
+        assert_eq!(again.tainted[&("mod005".into(), "unsigned_module")], 4);
     }
 
     #[test]
@@ -217,6 +217,6 @@ mod tests {
             &mut names,
         );
         assert_eq!(counts.loads["edu"], 3);
-        assert_eq!(counts.tainted[&("edu".into(), "unsigned")], 2);
+        assert_eq!(counts.tainted[&("edu".into(), "unsigned_module")], 2);
     }
 }

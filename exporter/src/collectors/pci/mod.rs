@@ -21,7 +21,9 @@ use crate::collector::{
     CollectError, Collector, ErrorKind, Host, Output, Registration, Settings, StartError, Started,
 };
 use crate::config::{repeated, ConfigError, Flags};
+use crate::kernel::cmdline;
 use crate::kernel::modprobe;
+use crate::kernel::release::checked_release;
 use crate::metrics::{Desc, LabelValue, Labels, Value};
 use crate::sysfs::{AttributeReader, SysDir, SysfsError};
 
@@ -342,8 +344,8 @@ const CONFIG_FILE_LIMIT: usize = 4 << 20;
 /// Candidate modules kept per unbound device; more go to one `other` series.
 const MAX_ALIAS_MODULES: usize = 8;
 const MAX_LABEL_CHARS: usize = 160;
-/// Kernel parameters reported, as the kernel accepts them (module parameters may be
-/// spelled with `-` or `_`).
+/// Kernel parameters reported, each under this spelling (the command line may write `-` or
+/// `_` in any of them).
 const KERNEL_PARAMETERS: [&str; 4] = ["intel_iommu", "amd_iommu", "iommu", "vfio-pci.ids"];
 const VFIO_MODULES: [&str; 3] = ["vfio", "vfio_iommu_type1", "vfio_pci"];
 /// Other `vfio*` entries of /sys/module kept (vfio_pci_core, vfio_virqfd, ...).
@@ -962,12 +964,9 @@ impl Read<'_> {
             .map_err(|err| self.error(err))
             .ok()?;
         let release = self.optional(&kernel, "osrelease")?;
-        // It becomes a path component under --path.rootfs: never `..` or a path.
-        if !crate::collectors::modules::is_release(&release) {
-            let path = kernel.path("osrelease");
-            self.error(SysfsError::parse(&path, "not a kernel release", &release));
-            return None;
-        }
+        let release = checked_release(&kernel.path("osrelease"), &release)
+            .map_err(|err| self.error(err))
+            .ok()?;
         let dir = collector.rootfs.join("lib/modules").join(&release);
         match SysDir::open(&dir).and_then(|d| d.read_file("modules.alias", MODULES_ALIAS_LIMIT)) {
             // Valid UTF-8 (as depmod writes it) is kept without a copy.
@@ -1192,16 +1191,12 @@ fn power_state_id(text: &str) -> Option<u64> {
 
 /// The IOMMU parameters on a kernel command line, last occurrence winning as in the kernel
 /// (`vfio_pci.ids` is reported as `vfio-pci.ids`).
-fn iommu_parameters(cmdline: &str) -> Vec<(&'static str, String)> {
+fn iommu_parameters(text: &str) -> Vec<(&'static str, String)> {
     let mut found: BTreeMap<&'static str, String> = BTreeMap::new();
-    for word in cmdline.split_whitespace() {
-        let (key, value) = word.split_once('=').unwrap_or((word, ""));
-        let key = key.replace('_', "-");
-        if let Some(parameter) = KERNEL_PARAMETERS
-            .iter()
-            .find(|p| p.replace('_', "-") == key)
-        {
-            found.insert(parameter, value.chars().take(MAX_LABEL_CHARS).collect());
+    for parameter in cmdline::parameters(text) {
+        if let Some(name) = KERNEL_PARAMETERS.iter().find(|name| parameter.is(name)) {
+            let value = parameter.value.unwrap_or_default();
+            found.insert(name, value.chars().take(MAX_LABEL_CHARS).collect());
         }
     }
     found.into_iter().collect()
@@ -1299,6 +1294,14 @@ mod tests {
                 ("intel_iommu", "on,sm_on".to_string()),
                 ("iommu", "pt".to_string()),
                 ("vfio-pci.ids", "10de:1eb8".to_string())
+            ]
+        );
+        // Init's arguments after `--` set no kernel parameter; kmod still passes module options.
+        assert_eq!(
+            iommu_parameters("intel-iommu=\"on\" -- iommu=pt vfio-pci.ids=15b3:1017"),
+            [
+                ("intel_iommu", "on".to_string()),
+                ("vfio-pci.ids", "15b3:1017".to_string())
             ]
         );
     }
