@@ -24,6 +24,7 @@ use crate::config::{ConfigError, Flags};
 pub use crate::error::{CollectError, ErrorKind, PendingErrors};
 use crate::logging::{self, Level, OncePerCause, Verdict};
 use crate::metrics::{Desc, Samples, Value};
+use crate::sysfs::SysfsError;
 
 /// One row of the registry (`collectors::ALL`): everything the framework needs to know about a
 /// collector. Adding a collector is one module that defines its `REGISTRATION` and one row in
@@ -142,10 +143,28 @@ struct Deadline {
     workers: usize,
 }
 
+/// What reading one unit produced.
 #[derive(Default)]
 pub struct Output {
     pub samples: Samples,
     pub errors: Vec<CollectError>,
+}
+
+impl Output {
+    /// The value, or `None` after counting the error.
+    pub fn reported<T>(&mut self, result: Result<T, SysfsError>) -> Option<T> {
+        result.map_err(|err| self.errors.push(err.into())).ok()
+    }
+
+    /// The value of something a driver or kernel may rightly lack: `None` when it, or a
+    /// directory on its path, does not exist; any other failure is counted and gives `None`.
+    /// The one not-found rule of every collector.
+    pub fn optional<T>(&mut self, result: Result<T, SysfsError>) -> Option<T> {
+        match result {
+            Err(err) if err.is_absent() => None,
+            result => self.reported(result),
+        }
+    }
 }
 
 const BUILD_INFO: Desc = Desc::gauge(
