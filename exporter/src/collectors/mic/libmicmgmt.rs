@@ -4,7 +4,7 @@
 use std::ffi::{c_int, c_void};
 use std::ptr;
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Condvar, Mutex, OnceLock, PoisonError};
+use std::sync::{Condvar, Mutex, PoisonError};
 use std::time::Duration;
 
 use super::{
@@ -254,9 +254,10 @@ impl From<LibraryError> for CollectError {
     }
 }
 
-/// The library, loaded on first use by a card read and kept for the process's life.
+/// The library, loaded when the collector starts and kept for the process's life; a failure
+/// to load is kept too, and reported by the first card read.
 pub(super) struct LibrarySource {
-    loaded: OnceLock<Result<MicLib, LibraryError>>,
+    loaded: Result<MicLib, LibraryError>,
     /// Whether the load failure has been reported.
     reported: AtomicBool,
     /// libmicmgmt keeps its error state in globals: one caller at a time.
@@ -299,9 +300,17 @@ impl Drop for TurnGuard<'_> {
 }
 
 impl LibrarySource {
-    pub(super) fn new(wait: Duration) -> Self {
+    /// Loads the library (root only: it talks to the cards over SCIF); `wait` bounds how long
+    /// a card read waits for its turn to call it.
+    pub(super) fn start(wait: Duration) -> Self {
+        // SAFETY: geteuid has no preconditions.
+        let loaded = if unsafe { libc::geteuid() } != 0 {
+            Err(LibraryError::NotRoot)
+        } else {
+            MicLib::load()
+        };
         LibrarySource {
-            loaded: OnceLock::new(),
+            loaded,
             reported: AtomicBool::new(false),
             calls: Turn {
                 taken: Mutex::new(false),
@@ -312,15 +321,7 @@ impl LibrarySource {
     }
 
     fn load(&self) -> Result<&MicLib, &LibraryError> {
-        self.loaded
-            .get_or_init(|| {
-                // SAFETY: geteuid has no preconditions.
-                if unsafe { libc::geteuid() } != 0 {
-                    return Err(LibraryError::NotRoot);
-                }
-                MicLib::load()
-            })
-            .as_ref()
+        self.loaded.as_ref()
     }
 }
 
@@ -572,7 +573,7 @@ mod tests {
 
     #[test]
     fn a_turn_not_given_back_is_waited_for_a_bounded_time() {
-        let source = LibrarySource::new(Duration::from_millis(50));
+        let source = LibrarySource::start(Duration::from_millis(50));
         let turn = source.calls.take().unwrap();
         let started = std::time::Instant::now();
         assert!(source.calls.take().is_none());
@@ -580,7 +581,7 @@ mod tests {
         drop(turn);
         assert!(source.calls.take().is_some());
         // A waiting caller is given the turn as soon as it is given back.
-        let source = LibrarySource::new(Duration::from_secs(60));
+        let source = LibrarySource::start(Duration::from_secs(60));
         let turn = source.calls.take().unwrap();
         std::thread::scope(|scope| {
             let waiter = scope.spawn(|| source.calls.take().is_some());

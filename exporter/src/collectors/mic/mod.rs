@@ -87,7 +87,7 @@ impl Settings for MicSettings {
             // Half the deadline: a card waiting for its turn still has time to send what it read.
             library: self
                 .libmicmgmt
-                .then(|| LibrarySource::new(host.scrape_timeout / 2)),
+                .then(|| LibrarySource::start(host.scrape_timeout / 2)),
         }))
     }
 }
