@@ -736,6 +736,24 @@ mod tests {
     }
 
     #[test]
+    fn stop_wakes_a_sleeping_scheduler_at_once() {
+        let stop = Arc::new(Stop::default());
+        let sleeper = {
+            let stop = stop.clone();
+            std::thread::spawn(move || stop.sleep(Duration::from_secs(3600)))
+        };
+        assert!(!stop.sleep(Duration::from_millis(1)));
+        let started = Instant::now();
+        stop.stop();
+        assert!(sleeper.join().unwrap(), "woke without being stopped");
+        assert!(started.elapsed() < Duration::from_secs(5));
+        assert!(
+            stop.sleep(Duration::from_secs(3600)),
+            "a stopped schedule slept on"
+        );
+    }
+
+    #[test]
     fn jitter_stays_below_its_bound() {
         assert_eq!(random_below(Duration::ZERO), Duration::ZERO);
         let bound = Duration::from_secs(60);
