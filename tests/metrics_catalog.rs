@@ -218,7 +218,7 @@ fn metrics_md_matches_what_fixtures_produce() {
 #[test]
 fn code_descriptors_match_catalog() {
     let listed = catalog();
-    let described: BTreeSet<String> = hpcnode_exporter::collector::FRAMEWORK_METRICS
+    let described: BTreeSet<String> = hpcnode_exporter::scrape::FRAMEWORK_METRICS
         .iter()
         .chain(
             hpcnode_exporter::collectors::ALL

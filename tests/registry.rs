@@ -8,11 +8,12 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 
 use hpcnode_exporter::collector::{
-    CollectError, Collector, Host, Output, Registration, Scraper, Settings, StartError, Started,
+    CollectError, Collector, Host, Output, Registration, Settings, StartError, Started,
 };
 use hpcnode_exporter::collectors;
 use hpcnode_exporter::config::{self, flag, ConfigError, Flags, Invocation};
 use hpcnode_exporter::metrics::{encode, Desc, Format, Value};
+use hpcnode_exporter::scrape::Scraper;
 
 /// The whole collector: what a new module under `exporter/src/collectors/` would hold.
 mod greeter {

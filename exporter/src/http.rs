@@ -25,9 +25,9 @@ use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 use tokio::net::TcpListener;
 use tokio::sync::Semaphore;
 
-use crate::collector::Scraper;
 use crate::logging::{self, Level};
 use crate::metrics::{encode, Format};
+use crate::scrape::Scraper;
 
 /// A client gets this long to send its request head (slowloris guard).
 const HEADER_READ_TIMEOUT: Duration = Duration::from_secs(10);

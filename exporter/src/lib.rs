@@ -12,4 +12,5 @@ pub mod kernel;
 pub mod logging;
 pub mod metrics;
 pub mod rdma_port;
+pub mod scrape;
 pub mod sysfs;

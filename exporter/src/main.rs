@@ -8,11 +8,12 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use anyhow::Context;
-use hpcnode_exporter::collector::{Host, Scraper};
+use hpcnode_exporter::collector::Host;
 use hpcnode_exporter::collectors;
 use hpcnode_exporter::config::{self, Config, Invocation, ListenAddress};
 use hpcnode_exporter::http::{self, Server};
 use hpcnode_exporter::logging::{self, Level};
+use hpcnode_exporter::scrape::Scraper;
 use tokio::signal::unix::{signal, SignalKind};
 
 fn main() -> ExitCode {

@@ -1,0 +1,711 @@
+//! The scrape: every started collector run concurrently under one deadline, each collector's
+//! units read by a few workers, and the framework's own metrics.
+//!
+//! Invariants:
+//! - a scrape never fails and never waits past the deadline because of a collector;
+//! - a collector's units (devices) are read independently: a unit whose read hangs is not read
+//!   again until that read returns, so it hides only itself, and stuck threads never pile up
+//!   (at most one per hung unit);
+//! - every error is counted in `hpcnode_collector_errors_total` and logged once per distinct cause.
+
+use std::collections::HashMap;
+use std::future::Future;
+use std::pin::Pin;
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use crate::collector::{lock, CollectError, Collector, ErrorKind, Output, Started};
+use crate::logging::{self, Level, OncePerCause, Verdict};
+use crate::metrics::{Desc, Samples, Value};
+
+type RunFuture = Pin<Box<dyn Future<Output = RunOutcome> + Send>>;
+
+pub(crate) trait Erased: Send + Sync {
+    fn run(self: Arc<Self>, busy: Busy, timeout: Duration, deadline: Deadline) -> RunFuture;
+    fn stop(&self);
+}
+
+impl<C: Collector> Erased for C {
+    fn run(self: Arc<Self>, busy: Busy, timeout: Duration, deadline: Deadline) -> RunFuture {
+        Box::pin(run(self, busy, timeout, deadline))
+    }
+
+    fn stop(&self) {
+        Collector::stop(self)
+    }
+}
+
+/// When a scrape answers, and how many workers read one collector's units.
+#[derive(Clone, Copy)]
+pub(crate) struct Deadline {
+    at: tokio::time::Instant,
+    workers: usize,
+}
+
+const BUILD_INFO: Desc = Desc::gauge(
+    "hpcnode_build_info",
+    "A metric with a constant '1' value labeled by version and git revision of hpcnode_exporter.",
+    None,
+);
+const COLLECTOR_SUCCESS: Desc = Desc::gauge(
+    "hpcnode_scrape_collector_success",
+    "Whether a collector finished within the scrape deadline (1) or failed, overran or is still stuck (0).",
+    None,
+);
+const COLLECTOR_DURATION: Desc = Desc::gauge(
+    "hpcnode_scrape_collector_duration",
+    "How long a collector ran in this scrape; the deadline when it overran.",
+    Some("seconds"),
+);
+const COLLECTOR_ERRORS: Desc = Desc::counter(
+    "hpcnode_collector_errors",
+    "Errors met by collectors since start, by kind (io, parse, not_regular_file, timeout, still_running, panic).",
+    None,
+);
+
+/// Every metric the framework itself emits (for the METRICS.md check).
+pub const FRAMEWORK_METRICS: [Desc; 4] = [
+    BUILD_INFO,
+    COLLECTOR_SUCCESS,
+    COLLECTOR_DURATION,
+    COLLECTOR_ERRORS,
+];
+
+/// Distinct causes remembered for log deduplication.
+const MAX_LOGGED_CAUSES: usize = 4096;
+
+/// Error counters and the once-per-cause log filter, shared by all scrapes.
+struct ErrorLog {
+    counts: HashMap<(&'static str, ErrorKind), AtomicU64>,
+    logged: OncePerCause<(&'static str, ErrorKind, String)>,
+}
+
+impl ErrorLog {
+    fn new(collectors: &[&'static str]) -> Self {
+        let counts = collectors
+            .iter()
+            .flat_map(|name| ErrorKind::ALL.map(|kind| ((*name, kind), AtomicU64::new(0))))
+            .collect();
+        ErrorLog {
+            counts,
+            logged: OncePerCause::new(MAX_LOGGED_CAUSES),
+        }
+    }
+
+    fn record(&self, collector: &'static str, error: &CollectError) {
+        if let Some(count) = self.counts.get(&(collector, error.kind)) {
+            count.fetch_add(1, Ordering::Relaxed);
+        }
+        match self
+            .logged
+            .check((collector, error.kind, error.cause.clone()))
+        {
+            Verdict::New => {
+                let mut fields = vec![
+                    ("collector", collector),
+                    ("kind", error.kind.as_str()),
+                    ("err", error.cause.as_str()),
+                ];
+                fields.extend(error.context.iter().map(|(k, v)| (*k, v.as_str())));
+                logging::log(
+                    Level::Warn,
+                    "collector error (logged once per cause)",
+                    &fields,
+                )
+            }
+            Verdict::JustFull => logging::log(
+                Level::Warn,
+                "too many distinct collector errors; further new causes are counted, not logged",
+                &[],
+            ),
+            Verdict::Seen | Verdict::Full => {}
+        }
+    }
+
+    fn export(&self, samples: &mut Samples) {
+        let mut counts: Vec<_> = self.counts.iter().collect();
+        counts.sort_by_key(|((collector, kind), _)| (*collector, kind.as_str()));
+        for ((collector, kind), count) in counts {
+            samples.push(
+                &COLLECTOR_ERRORS,
+                vec![
+                    ("collector", (*collector).into()),
+                    ("kind", kind.as_str().into()),
+                ],
+                Value::Int(count.load(Ordering::Relaxed)),
+            );
+        }
+    }
+}
+
+struct Slot {
+    name: &'static str,
+    collector: Started,
+    busy: Busy,
+}
+
+/// Units (and [`LISTING`]) whose read is in progress, with when it started; including reads
+/// abandoned at a deadline.
+type Busy = Arc<Mutex<HashMap<String, Instant>>>;
+
+/// The busy-set key of a collector's unit listing (no unit name is empty).
+const LISTING: &str = "";
+
+/// How often a read waiting for a concurrent scrape's read of the same unit looks again.
+const BUSY_POLL: Duration = Duration::from_millis(2);
+
+/// Marks a unit busy for as long as it lives; released however the read ends (a panic included).
+struct BusyGuard {
+    busy: Busy,
+    unit: String,
+}
+
+impl BusyGuard {
+    /// Claims `unit` for a read. A read of it that started less than `hung_after` ago belongs
+    /// to a concurrent scrape (two Prometheus servers): wait for it, until `deadline` at most.
+    /// `None` when the unit stays busy: its read has outlived a scrape's deadline (hung), or
+    /// this scrape's deadline came first.
+    fn claim(
+        busy: &Busy,
+        unit: &str,
+        hung_after: Duration,
+        deadline: Instant,
+    ) -> Option<BusyGuard> {
+        loop {
+            {
+                let mut reading = lock(busy);
+                match reading.get(unit) {
+                    None => {
+                        reading.insert(unit.to_string(), Instant::now());
+                        return Some(BusyGuard {
+                            busy: busy.clone(),
+                            unit: unit.to_string(),
+                        });
+                    }
+                    Some(started) if started.elapsed() >= hung_after => return None,
+                    Some(_) => {}
+                }
+            }
+            if Instant::now() >= deadline {
+                return None;
+            }
+            std::thread::sleep(BUSY_POLL);
+        }
+    }
+}
+
+impl Drop for BusyGuard {
+    fn drop(&mut self) {
+        lock(&self.busy).remove(&self.unit);
+    }
+}
+
+/// What one collector run has produced; the scrape takes it at the deadline.
+#[derive(Default)]
+struct RunState {
+    /// Finished units' outputs by position in the listing, so output order is stable however
+    /// the workers interleave.
+    units: Vec<Option<Output>>,
+    /// Errors of the run itself (units skipped as still busy).
+    errors: Vec<CollectError>,
+}
+
+/// How one collector's part of a scrape ended.
+pub(crate) struct RunOutcome {
+    output: Output,
+    result: Result<(), CollectError>,
+    duration: Duration,
+}
+
+/// Runs the enabled collectors for each scrape.
+pub struct Scraper {
+    slots: Vec<Slot>,
+    deadline: Duration,
+    errors: ErrorLog,
+    revision: &'static str,
+    workers: usize,
+}
+
+impl Scraper {
+    /// The started collectors, by name, in the order their output appears.
+    pub fn new(collectors: Vec<(&'static str, Started)>, deadline: Duration) -> Self {
+        let names: Vec<_> = collectors.iter().map(|(name, _)| *name).collect();
+        Scraper {
+            slots: collectors
+                .into_iter()
+                .map(|(name, collector)| Slot {
+                    name,
+                    collector,
+                    busy: Arc::default(),
+                })
+                .collect(),
+            deadline,
+            errors: ErrorLog::new(&names),
+            revision: env!("HPCNODE_REVISION"),
+            // Unit reads are system-call bound: one worker per CPU, a few at most.
+            workers: std::thread::available_parallelism()
+                .map_or(1, |n| n.get())
+                .clamp(1, MAX_WORKERS_PER_COLLECTOR),
+        }
+    }
+
+    pub fn collector_names(&self) -> impl Iterator<Item = &'static str> + '_ {
+        self.slots.iter().map(|slot| slot.name)
+    }
+
+    /// Stops every collector (SIGTERM): what their start acquired is released.
+    pub fn stop(&self) {
+        for slot in &self.slots {
+            slot.collector.0.stop();
+        }
+    }
+
+    /// One scrape: every collector's samples plus the framework's own metrics.
+    pub async fn scrape(&self) -> Samples {
+        let deadline = tokio::time::Instant::now() + self.deadline;
+        let runs: Vec<_> = self
+            .slots
+            .iter()
+            .map(|slot| {
+                tokio::spawn(slot.collector.0.clone().run(
+                    slot.busy.clone(),
+                    self.deadline,
+                    Deadline {
+                        at: deadline,
+                        workers: self.workers,
+                    },
+                ))
+            })
+            .collect();
+
+        let mut samples = Samples::default();
+        samples.push(
+            &BUILD_INFO,
+            vec![
+                ("version", env!("CARGO_PKG_VERSION").into()),
+                ("revision", self.revision.into()),
+            ],
+            Value::Int(1),
+        );
+        for (slot, run) in self.slots.iter().zip(runs) {
+            let outcome = run.await.unwrap_or_else(|join_error| RunOutcome {
+                output: Output::default(),
+                result: Err(CollectError::new(
+                    ErrorKind::Panic,
+                    format!("scrape task failed: {join_error}"),
+                )),
+                duration: self.deadline,
+            });
+            for error in &outcome.output.errors {
+                self.errors.record(slot.name, error);
+            }
+            samples.append(outcome.output.samples);
+            if let Err(error) = &outcome.result {
+                self.errors.record(slot.name, error);
+            }
+            let success = outcome.result.is_ok()
+                && outcome
+                    .output
+                    .errors
+                    .iter()
+                    .all(|e| e.kind != ErrorKind::StillRunning);
+            let label = vec![("collector", slot.name.into())];
+            samples.push(
+                &COLLECTOR_SUCCESS,
+                label.clone(),
+                Value::Int(u64::from(success)),
+            );
+            samples.push(
+                &COLLECTOR_DURATION,
+                label,
+                Value::Float(outcome.duration.as_secs_f64()),
+            );
+        }
+        self.errors.export(&mut samples);
+        samples
+    }
+}
+
+/// Upper bound on threads reading one collector's units at once.
+const MAX_WORKERS_PER_COLLECTOR: usize = 4;
+
+/// One collector's part of a scrape: list its units, then read them with a few workers on the
+/// blocking pool, each unit skipped while an earlier read of it is still hung. Whatever has
+/// finished by the deadline is returned; the rest goes on alone and is dropped.
+async fn run<C: Collector>(
+    collector: Arc<C>,
+    busy: Busy,
+    timeout: Duration,
+    Deadline {
+        at: deadline,
+        workers,
+    }: Deadline,
+) -> RunOutcome {
+    let started = Instant::now();
+    let outcome = |output, result| RunOutcome {
+        output,
+        result,
+        duration: started.elapsed(),
+    };
+    let still_running = |what: &str| {
+        CollectError::new(
+            ErrorKind::StillRunning,
+            format!(
+                "{what}: an earlier read has not returned (hung); not read again until it does"
+            ),
+        )
+    };
+
+    let listing = {
+        let (collector, busy) = (collector.clone(), busy.clone());
+        let deadline = deadline.into_std();
+        tokio::task::spawn_blocking(move || {
+            match BusyGuard::claim(&busy, LISTING, timeout, deadline) {
+                None => Err(still_running("listing")),
+                Some(_guard) => collector.units(),
+            }
+        })
+    };
+    let units = match tokio::time::timeout_at(deadline, listing).await {
+        Ok(Ok(Ok(units))) => Arc::new(units),
+        Ok(Ok(Err(error))) => return outcome(Output::default(), Err(error)),
+        Ok(Err(join_error)) => return outcome(Output::default(), Err(panicked(join_error))),
+        Err(_) => return outcome(Output::default(), Err(timed_out(&busy))),
+    };
+
+    let deadline = deadline.into_std();
+    let state = Arc::new(Mutex::new(RunState {
+        units: (0..units.len()).map(|_| None).collect(),
+        errors: Vec::new(),
+    }));
+    let next = Arc::new(AtomicUsize::new(0));
+    let handles: Vec<_> = (0..workers.min(units.len()))
+        .map(|_| {
+            let (collector, busy, units, state, next) = (
+                collector.clone(),
+                busy.clone(),
+                units.clone(),
+                state.clone(),
+                next.clone(),
+            );
+            tokio::task::spawn_blocking(move || loop {
+                // A worker freed from a hung read after the deadline stops: its scrape has
+                // answered, and reading on would only hold units that a later scrape then
+                // reports as still running.
+                if Instant::now() >= deadline {
+                    return;
+                }
+                let index = next.fetch_add(1, Ordering::Relaxed);
+                let Some(unit) = units.get(index) else {
+                    return;
+                };
+                let name = unit.to_string();
+                let Some(_guard) = BusyGuard::claim(&busy, &name, timeout, deadline) else {
+                    lock(&state).errors.push(still_running(&name));
+                    continue;
+                };
+                let mut output = Output::default();
+                collector.collect_unit(unit, &mut output);
+                // After the deadline the scrape has taken the state: a late result is dropped.
+                if let Some(slot) = lock(&state).units.get_mut(index) {
+                    *slot = Some(output);
+                }
+            })
+        })
+        .collect();
+    let mut result = Ok(());
+    for handle in handles {
+        match tokio::time::timeout_at(deadline.into(), handle).await {
+            Ok(Ok(())) => {}
+            Ok(Err(join_error)) => result = Err(panicked(join_error)),
+            Err(_) => {
+                result = Err(timed_out(&busy));
+                break;
+            }
+        }
+    }
+
+    let RunState { units, errors } = std::mem::take(&mut *lock(&state));
+    let mut output = Output::default();
+    for unit in units.into_iter().flatten() {
+        output.samples.append(unit.samples);
+        output.errors.extend(unit.errors);
+    }
+    output.errors.extend(errors);
+    outcome(output, result)
+}
+
+fn timed_out(busy: &Mutex<HashMap<String, Instant>>) -> CollectError {
+    let mut reading: Vec<_> = lock(busy)
+        .keys()
+        .map(|unit| {
+            if unit == LISTING {
+                "(listing)".to_string()
+            } else {
+                unit.clone()
+            }
+        })
+        .collect();
+    reading.sort();
+    CollectError::new(
+        ErrorKind::Timeout,
+        format!(
+            "did not finish in time; still reading: {}",
+            reading.join(", ")
+        ),
+    )
+}
+
+/// The panic's message without the task id, so one bug is logged once.
+fn panicked(error: tokio::task::JoinError) -> CollectError {
+    let message = match error.try_into_panic() {
+        Ok(payload) => payload
+            .downcast_ref::<&str>()
+            .map(|s| s.to_string())
+            .or_else(|| payload.downcast_ref::<String>().cloned())
+            .unwrap_or_else(|| "non-string panic payload".to_string()),
+        Err(error) => error.to_string(),
+    };
+    CollectError::new(ErrorKind::Panic, format!("collector panicked: {message}"))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::metrics::{encode, Format};
+    use std::sync::mpsc;
+
+    const UP: Desc = Desc::gauge("hpcnode_test_up", "Test.", None);
+
+    /// Units `good` and `hung`; reading `hung` blocks until the test releases it, like a
+    /// wedged driver.
+    struct OneHungDevice {
+        release: Mutex<mpsc::Receiver<()>>,
+        hung_reads: AtomicU64,
+    }
+
+    impl Collector for OneHungDevice {
+        type Unit = String;
+
+        fn units(&self) -> Result<Vec<String>, CollectError> {
+            Ok(vec!["good".into(), "hung".into()])
+        }
+
+        fn collect_unit(&self, unit: &String, out: &mut Output) {
+            if unit == "hung" {
+                self.hung_reads.fetch_add(1, Ordering::SeqCst);
+                let _ = lock(&self.release).recv();
+            }
+            out.samples.push(
+                &UP,
+                vec![("device", unit.to_string().into())],
+                Value::Int(1),
+            );
+        }
+    }
+
+    struct Broken;
+
+    impl Collector for Broken {
+        type Unit = String;
+
+        fn units(&self) -> Result<Vec<String>, CollectError> {
+            Err(CollectError::new(ErrorKind::Io, "root unreadable"))
+        }
+
+        fn collect_unit(&self, _unit: &String, _out: &mut Output) {}
+    }
+
+    struct Panics;
+
+    impl Collector for Panics {
+        type Unit = String;
+
+        fn units(&self) -> Result<Vec<String>, CollectError> {
+            Ok(vec!["a".into()])
+        }
+
+        fn collect_unit(&self, _unit: &String, _out: &mut Output) {
+            panic!("bug")
+        }
+    }
+
+    fn text(samples: Samples) -> String {
+        encode(samples, Format::PrometheusText).unwrap()
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn hung_unit_hides_only_itself_and_is_not_read_again() {
+        let (release, wait) = mpsc::channel();
+        let collector = Arc::new(OneHungDevice {
+            release: Mutex::new(wait),
+            hung_reads: AtomicU64::new(0),
+        });
+        struct Shared(Arc<OneHungDevice>);
+        impl Collector for Shared {
+            type Unit = String;
+
+            fn units(&self) -> Result<Vec<String>, CollectError> {
+                self.0.units()
+            }
+            fn collect_unit(&self, unit: &String, out: &mut Output) {
+                self.0.collect_unit(unit, out)
+            }
+        }
+        let scraper = Scraper::new(
+            vec![("test", Started::new(Shared(collector.clone())))],
+            Duration::from_millis(200),
+        );
+
+        let first = text(scraper.scrape().await);
+        assert!(
+            first.contains("hpcnode_test_up{device=\"good\"} 1"),
+            "{first}"
+        );
+        assert!(first.contains("hpcnode_scrape_collector_success{collector=\"test\"} 0"));
+        assert!(
+            first.contains("hpcnode_collector_errors_total{collector=\"test\",kind=\"timeout\"} 1")
+        );
+
+        for _ in 0..5 {
+            let again = text(scraper.scrape().await);
+            assert!(
+                again.contains("hpcnode_test_up{device=\"good\"} 1"),
+                "{again}"
+            );
+            assert!(!again.contains("device=\"hung\""));
+            assert!(again.contains("hpcnode_scrape_collector_success{collector=\"test\"} 0"));
+        }
+        assert_eq!(
+            collector.hung_reads.load(Ordering::SeqCst),
+            1,
+            "a hung unit was read again"
+        );
+        let counted = text(scraper.scrape().await);
+        assert!(counted.contains(
+            "hpcnode_collector_errors_total{collector=\"test\",kind=\"still_running\"} 6"
+        ));
+
+        release.send(()).unwrap();
+        let deadline = Instant::now() + Duration::from_secs(5);
+        while lock(&scraper.slots[0].busy).contains_key("hung") {
+            assert!(Instant::now() < deadline, "released read never finished");
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+        release.send(()).unwrap();
+        let recovered = text(scraper.scrape().await);
+        assert!(recovered.contains("hpcnode_test_up{device=\"hung\"} 1"));
+        assert!(recovered.contains("hpcnode_scrape_collector_success{collector=\"test\"} 1"));
+        assert_eq!(collector.hung_reads.load(Ordering::SeqCst), 2);
+    }
+
+    /// Units `hung` then `after`; counts the reads of `after`.
+    struct HungThenAfter {
+        release: Mutex<mpsc::Receiver<()>>,
+        after_reads: AtomicU64,
+    }
+
+    impl Collector for Arc<HungThenAfter> {
+        type Unit = String;
+
+        fn units(&self) -> Result<Vec<String>, CollectError> {
+            Ok(vec!["hung".into(), "after".into()])
+        }
+
+        fn collect_unit(&self, unit: &String, _out: &mut Output) {
+            if unit == "hung" {
+                let _ = lock(&self.release).recv();
+            } else {
+                self.after_reads.fetch_add(1, Ordering::SeqCst);
+            }
+        }
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn worker_freed_after_the_deadline_reads_no_further_unit() {
+        let (release, wait) = mpsc::channel();
+        let collector = Arc::new(HungThenAfter {
+            release: Mutex::new(wait),
+            after_reads: AtomicU64::new(0),
+        });
+        let mut scraper = Scraper::new(
+            vec![("test", Started::new(collector.clone()))],
+            Duration::from_millis(100),
+        );
+        scraper.workers = 1;
+        let first = text(scraper.scrape().await);
+        assert!(first.contains("hpcnode_scrape_collector_success{collector=\"test\"} 0"));
+
+        release.send(()).unwrap();
+        let deadline = Instant::now() + Duration::from_secs(5);
+        while lock(&scraper.slots[0].busy).contains_key("hung") {
+            assert!(Instant::now() < deadline, "released read never finished");
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+        assert_eq!(
+            collector.after_reads.load(Ordering::SeqCst),
+            0,
+            "a worker of a finished scrape read on"
+        );
+    }
+
+    /// One unit whose read takes a while (slow, not hung).
+    struct Slow;
+
+    impl Collector for Slow {
+        type Unit = String;
+
+        fn units(&self) -> Result<Vec<String>, CollectError> {
+            Ok(vec!["slow".into()])
+        }
+
+        fn collect_unit(&self, unit: &String, out: &mut Output) {
+            std::thread::sleep(Duration::from_millis(150));
+            out.samples.push(
+                &UP,
+                vec![("device", unit.to_string().into())],
+                Value::Int(1),
+            );
+        }
+    }
+
+    /// Two Prometheus servers scraping at once: a unit that one scrape is reading within its
+    /// deadline is not hung, so the other waits for it and reads it too.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn concurrent_scrapes_both_read_a_slow_unit() {
+        let scraper = Scraper::new(vec![("test", Started::new(Slow))], Duration::from_secs(2));
+        let (first, second) = tokio::join!(scraper.scrape(), scraper.scrape());
+        for out in [text(first), text(second)] {
+            assert!(out.contains("hpcnode_test_up{device=\"slow\"} 1"), "{out}");
+            assert!(
+                out.contains("hpcnode_scrape_collector_success{collector=\"test\"} 1"),
+                "{out}"
+            );
+        }
+    }
+
+    #[tokio::test]
+    async fn failure_and_panic_are_reported_not_propagated() {
+        let scraper = Scraper::new(
+            vec![
+                ("broken", Started::new(Broken)),
+                ("panics", Started::new(Panics)),
+            ],
+            Duration::from_secs(5),
+        );
+        let out = text(scraper.scrape().await);
+        assert!(out.contains("hpcnode_scrape_collector_success{collector=\"broken\"} 0"));
+        assert!(out.contains("hpcnode_collector_errors_total{collector=\"broken\",kind=\"io\"} 1"));
+        assert!(out.contains("hpcnode_scrape_collector_success{collector=\"panics\"} 0"));
+        assert!(
+            out.contains("hpcnode_collector_errors_total{collector=\"panics\",kind=\"panic\"} 1")
+        );
+        // The panicking read released its unit: the next scrape reads it (and panics) again.
+        let again = text(scraper.scrape().await);
+        assert!(
+            again.contains("hpcnode_collector_errors_total{collector=\"panics\",kind=\"panic\"} 2")
+        );
+    }
+}
