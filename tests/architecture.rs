@@ -1,0 +1,105 @@
+//! ARCHITECTURE.md stays true: every path its code map names exists, and every source module
+//! of the exporter is in the code map (by its own row, or named in its directory's row).
+
+use std::collections::BTreeSet;
+use std::path::{Path, PathBuf};
+
+fn repository() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("..")
+}
+
+/// The code map's rows: the paths of the first column, and the row's whole text.
+fn code_map() -> Vec<(Vec<String>, String)> {
+    let text = std::fs::read_to_string(repository().join("ARCHITECTURE.md")).unwrap();
+    let section = text
+        .split("\n## ")
+        .find(|section| section.starts_with("Code map"))
+        .expect("ARCHITECTURE.md has a '## Code map' section");
+    section
+        .lines()
+        .filter(|line| line.starts_with("| `"))
+        .map(|line| {
+            let first = line.split('|').nth(1).unwrap_or_default();
+            let paths = first
+                .split('`')
+                .skip(1)
+                .step_by(2)
+                .map(str::to_string)
+                .collect();
+            (paths, line.to_string())
+        })
+        .collect()
+}
+
+/// Every `.rs` file below `dir`, relative to the repository.
+fn sources(dir: &Path, out: &mut BTreeSet<String>) {
+    for entry in std::fs::read_dir(dir).unwrap() {
+        let path = entry.unwrap().path();
+        if path.is_dir() {
+            sources(&path, out);
+        } else if path.extension().is_some_and(|e| e == "rs") {
+            let relative = path.strip_prefix(repository()).unwrap();
+            out.insert(relative.to_string_lossy().into_owned());
+        }
+    }
+}
+
+#[test]
+fn every_path_in_the_code_map_exists() {
+    let rows = code_map();
+    assert!(rows.len() > 20, "the code map has only {} rows", rows.len());
+    for (paths, line) in &rows {
+        assert!(!paths.is_empty(), "a row without a path: {line}");
+        for path in paths {
+            assert!(
+                repository().join(path).exists(),
+                "ARCHITECTURE.md names {path}, which does not exist"
+            );
+        }
+        // A directory's row names its files: each must be somewhere below it.
+        for dir in paths.iter().filter(|path| path.ends_with('/')) {
+            let mut below = BTreeSet::new();
+            sources(&repository().join(dir), &mut below);
+            let names: Vec<&str> = line
+                .split('`')
+                .skip(1)
+                .step_by(2)
+                .filter(|name| name.ends_with(".rs") && !name.contains('/'))
+                .collect();
+            for name in names {
+                assert!(
+                    below.iter().any(|file| file.ends_with(&format!("/{name}"))),
+                    "ARCHITECTURE.md's row for {dir} names {name}, which is not below it"
+                );
+            }
+        }
+    }
+}
+
+#[test]
+fn every_source_module_is_in_the_code_map() {
+    let rows = code_map();
+    let mut files = BTreeSet::new();
+    sources(&repository().join("exporter/src"), &mut files);
+    files.insert("exporter/build.rs".into());
+    for file in &files {
+        let name = file.rsplit_once('/').unwrap().1;
+        let covered = rows.iter().any(|(paths, line)| {
+            paths.iter().any(|path| path == file)
+                || (paths
+                    .iter()
+                    .any(|path| path.ends_with('/') && file.starts_with(path.as_str()))
+                    && line.contains(&format!("`{name}`")))
+        });
+        assert!(
+            covered,
+            "{file} is missing from ARCHITECTURE.md's code map (a row of its own, or `{name}` in its directory's row)"
+        );
+    }
+    for script in [".ci/run", "tests/run.sh", "tests/setup.sh"] {
+        assert!(
+            rows.iter().any(|(paths, _)| paths.iter().any(|p| p == script)),
+            "{script} is missing from ARCHITECTURE.md's code map"
+        );
+    }
+}
