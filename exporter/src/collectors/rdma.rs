@@ -613,6 +613,36 @@ mod tests {
         );
     }
 
+    /// A file where a directory belongs (`device` for `device/driver`, `hw_counters`, a
+    /// port's `counters`) is absent, as a missing one is: the framework's one not-found rule.
+    #[test]
+    fn a_file_where_a_directory_belongs_is_absent() {
+        let tmp = tempfile::tempdir().unwrap();
+        let device = tmp.path().join("mlx5_0");
+        let port = device.join("ports/1");
+        std::fs::create_dir_all(&port).unwrap();
+        std::os::unix::fs::symlink("../0000:05:00.0", device.join("device")).unwrap();
+        for (file, content) in [
+            (tmp.path().join("0000:05:00.0"), ""),
+            (device.join("hw_counters"), ""),
+            (port.join("counters"), ""),
+            (port.join("state"), "4: ACTIVE"),
+            (port.join("phys_state"), "5: LinkUp"),
+            (port.join("rate"), "100 Gb/sec (4X EDR)"),
+        ] {
+            std::fs::write(file, content).unwrap();
+        }
+        let collector = RdmaCollector {
+            class_dir: tmp.path().to_path_buf(),
+            devices: DeviceFilter::All,
+        };
+        let mut out = Output::default();
+        collector.collect_unit(&"mlx5_0".to_string(), &mut out);
+        assert!(out.errors.is_empty(), "{:?}", out.errors);
+        let names: Vec<_> = out.samples.families().iter().map(|f| f.desc.name).collect();
+        assert!(names.contains(&PORT_STATE.name), "{names:?}");
+    }
+
     #[test]
     fn widths_give_the_saturation_value() {
         let max = |file| {
