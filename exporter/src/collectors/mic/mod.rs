@@ -584,6 +584,35 @@ mod tests {
         );
     }
 
+    /// A file where a directory belongs (`ctrl`, MPSS 4's `device` holding `spad/post_code`)
+    /// is absent, as a missing one is: the framework's one not-found rule, not an error.
+    #[test]
+    fn a_file_where_a_directory_belongs_is_absent() {
+        let tmp = tempfile::tempdir().unwrap();
+        let card = tmp.path().join("mic0");
+        std::fs::create_dir(&card).unwrap();
+        for (file, content) in [
+            (tmp.path().join("ctrl"), ""),
+            (card.join("device"), ""),
+            (card.join("state_msg"), "online"),
+            (card.join("state"), "online"),
+        ] {
+            std::fs::write(file, content).unwrap();
+        }
+        let collector = MicCollector {
+            class_dir: tmp.path().to_path_buf(),
+            local_micras: tmp.path().join("micras"),
+            micras_paths: Vec::new(),
+            library: None,
+        };
+        assert_eq!(collector.units().unwrap(), ["mic0"]);
+        let mut out = Output::default();
+        collector.collect_unit(&"mic0".to_string(), &mut out);
+        assert!(out.errors.is_empty(), "{:?}", out.errors);
+        let names: Vec<_> = out.samples.families().iter().map(|f| f.desc.name).collect();
+        assert_eq!(names, [CARD_STATE.name, CARD_INFO.name]);
+    }
+
     #[test]
     fn card_names() {
         assert_eq!(card_number("mic0"), Some(0));
