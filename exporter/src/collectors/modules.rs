@@ -274,44 +274,26 @@ impl Read<'_> {
         self.out.errors.push(err.into());
     }
 
-    /// The value, or `None` after reporting the error.
-    fn reported<T>(&mut self, result: Result<T, SysfsError>) -> Option<T> {
-        result.map_err(|err| self.error(err)).ok()
-    }
-
-    /// The value of something optional: `None` when it is absent, or broken (then reported).
-    fn optional<T>(&mut self, result: Result<T, SysfsError>) -> Option<T> {
-        match result {
-            Err(err) if err.is_absent() => None,
-            result => self.reported(result),
-        }
-    }
-
     /// A directory under a root; `None` when it does not exist, or is broken (then reported).
     fn dir(&mut self, root: &Path, name: &str) -> Option<SysDir> {
-        self.optional(SysDir::open(&root.join(name)))
+        self.out.optional(SysDir::open(&root.join(name)))
     }
 
     fn procfs(&mut self) -> Option<SysDir> {
-        self.reported(SysDir::open(&self.collector.procfs))
+        self.out.reported(SysDir::open(&self.collector.procfs))
     }
 
     /// What `/proc/modules` says; `None` when it cannot be read (reported).
     fn loaded_modules(&mut self, procfs: &SysDir) -> Option<Modules> {
-        match procfs.read_text_file("modules", MAX_LIST_BYTES) {
-            Ok(text) => {
-                let (modules, errors) = parse_modules(&procfs.path("modules"), &text);
-                for err in errors {
-                    self.error(err);
-                }
-                Some(Modules::Listed(modules))
-            }
-            Err(err) if err.is_not_found() => Some(Modules::Unsupported),
-            Err(err) => {
-                self.error(err);
-                None
-            }
+        let text = match procfs.read_text_file("modules", MAX_LIST_BYTES) {
+            Err(err) if err.is_absent() => return Some(Modules::Unsupported),
+            read => self.out.reported(read)?,
+        };
+        let (modules, errors) = parse_modules(&procfs.path("modules"), &text);
+        for err in errors {
+            self.error(err);
         }
+        Some(Modules::Listed(modules))
     }
 
     /// The running kernel's release, checked to be usable as a path component.
@@ -320,7 +302,7 @@ impl Read<'_> {
         let release = procfs
             .read("sys/kernel/osrelease", &mut self.reader)
             .and_then(|text| checked_release(&path, text));
-        self.reported(release)
+        self.out.reported(release)
     }
 
     fn kernel(&mut self) {
@@ -328,7 +310,7 @@ impl Read<'_> {
             return;
         };
         let tainted = procfs.read_u64("sys/kernel/tainted", &mut self.reader);
-        if let Some(mask) = self.reported(tainted) {
+        if let Some(mask) = self.out.reported(tainted) {
             for (bit, flag) in taint::FLAGS.iter().enumerate() {
                 let labels = vec![("flag", flag.name.into()), ("letter", flag.letter.into())];
                 self.push(&TAINTED, labels, (mask >> bit) & 1);
@@ -377,7 +359,7 @@ impl Read<'_> {
         let rootfs = self.collector.rootfs.clone();
         let modules_dir = match SysDir::open(&rootfs.join(format!("lib/modules/{release}"))) {
             Err(err) if err.is_absent() => return Some(0),
-            opened => self.reported(opened)?,
+            opened => self.out.reported(opened)?,
         };
         let build = match modules_dir.link_target("build") {
             Ok(target) if target.is_absolute() => rootfs.join(target.strip_prefix("/").ok()?),
@@ -391,7 +373,7 @@ impl Read<'_> {
         };
         match SysDir::open(&build) {
             Err(err) if err.is_absent() => Some(0),
-            opened => self.reported(opened).map(|_| 1),
+            opened => self.out.reported(opened).map(|_| 1),
         }
     }
 
@@ -448,7 +430,8 @@ impl Read<'_> {
             return HashSet::new();
         };
         let index = dir.read_text_file("modules.builtin", MAX_LIST_BYTES);
-        self.optional(index)
+        self.out
+            .optional(index)
             .map(|text| parse_builtin_index(&text))
             .unwrap_or_default()
     }
@@ -456,13 +439,13 @@ impl Read<'_> {
     /// A module in `/sys/module` without `initstate` is built in: only loadable modules have
     /// one, and built-in modules appear there when they have parameters or a version.
     fn is_builtin_in_sysfs(&mut self, sys_module: &SysDir, module: &str) -> bool {
-        let Some(dir) = self.optional(sys_module.subdir(module)) else {
+        let Some(dir) = self.out.optional(sys_module.subdir(module)) else {
             return false;
         };
         match dir.read("initstate", &mut self.reader).map(|_| ()) {
             Err(err) if err.is_absent() => true,
             initstate => {
-                self.reported(initstate);
+                self.out.reported(initstate);
                 false
             }
         }
@@ -499,14 +482,10 @@ impl Read<'_> {
     /// `modprobe.blacklist=` (kmod honours it) and `module_blacklist=` (the kernel refuses the
     /// load itself) on the kernel command line.
     fn cmdline_rules(&mut self, procfs: &SysDir, expected: &[String]) -> Vec<ModprobeRule> {
-        let text = match procfs.read("cmdline", &mut self.reader) {
-            Ok(text) => text.to_string(),
-            Err(err) => {
-                self.error(err);
-                return Vec::new();
-            }
+        let Some(text) = self.out.reported(procfs.read("cmdline", &mut self.reader)) else {
+            return Vec::new();
         };
-        parse_cmdline_blacklists(&text)
+        parse_cmdline_blacklists(text)
             .into_iter()
             .filter(|(module, _)| expected.contains(module))
             .map(|(module, rule)| ModprobeRule {
@@ -530,7 +509,7 @@ impl Read<'_> {
                         "N" => Ok(0),
                         _ => Err(SysfsError::parse(&path, "expected Y or N", text)),
                     });
-            if let Some(enforce) = self.optional(enforce) {
+            if let Some(enforce) = self.out.optional(enforce) {
                 self.push(&SIG_ENFORCE, Vec::new(), enforce);
             }
         }
@@ -544,7 +523,7 @@ impl Read<'_> {
                     let reason = "expected modes with one in [brackets]";
                     parse_lockdown(text).ok_or_else(|| SysfsError::parse(&path, reason, text))
                 });
-            for (mode, active) in self.optional(modes).unwrap_or_default() {
+            for (mode, active) in self.out.optional(modes).unwrap_or_default() {
                 let labels = vec![("mode", mode.into())];
                 self.push(&LOCKDOWN_MODE, labels, u64::from(active));
             }
@@ -563,7 +542,7 @@ impl Read<'_> {
     /// firmware without Secure Boot, so off.
     fn secure_boot_enabled(&mut self, sysfs: &Path) -> Option<u64> {
         let efi = self.dir(sysfs, "firmware/efi")?;
-        let efivars = self.optional(efi.subdir("efivars"))?;
+        let efivars = self.out.optional(efi.subdir("efivars"))?;
         let path = efivars.path(SECURE_BOOT_VARIABLE);
         let enabled = efivars
             .read_bytes(SECURE_BOOT_VARIABLE, &mut self.reader)
@@ -578,10 +557,10 @@ impl Read<'_> {
         match enabled {
             // An empty efivars directory is an unmounted efivarfs, not a firmware fact.
             Err(err) if err.is_absent() => {
-                let entries = self.reported(efivars.entries())?;
+                let entries = self.out.reported(efivars.entries())?;
                 (!entries.is_empty()).then_some(0)
             }
-            enabled => self.reported(enabled),
+            enabled => self.out.reported(enabled),
         }
     }
 }

@@ -326,21 +326,21 @@ impl Collector for RdmaCollector {
                 Ok(devices)
             }
             // No RDMA stack loaded: nothing to export, and nothing failed.
-            Err(err) if err.is_not_found() => Ok(Vec::new()),
+            Err(err) if err.is_absent() => Ok(Vec::new()),
             Err(err) => Err(err.into()),
         }
     }
 
     fn collect_unit(&self, device: &String, out: &mut Output) {
+        let Some(dir) = out.reported(SysDir::open(&self.class_dir.join(device))) else {
+            return;
+        };
         let mut read = DeviceRead {
             reader: AttributeReader::default(),
             out,
             device: device.to_string().into(),
         };
-        match SysDir::open(&self.class_dir.join(device)) {
-            Ok(dir) => read.device(&dir),
-            Err(err) => read.error(err),
-        }
+        read.device(&dir);
     }
 }
 
@@ -354,10 +354,6 @@ struct DeviceRead<'a> {
 impl DeviceRead<'_> {
     fn push(&mut self, desc: &Desc, labels: Labels, value: Value) {
         self.out.samples.push(desc, labels, value);
-    }
-
-    fn error(&mut self, err: SysfsError) {
-        self.out.errors.push(err.into());
     }
 
     fn device_labels(&self) -> Labels {
@@ -378,43 +374,17 @@ impl DeviceRead<'_> {
         labels
     }
 
-    /// An optional text attribute: missing is "", other failures are reported and give "".
+    /// An optional text attribute: "" when absent or broken (then reported).
     fn text(&mut self, dir: &SysDir, name: &str) -> String {
-        match dir.read(name, &mut self.reader) {
-            Ok(text) => text.to_string(),
-            Err(err) => {
-                if !err.is_not_found() {
-                    self.error(err);
-                }
-                String::new()
-            }
-        }
+        let text = self.out.optional(dir.read(name, &mut self.reader));
+        text.unwrap_or_default().to_string()
     }
 
-    /// An optional symlink's target name: missing is "", other failures are reported.
+    /// An optional symlink's target name: "" when absent or broken (then reported).
     fn link(&mut self, dir: &SysDir, name: &str) -> String {
-        match dir.link_target_name(name) {
-            Ok(target) => target,
-            Err(err) => {
-                if !err.is_not_found() {
-                    self.error(err);
-                }
-                String::new()
-            }
-        }
-    }
-
-    /// An optional subdirectory: `None` when missing, or broken (then reported).
-    fn subdir(&mut self, dir: &SysDir, name: &str) -> Option<SysDir> {
-        match dir.subdir(name) {
-            Ok(sub) => Some(sub),
-            Err(err) => {
-                if !err.is_not_found() {
-                    self.error(err);
-                }
-                None
-            }
-        }
+        self.out
+            .optional(dir.link_target_name(name))
+            .unwrap_or_default()
     }
 
     fn device(&mut self, dir: &SysDir) {
@@ -429,23 +399,17 @@ impl DeviceRead<'_> {
             ("driver", self.link(dir, "device/driver").into()),
         ]);
         self.push(&DEVICE_INFO, labels, Value::Int(1));
-        if let Some(hw) = self.subdir(dir, "hw_counters") {
+        if let Some(hw) = self.out.optional(dir.subdir("hw_counters")) {
             self.hw_counters(&hw, None);
         }
 
-        let Some(ports) = self.subdir(dir, "ports") else {
+        let Some(ports) = self.out.optional(dir.subdir("ports")) else {
             return;
         };
-        match ports.entries() {
-            Ok(names) => {
-                for port in names {
-                    match ports.subdir(&port) {
-                        Ok(port_dir) => self.port(&port_dir, &port.into()),
-                        Err(err) => self.error(err),
-                    }
-                }
+        for port in self.out.reported(ports.entries()).unwrap_or_default() {
+            if let Some(port_dir) = self.out.reported(ports.subdir(&port)) {
+                self.port(&port_dir, &port.into());
             }
-            Err(err) => self.error(err),
         }
     }
 
@@ -465,45 +429,43 @@ impl DeviceRead<'_> {
         self.push(&PORT_INFO, info, Value::Int(1));
 
         for (file, desc) in [("state", &PORT_STATE), ("phys_state", &PORT_PHYSICAL_STATE)] {
-            match dir
+            let id = dir
                 .read(file, &mut self.reader)
-                .and_then(|text| parse_state_id(&dir.path(file), text))
-            {
-                Ok(id) => self.push(desc, self.port_labels(port), Value::Int(id)),
-                Err(err) => self.error(err),
+                .and_then(|text| parse_state_id(&dir.path(file), text));
+            if let Some(id) = self.out.reported(id) {
+                self.push(desc, self.port_labels(port), Value::Int(id));
             }
         }
 
-        match dir
+        let rate = dir
             .read("rate", &mut self.reader)
-            .and_then(|text| parse_rate(&dir.path("rate"), text))
-        {
-            Ok(rate) => {
-                let bytes = Value::Float(rate.bytes_per_second());
-                self.push(&PORT_RATE, self.port_labels(port), bytes);
-                match rate.data_bytes_per_second(link_layer == ETHERNET_LINK_LAYER) {
-                    Some(bytes) => {
-                        self.push(&PORT_DATA_RATE, self.port_labels(port), Value::Float(bytes))
-                    }
-                    None => self.error(SysfsError::parse(
+            .and_then(|text| parse_rate(&dir.path("rate"), text));
+        if let Some(rate) = self.out.reported(rate) {
+            let bytes = Value::Float(rate.bytes_per_second());
+            self.push(&PORT_RATE, self.port_labels(port), bytes);
+            let data_rate = rate
+                .data_bytes_per_second(link_layer == ETHERNET_LINK_LAYER)
+                .ok_or_else(|| {
+                    SysfsError::parse(
                         &dir.path("rate"),
                         "unknown link speed generation; data rate not exported",
                         rate.generation(),
-                    )),
-                }
+                    )
+                });
+            if let Some(bytes) = self.out.reported(data_rate) {
+                self.push(&PORT_DATA_RATE, self.port_labels(port), Value::Float(bytes));
             }
-            Err(err) => self.error(err),
         }
 
-        let replaced = match self.subdir(dir, "counters_ext") {
+        let replaced = match self.out.optional(dir.subdir("counters_ext")) {
             Some(ext) => self.counters_ext(&ext, port),
             None => Vec::new(),
         };
         // Soft-RoCE, irdma and bnxt_re have no PMA: no counters/ at all.
-        if let Some(counters) = self.subdir(dir, "counters") {
+        if let Some(counters) = self.out.optional(dir.subdir("counters")) {
             self.pma_counters(&counters, port, &replaced);
         }
-        if let Some(hw) = self.subdir(dir, "hw_counters") {
+        if let Some(hw) = self.out.optional(dir.subdir("hw_counters")) {
             self.hw_counters(&hw, Some(port));
         }
     }
@@ -579,30 +541,22 @@ impl DeviceRead<'_> {
 
     /// A counter's value; `None` when absent, `N/A (no PMA)`, or broken (then reported).
     fn counter_value(&mut self, dir: &SysDir, name: &str) -> Option<u64> {
-        match dir.read(name, &mut self.reader) {
-            Ok(NO_PMA) => None,
-            Ok(text) => match text.parse() {
-                Ok(value) => Some(value),
-                Err(_) => {
-                    let err = SysfsError::parse(&dir.path(name), "not an unsigned integer", text);
-                    self.error(err);
-                    None
-                }
-            },
-            Err(err) if err.is_not_found() => None,
-            Err(err) => {
-                self.error(err);
-                None
-            }
-        }
+        let value = dir
+            .read(name, &mut self.reader)
+            .and_then(|text| match text {
+                NO_PMA => Ok(None),
+                text => text.parse().map(Some).map_err(|_| {
+                    SysfsError::parse(&dir.path(name), "not an unsigned integer", text)
+                }),
+            });
+        self.out.optional(value).flatten()
     }
 
     /// Every file of a `hw_counters/` directory, whatever its name; `lifespan` is a setting.
     /// `port` is `None` for the device-wide directory.
     fn hw_counters(&mut self, dir: &SysDir, port: Option<&LabelValue>) {
-        let names = match dir.entries() {
-            Ok(names) => names,
-            Err(err) => return self.error(err),
+        let Some(names) = self.out.reported(dir.entries()) else {
+            return;
         };
         for name in names {
             let Some(value) = self.counter_value(dir, &name) else {
@@ -657,6 +611,36 @@ mod tests {
                 .starts_with("invalid --collector.rdma.device-include \"(\""),
             "{err}"
         );
+    }
+
+    /// A file where a directory belongs (`device` for `device/driver`, `hw_counters`, a
+    /// port's `counters`) is absent, as a missing one is: the framework's one not-found rule.
+    #[test]
+    fn a_file_where_a_directory_belongs_is_absent() {
+        let tmp = tempfile::tempdir().unwrap();
+        let device = tmp.path().join("mlx5_0");
+        let port = device.join("ports/1");
+        std::fs::create_dir_all(&port).unwrap();
+        std::os::unix::fs::symlink("../0000:05:00.0", device.join("device")).unwrap();
+        for (file, content) in [
+            (tmp.path().join("0000:05:00.0"), ""),
+            (device.join("hw_counters"), ""),
+            (port.join("counters"), ""),
+            (port.join("state"), "4: ACTIVE"),
+            (port.join("phys_state"), "5: LinkUp"),
+            (port.join("rate"), "100 Gb/sec (4X EDR)"),
+        ] {
+            std::fs::write(file, content).unwrap();
+        }
+        let collector = RdmaCollector {
+            class_dir: tmp.path().to_path_buf(),
+            devices: DeviceFilter::All,
+        };
+        let mut out = Output::default();
+        collector.collect_unit(&"mlx5_0".to_string(), &mut out);
+        assert!(out.errors.is_empty(), "{:?}", out.errors);
+        let names: Vec<_> = out.samples.families().iter().map(|f| f.desc.name).collect();
+        assert!(names.contains(&PORT_STATE.name), "{names:?}");
     }
 
     #[test]

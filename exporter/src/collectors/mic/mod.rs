@@ -309,7 +309,7 @@ impl Collector for MicCollector {
                 .filter(|name| card_number(name).is_some())
                 .collect(),
             // No MPSS host driver: no cards, and nothing failed.
-            Err(err) if err.is_not_found() => Vec::new(),
+            Err(err) if err.is_absent() => Vec::new(),
             Err(err) => return Err(err.into()),
         };
         for (card, _) in &self.micras_paths {
@@ -320,7 +320,7 @@ impl Collector for MicCollector {
         cards.sort_by_key(|card| card_number(card));
         match SysDir::open(&self.local_micras) {
             Ok(_) => cards.push(LOCAL_CARD.to_string()),
-            Err(err) if err.is_not_found() => {}
+            Err(err) if err.is_absent() => {}
             Err(err) => return Err(err.into()),
         }
         Ok(cards)
@@ -336,14 +336,10 @@ impl Collector for MicCollector {
         // A card the host driver lists: its number, and its state when it could be read.
         let mut host_card = None;
         if let Some(number) = card_number(card) {
-            match SysDir::open(&self.class_dir.join(card)) {
-                Ok(dir) => {
-                    let version = self.mpss_version(&mut read);
-                    host_card = Some((number, read.host(&dir, version)));
-                }
-                // A card known only from its micras copy.
-                Err(err) if err.is_not_found() => {}
-                Err(err) => read.error(err),
+            // Absent for a card known only from its micras copy.
+            if let Some(dir) = read.out.optional(SysDir::open(&self.class_dir.join(card))) {
+                let version = self.mpss_version(&mut read);
+                host_card = Some((number, read.host(&dir, version)));
             }
         }
         if let (Some(library), Some((number, state))) = (&self.library, &host_card) {
@@ -360,17 +356,11 @@ impl Collector for MicCollector {
                 .map(|(_, dir)| dir.as_path())
         };
         if let Some(path) = micras {
-            let available = match SysDir::open(path) {
-                Ok(dir) => {
-                    read.micras(&dir);
-                    true
-                }
-                Err(err) => {
-                    read.error(err);
-                    false
-                }
-            };
-            read.source_available(SOURCE_MICRAS, available);
+            let dir = read.out.reported(SysDir::open(path));
+            if let Some(dir) = &dir {
+                read.micras(dir);
+            }
+            read.source_available(SOURCE_MICRAS, dir.is_some());
         }
     }
 }
@@ -378,15 +368,10 @@ impl Collector for MicCollector {
 impl MicCollector {
     /// `class/mic/ctrl/version`: the host's MPSS version, "" when absent.
     fn mpss_version(&self, read: &mut CardRead) -> String {
-        match SysDir::open(&self.class_dir.join("ctrl")) {
-            Ok(ctrl) => read.optional_text(&ctrl, "version").unwrap_or_default(),
-            Err(err) => {
-                if !err.is_not_found() {
-                    read.error(err);
-                }
-                String::new()
-            }
-        }
+        read.out
+            .optional(SysDir::open(&self.class_dir.join("ctrl")))
+            .and_then(|ctrl| read.optional_text(&ctrl, "version"))
+            .unwrap_or_default()
     }
 }
 
@@ -412,27 +397,16 @@ impl CardRead<'_> {
         vec![("device", self.device.clone())]
     }
 
-    /// An optional attribute: missing is `None`, other failures are reported and give `None`.
+    /// An optional attribute: `None` when absent or broken (then reported).
     fn optional_text(&mut self, dir: &SysDir, name: &str) -> Option<String> {
-        match dir.read(name, &mut self.reader) {
-            Ok(text) => Some(text.to_string()),
-            Err(err) => {
-                if !err.is_not_found() {
-                    self.error(err);
-                }
-                None
-            }
-        }
+        let text = self.out.optional(dir.read(name, &mut self.reader));
+        text.map(str::to_string)
     }
 
     fn optional_count(&mut self, dir: &SysDir, name: &str, desc: &Desc) {
-        match dir.read_u64(name, &mut self.reader) {
-            Ok(count) => self
-                .out
-                .samples
-                .push(desc, self.labels(), Value::Int(count)),
-            Err(err) if err.is_not_found() => {}
-            Err(err) => self.error(err),
+        if let Some(count) = self.out.optional(dir.read_u64(name, &mut self.reader)) {
+            let labels = self.labels();
+            self.out.samples.push(desc, labels, Value::Int(count));
         }
     }
 
@@ -487,23 +461,17 @@ impl CardRead<'_> {
         } else {
             "post_code"
         };
-        match dir.read(post_code, &mut self.reader) {
-            Ok(text) => match parse_post_code(text, mpss4) {
-                Some(code) => {
-                    let mut labels = self.labels();
-                    labels.push(("post_code", code.into()));
-                    self.out
-                        .samples
-                        .push(&CARD_POST_CODE, labels, Value::Int(1));
-                }
-                None => {
-                    let err = SysfsError::parse(&dir.path(post_code), "not a POST code", text);
-                    self.error(err);
-                }
-            },
-            Err(err) if err.is_not_found() => {}
-            // MPSS 3 fails the read (EAGAIN, ENXIO) while no code is set: this item only.
-            Err(err) => self.error(err),
+        // MPSS 3 fails the read (EAGAIN, ENXIO) while no code is set: this item only.
+        let code = dir.read(post_code, &mut self.reader).and_then(|text| {
+            parse_post_code(text, mpss4)
+                .ok_or_else(|| SysfsError::parse(&dir.path(post_code), "not a POST code", text))
+        });
+        if let Some(code) = self.out.optional(code) {
+            let mut labels = self.labels();
+            labels.push(("post_code", code.into()));
+            self.out
+                .samples
+                .push(&CARD_POST_CODE, labels, Value::Int(1));
         }
         self.optional_count(dir, "boot_count", &CARD_BOOTS);
         self.optional_count(dir, "crash_count", &CARD_CRASHES);
@@ -614,6 +582,35 @@ mod tests {
             .unwrap()
             .libmicmgmt
         );
+    }
+
+    /// A file where a directory belongs (`ctrl`, MPSS 4's `device` holding `spad/post_code`)
+    /// is absent, as a missing one is: the framework's one not-found rule, not an error.
+    #[test]
+    fn a_file_where_a_directory_belongs_is_absent() {
+        let tmp = tempfile::tempdir().unwrap();
+        let card = tmp.path().join("mic0");
+        std::fs::create_dir(&card).unwrap();
+        for (file, content) in [
+            (tmp.path().join("ctrl"), ""),
+            (card.join("device"), ""),
+            (card.join("state_msg"), "online"),
+            (card.join("state"), "online"),
+        ] {
+            std::fs::write(file, content).unwrap();
+        }
+        let collector = MicCollector {
+            class_dir: tmp.path().to_path_buf(),
+            local_micras: tmp.path().join("micras"),
+            micras_paths: Vec::new(),
+            library: None,
+        };
+        assert_eq!(collector.units().unwrap(), ["mic0"]);
+        let mut out = Output::default();
+        collector.collect_unit(&"mic0".to_string(), &mut out);
+        assert!(out.errors.is_empty(), "{:?}", out.errors);
+        let names: Vec<_> = out.samples.families().iter().map(|f| f.desc.name).collect();
+        assert_eq!(names, [CARD_STATE.name, CARD_INFO.name]);
     }
 
     #[test]
