@@ -98,7 +98,8 @@ fn every_source_module_is_in_the_code_map() {
     }
     for script in [".ci/run", "tests/run.sh", "tests/setup.sh"] {
         assert!(
-            rows.iter().any(|(paths, _)| paths.iter().any(|p| p == script)),
+            rows.iter()
+                .any(|(paths, _)| paths.iter().any(|p| p == script)),
             "{script} is missing from ARCHITECTURE.md's code map"
         );
     }

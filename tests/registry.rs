@@ -11,7 +11,8 @@ use hpcnode_exporter::collector::{
     CollectError, Collector, Host, Output, Registration, Settings, StartError, Started,
 };
 use hpcnode_exporter::collectors;
-use hpcnode_exporter::config::{self, flag, ConfigError, Flags, Invocation};
+use hpcnode_exporter::config::{self, Invocation};
+use hpcnode_exporter::flags::{flag, ConfigError, Flags};
 use hpcnode_exporter::metrics::{encode, Desc, Format, Value};
 use hpcnode_exporter::scrape::Scraper;
 

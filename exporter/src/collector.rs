@@ -9,8 +9,8 @@ use std::time::Duration;
 
 use clap::Arg;
 
-use crate::config::{ConfigError, Flags};
 pub use crate::error::{CollectError, ErrorKind, PendingErrors};
+use crate::flags::{ConfigError, Flags};
 use crate::metrics::{Desc, Samples};
 use crate::scrape::Erased;
 use crate::sysfs::SysfsError;

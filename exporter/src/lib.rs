@@ -7,6 +7,7 @@ pub mod collectors;
 pub mod config;
 pub mod dynlib;
 pub mod error;
+pub mod flags;
 pub mod http;
 pub mod kernel;
 pub mod logging;

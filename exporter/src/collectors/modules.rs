@@ -13,7 +13,7 @@ use std::path::{Path, PathBuf};
 use crate::collector::{
     CollectError, Collector, Host, Output, Registration, Settings, StartError, Started,
 };
-use crate::config::{flag, ConfigError, Flags};
+use crate::flags::{flag, ConfigError, Flags};
 use crate::kernel::cmdline;
 use crate::kernel::modprobe::{self, Action};
 use crate::kernel::release::checked_release;

@@ -11,7 +11,7 @@ use regex::Regex;
 use crate::collector::{
     CollectError, Collector, Host, Output, Registration, Settings, StartError, Started,
 };
-use crate::config::{optional, ConfigError, Flags};
+use crate::flags::{optional, ConfigError, Flags};
 use crate::metrics::{Desc, LabelValue, Labels, Value};
 use crate::rdma_port::{parse_rate, parse_state_id, ETHERNET_LINK_LAYER};
 use crate::sysfs::{AttributeReader, SysDir, SysfsError};

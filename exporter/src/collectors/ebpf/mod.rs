@@ -21,7 +21,7 @@ use std::sync::{Arc, Mutex};
 use crate::collector::{
     CollectError, Collector, ErrorKind, Host, Output, Registration, Settings, StartError, Started,
 };
-use crate::config::switch;
+use crate::flags::switch;
 use crate::logging::{self, Level};
 use crate::metrics::{Desc, Labels, Value};
 use crate::sysfs::{AttributeReader, SysDir};

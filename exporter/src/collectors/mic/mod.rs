@@ -22,7 +22,7 @@ use std::path::{Path, PathBuf};
 use crate::collector::{
     CollectError, Collector, Host, Output, Registration, Settings, StartError, Started,
 };
-use crate::config::{optional, toggle, ConfigError, Flags};
+use crate::flags::{optional, toggle, ConfigError, Flags};
 use crate::metrics::{Desc, LabelValue, Labels, Value};
 use crate::sysfs::{AttributeReader, SysDir, SysfsError};
 use libmicmgmt::LibrarySource;

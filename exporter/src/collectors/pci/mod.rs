@@ -20,7 +20,7 @@ use std::path::{Path, PathBuf};
 use crate::collector::{
     CollectError, Collector, ErrorKind, Host, Output, Registration, Settings, StartError, Started,
 };
-use crate::config::{repeated, ConfigError, Flags};
+use crate::flags::{repeated, ConfigError, Flags};
 use crate::kernel::cmdline;
 use crate::kernel::modprobe;
 use crate::kernel::release::checked_release;

@@ -13,7 +13,7 @@ use super::ffi::{self, Verbs};
 use super::peer::{self, Cidr};
 use super::{first_device, oob, progress_line, result_table, ProbeError, Target, MAX_DURATION};
 use crate::collector::{ProbeCommand, RunOnce};
-use crate::config::{optional, parse_listen_address, ConfigError, Flags};
+use crate::flags::{optional, parse_listen_address, ConfigError, Flags};
 use crate::sysfs::SysDir;
 
 /// The exporter's flags: when and what to probe, the responder, then the measurement.
