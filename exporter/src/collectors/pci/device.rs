@@ -48,7 +48,7 @@ impl Read<'_> {
         let labels = || vec![("device", device.clone())];
         let dir = match SysDir::open(&collector.sysfs.join("bus/pci/devices").join(address)) {
             Ok(dir) => dir,
-            Err(err) if err.is_not_found() => {
+            Err(err) if err.is_absent() => {
                 // Meant for passthrough but not on the bus (removed, or a wrong address); any
                 // other device that vanished since the listing is simply gone.
                 let named = collector
@@ -101,10 +101,20 @@ impl Read<'_> {
 
     /// Identity, driver, BARs, IRQ, config space, link, power and SR-IOV of one device.
     fn device_attributes(&mut self, dir: &SysDir, labels: &Labels) -> DeviceState {
-        let text = |read: &mut Self, name: &str| read.optional(dir, name).unwrap_or_default();
-        let driver = self.link(dir, "driver");
-        let physical_function = self.link(dir, "physfn");
-        let sysfs_total_vfs = self.optional_u64(dir, "sriov_totalvfs");
+        let text = |read: &mut Self, name: &str| {
+            let text = dir.read(name, &mut read.reader).map(str::to_string);
+            read.out.optional(text).unwrap_or_default()
+        };
+        let link = |read: &mut Self, name: &str| {
+            read.out
+                .optional(dir.link_target_name(name))
+                .unwrap_or_default()
+        };
+        let driver = link(self, "driver");
+        let physical_function = link(self, "physfn");
+        let sysfs_total_vfs = self
+            .out
+            .optional(dir.read_u64("sriov_totalvfs", &mut self.reader));
         let device_type = DeviceType::of(!physical_function.is_empty(), sysfs_total_vfs.is_some());
         let (vendor, device) = (text(self, "vendor"), text(self, "device"));
         let ids = hex_id(&vendor).zip(hex_id(&device));
@@ -116,7 +126,7 @@ impl Read<'_> {
             ("subsystem_device_id", text(self, "subsystem_device").into()),
             ("class", text(self, "class").into()),
             ("driver", driver.clone().into()),
-            ("iommu_group", self.link(dir, "iommu_group").into()),
+            ("iommu_group", link(self, "iommu_group").into()),
             ("numa_node", text(self, "numa_node").into()),
             ("physical_function", physical_function.into()),
             ("nova_device_type", device_type.as_str().into()),
@@ -124,16 +134,13 @@ impl Read<'_> {
         self.push(&DEVICE_INFO, info, Value::Int(1));
         self.flag(&DRIVER_BOUND, labels.clone(), !driver.is_empty());
 
-        let space = match dir.read_file("config", CONFIG_SPACE_BYTES) {
-            Ok(bytes) => config_space::parse(&bytes),
-            Err(err) => {
-                if !err.is_not_found() {
-                    self.error(err);
-                }
-                ConfigSpace::default()
-            }
-        };
-        let (bars_implemented, bars_assigned) = match self.optional(dir, "resource") {
+        let space = self
+            .out
+            .optional(dir.read_file("config", CONFIG_SPACE_BYTES))
+            .map(|bytes| config_space::parse(&bytes))
+            .unwrap_or_default();
+        let resource = dir.read("resource", &mut self.reader).map(str::to_string);
+        let (bars_implemented, bars_assigned) = match self.out.optional(resource) {
             Some(resource) => match parse_bars(&resource, &space.bars_in_header) {
                 Some(bars) => bars,
                 None => {
@@ -155,7 +162,7 @@ impl Read<'_> {
             labels.push(("state", state.into()));
             self.push(&BARS, labels, Value::Int(count as u64));
         }
-        let irq = self.optional_u64(dir, "irq");
+        let irq = self.out.optional(dir.read_u64("irq", &mut self.reader));
         if let Some(irq) = irq {
             self.push(&IRQ, labels.clone(), Value::Int(irq));
         }
@@ -186,7 +193,10 @@ impl Read<'_> {
         }
         self.link_state(dir, labels, &space);
 
-        let power_state = match self.optional(dir, "power_state") {
+        let power_state = dir
+            .read("power_state", &mut self.reader)
+            .map(str::to_string);
+        let power_state = match self.out.optional(power_state) {
             Some(text) => match power_state_id(&text) {
                 Some(id) => Some(id),
                 None => {
@@ -208,7 +218,8 @@ impl Read<'_> {
         if let Some(total) = total_vfs {
             self.push(&SRIOV_TOTAL_VFS, labels.clone(), Value::Int(total));
             let enabled = self
-                .optional_u64(dir, "sriov_numvfs")
+                .out
+                .optional(dir.read_u64("sriov_numvfs", &mut self.reader))
                 .or(space.sriov.map(|s| s.num_vfs.into()));
             if let Some(enabled) = enabled {
                 self.push(&SRIOV_VFS, labels.clone(), Value::Int(enabled));
@@ -235,12 +246,14 @@ impl Read<'_> {
             let prefix = if which == "current" { "current" } else { "max" };
             let speed_file = format!("{prefix}_link_speed");
             let width_file = format!("{prefix}_link_width");
-            let speed = match self.optional(dir, &speed_file) {
+            let speed = dir.read(&speed_file, &mut self.reader).map(str::to_string);
+            let speed = match self.out.optional(speed) {
                 Some(text) => parse_link_speed(&text),
                 None => from_config.and_then(|l| l.speed_gts),
             };
             // The kernel prints the width as a number (0 while the link is down).
-            let width = match self.optional(dir, &width_file) {
+            let width = dir.read(&width_file, &mut self.reader).map(str::to_string);
+            let width = match self.out.optional(width) {
                 Some(text) => match text.parse::<u64>() {
                     Ok(width) => Some(width).filter(|w| *w > 0),
                     Err(_) => {
@@ -297,7 +310,10 @@ impl Read<'_> {
     /// Every member of the device's IOMMU group other than the device itself is a PCI bridge
     /// or bound to vfio-pci or pci-stub. False without a group (no IOMMU).
     fn group_isolated(&mut self, dir: &SysDir, address: &str) -> bool {
-        let group = self.link(dir, "iommu_group");
+        let group = self
+            .out
+            .optional(dir.link_target_name("iommu_group"))
+            .unwrap_or_default();
         if group.is_empty() {
             return false;
         }
@@ -317,14 +333,10 @@ impl Read<'_> {
             .join("kernel/iommu_groups")
             .join(&group)
             .join("devices");
-        let members = match SysDir::open(&members_dir).and_then(|d| d.entries().map(|e| (d, e))) {
-            Ok(members) => members,
-            Err(err) => {
-                self.error(err);
-                return false;
-            }
+        let members = SysDir::open(&members_dir).and_then(|d| d.entries().map(|e| (d, e)));
+        let Some((members_dir, names)) = self.out.reported(members) else {
+            return false;
         };
-        let (members_dir, names) = members;
         names
             .iter()
             .filter(|member| member.as_str() != address)
@@ -345,7 +357,8 @@ impl Read<'_> {
     /// For a device without a driver: the modules whose aliases match its modalias, and the
     /// modprobe.d rules on them.
     fn alias_modules(&mut self, dir: &SysDir, labels: &Labels) {
-        let Some(modalias) = self.optional(dir, "modalias") else {
+        let modalias = dir.read("modalias", &mut self.reader).map(str::to_string);
+        let Some(modalias) = self.out.optional(modalias) else {
             return;
         };
         let Some(aliases) = self.modules_alias() else {
@@ -387,24 +400,25 @@ impl Read<'_> {
     /// `<rootfs>/lib/modules/<release>/modules.alias`, release from procfs.
     fn modules_alias(&mut self) -> Option<String> {
         let collector = self.collector;
-        let kernel = SysDir::open(&collector.procfs.join("sys/kernel"))
-            .map_err(|err| self.error(err))
-            .ok()?;
-        let release = self.optional(&kernel, "osrelease")?;
-        let release = checked_release(&kernel.path("osrelease"), &release)
-            .map_err(|err| self.error(err))
-            .ok()?;
+        let kernel = self
+            .out
+            .reported(SysDir::open(&collector.procfs.join("sys/kernel")))?;
+        let release = kernel
+            .read("osrelease", &mut self.reader)
+            .map(str::to_string);
+        let release = self.out.optional(release)?;
+        let release = self
+            .out
+            .reported(checked_release(&kernel.path("osrelease"), &release))?;
         let dir = collector.rootfs.join("lib/modules").join(&release);
-        match SysDir::open(&dir).and_then(|d| d.read_file("modules.alias", MODULES_ALIAS_LIMIT)) {
-            // Valid UTF-8 (as depmod writes it) is kept without a copy.
-            Ok(bytes) => Some(String::from_utf8(bytes).unwrap_or_else(|invalid| {
-                String::from_utf8_lossy(invalid.as_bytes()).into_owned()
-            })),
-            Err(err) => {
-                self.error(err);
-                None
-            }
-        }
+        let bytes = self.out.reported(
+            SysDir::open(&dir).and_then(|d| d.read_file("modules.alias", MODULES_ALIAS_LIMIT)),
+        )?;
+        // Valid UTF-8 (as depmod writes it) is kept without a copy.
+        Some(
+            String::from_utf8(bytes)
+                .unwrap_or_else(|invalid| String::from_utf8_lossy(invalid.as_bytes()).into_owned()),
+        )
     }
 
     /// The rules of the effective modprobe.d files (kmod's precedence and masking).

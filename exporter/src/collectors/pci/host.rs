@@ -27,8 +27,11 @@ impl Read<'_> {
         self.flag(&IOMMU_ENABLED, Vec::new(), !units.is_empty());
         self.push(&IOMMU_UNITS, Vec::new(), Value::Int(units.len() as u64));
 
-        if let Ok(proc_dir) = SysDir::open(&collector.procfs).map_err(|e| self.error(e)) {
-            if let Some(cmdline) = self.optional(&proc_dir, "cmdline") {
+        if let Some(proc_dir) = self.out.reported(SysDir::open(&collector.procfs)) {
+            let cmdline = proc_dir
+                .read("cmdline", &mut self.reader)
+                .map(str::to_string);
+            if let Some(cmdline) = self.out.optional(cmdline) {
                 for (parameter, value) in iommu_parameters(&cmdline) {
                     self.push(
                         &IOMMU_KERNEL_PARAMETER,
@@ -40,36 +43,27 @@ impl Read<'_> {
         }
 
         let groups_path = collector.sysfs.join("kernel/iommu_groups");
-        match SysDir::open(&groups_path).and_then(|d| d.entries().map(|e| (d, e))) {
-            Ok((groups, names)) => {
-                for group in names {
-                    let Ok(group_dir) = groups.subdir(&group).map_err(|e| self.error(e)) else {
-                        continue;
-                    };
-                    let kind = self.optional(&group_dir, "type").unwrap_or_default();
-                    match group_dir.subdir("devices").and_then(|d| d.entries()) {
-                        Ok(members) => self.push(
-                            &IOMMU_GROUP_DEVICES,
-                            vec![("group", group.into()), ("type", kind.into())],
-                            Value::Int(members.len() as u64),
-                        ),
-                        Err(err) => self.error(err),
-                    }
+        let groups = SysDir::open(&groups_path).and_then(|d| d.entries().map(|e| (d, e)));
+        if let Some((groups, names)) = self.out.optional(groups) {
+            for group in names {
+                let Some(group_dir) = self.out.reported(groups.subdir(&group)) else {
+                    continue;
+                };
+                let kind = group_dir.read("type", &mut self.reader).map(str::to_string);
+                let kind = self.out.optional(kind).unwrap_or_default();
+                let members = group_dir.subdir("devices").and_then(|d| d.entries());
+                if let Some(members) = self.out.reported(members) {
+                    self.push(
+                        &IOMMU_GROUP_DEVICES,
+                        vec![("group", group.into()), ("type", kind.into())],
+                        Value::Int(members.len() as u64),
+                    );
                 }
             }
-            Err(err) if err.is_not_found() => {}
-            Err(err) => self.error(err),
         }
 
-        let loaded = match SysDir::open(&collector.sysfs.join("module")).and_then(|d| d.entries()) {
-            Ok(modules) => modules,
-            Err(err) => {
-                if !err.is_not_found() {
-                    self.error(err);
-                }
-                Vec::new()
-            }
-        };
+        let loaded = SysDir::open(&collector.sysfs.join("module")).and_then(|d| d.entries());
+        let loaded = self.out.optional(loaded).unwrap_or_default();
         let others = loaded
             .iter()
             .filter(|m| m.starts_with("vfio") && !VFIO_MODULES.contains(&m.as_str()))
@@ -89,15 +83,9 @@ impl Read<'_> {
     }
 
     pub(super) fn iommu_units(&mut self) -> Vec<String> {
-        match SysDir::open(&self.collector.sysfs.join("class/iommu")).and_then(|d| d.entries()) {
-            Ok(units) => units,
-            Err(err) => {
-                if !err.is_not_found() {
-                    self.error(err);
-                }
-                Vec::new()
-            }
-        }
+        let units =
+            SysDir::open(&self.collector.sysfs.join("class/iommu")).and_then(|d| d.entries());
+        self.out.optional(units).unwrap_or_default()
     }
 }
 

@@ -366,7 +366,7 @@ impl Collector for PciCollector {
         let (devices, addresses) = match listing {
             Ok(listing) => listing,
             // No PCI bus: nothing to report.
-            Err(err) if err.is_not_found() => return Ok(Vec::new()),
+            Err(err) if err.is_absent() => return Ok(Vec::new()),
             Err(err) => return Err(err.into()),
         };
         // Errors in these files are the nova unit's to report.
@@ -507,46 +507,6 @@ impl Read<'_> {
 
     fn flag(&mut self, desc: &Desc, labels: Labels, on: bool) {
         self.push(desc, labels, Value::Int(u64::from(on)));
-    }
-
-    /// An optional text attribute: `None` when missing; other failures are reported.
-    fn optional(&mut self, dir: &SysDir, name: &str) -> Option<String> {
-        match dir.read(name, &mut self.reader) {
-            Ok(text) => Some(text.to_string()),
-            Err(err) => {
-                if !err.is_not_found() {
-                    self.error(err);
-                }
-                None
-            }
-        }
-    }
-
-    fn optional_u64(&mut self, dir: &SysDir, name: &str) -> Option<u64> {
-        let text = self.optional(dir, name)?;
-        match text.parse() {
-            Ok(value) => Some(value),
-            Err(_) => {
-                self.error(SysfsError::parse(
-                    &dir.path(name),
-                    "not an unsigned integer",
-                    &text,
-                ));
-                None
-            }
-        }
-    }
-
-    fn link(&mut self, dir: &SysDir, name: &str) -> String {
-        match dir.link_target_name(name) {
-            Ok(target) => target,
-            Err(err) => {
-                if !err.is_not_found() {
-                    self.error(err);
-                }
-                String::new()
-            }
-        }
     }
 }
 

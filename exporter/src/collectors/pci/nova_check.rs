@@ -76,14 +76,13 @@ impl Read<'_> {
         }
         // Every present device with its Nova identity and type.
         let devices_dir = collector.sysfs.join("bus/pci/devices");
-        let Ok(devices) = SysDir::open(&devices_dir).map_err(|e| self.error(e)) else {
+        let Some(devices) = self.out.reported(SysDir::open(&devices_dir)) else {
+            return;
+        };
+        let Some(addresses) = self.out.reported(devices.entries()) else {
             return;
         };
         let mut present = Vec::new();
-        let addresses = match devices.entries() {
-            Ok(addresses) => addresses,
-            Err(err) => return self.error(err),
-        };
         for address in addresses {
             let Ok(dir) = devices.subdir(&address) else {
                 continue;
