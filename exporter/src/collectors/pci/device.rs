@@ -10,10 +10,11 @@ use crate::metrics::{LabelValue, Labels, Value};
 use crate::sysfs::{SysDir, SysfsError};
 
 use super::config_space::{self, ConfigSpace, BAR_COUNT};
+use super::identity::{parse_id16, read_id};
 use super::modules;
 use super::nova::DeviceType;
 use super::{
-    hex_id, DeviceSelector, Read, BARS, CONFIG_READABLE, DEVICE_FAULT, DEVICE_INFO, DRIVER_BOUND,
+    DeviceSelector, Read, BARS, CONFIG_READABLE, DEVICE_FAULT, DEVICE_INFO, DRIVER_BOUND,
     INTERRUPT_CAPABILITY, IRQ, LINK_SPEED, LINK_WIDTH, MAX_LABEL_CHARS, MEMORY_DECODE,
     MSIX_TABLE_SIZE, PASSTHROUGH_CHECK, PASSTHROUGH_READY, POWER_STATE, SRIOV_TOTAL_VFS, SRIOV_VFS,
     UNBOUND_ALIAS_MODULE, UNBOUND_ALIAS_MODULES, VFIO_DRIVER,
@@ -117,7 +118,7 @@ impl Read<'_> {
             .optional(dir.read_u64("sriov_totalvfs", &mut self.reader));
         let device_type = DeviceType::of(!physical_function.is_empty(), sysfs_total_vfs.is_some());
         let (vendor, device) = (text(self, "vendor"), text(self, "device"));
-        let ids = hex_id(&vendor).zip(hex_id(&device));
+        let ids = parse_id16(&vendor).zip(parse_id16(&device));
         let mut info = labels.clone();
         info.extend([
             ("vendor_id", vendor.into()),
@@ -344,10 +345,7 @@ impl Read<'_> {
                 let Ok(member_dir) = members_dir.subdir(member) else {
                     return false;
                 };
-                let class = member_dir
-                    .read("class", &mut self.reader)
-                    .ok()
-                    .and_then(|c| u32::from_str_radix(c.trim_start_matches("0x"), 16).ok());
+                let class = read_id(&member_dir, "class", &mut self.reader);
                 let driver = member_dir.link_target_name("driver").unwrap_or_default();
                 class.is_some_and(|c| c >> 8 == PCI_BRIDGE_CLASS)
                     || PASSTHROUGH_DRIVERS.contains(&driver.as_str())

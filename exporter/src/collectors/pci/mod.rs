@@ -12,6 +12,7 @@
 mod config_space;
 mod device;
 mod host;
+mod identity;
 mod modules;
 mod nova;
 mod nova_check;
@@ -26,7 +27,7 @@ use crate::config::{repeated, ConfigError, Flags};
 use crate::metrics::{Desc, Labels, Value};
 use crate::sysfs::{AttributeReader, SysDir, SysfsError};
 
-use nova::{Address, PciIdentity};
+use identity::{read_identity, Address};
 
 pub const REGISTRATION: Registration = Registration {
     name: "pci",
@@ -117,10 +118,7 @@ impl DeviceSelector {
     /// `10de:1eb8` or `0000:3b:00.0`; `None` for anything else.
     fn parse(text: &str) -> Option<DeviceSelector> {
         if let Some(address) = Address::parse(text) {
-            return Some(DeviceSelector::Address(format!(
-                "{:04x}:{:02x}:{:02x}.{:x}",
-                address.domain, address.bus, address.slot, address.function
-            )));
+            return Some(DeviceSelector::Address(address.to_string()));
         }
         let (vendor, device) = text.split_once(':')?;
         let id = |s: &str| (s.len() == 4).then(|| u16::from_str_radix(s, 16).ok())?;
@@ -388,19 +386,20 @@ impl Collector for PciCollector {
             let Ok(dir) = devices.subdir(address) else {
                 continue;
             };
-            let Some(identity) = read_identity(&dir, address, &mut reader, with_netdevs) else {
+            let Some(identity) = read_identity(&dir, address, &mut reader) else {
                 continue;
             };
-            let by_nova = specs.iter().any(|spec| spec.matches(&identity.nova));
+            let nova = nova_check::nova_identity(&dir, &identity, with_netdevs);
+            let by_nova = specs.iter().any(|spec| spec.matches(&nova));
             let named = self
                 .devices
                 .iter()
                 .chain(&self.passthrough)
-                .any(|s| s.matches(address, identity.nova.vendor, identity.nova.device));
+                .any(|s| s.matches(address, identity.vendor, identity.device));
             let interesting = by_nova
                 || named
                 || CLASSES_OF_INTEREST.contains(&(identity.class >> 8))
-                || RDMA_VENDORS.contains(&identity.nova.vendor)
+                || RDMA_VENDORS.contains(&identity.vendor)
                 || dir
                     .link_target_name("driver")
                     .is_ok_and(|d| d == VFIO_DRIVER);
@@ -447,46 +446,6 @@ impl Collector for PciCollector {
             } => read.device(address, *nova_selected),
         }
     }
-}
-
-/// What the listing reads of every device: enough to choose and to match Nova specs.
-struct Identity {
-    class: u32,
-    nova: PciIdentity,
-}
-
-/// `0x10de` -> 0x10de.
-fn hex_id(text: &str) -> Option<u16> {
-    u16::from_str_radix(text.strip_prefix("0x")?, 16).ok()
-}
-
-/// `with_netdevs` lists the device's network interfaces too (for `devname` specs).
-fn read_identity(
-    dir: &SysDir,
-    address: &str,
-    reader: &mut AttributeReader,
-    with_netdevs: bool,
-) -> Option<Identity> {
-    let mut hex = |name: &str| {
-        let text = dir.read(name, reader).ok()?;
-        u32::from_str_radix(text.trim_start_matches("0x"), 16).ok()
-    };
-    let (vendor, device, class) = (hex("vendor")?, hex("device")?, hex("class")?);
-    Some(Identity {
-        class,
-        nova: PciIdentity {
-            address: Address::parse(address)?,
-            vendor: u16::try_from(vendor).ok()?,
-            device: u16::try_from(device).ok()?,
-            netdevs: match with_netdevs {
-                true => dir
-                    .subdir("net")
-                    .and_then(|net| net.entries())
-                    .unwrap_or_default(),
-                false => Vec::new(),
-            },
-        },
-    })
 }
 
 /// One unit's read: where samples and errors go.

@@ -8,11 +8,9 @@ use crate::collector::{CollectError, ErrorKind};
 use crate::metrics::{LabelValue, Value};
 use crate::sysfs::{AttributeReader, SysDir, SysfsError};
 
+use super::identity::{read_identity, Identity};
 use super::nova::{self, DeviceType, NovaConfig, PciIdentity};
-use super::{
-    read_identity, Read, NOVA_ALIAS_DEVICES, NOVA_ALIAS_MISMATCH, NOVA_CONFIG_VALID,
-    NOVA_SPEC_DEVICES,
-};
+use super::{Read, NOVA_ALIAS_DEVICES, NOVA_ALIAS_MISMATCH, NOVA_CONFIG_VALID, NOVA_SPEC_DEVICES};
 
 /// nova.conf with its comments is about 200 KiB.
 const CONFIG_FILE_LIMIT: usize = 4 << 20;
@@ -35,6 +33,23 @@ fn read_file(path: &Path, limit: usize) -> Result<Vec<u8>, SysfsError> {
 pub(super) fn read_nova_config(path: &Path) -> Result<NovaConfig, SysfsError> {
     let bytes = read_file(path, CONFIG_FILE_LIMIT)?;
     Ok(nova::parse_config(&String::from_utf8_lossy(&bytes)))
+}
+
+/// What Nova matches a present device against; `with_netdevs` lists its network interfaces
+/// too (only `devname` specs need them).
+pub(super) fn nova_identity(dir: &SysDir, identity: &Identity, with_netdevs: bool) -> PciIdentity {
+    PciIdentity {
+        address: identity.address,
+        vendor: identity.vendor,
+        device: identity.device,
+        netdevs: match with_netdevs {
+            true => dir
+                .subdir("net")
+                .and_then(|net| net.entries())
+                .unwrap_or_default(),
+            false => Vec::new(),
+        },
+    }
 }
 
 /// The Nova device type of a present device: type-VF with a `physfn` link, type-PF with an
@@ -87,9 +102,9 @@ impl Read<'_> {
             let Ok(dir) = devices.subdir(&address) else {
                 continue;
             };
-            if let Some(identity) = read_identity(&dir, &address, &mut self.reader, true) {
-                let device_type = nova_device_type(&dir, &mut self.reader);
-                present.push((identity.nova, device_type));
+            if let Some(identity) = read_identity(&dir, &address, &mut self.reader) {
+                let nova = nova_identity(&dir, &identity, true);
+                present.push((nova, nova_device_type(&dir, &mut self.reader)));
             }
         }
         let specs: Vec<&nova::DeviceSpec> = configs.iter().flat_map(|(_, c)| &c.specs).collect();
