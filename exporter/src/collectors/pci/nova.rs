@@ -10,6 +10,7 @@ use regex::{Regex, RegexBuilder};
 use serde_json::{Map, Value};
 
 use super::identity::Address;
+use super::MAX_LABEL_CHARS;
 
 /// The section and option names that carry device specs and aliases. The `[DEFAULT]` ones
 /// are the names Nova used before the `[pci]` group (still read by Newton and older).
@@ -20,8 +21,6 @@ const DEVICE_SPEC_OPTIONS: [(&str, &str); 3] = [
 ];
 const ALIAS_OPTIONS: [(&str, &str); 2] = [("pci", "alias"), ("DEFAULT", "pci_alias")];
 
-/// The longest spec or alias text kept as a label value.
-const MAX_LABEL_CHARS: usize = 160;
 /// Compiled size allowed for one address field regex. Real ones (`3[bc]`, `[0-9a-f]{2}`,
 /// `.*`) take a few KiB; the config is parsed on every scrape, so a hostile pattern such as
 /// `(\w{100}){100}` must be refused, not built (the regex crate's default allows 10 MiB).
