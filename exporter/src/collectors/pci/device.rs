@@ -374,8 +374,7 @@ impl Read<'_> {
             let key = modprobe::module_key(module);
             let entry = if index < MAX_ALIAS_MODULES {
                 let install = rules
-                    .install
-                    .get(&key)
+                    .install_command(&key)
                     .map(|c| c.chars().take(MAX_LABEL_CHARS).collect())
                     .unwrap_or_default();
                 (module.to_string(), install, rules.blacklist.contains(&key))
