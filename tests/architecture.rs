@@ -34,8 +34,10 @@ fn code_map() -> Vec<(Vec<String>, String)> {
 /// Every `.rs` file below `dir`, relative to the repository.
 fn sources(dir: &Path, out: &mut BTreeSet<String>) {
     for entry in std::fs::read_dir(dir).unwrap() {
-        let path = entry.unwrap().path();
-        if path.is_dir() {
+        let entry = entry.unwrap();
+        let path = entry.path();
+        // Not following links: fixture trees are full of sysfs's cycles.
+        if entry.file_type().unwrap().is_dir() {
             sources(&path, out);
         } else if path.extension().is_some_and(|e| e == "rs") {
             let relative = path.strip_prefix(repository()).unwrap();
@@ -56,8 +58,11 @@ fn every_path_in_the_code_map_exists() {
                 "ARCHITECTURE.md names {path}, which does not exist"
             );
         }
-        // A directory's row names its files: each must be somewhere below it.
-        for dir in paths.iter().filter(|path| path.ends_with('/')) {
+        // A source directory's row names its files: each must be somewhere below it.
+        let source_dirs = paths
+            .iter()
+            .filter(|path| path.starts_with("exporter/src/") && path.ends_with('/'));
+        for dir in source_dirs {
             let mut below = BTreeSet::new();
             sources(&repository().join(dir), &mut below);
             let names: Vec<&str> = line

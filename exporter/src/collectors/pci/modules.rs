@@ -3,7 +3,7 @@
 //! rules that change what loading them does (`install` runs a command instead, `blacklist`
 //! ignores the module's own aliases).
 
-use std::collections::{BTreeMap, HashSet};
+use std::collections::HashSet;
 
 use crate::kernel::modprobe::{Action, ConfigFile};
 
@@ -107,8 +107,10 @@ fn class_match(pattern: &[u8], open: usize, c: u8) -> Option<Option<usize>> {
 /// What modprobe.d says about modules.
 #[derive(Debug, Default)]
 pub struct ModprobeRules {
-    /// Module -> the command `install` runs instead of loading it (the last rule wins).
-    pub install: BTreeMap<String, String>,
+    /// `install` rules in the order kmod reads them: the module name (an fnmatch pattern)
+    /// and the command run instead of loading a module it matches.
+    install: Vec<(String, String)>,
+    /// Module names, matched exactly (kmod compares them with `streq`).
     pub blacklist: HashSet<String>,
 }
 
@@ -118,15 +120,24 @@ impl ModprobeRules {
         let mut rules = ModprobeRules::default();
         for rule in files.into_iter().flat_map(|file| file.rules) {
             match rule.action {
-                Action::Install(command) => {
-                    rules.install.insert(rule.module, command);
-                }
+                Action::Install(command) => rules.install.push((rule.module, command)),
                 Action::Blacklist => {
                     rules.blacklist.insert(rule.module);
                 }
             }
         }
         rules
+    }
+
+    /// The command modprobe runs instead of loading `module` (in the kernel's spelling): that
+    /// of the first `install` rule whose name, a pattern, matches it. kmod takes the first
+    /// (libkmod-module.c, kmod_module_get_install_commands: `fnmatch(modname, mod->name, 0)`,
+    /// then `break`), as module-init-tools did.
+    pub fn install_command(&self, module: &str) -> Option<&str> {
+        self.install
+            .iter()
+            .find(|(pattern, _)| glob_match(pattern.as_bytes(), module.as_bytes()))
+            .map(|(_, command)| command.as_str())
     }
 }
 
@@ -169,7 +180,7 @@ mod tests {
     }
 
     #[test]
-    fn the_last_install_rule_wins() {
+    fn the_first_matching_install_rule_wins_as_in_kmod() {
         let file = |path: &str, text| ConfigFile {
             path: path.to_string(),
             rules: crate::kernel::modprobe::parse_rules(text),
@@ -181,13 +192,14 @@ mod tests {
             ),
             file(
                 "/lib/modprobe.d/b.conf",
-                "install mlx5_core /sbin/modprobe --ignore-install mlx5_core\n",
+                "install mlx5_core /sbin/modprobe --ignore-install mlx5_core\n\
+                 install mlx4_* /bin/false\n",
             ),
         ]);
-        assert_eq!(
-            rules.install["mlx5_core"],
-            "/sbin/modprobe --ignore-install mlx5_core"
-        );
+        assert_eq!(rules.install_command("mlx5_core"), Some("/bin/true"));
+        // The module name of an install rule is a pattern.
+        assert_eq!(rules.install_command("mlx4_ib"), Some("/bin/false"));
+        assert_eq!(rules.install_command("mlx4"), None);
         assert!(rules.blacklist.contains("nouveau"));
     }
 }

@@ -9,6 +9,9 @@
 use regex::{Regex, RegexBuilder};
 use serde_json::{Map, Value};
 
+use super::identity::Address;
+use super::MAX_LABEL_CHARS;
+
 /// The section and option names that carry device specs and aliases. The `[DEFAULT]` ones
 /// are the names Nova used before the `[pci]` group (still read by Newton and older).
 const DEVICE_SPEC_OPTIONS: [(&str, &str); 3] = [
@@ -18,8 +21,6 @@ const DEVICE_SPEC_OPTIONS: [(&str, &str); 3] = [
 ];
 const ALIAS_OPTIONS: [(&str, &str); 2] = [("pci", "alias"), ("DEFAULT", "pci_alias")];
 
-/// The longest spec or alias text kept as a label value.
-const MAX_LABEL_CHARS: usize = 160;
 /// Compiled size allowed for one address field regex. Real ones (`3[bc]`, `[0-9a-f]{2}`,
 /// `.*`) take a few KiB; the config is parsed on every scrape, so a hostile pattern such as
 /// `(\w{100}){100}` must be refused, not built (the regex crate's default allows 10 MiB).
@@ -96,42 +97,14 @@ enum AddressSpec {
     Regex(Box<[Regex; 4]>),
 }
 
-/// A PCI address split into its four fields.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct Address {
-    pub domain: u32,
-    pub bus: u32,
-    pub slot: u32,
-    pub function: u32,
-}
-
-impl Address {
-    /// `0000:3b:00.0`.
-    pub fn parse(text: &str) -> Option<Address> {
-        let (rest, function) = text.rsplit_once('.')?;
-        let mut fields = rest.split(':');
-        let (domain, bus, slot) = (fields.next()?, fields.next()?, fields.next()?);
-        if fields.next().is_some() {
-            return None;
-        }
-        let hex = |s: &str| u32::from_str_radix(s, 16).ok();
-        Some(Address {
-            domain: hex(domain)?,
-            bus: hex(bus)?,
-            slot: hex(slot)?,
-            function: hex(function)?,
-        })
-    }
-
-    /// The fields as Nova formats them before matching: `%04x`, `%02x`, `%02x`, `%1x`.
-    fn fields(self) -> [String; 4] {
-        [
-            format!("{:04x}", self.domain),
-            format!("{:02x}", self.bus),
-            format!("{:02x}", self.slot),
-            format!("{:x}", self.function),
-        ]
-    }
+/// An address's fields as Nova formats them before matching: `%04x`, `%02x`, `%02x`, `%1x`.
+fn address_fields(address: Address) -> [String; 4] {
+    [
+        format!("{:04x}", address.domain),
+        format!("{:02x}", address.bus),
+        format!("{:02x}", address.slot),
+        format!("{:x}", address.function),
+    ]
 }
 
 /// What a spec or alias is matched against.
@@ -179,7 +152,7 @@ impl DeviceSpec {
             }
             AddressSpec::Regex(regexes) => regexes
                 .iter()
-                .zip(device.address.fields())
+                .zip(address_fields(device.address))
                 .all(|(regex, value)| regex.is_match(&value)),
         };
         let devname = match &self.devname {

@@ -1,0 +1,495 @@
+//! The device unit: one PCI device's identity, driver, BARs, IRQ, MSI/MSI-X, link, power
+//! state and SR-IOV; its faults; its passthrough readiness checks; and, without a driver,
+//! the modules that would claim it and the modprobe.d rules on them.
+
+use std::collections::BTreeMap;
+
+use crate::kernel::modprobe;
+use crate::kernel::release::checked_release;
+use crate::metrics::{LabelValue, Labels, Value};
+use crate::sysfs::{SysDir, SysfsError};
+
+use super::config_space::{self, ConfigSpace, BAR_COUNT};
+use super::identity::{parse_id16, read_id};
+use super::modules;
+use super::nova::DeviceType;
+use super::{
+    DeviceSelector, Read, BARS, CONFIG_READABLE, DEVICE_FAULT, DEVICE_INFO, DRIVER_BOUND,
+    INTERRUPT_CAPABILITY, IRQ, LINK_SPEED, LINK_WIDTH, MAX_LABEL_CHARS, MEMORY_DECODE,
+    MSIX_TABLE_SIZE, PASSTHROUGH_CHECK, PASSTHROUGH_READY, POWER_STATE, SRIOV_TOTAL_VFS, SRIOV_VFS,
+    UNBOUND_ALIAS_MODULE, UNBOUND_ALIAS_MODULES, VFIO_DRIVER,
+};
+
+const PCI_BRIDGE_CLASS: u32 = 0x0604;
+const PASSTHROUGH_DRIVERS: [&str; 2] = [VFIO_DRIVER, "pci-stub"];
+const IRQ_UNASSIGNED: [u64; 2] = [0, 255];
+const CONFIG_SPACE_BYTES: usize = 4096;
+/// Real `modules.alias` files are 1 to 2 MiB, read once per unbound device, by up to four
+/// units at once.
+const MODULES_ALIAS_LIMIT: usize = 16 << 20;
+/// Candidate modules kept per unbound device; more go to one `other` series.
+const MAX_ALIAS_MODULES: usize = 8;
+
+/// What the passthrough checks and the fault gauges need from a device's read.
+struct DeviceState {
+    /// Vendor and device ids.
+    ids: Option<(u16, u16)>,
+    driver: String,
+    bars_implemented: usize,
+    bars_assigned: usize,
+    irq: Option<u64>,
+    space: ConfigSpace,
+    power_state: Option<u64>,
+}
+
+impl Read<'_> {
+    pub(super) fn device(&mut self, address: &str, by_nova: bool) {
+        let collector = self.collector;
+        let device: LabelValue = address.to_string().into();
+        let labels = || vec![("device", device.clone())];
+        let dir = match SysDir::open(&collector.sysfs.join("bus/pci/devices").join(address)) {
+            Ok(dir) => dir,
+            Err(err) if err.is_absent() => {
+                // Meant for passthrough but not on the bus (removed, or a wrong address); any
+                // other device that vanished since the listing is simply gone.
+                let named = collector
+                    .passthrough
+                    .contains(&DeviceSelector::Address(address.to_string()));
+                if named || by_nova {
+                    self.passthrough(&labels(), &[("present", false)]);
+                }
+                return;
+            }
+            Err(err) => return self.error(err),
+        };
+        let state = self.device_attributes(&dir, &labels());
+        let named = state.ids.is_some_and(|(vendor, device)| {
+            collector
+                .passthrough
+                .iter()
+                .any(|s| s.matches(address, vendor, device))
+        });
+        if by_nova || named || state.driver == VFIO_DRIVER {
+            let iommu_enabled = !self.iommu_units().is_empty();
+            let isolated = self.group_isolated(&dir, address);
+            let checks = [
+                ("present", true),
+                ("iommu_enabled", iommu_enabled),
+                ("vfio_bound", state.driver == VFIO_DRIVER),
+                ("group_isolated", isolated),
+                (
+                    "bars_assigned",
+                    state.bars_implemented > 0 && state.bars_assigned == state.bars_implemented,
+                ),
+            ];
+            self.passthrough(&labels(), &checks);
+        }
+        self.faults(&labels(), &state);
+        if state.driver.is_empty() {
+            self.alias_modules(&dir, &labels());
+        }
+    }
+
+    fn passthrough(&mut self, labels: &Labels, checks: &[(&'static str, bool)]) {
+        let ready = checks.iter().all(|(_, ok)| *ok);
+        self.flag(&PASSTHROUGH_READY, labels.clone(), ready);
+        for (check, ok) in checks {
+            let mut labels = labels.clone();
+            labels.push(("check", (*check).into()));
+            self.flag(&PASSTHROUGH_CHECK, labels, *ok);
+        }
+    }
+
+    /// Identity, driver, BARs, IRQ, config space, link, power and SR-IOV of one device.
+    fn device_attributes(&mut self, dir: &SysDir, labels: &Labels) -> DeviceState {
+        let text = |read: &mut Self, name: &str| {
+            let text = dir.read(name, &mut read.reader).map(str::to_string);
+            read.out.optional(text).unwrap_or_default()
+        };
+        let link = |read: &mut Self, name: &str| {
+            read.out
+                .optional(dir.link_target_name(name))
+                .unwrap_or_default()
+        };
+        let driver = link(self, "driver");
+        let physical_function = link(self, "physfn");
+        let sysfs_total_vfs = self
+            .out
+            .optional(dir.read_u64("sriov_totalvfs", &mut self.reader));
+        let device_type = DeviceType::of(!physical_function.is_empty(), sysfs_total_vfs.is_some());
+        let (vendor, device) = (text(self, "vendor"), text(self, "device"));
+        let ids = parse_id16(&vendor).zip(parse_id16(&device));
+        let mut info = labels.clone();
+        info.extend([
+            ("vendor_id", vendor.into()),
+            ("device_id", device.into()),
+            ("subsystem_vendor_id", text(self, "subsystem_vendor").into()),
+            ("subsystem_device_id", text(self, "subsystem_device").into()),
+            ("class", text(self, "class").into()),
+            ("driver", driver.clone().into()),
+            ("iommu_group", link(self, "iommu_group").into()),
+            ("numa_node", text(self, "numa_node").into()),
+            ("physical_function", physical_function.into()),
+            ("nova_device_type", device_type.as_str().into()),
+        ]);
+        self.push(&DEVICE_INFO, info, Value::Int(1));
+        self.flag(&DRIVER_BOUND, labels.clone(), !driver.is_empty());
+
+        let space = self
+            .out
+            .optional(dir.read_file("config", CONFIG_SPACE_BYTES))
+            .map(|bytes| config_space::parse(&bytes))
+            .unwrap_or_default();
+        let resource = dir.read("resource", &mut self.reader).map(str::to_string);
+        let (bars_implemented, bars_assigned) = match self.out.optional(resource) {
+            Some(resource) => match parse_bars(&resource, &space.bars_in_header) {
+                Some(bars) => bars,
+                None => {
+                    self.error(SysfsError::parse(
+                        &dir.path("resource"),
+                        "expected '0x<start> 0x<end> 0x<flags>' lines",
+                        &resource,
+                    ));
+                    (0, 0)
+                }
+            },
+            None => (0, 0),
+        };
+        for (state, count) in [
+            ("assigned", bars_assigned),
+            ("unassigned", bars_implemented - bars_assigned),
+        ] {
+            let mut labels = labels.clone();
+            labels.push(("state", state.into()));
+            self.push(&BARS, labels, Value::Int(count as u64));
+        }
+        let irq = self.out.optional(dir.read_u64("irq", &mut self.reader));
+        if let Some(irq) = irq {
+            self.push(&IRQ, labels.clone(), Value::Int(irq));
+        }
+
+        if space.readable_bytes > 0 {
+            self.push(
+                &CONFIG_READABLE,
+                labels.clone(),
+                Value::Int(space.readable_bytes as u64),
+            );
+        }
+        if let Some(decode) = space.memory_decode {
+            self.flag(&MEMORY_DECODE, labels.clone(), decode);
+        }
+        for (capability, enabled) in [("msi", space.msi), ("msix", space.msix.map(|m| m.enabled))] {
+            if let Some(enabled) = enabled {
+                let mut labels = labels.clone();
+                labels.push(("capability", capability.into()));
+                self.flag(&INTERRUPT_CAPABILITY, labels, enabled);
+            }
+        }
+        if let Some(msix) = space.msix {
+            self.push(
+                &MSIX_TABLE_SIZE,
+                labels.clone(),
+                Value::Int(msix.table_size.into()),
+            );
+        }
+        self.link_state(dir, labels, &space);
+
+        let power_state = dir
+            .read("power_state", &mut self.reader)
+            .map(str::to_string);
+        let power_state = match self.out.optional(power_state) {
+            Some(text) => match power_state_id(&text) {
+                Some(id) => Some(id),
+                None => {
+                    self.error(SysfsError::parse(
+                        &dir.path("power_state"),
+                        "expected D0, D1, D2, D3hot or D3cold",
+                        &text,
+                    ));
+                    None
+                }
+            },
+            None => space.power_state.map(u64::from),
+        };
+        if let Some(id) = power_state {
+            self.push(&POWER_STATE, labels.clone(), Value::Int(id));
+        }
+
+        let total_vfs = sysfs_total_vfs.or(space.sriov.map(|s| s.total_vfs.into()));
+        if let Some(total) = total_vfs {
+            self.push(&SRIOV_TOTAL_VFS, labels.clone(), Value::Int(total));
+            let enabled = self
+                .out
+                .optional(dir.read_u64("sriov_numvfs", &mut self.reader))
+                .or(space.sriov.map(|s| s.num_vfs.into()));
+            if let Some(enabled) = enabled {
+                self.push(&SRIOV_VFS, labels.clone(), Value::Int(enabled));
+            }
+        }
+        DeviceState {
+            ids,
+            driver,
+            bars_implemented,
+            bars_assigned,
+            irq,
+            space,
+            power_state,
+        }
+    }
+
+    /// Link speed and width from sysfs (`current_link_speed`, ...), else from the PCIe
+    /// capability when config space could be read.
+    fn link_state(&mut self, dir: &SysDir, labels: &Labels, space: &ConfigSpace) {
+        for (which, from_config) in [
+            ("current", space.link_current),
+            ("maximum", space.link_maximum),
+        ] {
+            let prefix = if which == "current" { "current" } else { "max" };
+            let speed_file = format!("{prefix}_link_speed");
+            let width_file = format!("{prefix}_link_width");
+            let speed = dir.read(&speed_file, &mut self.reader).map(str::to_string);
+            let speed = match self.out.optional(speed) {
+                Some(text) => parse_link_speed(&text),
+                None => from_config.and_then(|l| l.speed_gts),
+            };
+            // The kernel prints the width as a number (0 while the link is down).
+            let width = dir.read(&width_file, &mut self.reader).map(str::to_string);
+            let width = match self.out.optional(width) {
+                Some(text) => match text.parse::<u64>() {
+                    Ok(width) => Some(width).filter(|w| *w > 0),
+                    Err(_) => {
+                        let path = dir.path(&width_file);
+                        self.error(SysfsError::parse(&path, "not a link width", &text));
+                        None
+                    }
+                },
+                None => from_config.map(|l| u64::from(l.width)).filter(|w| *w > 0),
+            };
+            let mut labels = labels.clone();
+            labels.push(("link", which.into()));
+            if let Some(gts) = speed {
+                self.push(&LINK_SPEED, labels.clone(), Value::Float(gts * 1e9));
+            }
+            if let Some(width) = width {
+                self.push(&LINK_WIDTH, labels, Value::Int(width));
+            }
+        }
+    }
+
+    /// Faults visible on any device (BARs) and those that are faults only under a host
+    /// driver: vfio-pci leaves an idle device disabled, without IRQ, in D3hot.
+    fn faults(&mut self, labels: &Labels, state: &DeviceState) {
+        let mut faults = vec![(
+            "bars_unassigned",
+            state.bars_implemented == 0 || state.bars_assigned < state.bars_implemented,
+        )];
+        let host_driver =
+            !state.driver.is_empty() && !PASSTHROUGH_DRIVERS.contains(&state.driver.as_str());
+        if host_driver {
+            let message_interrupts =
+                state.space.msi == Some(true) || state.space.msix.is_some_and(|m| m.enabled);
+            if let Some(decode) = state.space.memory_decode {
+                faults.push(("memory_decode_disabled", !decode));
+            }
+            if let Some(irq) = state.irq {
+                faults.push((
+                    "irq_unassigned",
+                    IRQ_UNASSIGNED.contains(&irq) && !message_interrupts,
+                ));
+            }
+            if let Some(power) = state.power_state {
+                faults.push(("low_power_state", power >= 3));
+            }
+        }
+        for (fault, present) in faults {
+            let mut labels = labels.clone();
+            labels.push(("fault", fault.into()));
+            self.flag(&DEVICE_FAULT, labels, present);
+        }
+    }
+
+    /// Every member of the device's IOMMU group other than the device itself is a PCI bridge
+    /// or bound to vfio-pci or pci-stub. False without a group (no IOMMU).
+    fn group_isolated(&mut self, dir: &SysDir, address: &str) -> bool {
+        let group = self
+            .out
+            .optional(dir.link_target_name("iommu_group"))
+            .unwrap_or_default();
+        if group.is_empty() {
+            return false;
+        }
+        // It becomes a path component under kernel/iommu_groups: a number, never `..`.
+        if !group.bytes().all(|b| b.is_ascii_digit()) {
+            let path = dir.path("iommu_group");
+            self.error(SysfsError::parse(
+                &path,
+                "not an IOMMU group number",
+                &group,
+            ));
+            return false;
+        }
+        let members_dir = self
+            .collector
+            .sysfs
+            .join("kernel/iommu_groups")
+            .join(&group)
+            .join("devices");
+        let members = SysDir::open(&members_dir).and_then(|d| d.entries().map(|e| (d, e)));
+        let Some((members_dir, names)) = self.out.reported(members) else {
+            return false;
+        };
+        names
+            .iter()
+            .filter(|member| member.as_str() != address)
+            .all(|member| {
+                let Ok(member_dir) = members_dir.subdir(member) else {
+                    return false;
+                };
+                let class = read_id(&member_dir, "class", &mut self.reader);
+                let driver = member_dir.link_target_name("driver").unwrap_or_default();
+                class.is_some_and(|c| c >> 8 == PCI_BRIDGE_CLASS)
+                    || PASSTHROUGH_DRIVERS.contains(&driver.as_str())
+            })
+    }
+
+    /// For a device without a driver: the modules whose aliases match its modalias, and the
+    /// modprobe.d rules on them.
+    fn alias_modules(&mut self, dir: &SysDir, labels: &Labels) {
+        let modalias = dir.read("modalias", &mut self.reader).map(str::to_string);
+        let Some(modalias) = self.out.optional(modalias) else {
+            return;
+        };
+        let Some(aliases) = self.modules_alias() else {
+            return;
+        };
+        let modules = modules::matching_modules(&aliases, &modalias);
+        self.push(
+            &UNBOUND_ALIAS_MODULES,
+            labels.clone(),
+            Value::Int(modules.len() as u64),
+        );
+        let rules = self.modprobe_rules();
+        let mut series: BTreeMap<(String, String, bool), u64> = BTreeMap::new();
+        for (index, module) in modules.iter().enumerate() {
+            let key = modprobe::module_key(module);
+            let entry = if index < MAX_ALIAS_MODULES {
+                let install = rules
+                    .install_command(&key)
+                    .map(|c| c.chars().take(MAX_LABEL_CHARS).collect())
+                    .unwrap_or_default();
+                (module.to_string(), install, rules.blacklist.contains(&key))
+            } else {
+                ("other".to_string(), String::new(), false)
+            };
+            *series.entry(entry).or_default() += 1;
+        }
+        for ((module, install, blacklisted), count) in series {
+            let mut labels = labels.clone();
+            labels.extend([
+                ("module", module.into()),
+                ("install", install.into()),
+                ("blacklisted", if blacklisted { "1" } else { "0" }.into()),
+            ]);
+            self.push(&UNBOUND_ALIAS_MODULE, labels, Value::Int(count));
+        }
+    }
+
+    /// `<rootfs>/lib/modules/<release>/modules.alias`, release from procfs.
+    fn modules_alias(&mut self) -> Option<String> {
+        let collector = self.collector;
+        let kernel = self
+            .out
+            .reported(SysDir::open(&collector.procfs.join("sys/kernel")))?;
+        let release = kernel
+            .read("osrelease", &mut self.reader)
+            .map(str::to_string);
+        let release = self.out.optional(release)?;
+        let release = self
+            .out
+            .reported(checked_release(&kernel.path("osrelease"), &release))?;
+        let dir = collector.rootfs.join("lib/modules").join(&release);
+        let bytes = self.out.reported(
+            SysDir::open(&dir).and_then(|d| d.read_file("modules.alias", MODULES_ALIAS_LIMIT)),
+        )?;
+        // Valid UTF-8 (as depmod writes it) is kept without a copy.
+        Some(
+            String::from_utf8(bytes)
+                .unwrap_or_else(|invalid| String::from_utf8_lossy(invalid.as_bytes()).into_owned()),
+        )
+    }
+
+    /// The rules of the effective modprobe.d files (kmod's precedence and masking).
+    fn modprobe_rules(&mut self) -> modules::ModprobeRules {
+        let mut errors = Vec::new();
+        let files = modprobe::read_config(&self.collector.rootfs, &mut errors);
+        for err in errors {
+            self.error(err);
+        }
+        modules::ModprobeRules::from_config(files)
+    }
+}
+
+/// Implemented and assigned BARs: a BAR is implemented when its `resource` line has flags or
+/// an end, or its register shows it (the kernel zeroes the resource of a BAR it could not
+/// place); it is assigned when its start is not zero.
+fn parse_bars(resource: &str, in_header: &[bool; BAR_COUNT]) -> Option<(usize, usize)> {
+    let (mut implemented, mut assigned) = (0, 0);
+    for (line, in_header) in resource.lines().zip(in_header) {
+        let mut fields = line
+            .split_whitespace()
+            .map(|f| u64::from_str_radix(f.trim_start_matches("0x"), 16).ok());
+        let (start, end, flags) = (fields.next()??, fields.next()??, fields.next()??);
+        if flags != 0 || end != 0 || *in_header {
+            implemented += 1;
+            if start != 0 {
+                assigned += 1;
+            }
+        }
+    }
+    Some((implemented, assigned))
+}
+
+/// `8.0 GT/s PCIe` (older kernels: `8.0 GT/s`, or `8 GT/s`) -> 8.0; `Unknown` -> None.
+fn parse_link_speed(text: &str) -> Option<f64> {
+    let (number, rest) = text.split_once(' ')?;
+    rest.starts_with("GT/s").then(|| number.parse().ok())?
+}
+
+fn power_state_id(text: &str) -> Option<u64> {
+    ["D0", "D1", "D2", "D3hot", "D3cold"]
+        .iter()
+        .position(|s| *s == text)
+        .map(|i| i as u64)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn bars_from_resource() {
+        let t4 = "0x00000000b7000000 0x00000000b7ffffff 0x0000000000040200\n\
+                  0x000038bfc0000000 0x000038bfcfffffff 0x000000000014220c\n\
+                  0x0000000000000000 0x0000000000000000 0x0000000000000000\n\
+                  0x000038bff0000000 0x000038bff1ffffff 0x000000000014220c\n\
+                  0x0000000000000000 0x0000000000000000 0x0000000000000000\n\
+                  0x0000000000000000 0x0000000000000000 0x0000000000000000\n\
+                  0x0000000000000000 0x0000000000000000 0x0000000000000000\n";
+        let none = [false; BAR_COUNT];
+        assert_eq!(parse_bars(t4, &none), Some((3, 3)));
+        let zero = "0x0000000000000000 0x0000000000000000 0x0000000000000000\n".repeat(13);
+        assert_eq!(parse_bars(&zero, &none), Some((0, 0)));
+        // Firmware left the 64-bit BARs 1 and 3 unplaced: their registers keep the type bits.
+        let header = [false, true, false, true, false, false];
+        assert_eq!(parse_bars(&zero, &header), Some((2, 0)));
+        assert_eq!(parse_bars("0x1 banana 0x2", &none), None);
+    }
+
+    #[test]
+    fn link_speeds() {
+        assert_eq!(parse_link_speed("8.0 GT/s PCIe"), Some(8.0));
+        assert_eq!(parse_link_speed("2.5 GT/s"), Some(2.5));
+        assert_eq!(parse_link_speed("Unknown"), None);
+        assert_eq!(parse_link_speed("Unknown speed"), None);
+    }
+}

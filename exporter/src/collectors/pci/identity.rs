@@ -1,0 +1,148 @@
+//! A PCI function's identity as sysfs shows it: the address that names its directory under
+//! `bus/pci/devices` (`0000:3b:00.0`), and its `vendor`, `device` and `class` attributes,
+//! which the kernel prints in hexadecimal (`0x10de`, `0x030200`). The one reader of these in
+//! the crate: no other collector reads PCI ids or addresses from sysfs.
+
+use std::fmt;
+
+use crate::sysfs::{AttributeReader, SysDir};
+
+/// A PCI address split into its four fields.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Address {
+    pub domain: u32,
+    pub bus: u32,
+    pub slot: u32,
+    pub function: u32,
+}
+
+impl Address {
+    /// `0000:3b:00.0`, in either case.
+    pub fn parse(text: &str) -> Option<Address> {
+        let (rest, function) = text.rsplit_once('.')?;
+        let mut fields = rest.split(':');
+        let (domain, bus, slot) = (fields.next()?, fields.next()?, fields.next()?);
+        if fields.next().is_some() {
+            return None;
+        }
+        let hex = |s: &str| u32::from_str_radix(s, 16).ok();
+        Some(Address {
+            domain: hex(domain)?,
+            bus: hex(bus)?,
+            slot: hex(slot)?,
+            function: hex(function)?,
+        })
+    }
+}
+
+/// As the kernel names the device: `0000:3b:00.0`.
+impl fmt::Display for Address {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(
+            f,
+            "{:04x}:{:02x}:{:02x}.{:x}",
+            self.domain, self.bus, self.slot, self.function
+        )
+    }
+}
+
+/// An id attribute's text: `0x10de` (the kernel's `0x%04x`; the class is `0x%06x`).
+pub fn parse_id(text: &str) -> Option<u32> {
+    u32::from_str_radix(text.strip_prefix("0x").unwrap_or(text), 16).ok()
+}
+
+/// A vendor or device id, which PCI makes 16 bits wide.
+pub fn parse_id16(text: &str) -> Option<u16> {
+    u16::try_from(parse_id(text)?).ok()
+}
+
+/// An id attribute of a device directory; `None` when it cannot be read or is no id.
+pub fn read_id(dir: &SysDir, name: &str, reader: &mut AttributeReader) -> Option<u32> {
+    parse_id(dir.read(name, reader).ok()?)
+}
+
+/// What the listing reads of every device: enough to choose it and to match Nova specs.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Identity {
+    pub address: Address,
+    pub vendor: u16,
+    pub device: u16,
+    pub class: u32,
+}
+
+/// The identity of the device in `dir`, named `address`; `None` when any part cannot be read
+/// or parsed (such a device is not one this collector can choose).
+pub fn read_identity(
+    dir: &SysDir,
+    address: &str,
+    reader: &mut AttributeReader,
+) -> Option<Identity> {
+    let mut id16 = |name: &str| parse_id16(dir.read(name, reader).ok()?);
+    let (vendor, device) = (id16("vendor")?, id16("device")?);
+    Some(Identity {
+        class: read_id(dir, "class", reader)?,
+        address: Address::parse(address)?,
+        vendor,
+        device,
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn addresses() {
+        let address = Address::parse("0000:3B:00.1").unwrap();
+        assert_eq!(
+            address,
+            Address {
+                domain: 0,
+                bus: 0x3b,
+                slot: 0,
+                function: 1
+            }
+        );
+        assert_eq!(address.to_string(), "0000:3b:00.1");
+        for bad in [
+            "3b:00.0",
+            "0000:3b:00",
+            "0000:3b:00:00.0",
+            "0000:3g:00.0",
+            "",
+        ] {
+            assert_eq!(Address::parse(bad), None, "{bad}");
+        }
+    }
+
+    #[test]
+    fn ids_as_the_kernel_prints_them() {
+        assert_eq!(parse_id("0x10de"), Some(0x10de));
+        assert_eq!(parse_id("0x030200"), Some(0x030200));
+        assert_eq!(parse_id16("0x15b3"), Some(0x15b3));
+        assert_eq!(parse_id16("0x10000"), None);
+        assert_eq!(parse_id("nvidia"), None);
+        assert_eq!(parse_id(""), None);
+    }
+
+    #[test]
+    fn identity_of_a_device_directory() {
+        let tmp = tempfile::tempdir().unwrap();
+        for (name, text) in [
+            ("vendor", "0x10de\n"),
+            ("device", "0x1eb8\n"),
+            ("class", "0x030200\n"),
+        ] {
+            std::fs::write(tmp.path().join(name), text).unwrap();
+        }
+        let dir = SysDir::open(tmp.path()).unwrap();
+        let mut reader = AttributeReader::default();
+        let identity = read_identity(&dir, "0000:3b:00.0", &mut reader).unwrap();
+        assert_eq!((identity.vendor, identity.device), (0x10de, 0x1eb8));
+        assert_eq!(identity.class >> 8, 0x0302);
+        assert_eq!(identity.address.to_string(), "0000:3b:00.0");
+        assert!(read_identity(&dir, "nvidia0", &mut reader).is_none());
+        std::fs::remove_file(tmp.path().join("class")).unwrap();
+        assert!(read_identity(&dir, "0000:3b:00.0", &mut reader).is_none());
+    }
+}
