@@ -135,52 +135,48 @@ fn civil_from_days(days: i64) -> (i64, u32, u32) {
     (year, month, day)
 }
 
-/// The one log-once-per-cause filter: says whether a cause is new, remembering at most
-/// `capacity` of them so a churning fault cannot grow memory without bound. Past the cap, new
-/// causes are not logged, and the caller is told once so it can say so.
+/// The one log-once-per-cause filter: says whether a cause is new. Memory is bounded without
+/// ever going deaf: causes are remembered in two generations of `capacity / 2`; when the current
+/// one is full the older is forgotten, so a cause not seen for a while is logged again, a cause
+/// that keeps recurring stays remembered (a sighting moves it to the current generation), and a
+/// new cause is always logged, however many others churned before it.
 #[derive(Debug)]
 pub struct OncePerCause<K> {
-    capacity: usize,
-    seen: Mutex<(HashSet<K>, bool)>,
+    per_generation: usize,
+    seen: Mutex<Generations<K>>,
 }
 
-/// What to do with a cause.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Verdict {
-    /// First time: log it.
-    New,
-    /// Already logged.
-    Seen,
-    /// The filter has just filled up: log, once, that further new causes are not logged.
-    JustFull,
-    /// Full: not logged.
-    Full,
+#[derive(Debug)]
+struct Generations<K> {
+    current: HashSet<K>,
+    previous: HashSet<K>,
 }
 
 impl<K: Eq + Hash> OncePerCause<K> {
     pub fn new(capacity: usize) -> Self {
         OncePerCause {
-            capacity,
-            seen: Mutex::new((HashSet::new(), false)),
+            per_generation: (capacity / 2).max(1),
+            seen: Mutex::new(Generations {
+                current: HashSet::new(),
+                previous: HashSet::new(),
+            }),
         }
     }
 
-    /// Decided under the lock; the caller writes the line after it, so a stalled stderr never
-    /// holds up others deciding.
-    pub fn check(&self, cause: K) -> Verdict {
+    /// True the first time `cause` is seen (recently): log it. Decided under the lock; the
+    /// caller logs after it.
+    pub fn is_new(&self, cause: K) -> bool {
         let mut guard = self.seen.lock().unwrap_or_else(PoisonError::into_inner);
-        let (seen, full) = &mut *guard;
-        if seen.contains(&cause) {
-            Verdict::Seen
-        } else if seen.len() < self.capacity {
-            seen.insert(cause);
-            Verdict::New
-        } else if !*full {
-            *full = true;
-            Verdict::JustFull
-        } else {
-            Verdict::Full
+        let seen = &mut *guard;
+        if seen.current.contains(&cause) {
+            return false;
         }
+        let remembered = seen.previous.remove(&cause);
+        if seen.current.len() >= self.per_generation {
+            seen.previous = std::mem::take(&mut seen.current);
+        }
+        seen.current.insert(cause);
+        !remembered
     }
 }
 
@@ -210,6 +206,23 @@ mod tests {
         assert_eq!(value["msg"], "a\"b");
         assert_eq!(value["level"], "info");
         assert_eq!(value["k"], "v");
+    }
+
+    #[test]
+    fn a_new_cause_is_logged_however_many_others_churned_before() {
+        let filter = OncePerCause::new(64);
+        assert!(filter.is_new("recurring".to_string()));
+        for i in 0..10_000 {
+            assert!(filter.is_new(format!("churn {i}")));
+            assert!(
+                !filter.is_new("recurring".to_string()),
+                "a recurring cause was forgotten"
+            );
+        }
+        assert!(filter.is_new("new fault".to_string()));
+        assert!(!filter.is_new("new fault".to_string()));
+        // Long unseen: forgotten, and logged again.
+        assert!(filter.is_new("churn 0".to_string()));
     }
 
     #[test]
