@@ -69,14 +69,20 @@ const LOG_SUPPRESSED: Desc = Desc::counter(
     "Collector errors counted but not logged since start, because their cause was logged recently.",
     None,
 );
+const LOG_DROPPED: Desc = Desc::counter(
+    "hpcnode_log_messages_dropped",
+    "Log lines dropped since start because stderr did not keep up.",
+    None,
+);
 
 /// Every metric the framework itself emits (for the METRICS.md check).
-pub const FRAMEWORK_METRICS: [Desc; 5] = [
+pub const FRAMEWORK_METRICS: [Desc; 6] = [
     BUILD_INFO,
     COLLECTOR_SUCCESS,
     COLLECTOR_DURATION,
     COLLECTOR_ERRORS,
     LOG_SUPPRESSED,
+    LOG_DROPPED,
 ];
 
 /// Distinct causes remembered for log deduplication.
@@ -143,6 +149,11 @@ impl ErrorLog {
         }
         let suppressed = self.suppressed.load(Ordering::Relaxed);
         samples.push(&LOG_SUPPRESSED, Vec::new(), Value::Int(suppressed));
+        samples.push(
+            &LOG_DROPPED,
+            Vec::new(),
+            Value::Int(logging::dropped_lines()),
+        );
     }
 }
 
