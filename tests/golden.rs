@@ -139,13 +139,14 @@ fn bad_input_tree() {
     // Two more scrapes: errors are counted each time but logged once per cause.
     scrape(&exporter);
     scrape(&exporter);
-    let log = exporter.log();
     for cause in [
         "port_xmit_data: not a regular file",
         "port_rcv_packets: Permission denied",
         "port_xmit_discards: not a regular file",
         "symbol_error: Too many levels of symbolic links",
     ] {
+        // Lines reach stderr through the log's writer thread, after the response.
+        let log = exporter.log_with(cause);
         assert_eq!(log.matches(cause).count(), 1, "{cause:?} in log:\n{log}");
     }
 }

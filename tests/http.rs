@@ -258,3 +258,60 @@ fn graceful_shutdown_finishes_in_flight_scrapes() {
         "still listening"
     );
 }
+
+/// `n` `hw_counters` files under `counters` that are not numbers: one parse error, and one log
+/// line, each.
+fn write_bad_counters(counters: &std::path::Path, names: std::ops::Range<usize>) {
+    std::fs::create_dir_all(counters).unwrap();
+    for i in names {
+        std::fs::write(counters.join(format!("bad_counter_{i}")), "x\n").unwrap();
+    }
+}
+
+fn log_lines_dropped(response: &util::Response) -> u64 {
+    let text = response.text();
+    let value = text
+        .lines()
+        .find_map(|l| l.strip_prefix("hpcnode_log_messages_dropped_total "));
+    value.unwrap_or_else(|| panic!("{text}")).parse().unwrap()
+}
+
+/// A stuck journald: stderr is a pipe nobody reads, and thousands of new faults want a log line
+/// each. Scrapes and health checks still answer at once, the lines that do not fit are dropped
+/// and counted, and SIGTERM still ends the process promptly.
+#[test]
+fn a_stalled_stderr_holds_up_neither_serving_nor_exit() {
+    const BOUND: Duration = Duration::from_secs(5);
+    let root = tempfile::tempdir().unwrap();
+    let counters = root.path().join("class/infiniband/mlx5_0/hw_counters");
+    write_bad_counters(&counters, 0..3000);
+    let sysfs = format!("--path.sysfs={}", root.path().display());
+    let exporter = Exporter::start_with_stalled_stderr(&[
+        "--collector.disable-defaults",
+        "--collector.rdma",
+        &sysfs,
+    ]);
+
+    let first = exporter.get_within("/metrics", BOUND);
+    assert_eq!(first.status, 200);
+    assert!(first
+        .text()
+        .contains("hpcnode_collector_errors_total{collector=\"rdma\",kind=\"parse\"} 3000"));
+    let dropped = log_lines_dropped(&first);
+    assert!(dropped > 0, "{}", first.text());
+    assert_eq!(exporter.get_within("/-/healthy", BOUND).status, 200);
+
+    write_bad_counters(&counters, 3000..6000);
+    let second = exporter.get_within("/metrics", BOUND);
+    assert!(log_lines_dropped(&second) > dropped, "{}", second.text());
+    assert_eq!(exporter.get_within("/-/healthy", BOUND).status, 200);
+
+    let stopping = Instant::now();
+    let status = exporter.terminate();
+    assert!(status.success(), "exit status {status:?}");
+    assert!(
+        stopping.elapsed() < BOUND,
+        "exit took {:?}",
+        stopping.elapsed()
+    );
+}

@@ -130,14 +130,14 @@ fn malformed_nova_config_is_reported_and_the_rest_runs() {
     // Logged once, however many scrapes.
     scrape(&exporter);
     scrape(&exporter);
-    let log = exporter.log();
-    assert_eq!(
-        log.matches("passthrough_whitelist (line 10): invalid JSON")
-            .count(),
-        1,
-        "{log}"
-    );
-    assert_eq!(log.matches("absent.conf: No such file").count(), 1, "{log}");
+    // Lines reach stderr through the log's writer thread, after the response.
+    for cause in [
+        "passthrough_whitelist (line 10): invalid JSON",
+        "absent.conf: No such file",
+    ] {
+        let log = exporter.log_with(cause);
+        assert_eq!(log.matches(cause).count(), 1, "{log}");
+    }
 }
 
 /// No IOMMU, a T4 with BARs firmware did not place and no driver, an unbound ConnectX-4
@@ -241,12 +241,13 @@ fn bad_input_is_reported_and_the_rest_exported() {
         ],
     );
     assert!(!text.contains("hpcnode_pci_power_state_id{device=\"0000:07:00.0\"}"));
-    let log = exporter.log();
     for cause in [
         "0000:3b:00.0/config: not a regular file",
         "0000:06:00.0/resource",
         "0000:07:00.0/power_state",
     ] {
+        // Lines reach stderr through the log's writer thread, after the response.
+        let log = exporter.log_with(cause);
         assert_eq!(log.matches(cause).count(), 1, "{cause:?} in log:\n{log}");
     }
 }

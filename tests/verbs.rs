@@ -155,7 +155,8 @@ fn real_library_loads_and_each_failure_is_counted() {
     )));
     assert!(!text.contains("hpcnode_verbs_probe_bandwidth_bytes_per_second"));
     assert!(!text.contains("hpcnode_verbs_probe_last_success_timestamp_seconds"));
-    let log = exporter.log();
+    // Lines reach stderr through the log's writer thread, after the response.
+    let log = exporter.log_with("result=port_not_active");
     assert!(log.contains("result=port_not_active"), "{log}");
 }
 

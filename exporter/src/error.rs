@@ -39,10 +39,13 @@ impl ErrorKind {
 pub struct CollectError {
     pub kind: ErrorKind,
     /// Stable across scrapes for the same fault (a path and an errno, not a timestamp), since it
-    /// decides whether the error is logged again.
+    /// decides whether the error is logged again (unless a key does, see `keyed_by`).
     pub cause: String,
     /// Fields the log line carries besides the cause (a probe's target and result).
     pub context: Vec<(&'static str, String)>,
+    /// What the fault is about when the cause quotes something that varies (a parse error quotes
+    /// the file's content): errors of one kind with one key are one cause for the log.
+    key: Option<String>,
 }
 
 impl CollectError {
@@ -51,7 +54,20 @@ impl CollectError {
             kind,
             cause: cause.into(),
             context: Vec::new(),
+            key: None,
         }
+    }
+
+    /// Makes `key` (a path and a reason) identify the fault for the log instead of the cause
+    /// text.
+    pub fn keyed_by(mut self, key: impl Into<String>) -> Self {
+        self.key = Some(key.into());
+        self
+    }
+
+    /// What identifies the fault for the once-per-cause log: the key, else the cause.
+    pub fn key(&self) -> &str {
+        self.key.as_deref().unwrap_or(&self.cause)
     }
 
     /// Adds a field to the log line.

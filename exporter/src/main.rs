@@ -38,7 +38,7 @@ fn main() -> ExitCode {
             return ExitCode::from(2);
         }
     };
-    logging::init(config.log_level, config.log_format);
+    let _flush_log_at_exit = logging::init(config.log_level, config.log_format);
     match run(*config) {
         Ok(()) => ExitCode::SUCCESS,
         Err(err) => {

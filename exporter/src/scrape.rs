@@ -16,7 +16,7 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use crate::collector::{lock, CollectError, Collector, ErrorKind, Output, Started};
-use crate::logging::{self, Level, OncePerCause, Verdict};
+use crate::logging::{self, Level, OncePerCause};
 use crate::metrics::{Desc, Samples, Value};
 
 type RunFuture = Pin<Box<dyn Future<Output = RunOutcome> + Send>>;
@@ -64,12 +64,25 @@ const COLLECTOR_ERRORS: Desc = Desc::counter(
     None,
 );
 
+const LOG_SUPPRESSED: Desc = Desc::counter(
+    "hpcnode_log_messages_suppressed",
+    "Collector errors counted but not logged since start, because their cause was logged recently.",
+    None,
+);
+const LOG_DROPPED: Desc = Desc::counter(
+    "hpcnode_log_messages_dropped",
+    "Log lines dropped since start because stderr did not keep up.",
+    None,
+);
+
 /// Every metric the framework itself emits (for the METRICS.md check).
-pub const FRAMEWORK_METRICS: [Desc; 4] = [
+pub const FRAMEWORK_METRICS: [Desc; 6] = [
     BUILD_INFO,
     COLLECTOR_SUCCESS,
     COLLECTOR_DURATION,
     COLLECTOR_ERRORS,
+    LOG_SUPPRESSED,
+    LOG_DROPPED,
 ];
 
 /// Distinct causes remembered for log deduplication.
@@ -78,7 +91,10 @@ const MAX_LOGGED_CAUSES: usize = 4096;
 /// Error counters and the once-per-cause log filter, shared by all scrapes.
 struct ErrorLog {
     counts: HashMap<(&'static str, ErrorKind), AtomicU64>,
+    /// By collector, kind and the error's key (a parse error's path and reason), not the cause
+    /// text, which may quote content that changes every scrape.
     logged: OncePerCause<(&'static str, ErrorKind, String)>,
+    suppressed: AtomicU64,
 }
 
 impl ErrorLog {
@@ -90,6 +106,7 @@ impl ErrorLog {
         ErrorLog {
             counts,
             logged: OncePerCause::new(MAX_LOGGED_CAUSES),
+            suppressed: AtomicU64::new(0),
         }
     }
 
@@ -97,30 +114,24 @@ impl ErrorLog {
         if let Some(count) = self.counts.get(&(collector, error.kind)) {
             count.fetch_add(1, Ordering::Relaxed);
         }
-        match self
+        if !self
             .logged
-            .check((collector, error.kind, error.cause.clone()))
+            .is_new((collector, error.kind, error.key().to_string()))
         {
-            Verdict::New => {
-                let mut fields = vec![
-                    ("collector", collector),
-                    ("kind", error.kind.as_str()),
-                    ("err", error.cause.as_str()),
-                ];
-                fields.extend(error.context.iter().map(|(k, v)| (*k, v.as_str())));
-                logging::log(
-                    Level::Warn,
-                    "collector error (logged once per cause)",
-                    &fields,
-                )
-            }
-            Verdict::JustFull => logging::log(
-                Level::Warn,
-                "too many distinct collector errors; further new causes are counted, not logged",
-                &[],
-            ),
-            Verdict::Seen | Verdict::Full => {}
+            self.suppressed.fetch_add(1, Ordering::Relaxed);
+            return;
         }
+        let mut fields = vec![
+            ("collector", collector),
+            ("kind", error.kind.as_str()),
+            ("err", error.cause.as_str()),
+        ];
+        fields.extend(error.context.iter().map(|(k, v)| (*k, v.as_str())));
+        logging::log(
+            Level::Warn,
+            "collector error (logged once per cause)",
+            &fields,
+        );
     }
 
     fn export(&self, samples: &mut Samples) {
@@ -136,6 +147,13 @@ impl ErrorLog {
                 Value::Int(count.load(Ordering::Relaxed)),
             );
         }
+        let suppressed = self.suppressed.load(Ordering::Relaxed);
+        samples.push(&LOG_SUPPRESSED, Vec::new(), Value::Int(suppressed));
+        samples.push(
+            &LOG_DROPPED,
+            Vec::new(),
+            Value::Int(logging::dropped_lines()),
+        );
     }
 }
 
@@ -474,6 +492,8 @@ fn panicked(error: tokio::task::JoinError) -> CollectError {
 mod tests {
     use super::*;
     use crate::metrics::{encode, Format};
+    use crate::sysfs::SysfsError;
+    use std::path::Path;
     use std::sync::mpsc;
 
     const UP: Desc = Desc::gauge("hpcnode_test_up", "Test.", None);
@@ -684,6 +704,37 @@ mod tests {
                 "{out}"
             );
         }
+    }
+
+    /// The exported `hpcnode_log_messages_suppressed_total`.
+    fn suppressed(errors: &ErrorLog) -> usize {
+        let mut samples = Samples::default();
+        errors.export(&mut samples);
+        let text = text(samples);
+        let line = text
+            .lines()
+            .find_map(|l| l.strip_prefix("hpcnode_log_messages_suppressed_total "));
+        line.unwrap().parse().unwrap()
+    }
+
+    #[test]
+    fn a_file_whose_content_changes_every_scrape_does_not_silence_later_faults() {
+        let errors = ErrorLog::new(&["test"]);
+        let counter = Path::new("/sys/class/infiniband/mlx5_0/ports/1/counters/symbol_error");
+        let scrapes = 2 * MAX_LOGGED_CAUSES;
+        for scrape in 0..scrapes {
+            let garbage = format!("garbage {scrape}");
+            let error = SysfsError::parse(counter, "not an unsigned integer", &garbage);
+            errors.record("test", &error.into());
+        }
+        let before = suppressed(&errors);
+        errors.record(
+            "test",
+            &CollectError::new(ErrorKind::Io, "read /sys/class/x: Input/output error"),
+        );
+        assert_eq!(suppressed(&errors), before, "a new fault was not logged");
+        // The changing file is one cause: logged once, then suppressed.
+        assert_eq!(before, scrapes - 1);
     }
 
     #[tokio::test]

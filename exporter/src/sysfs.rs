@@ -301,7 +301,14 @@ fn utf8_name(dir: &Path, name: &CStr) -> Result<String, SysfsError> {
 
 impl From<SysfsError> for CollectError {
     fn from(err: SysfsError) -> Self {
-        CollectError::new(err.kind(), err.to_string())
+        let error = CollectError::new(err.kind(), err.to_string());
+        match &err {
+            // The quoted content may change every read; the file and the reason are the fault.
+            SysfsError::Parse { path, reason, .. } => {
+                error.keyed_by(format!("{}: {reason}", path.display()))
+            }
+            _ => error,
+        }
     }
 }
 

@@ -34,6 +34,8 @@ pub struct Exporter {
     child: Child,
     pub address: String,
     log: Arc<Mutex<String>>,
+    /// Held while stderr is left unread (`start_with_stalled_stderr`); dropping it closes the pipe.
+    _stalled_stderr: Option<mpsc::Sender<()>>,
 }
 
 impl Exporter {
@@ -49,6 +51,17 @@ impl Exporter {
 
     /// As `start_as`, with extra environment variables (`LD_LIBRARY_PATH` for a test library).
     pub fn start_with_env(args: &[&str], uid: Option<u32>, env: &[(&str, &Path)]) -> Exporter {
+        Exporter::spawn(args, uid, env, false)
+    }
+
+    /// As `start`, but stderr is a pipe nobody reads after the "listening" line, like a stuck
+    /// journald: once it is full, the exporter's writes to it would block. It stays open, and
+    /// unread, until the exporter is dropped.
+    pub fn start_with_stalled_stderr(args: &[&str]) -> Exporter {
+        Exporter::spawn(args, None, &[], true)
+    }
+
+    fn spawn(args: &[&str], uid: Option<u32>, env: &[(&str, &Path)], stall: bool) -> Exporter {
         let mut command = Command::new(BINARY);
         command
             .arg("--web.listen-address=127.0.0.1:0")
@@ -65,9 +78,11 @@ impl Exporter {
         let log = Arc::new(Mutex::new(String::new()));
         let (found, address) = mpsc::channel();
         let sink = log.clone();
+        let (stalled_stderr, held) = mpsc::channel::<()>();
         std::thread::spawn(move || {
             let mut found = Some(found);
-            for line in BufReader::new(stderr).lines().map_while(Result::ok) {
+            let mut stderr = BufReader::new(stderr);
+            for line in (&mut stderr).lines().map_while(Result::ok) {
                 if line.contains("msg=listening") {
                     if let (Some(tx), Some(addr)) = (found.take(), field(&line, "address")) {
                         let _ = tx.send(addr);
@@ -76,6 +91,11 @@ impl Exporter {
                 let mut log = sink.lock().unwrap();
                 log.push_str(&line);
                 log.push('\n');
+                if stall && found.is_none() {
+                    // Keeps the pipe open, unread, until the exporter is dropped.
+                    let _ = held.recv();
+                    return;
+                }
             }
         });
         let address = match address.recv_timeout(Duration::from_secs(20)) {
@@ -90,6 +110,7 @@ impl Exporter {
             child,
             address,
             log,
+            _stalled_stderr: stall.then_some(stalled_stderr),
         }
     }
 
@@ -115,27 +136,39 @@ impl Exporter {
     }
 
     pub fn get(&self, path: &str) -> Response {
-        self.request(&format!(
-            "GET {path} HTTP/1.1\r\nHost: localhost\r\nConnection: close\r\n\r\n"
-        ))
+        self.get_with(path, &[])
     }
 
     pub fn get_with(&self, path: &str, headers: &[(&str, &str)]) -> Response {
-        let extra: String = headers
-            .iter()
-            .map(|(k, v)| format!("{k}: {v}\r\n"))
-            .collect();
-        self.request(&format!(
-            "GET {path} HTTP/1.1\r\nHost: localhost\r\nConnection: close\r\n{extra}\r\n"
-        ))
+        self.request(&get_request(path, headers))
+    }
+
+    /// `get`, failing the test unless the whole response comes within `limit`.
+    pub fn get_within(&self, path: &str, limit: Duration) -> Response {
+        let started = Instant::now();
+        let response = self.request_within(&get_request(path, &[]), limit);
+        assert!(
+            started.elapsed() < limit,
+            "GET {path} took {:?}",
+            started.elapsed()
+        );
+        response
     }
 
     /// Sends raw bytes and reads the whole response (the server closes after it).
     pub fn request(&self, raw: &str) -> Response {
+        self.request_within(raw, Duration::from_secs(30))
+    }
+
+    /// `request`, with no read waiting longer than `limit`.
+    fn request_within(&self, raw: &str, limit: Duration) -> Response {
         let mut stream = self.connect();
+        stream.set_read_timeout(Some(limit)).unwrap();
         stream.write_all(raw.as_bytes()).expect("send request");
         let mut bytes = Vec::new();
-        stream.read_to_end(&mut bytes).expect("read response");
+        if let Err(err) = stream.read_to_end(&mut bytes) {
+            panic!("no whole response within {limit:?} (a read timed out): {err}");
+        }
         Response::parse(&bytes)
     }
 
@@ -176,6 +209,15 @@ impl Drop for Exporter {
         let _ = self.child.kill();
         let _ = self.child.wait();
     }
+}
+
+/// A `GET` that asks the server to close after answering.
+fn get_request(path: &str, headers: &[(&str, &str)]) -> String {
+    let extra: String = headers
+        .iter()
+        .map(|(k, v)| format!("{k}: {v}\r\n"))
+        .collect();
+    format!("GET {path} HTTP/1.1\r\nHost: localhost\r\nConnection: close\r\n{extra}\r\n")
 }
 
 /// `key=value` or `key="value"` from a logfmt line.
