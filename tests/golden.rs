@@ -4,8 +4,9 @@
 
 mod util;
 
+use std::collections::BTreeSet;
 use std::fs;
-use std::os::unix::fs::PermissionsExt;
+use std::os::unix::fs::{symlink, PermissionsExt};
 use std::time::{Duration, Instant};
 
 use util::golden::{check_fixture_output, scrape};
@@ -194,4 +195,112 @@ fn hung_read_is_bounded() {
     // loaded machine, and keeps idle ones for a while: that stays well below a pile-up.
     let most = *threads.iter().max().unwrap();
     assert!(most <= threads[0] + 10, "threads grew: {threads:?}");
+}
+
+/// A sysfs root with `count` ConnectX-6 HDR ports, `mlx5_0` to `mlx5_<count - 1>`, in
+/// `rdma_edge`'s layout (class link into `devices/pci…`, `device` link) and formats. Only a
+/// port's state and rate files: the tree must be quick to write on a slow, busy disk.
+fn many_hcas(count: usize) -> tempfile::TempDir {
+    let dir = tempfile::tempdir().unwrap();
+    let sys = dir.path().join("sys");
+    let bridge = "devices/pci0000:00/0000:00:02.0";
+    let class = sys.join("class/infiniband");
+    fs::create_dir_all(&class).unwrap();
+    for i in 0..count {
+        let address = format!("0000:{:02x}:00.{}", 1 + i / 8, i % 8);
+        let name = format!("mlx5_{i}");
+        let device = sys
+            .join(bridge)
+            .join(&address)
+            .join("infiniband")
+            .join(&name);
+        let port = device.join("ports/1");
+        fs::create_dir_all(&port).unwrap();
+        symlink(format!("../../../{address}"), device.join("device")).unwrap();
+        symlink(
+            format!("../../{bridge}/{address}/infiniband/{name}"),
+            class.join(&name),
+        )
+        .unwrap();
+        for (file, value) in [
+            ("state", "4: ACTIVE"),
+            ("phys_state", "5: LinkUp"),
+            ("rate", "200 Gb/sec (4X HDR)"),
+        ] {
+            fs::write(port.join(file), format!("{value}\n")).unwrap();
+        }
+    }
+    dir
+}
+
+/// A `--scrape.timeout` far too short for the tree: each scrape is complete with success 1, or
+/// says it is not (success 0 and one timeout, or a unit skipped as still running); never some
+/// devices silently missing with success 1. Asserts that invariant, not the machine's speed.
+#[test]
+fn scrape_cut_short_by_the_deadline_says_so() {
+    const HCAS: usize = 300;
+    let tree = many_hcas(HCAS);
+    let sysfs = format!("--path.sysfs={}", tree.path().join("sys").display());
+    let exporter = Exporter::start(&[
+        "--collector.disable-defaults",
+        "--collector.rdma",
+        &sysfs,
+        "--scrape.timeout=10ms",
+    ]);
+    let count = |text: &str, kind: &str| -> u64 {
+        let series =
+            format!("hpcnode_collector_errors_total{{collector=\"rdma\",kind=\"{kind}\"}} ");
+        text.lines()
+            .find_map(|line| line.strip_prefix(&series))
+            .unwrap_or_else(|| panic!("no {series}in {text}"))
+            .parse()
+            .unwrap()
+    };
+    let (mut timeouts, mut still_running) = (0, 0);
+    for _ in 0..20 {
+        let text = scrape(&exporter);
+        let devices: BTreeSet<&str> = text
+            .lines()
+            .filter_map(|line| line.strip_prefix("hpcnode_rdma_port_state_id{device=\""))
+            .filter_map(|rest| rest.split('"').next())
+            .collect();
+        let success = text.contains("hpcnode_scrape_collector_success{collector=\"rdma\"} 1\n");
+        let (now_timeouts, now_still_running) =
+            (count(&text, "timeout"), count(&text, "still_running"));
+        let flagged = now_timeouts - timeouts + now_still_running - still_running;
+        assert!(
+            now_timeouts - timeouts <= 1,
+            "one timeout per scrape at most"
+        );
+        if success {
+            assert_eq!(devices.len(), HCAS, "devices missing with success 1");
+            assert_eq!(flagged, 0, "an error counted with success 1");
+        } else {
+            assert!(
+                flagged >= 1,
+                "success 0 with no timeout or still_running counted"
+            );
+        }
+        (timeouts, still_running) = (now_timeouts, now_still_running);
+    }
+    // However many scrapes were cut short, each cause of a timeout is logged once.
+    if timeouts > 0 {
+        let log = exporter.log_with("kind=timeout");
+        let lines: Vec<&str> = log.lines().filter(|l| l.contains("kind=timeout")).collect();
+        for line in &lines {
+            let cause = line
+                .split(" err=")
+                .nth(1)
+                .unwrap()
+                .split('"')
+                .nth(1)
+                .unwrap();
+            assert_eq!(
+                log.matches(cause).count(),
+                1,
+                "{cause:?} logged again:\n{log}"
+            );
+        }
+        assert!(!lines.is_empty());
+    }
 }

@@ -6,6 +6,8 @@
 //! - a collector's units (devices) are read independently: a unit whose read hangs is not read
 //!   again until that read returns, so it hides only itself, and stuck threads never pile up
 //!   (at most one per hung unit);
+//! - a scrape that leaves any of a collector's units unread at the deadline says so: one
+//!   `timeout` error and success 0 for that collector, never part of the devices with success 1;
 //! - every error is counted in `hpcnode_collector_errors_total` and logged once per distinct cause.
 
 use std::collections::HashMap;
@@ -227,12 +229,16 @@ struct RunState {
     units: Vec<Option<Output>>,
     /// Errors of the run itself (units skipped as still busy).
     errors: Vec<CollectError>,
+    /// A worker reached the deadline with units left to read.
+    cut_short: bool,
 }
 
 /// How one collector's part of a scrape ended.
 pub(crate) struct RunOutcome {
     output: Output,
-    result: Result<(), CollectError>,
+    /// Why the run itself failed (the listing, a panic, the deadline); each is counted, and
+    /// any makes the collector's success 0.
+    failures: Vec<CollectError>,
     duration: Duration,
 }
 
@@ -309,20 +315,17 @@ impl Scraper {
         for (slot, run) in self.slots.iter().zip(runs) {
             let outcome = run.await.unwrap_or_else(|join_error| RunOutcome {
                 output: Output::default(),
-                result: Err(CollectError::new(
+                failures: vec![CollectError::new(
                     ErrorKind::Panic,
                     format!("scrape task failed: {join_error}"),
-                )),
+                )],
                 duration: self.deadline,
             });
-            for error in &outcome.output.errors {
+            for error in outcome.output.errors.iter().chain(&outcome.failures) {
                 self.errors.record(slot.name, error);
             }
             samples.append(outcome.output.samples);
-            if let Err(error) = &outcome.result {
-                self.errors.record(slot.name, error);
-            }
-            let success = outcome.result.is_ok()
+            let success = outcome.failures.is_empty()
                 && outcome
                     .output
                     .errors
@@ -350,7 +353,8 @@ const MAX_WORKERS_PER_COLLECTOR: usize = 4;
 
 /// One collector's part of a scrape: list its units, then read them with a few workers on the
 /// blocking pool, each unit skipped while an earlier read of it is still hung. Whatever has
-/// finished by the deadline is returned; the rest goes on alone and is dropped.
+/// finished by the deadline is returned; the rest goes on alone and is dropped, and a unit left
+/// unread makes the run one timeout.
 async fn run<C: Collector>(
     collector: Arc<C>,
     busy: Busy,
@@ -361,9 +365,9 @@ async fn run<C: Collector>(
     }: Deadline,
 ) -> RunOutcome {
     let started = Instant::now();
-    let outcome = |output, result| RunOutcome {
+    let outcome = |output, failures| RunOutcome {
         output,
-        result,
+        failures,
         duration: started.elapsed(),
     };
     let still_running = |what: &str| {
@@ -387,15 +391,18 @@ async fn run<C: Collector>(
     };
     let units = match tokio::time::timeout_at(deadline, listing).await {
         Ok(Ok(Ok(units))) => Arc::new(units),
-        Ok(Ok(Err(error))) => return outcome(Output::default(), Err(error)),
-        Ok(Err(join_error)) => return outcome(Output::default(), Err(panicked(join_error))),
-        Err(_) => return outcome(Output::default(), Err(timed_out(&busy))),
+        Ok(Ok(Err(error))) => return outcome(Output::default(), vec![error]),
+        Ok(Err(join_error)) => return outcome(Output::default(), vec![panicked(join_error)]),
+        Err(_) => {
+            let error = timed_out(&busy, "did not finish listing its units in time");
+            return outcome(Output::default(), vec![error]);
+        }
     };
 
     let deadline = deadline.into_std();
     let state = Arc::new(Mutex::new(RunState {
         units: (0..units.len()).map(|_| None).collect(),
-        errors: Vec::new(),
+        ..RunState::default()
     }));
     let next = Arc::new(AtomicUsize::new(0));
     let handles: Vec<_> = (0..workers.min(units.len()))
@@ -408,16 +415,18 @@ async fn run<C: Collector>(
                 next.clone(),
             );
             tokio::task::spawn_blocking(move || loop {
-                // A worker freed from a hung read after the deadline stops: its scrape has
-                // answered, and reading on would only hold units that a later scrape then
-                // reports as still running.
-                if Instant::now() >= deadline {
-                    return;
-                }
                 let index = next.fetch_add(1, Ordering::Relaxed);
                 let Some(unit) = units.get(index) else {
                     return;
                 };
+                // At the deadline the workers stop and what is left is this scrape's timeout.
+                // A worker freed from a hung read after the deadline stops too: its scrape has
+                // answered, and reading on would only hold units that a later scrape then
+                // reports as still running.
+                if Instant::now() >= deadline {
+                    lock(&state).cut_short = true;
+                    return;
+                }
                 let name = unit.to_string();
                 let Some(_guard) = BusyGuard::claim(&busy, &name, timeout, deadline) else {
                     lock(&state).errors.push(still_running(&name));
@@ -432,29 +441,45 @@ async fn run<C: Collector>(
             })
         })
         .collect();
-    let mut result = Ok(());
+    let mut failures = Vec::new();
+    let mut overran = false;
     for handle in handles {
         match tokio::time::timeout_at(deadline.into(), handle).await {
             Ok(Ok(())) => {}
-            Ok(Err(join_error)) => result = Err(panicked(join_error)),
+            Ok(Err(join_error)) => failures.push(panicked(join_error)),
             Err(_) => {
-                result = Err(timed_out(&busy));
+                overran = true;
                 break;
             }
         }
     }
 
-    let RunState { units, errors } = std::mem::take(&mut *lock(&state));
+    let RunState {
+        units: read,
+        errors,
+        cut_short,
+    } = std::mem::take(&mut *lock(&state));
+    // One timeout per scrape, whether workers were still reading at the deadline or had
+    // stopped there with units left: what is missing is this scrape's, however many units.
+    if overran || cut_short {
+        let finished = read.iter().flatten().count();
+        failures.push(
+            timed_out(&busy, "did not read every unit in time")
+                .with("units_read", format!("{finished} of {}", units.len())),
+        );
+    }
     let mut output = Output::default();
-    for unit in units.into_iter().flatten() {
+    for unit in read.into_iter().flatten() {
         output.samples.append(unit.samples);
         output.errors.extend(unit.errors);
     }
     output.errors.extend(errors);
-    outcome(output, result)
+    outcome(output, failures)
 }
 
-fn timed_out(busy: &Mutex<HashMap<String, Instant>>) -> CollectError {
+/// A run's timeout. The cause is the same from scrape to scrape, so it is logged once; what
+/// was still being read (which changes) goes in the log line's fields.
+fn timed_out(busy: &Mutex<HashMap<String, Instant>>, cause: &str) -> CollectError {
     let mut reading: Vec<_> = lock(busy)
         .keys()
         .map(|unit| {
@@ -466,13 +491,7 @@ fn timed_out(busy: &Mutex<HashMap<String, Instant>>) -> CollectError {
         })
         .collect();
     reading.sort();
-    CollectError::new(
-        ErrorKind::Timeout,
-        format!(
-            "did not finish in time; still reading: {}",
-            reading.join(", ")
-        ),
-    )
+    CollectError::new(ErrorKind::Timeout, cause).with("reading", reading.join(", "))
 }
 
 /// The panic's message without the task id, so one bug is logged once.
@@ -735,6 +754,72 @@ mod tests {
         assert_eq!(suppressed(&errors), before, "a new fault was not logged");
         // The changing file is one cause: logged once, then suppressed.
         assert_eq!(before, scrapes - 1);
+    }
+
+    /// Far more quick units than one scrape's deadline allows.
+    struct ManyUnits;
+
+    const MANY_UNITS: usize = 20_000;
+
+    impl Collector for ManyUnits {
+        type Unit = usize;
+
+        fn units(&self) -> Result<Vec<usize>, CollectError> {
+            Ok((0..MANY_UNITS).collect())
+        }
+
+        fn collect_unit(&self, unit: &usize, out: &mut Output) {
+            std::thread::sleep(Duration::from_micros(100));
+            out.samples.push(
+                &UP,
+                vec![("device", unit.to_string().into())],
+                Value::Int(1),
+            );
+        }
+    }
+
+    fn value_of(text: &str, series: &str) -> u64 {
+        text.lines()
+            .find_map(|line| line.strip_prefix(series)?.strip_prefix(' '))
+            .unwrap_or_else(|| panic!("no {series} in {text}"))
+            .parse()
+            .unwrap()
+    }
+
+    /// Workers stop at the deadline between two units as well as in the middle of one: either
+    /// way the units left make the scrape one timeout with success 0. Whatever the machine's
+    /// speed, a scrape is complete with success 1, or flagged; never partial with success 1.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn units_left_at_the_deadline_are_one_timeout_and_success_0() {
+        let scraper = Scraper::new(
+            vec![("test", Started::new(ManyUnits))],
+            Duration::from_millis(20),
+        );
+        let mut counted = 0;
+        for _ in 0..10 {
+            let text = text(scraper.scrape().await);
+            let read = text
+                .lines()
+                .filter(|l| l.starts_with("hpcnode_test_up{"))
+                .count();
+            let success = value_of(
+                &text,
+                "hpcnode_scrape_collector_success{collector=\"test\"}",
+            );
+            let now = value_of(
+                &text,
+                "hpcnode_collector_errors_total{collector=\"test\",kind=\"timeout\"}",
+            );
+            if read < MANY_UNITS {
+                assert_eq!(success, 0, "{read} of {MANY_UNITS} units with success 1");
+                assert_eq!(now, counted + 1, "one timeout per cut-short scrape");
+            } else {
+                // All read: success 1, or 0 with a timeout when a worker was still returning
+                // from its last unit at the deadline.
+                assert_eq!(now, counted + 1 - success);
+            }
+            counted = now;
+        }
     }
 
     #[tokio::test]
