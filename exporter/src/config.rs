@@ -6,11 +6,15 @@
 
 use std::ffi::OsString;
 use std::path::PathBuf;
+use std::time::Duration;
 
 use clap::Command;
 
 use crate::collector::{Host, Registration, RunOnce, Settings};
-use crate::flags::{first_line, flag, parse_duration, parse_listen_address, switch, toggle, Flags};
+use crate::flags::{
+    first_line, flag, parse_duration_at_most, parse_listen_address, parse_number, switch, toggle,
+    Flags,
+};
 pub use crate::flags::{ConfigError, ListenAddress};
 use crate::logging::{Level, LogFormat};
 
@@ -140,7 +144,7 @@ fn command(registry: &[Registration]) -> Command {
         .arg(flag("path.sysfs", "/sys", "sysfs mountpoint."))
         .arg(flag("path.procfs", "/proc", "procfs mountpoint."))
         .arg(flag("path.rootfs", "/", "Root filesystem (for /lib/modules and /etc)."))
-        .arg(flag("scrape.timeout", "5s", "Deadline for each collector within one scrape (e.g. 500ms, 5s, 1m)."))
+        .arg(flag("scrape.timeout", "5s", "Deadline for each collector within one scrape (e.g. 500ms, 5s, 1m; at most 1h)."))
         .arg(flag("log.level", "info", "Only log messages with the given severity or above: debug, info, warn, error."))
         .arg(flag("log.format", "logfmt", "Output format of log messages: logfmt or json."))
         .arg(switch("collector.disable-defaults", "Set all collectors to disabled by default."));
@@ -217,6 +221,11 @@ struct Common {
     enabled: Vec<&'static str>,
 }
 
+/// The most concurrent scrapes allowed: Linux's default ceiling on open files (`fs.nr_open`).
+const MAX_REQUESTS: u64 = 1 << 20;
+/// The longest scrape deadline: Prometheus' own scrape timeouts are seconds to minutes.
+const MAX_SCRAPE_TIMEOUT: Duration = Duration::from_secs(3600);
+
 fn validate(raw: RawFlags) -> Result<Common, ConfigError> {
     let invalid = |flag: &str, value: &str, reason: &str| ConfigError::Invalid {
         flag: format!("--{flag}"),
@@ -243,17 +252,13 @@ fn validate(raw: RawFlags) -> Result<Common, ConfigError> {
             "must start with '/' and must not be '/' or start with '/-/'",
         ));
     }
-    let max_requests = raw.max_requests.parse().map_err(|_| {
-        invalid(
-            "web.max-requests",
-            &raw.max_requests,
-            "must be a non-negative integer (0 = no limit)",
-        )
-    })?;
+    let max_requests = parse_number(&raw.max_requests, 0, MAX_REQUESTS)
+        .map(|n| n as usize)
+        .map_err(|reason| invalid("web.max-requests", &raw.max_requests, &reason))?;
     let listen_address = parse_listen_address(&raw.listen_address)
         .map_err(|reason| invalid("web.listen-address", &raw.listen_address, reason))?;
-    let scrape_timeout = parse_duration(&raw.scrape_timeout)
-        .map_err(|reason| invalid("scrape.timeout", &raw.scrape_timeout, reason))?;
+    let scrape_timeout = parse_duration_at_most(&raw.scrape_timeout, MAX_SCRAPE_TIMEOUT)
+        .map_err(|reason| invalid("scrape.timeout", &raw.scrape_timeout, &reason))?;
     Ok(Common {
         listen_address,
         telemetry_path,
@@ -415,6 +420,8 @@ mod tests {
     fn bad_values_are_one_line_errors() {
         for args in [
             &["--web.max-requests=-1"][..],
+            &["--web.max-requests=2305843009213693952"],
+            &["--scrape.timeout=999999999h"],
             &["--log.level=loud"],
             &["--log.format=xml"],
             &["--web.telemetry-path=metrics"],
