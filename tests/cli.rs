@@ -47,6 +47,7 @@ fn help_lists_generated_collector_flags() {
         "--web.listen-address",
         "--web.telemetry-path",
         "--web.max-requests",
+        "--web.max-connections",
         "--path.sysfs",
         "--path.procfs",
         "--path.rootfs",
@@ -105,6 +106,9 @@ fn numeric_flags_out_of_range_give_one_line_naming_the_flag_and_exit_2() {
             "--web.max-requests",
         ),
         ("--web.max-requests=1048577", "--web.max-requests"),
+        ("--web.max-connections=1", "--web.max-connections"),
+        ("--web.max-connections=1048577", "--web.max-connections"),
+        ("--web.max-connections=many", "--web.max-connections"),
         ("--scrape.timeout=999999999h", "--scrape.timeout"),
         ("--scrape.timeout=2h", "--scrape.timeout"),
         (

@@ -35,8 +35,10 @@ pub enum Invocation {
 pub struct Config {
     pub listen_address: ListenAddress,
     pub telemetry_path: String,
-    /// Concurrent scrapes allowed; 0 means no limit.
+    /// Concurrent scrapes allowed; 0: only `max_connections` limits them.
     pub max_requests: usize,
+    /// Concurrent connections allowed.
+    pub max_connections: usize,
     /// The roots every path is read under, and the scrape deadline.
     pub host: Host,
     pub log_level: Level,
@@ -82,6 +84,7 @@ where
         listen_address: common.listen_address,
         telemetry_path: common.telemetry_path,
         max_requests: common.max_requests,
+        max_connections: common.max_connections,
         host: common.host,
         log_level: common.log_level,
         log_format: common.log_format,
@@ -140,7 +143,8 @@ fn command(registry: &[Registration]) -> Command {
         .about("Prometheus exporter for HPC node driver stacks: RDMA fabrics, Xeon Phi coprocessors, GPU passthrough.")
         .arg(flag("web.listen-address", ":10050", "Address on which to expose metrics and the web interface."))
         .arg(flag("web.telemetry-path", "/metrics", "Path under which to expose metrics."))
-        .arg(flag("web.max-requests", "40", "Maximum number of parallel scrape requests; beyond it, 503. 0 disables the limit."))
+        .arg(flag("web.max-requests", "40", "Maximum number of parallel scrape requests, at most one below --web.max-connections; beyond it, 503. 0: only --web.max-connections limits them."))
+        .arg(flag("web.max-connections", "512", "Maximum number of open connections; at the limit a new connection replaces the one idle the longest."))
         .arg(flag("path.sysfs", "/sys", "sysfs mountpoint."))
         .arg(flag("path.procfs", "/proc", "procfs mountpoint."))
         .arg(flag("path.rootfs", "/", "Root filesystem (for /lib/modules and /etc)."))
@@ -173,6 +177,7 @@ struct RawFlags {
     listen_address: String,
     telemetry_path: String,
     max_requests: String,
+    max_connections: String,
     sysfs: String,
     procfs: String,
     rootfs: String,
@@ -199,6 +204,7 @@ impl RawFlags {
             listen_address: value("web.listen-address"),
             telemetry_path: value("web.telemetry-path"),
             max_requests: value("web.max-requests"),
+            max_connections: value("web.max-connections"),
             sysfs: value("path.sysfs"),
             procfs: value("path.procfs"),
             rootfs: value("path.rootfs"),
@@ -215,14 +221,16 @@ struct Common {
     listen_address: ListenAddress,
     telemetry_path: String,
     max_requests: usize,
+    max_connections: usize,
     host: Host,
     log_level: Level,
     log_format: LogFormat,
     enabled: Vec<&'static str>,
 }
 
-/// The most concurrent scrapes allowed: Linux's default ceiling on open files (`fs.nr_open`).
-const MAX_REQUESTS: u64 = 1 << 20;
+/// The most connections (and so scrapes) allowed: Linux's default ceiling on open files
+/// (`fs.nr_open`).
+const MAX_CONNECTIONS: u64 = 1 << 20;
 /// The longest scrape deadline: Prometheus' own scrape timeouts are seconds to minutes.
 const MAX_SCRAPE_TIMEOUT: Duration = Duration::from_secs(3600);
 
@@ -252,9 +260,13 @@ fn validate(raw: RawFlags) -> Result<Common, ConfigError> {
             "must start with '/' and must not be '/' or start with '/-/'",
         ));
     }
-    let max_requests = parse_number(&raw.max_requests, 0, MAX_REQUESTS)
-        .map(|n| n as usize)
-        .map_err(|reason| invalid("web.max-requests", &raw.max_requests, &reason))?;
+    let count = |flag: &str, value: &str, min: u64| {
+        parse_number(value, min, MAX_CONNECTIONS)
+            .map(|n| n as usize)
+            .map_err(|reason| invalid(flag, value, &reason))
+    };
+    let max_requests = count("web.max-requests", &raw.max_requests, 0)?;
+    let max_connections = count("web.max-connections", &raw.max_connections, 2)?;
     let listen_address = parse_listen_address(&raw.listen_address)
         .map_err(|reason| invalid("web.listen-address", &raw.listen_address, reason))?;
     let scrape_timeout = parse_duration_at_most(&raw.scrape_timeout, MAX_SCRAPE_TIMEOUT)
@@ -263,6 +275,7 @@ fn validate(raw: RawFlags) -> Result<Common, ConfigError> {
         listen_address,
         telemetry_path,
         max_requests,
+        max_connections,
         host: Host {
             sysfs: path("path.sysfs", raw.sysfs)?,
             procfs: path("path.procfs", raw.procfs)?,
@@ -372,6 +385,7 @@ mod tests {
         );
         assert_eq!(config.telemetry_path, "/metrics");
         assert_eq!(config.max_requests, 40);
+        assert_eq!(config.max_connections, 512);
         assert_eq!(config.host.sysfs, PathBuf::from("/sys"));
         assert_eq!(config.host.scrape_timeout, Duration::from_secs(5));
         assert_eq!(names(&[]), ["greeter"]);
@@ -421,6 +435,7 @@ mod tests {
         for args in [
             &["--web.max-requests=-1"][..],
             &["--web.max-requests=2305843009213693952"],
+            &["--web.max-connections=1"],
             &["--scrape.timeout=999999999h"],
             &["--log.level=loud"],
             &["--log.format=xml"],

@@ -11,9 +11,10 @@ use anyhow::Context;
 use hpcnode_exporter::collector::Host;
 use hpcnode_exporter::collectors;
 use hpcnode_exporter::config::{self, Config, Invocation, ListenAddress};
-use hpcnode_exporter::http::{self, Server};
+use hpcnode_exporter::http::{self, Limits, Server};
 use hpcnode_exporter::logging::{self, Level};
 use hpcnode_exporter::scrape::Scraper;
+use rustix::process::{getrlimit, setrlimit, Resource, Rlimit};
 use tokio::signal::unix::{signal, SignalKind};
 
 fn main() -> ExitCode {
@@ -49,6 +50,19 @@ fn main() -> ExitCode {
 }
 
 fn run(config: Config) -> anyhow::Result<()> {
+    let open_files = raise_open_file_limit();
+    if open_files
+        .is_some_and(|limit| limit < config.max_connections as u64 + FDS_BESIDE_CONNECTIONS)
+    {
+        logging::log(
+            Level::Warn,
+            "the open file limit leaves less than --web.max-connections for connections; accepts fail beyond it",
+            &[
+                ("open_files", &open_files.unwrap_or_default().to_string()),
+                ("max_connections", &config.max_connections.to_string()),
+            ],
+        );
+    }
     // Collectors start (probes attach, sockets bind, threads start) before serving, so a
     // failure to start fails the process, not a later scrape.
     let mut started = Vec::new();
@@ -66,7 +80,10 @@ fn run(config: Config) -> anyhow::Result<()> {
     let server = Arc::new(Server::new(
         scraper.clone(),
         config.telemetry_path,
-        config.max_requests,
+        Limits {
+            max_requests: config.max_requests,
+            max_connections: config.max_connections,
+        },
     ));
     let names: Vec<_> = scraper.collector_names().collect();
     let result = runtime.block_on(serve(server, &config.listen_address, &config.host, &names));
@@ -74,6 +91,57 @@ fn run(config: Config) -> anyhow::Result<()> {
     // A collector thread stuck in a hung driver read must not keep the process alive.
     runtime.shutdown_timeout(Duration::from_secs(1));
     result
+}
+
+/// File descriptors the exporter needs besides its connections: collectors' reads, probes,
+/// libraries, the listener, stdio.
+const FDS_BESIDE_CONNECTIONS: u64 = 64;
+
+/// Raises the soft limit on open files to the hard one, as Go programs do at startup: the soft
+/// default (1024 under systemd) is for programs that use `select(2)`, which this one does not.
+/// Returns the soft limit now in force (`None`: unlimited).
+fn raise_open_file_limit() -> Option<u64> {
+    let limit = getrlimit(Resource::Nofile);
+    if limit.current == limit.maximum {
+        logging::log(
+            Level::Debug,
+            "open file limit already at its hard limit",
+            &[("limit", &describe_limit(limit.current))],
+        );
+        return limit.current;
+    }
+    let raised = Rlimit {
+        current: limit.maximum,
+        maximum: limit.maximum,
+    };
+    match setrlimit(Resource::Nofile, raised) {
+        Ok(()) => {
+            logging::log(
+                Level::Info,
+                "raised the open file limit to its hard limit",
+                &[
+                    ("from", &describe_limit(limit.current)),
+                    ("to", &describe_limit(limit.maximum)),
+                ],
+            );
+            limit.maximum
+        }
+        Err(err) => {
+            logging::log(
+                Level::Warn,
+                "cannot raise the open file limit",
+                &[
+                    ("limit", &describe_limit(limit.current)),
+                    ("err", &err.to_string()),
+                ],
+            );
+            limit.current
+        }
+    }
+}
+
+fn describe_limit(limit: Option<u64>) -> String {
+    limit.map_or_else(|| "unlimited".to_string(), |n| n.to_string())
 }
 
 async fn serve(
