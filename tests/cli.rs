@@ -47,6 +47,7 @@ fn help_lists_generated_collector_flags() {
         "--web.listen-address",
         "--web.telemetry-path",
         "--web.max-requests",
+        "--web.max-connections",
         "--path.sysfs",
         "--path.procfs",
         "--path.rootfs",
@@ -92,6 +93,84 @@ fn bad_values_give_one_line_and_exit_2() {
         assert!(stdout.is_empty());
         assert_eq!(stderr.lines().count(), 1, "{args:?}: {stderr}");
         assert!(stderr.starts_with("hpcnode_exporter: error: "), "{stderr}");
+    }
+}
+
+/// Values that parsed but overflowed later: a semaphore too large (a panic after "listening"),
+/// a deadline past the clock's range (every scrape panicked). Every numeric flag is bounded.
+#[test]
+fn numeric_flags_out_of_range_give_one_line_naming_the_flag_and_exit_2() {
+    for (arg, flag) in [
+        (
+            "--web.max-requests=2305843009213693952",
+            "--web.max-requests",
+        ),
+        ("--web.max-requests=1048577", "--web.max-requests"),
+        ("--web.max-connections=1", "--web.max-connections"),
+        ("--web.max-connections=1048577", "--web.max-connections"),
+        ("--web.max-connections=many", "--web.max-connections"),
+        ("--scrape.timeout=999999999h", "--scrape.timeout"),
+        ("--scrape.timeout=2h", "--scrape.timeout"),
+        (
+            "--collector.modules.max-modules=0",
+            "--collector.modules.max-modules",
+        ),
+        (
+            "--collector.modules.max-modules=99999999999999999999",
+            "--collector.modules.max-modules",
+        ),
+        (
+            "--probe.verbs.interval=999999999h",
+            "--probe.verbs.interval",
+        ),
+        ("--probe.verbs.jitter=169h", "--probe.verbs.jitter"),
+        ("--probe.verbs.duration=61s", "--probe.verbs.duration"),
+        ("--probe.verbs.timeout=999999999h", "--probe.verbs.timeout"),
+        ("--probe.verbs.message-size=0", "--probe.verbs.message-size"),
+        (
+            "--probe.verbs.queue-depth=4097",
+            "--probe.verbs.queue-depth",
+        ),
+        (
+            "--probe.verbs.latency-iterations=0",
+            "--probe.verbs.latency-iterations",
+        ),
+        ("--probe.verbs.port=256", "--probe.verbs.port"),
+        ("--probe.verbs.gid-index=256", "--probe.verbs.gid-index"),
+    ] {
+        let (code, stdout, stderr) = run(&[arg]);
+        assert_eq!(code, 2, "{arg}: {stderr}");
+        assert!(stdout.is_empty());
+        assert_eq!(stderr.lines().count(), 1, "{arg}: {stderr}");
+        assert!(
+            stderr.starts_with(&format!("hpcnode_exporter: error: invalid {flag} ")),
+            "{arg}: {stderr}"
+        );
+    }
+}
+
+/// A token file that never ends or blocks (a device, a FIFO) is refused at start without being
+/// read, naming the flag: by the exporter (exit 1) and by `probe verbs` (exit 1).
+#[test]
+fn token_files_that_never_end_or_block_are_refused() {
+    let dir = tempfile::tempdir().unwrap();
+    let fifo = dir.path().join("token.fifo");
+    let path = std::ffi::CString::new(fifo.to_str().unwrap()).unwrap();
+    // SAFETY: a valid NUL-terminated path; mkfifo only creates a file.
+    assert_eq!(unsafe { libc::mkfifo(path.as_ptr(), 0o600) }, 0);
+    for token in ["/dev/zero".to_string(), fifo.display().to_string()] {
+        let (code, _, stderr) = run(&[
+            "--web.listen-address=127.0.0.1:0",
+            "--probe.verbs.interval=1h",
+            &format!("--probe.verbs.token-file={token}"),
+        ]);
+        assert_eq!(code, 1, "{token}: {stderr}");
+        assert!(stderr.contains("--probe.verbs.token-file"), "{stderr}");
+        assert!(stderr.contains("not a regular file"), "{stderr}");
+        let (code, _, stderr) = run(&["probe", "verbs", &format!("--token-file={token}")]);
+        assert_eq!(code, 1, "{token}: {stderr}");
+        assert_eq!(stderr.lines().count(), 1, "{stderr}");
+        assert!(stderr.contains("--token-file"), "{stderr}");
     }
 }
 

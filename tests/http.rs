@@ -1,12 +1,13 @@
 //! HTTP behaviour of the real binary: content negotiation, compression, routes, the request
-//! limit, clients that vanish or misbehave, and graceful shutdown.
+//! limit, clients that vanish, misbehave, hold connections or do not read, concurrent scrapes,
+//! and graceful shutdown.
 
 mod util;
 
 use std::io::{Read, Write};
 use std::time::{Duration, Instant};
 
-use util::{fixture, Exporter, HungTree};
+use util::{fixture, Exporter, HungTree, TreeCopy, LARGE_NODE};
 
 fn procfs_exporter(extra: &[&str]) -> Exporter {
     let sysfs = format!("--path.sysfs={}", fixture("procfs").display());
@@ -219,12 +220,14 @@ fn request_limit_and_disconnects() {
             .write_all(b"GET /metrics HTTP/1.1\r\nHost: x\r\n\r\n")
             .unwrap();
     }
+    scrapes_answer_again(&exporter, "exporter stopped serving");
+}
+
+/// Waits until a scrape is answered with 200 again, for 10 s at most; else fails with `why`.
+fn scrapes_answer_again(exporter: &Exporter, why: &str) {
     let started = Instant::now();
     while exporter.get("/metrics").status != 200 {
-        assert!(
-            started.elapsed() < Duration::from_secs(10),
-            "exporter stopped serving"
-        );
+        assert!(started.elapsed() < Duration::from_secs(10), "{why}");
         std::thread::sleep(Duration::from_millis(200));
     }
 }
@@ -313,5 +316,208 @@ fn a_stalled_stderr_holds_up_neither_serving_nor_exit() {
         stopping.elapsed() < BOUND,
         "exit took {:?}",
         stopping.elapsed()
+    );
+}
+
+/// A scrape request that must be answered before the idle connections around it could have
+/// timed out (10 s for a request head): `None` when it was not.
+fn scrape_before_idle_timeout(exporter: &Exporter) -> Option<u16> {
+    let mut stream = exporter.connect();
+    stream
+        .set_read_timeout(Some(Duration::from_secs(8)))
+        .unwrap();
+    stream
+        .write_all(b"GET /metrics HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n")
+        .unwrap();
+    let mut head = [0u8; 12];
+    stream.read_exact(&mut head).ok()?;
+    std::str::from_utf8(&head[9..]).ok()?.parse().ok()
+}
+
+/// Connections that send nothing, as many as `count`.
+fn idle_connections(exporter: &Exporter, count: usize) -> Vec<std::net::TcpStream> {
+    (0..count)
+        .map(|_| std::net::TcpStream::connect(&exporter.address).expect("connect"))
+        .collect()
+}
+
+/// More idle connections than `--web.max-connections`, under a file limit that the old server
+/// (no cap) exhausted: each new connection takes the place of the one idle the longest, so a
+/// scrape is answered at once and the open files stay near the cap.
+#[test]
+fn idle_connections_beyond_the_cap_do_not_lock_out_scrapes() {
+    let sysfs = format!("--path.sysfs={}", fixture("procfs").display());
+    let exporter = Exporter::start_with_open_files(
+        &[
+            "--collector.disable-defaults",
+            "--collector.rdma",
+            &sysfs,
+            "--web.max-connections=32",
+        ],
+        128,
+        128,
+    );
+    let idle = idle_connections(&exporter, 200);
+    assert_eq!(scrape_before_idle_timeout(&exporter), Some(200));
+    assert_eq!(exporter.get("/-/healthy").status, 200);
+    // Displaced connections are closed by their own tasks, soon after.
+    let started = Instant::now();
+    while exporter.open_files() > 32 + 40 {
+        assert!(
+            started.elapsed() < Duration::from_secs(10),
+            "{} files open with a cap of 32",
+            exporter.open_files()
+        );
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    drop(idle);
+}
+
+/// Under systemd's soft limit the old server ran out of descriptors at a few dozen connections;
+/// the limit is raised to the hard one at startup, and said so.
+#[test]
+fn soft_open_file_limit_is_raised_to_the_hard_one() {
+    let sysfs = format!("--path.sysfs={}", fixture("procfs").display());
+    // Below the test's own hard limit, which only root could raise.
+    let hard = rustix::process::getrlimit(rustix::process::Resource::Nofile)
+        .maximum
+        .map_or(4096, |hard| hard.min(4096));
+    let exporter = Exporter::start_with_open_files(
+        &["--collector.disable-defaults", "--collector.rdma", &sysfs],
+        64,
+        hard,
+    );
+    let limits = std::fs::read_to_string(format!("/proc/{}/limits", exporter.pid())).unwrap();
+    let open_files = limits
+        .lines()
+        .find(|l| l.starts_with("Max open files"))
+        .unwrap();
+    let hard = hard.to_string();
+    assert_eq!(
+        open_files.split_whitespace().collect::<Vec<_>>()[3..5],
+        [hard.as_str(), hard.as_str()],
+        "{open_files}"
+    );
+    assert!(exporter.log().contains(&format!(
+        "msg=\"raised the open file limit to its hard limit\" from=64 to={hard}"
+    )));
+    let idle = idle_connections(&exporter, 150);
+    assert_eq!(scrape_before_idle_timeout(&exporter), Some(200));
+    drop(idle);
+}
+
+/// Accepts failing for want of descriptors (a hard file limit below what the connection cap
+/// needs) are logged once, not ten times a second, and retried with backoff; the exporter
+/// serves again as soon as descriptors are free.
+#[test]
+fn failing_accepts_are_logged_once_and_retried() {
+    let sysfs = format!("--path.sysfs={}", fixture("procfs").display());
+    let exporter = Exporter::start_with_open_files(
+        &["--collector.disable-defaults", "--collector.rdma", &sysfs],
+        48,
+        48,
+    );
+    assert!(exporter
+        .log()
+        .contains("the open file limit leaves less than --web.max-connections"));
+    let idle = idle_connections(&exporter, 100);
+    std::thread::sleep(Duration::from_secs(3));
+    let log = exporter.log();
+    let failures = log.matches("accept failed").count();
+    assert_eq!(failures, 1, "{log}");
+    assert!(log.contains("Too many open files"), "{log}");
+    drop(idle);
+    scrapes_answer_again(&exporter, "not serving");
+}
+
+/// The rdma collector on a generated tree, with a deadline that a loaded machine meets.
+fn generated_node_exporter(tree: &TreeCopy, max_requests: &str) -> Exporter {
+    Exporter::start(&[
+        "--collector.disable-defaults",
+        "--collector.rdma",
+        &tree.sys_arg(),
+        "--scrape.timeout=60s",
+        max_requests,
+    ])
+}
+
+/// `--web.max-requests` bounds the bodies held for clients that do not read them: a scrape's
+/// slot is held until its body is written or its connection is gone, so beyond the limit new
+/// scrapes get 503 instead of one more body each (the old server released the slot before
+/// writing, and every such client held a whole body).
+#[test]
+fn clients_that_do_not_read_hold_their_scrape_slot() {
+    let tree = TreeCopy::many_rdma_devices(LARGE_NODE);
+    let exporter = generated_node_exporter(&tree, "--web.max-requests=2");
+    let body = exporter.get("/metrics").body.len() as u64;
+    let baseline = exporter.status_field("VmRSS") * 1024;
+    // One after another, so that no two share a collection: each 200 is a body of its own.
+    let stalled: Vec<_> = (0..20).map(|_| exporter.stalled_get("/metrics")).collect();
+    let statuses: Vec<u16> = stalled.iter().map(|(status, _)| *status).collect();
+    assert_eq!(statuses[..2], [200, 200], "{statuses:?}");
+    assert!(statuses[2..].iter().all(|s| *s == 503), "{statuses:?}");
+    let grown = (exporter.status_field("VmRSS") * 1024).saturating_sub(baseline);
+    assert!(
+        grown < 6 * body,
+        "RSS grew by {grown} bytes with bodies of {body} bytes"
+    );
+    // Health checks are not scrapes.
+    assert_eq!(exporter.get("/-/healthy").status, 200);
+    // The clients go away: their slots come back.
+    drop(stalled);
+    scrapes_answer_again(&exporter, "slots not released");
+}
+
+/// Concurrent scrapes join the collection in progress and share its body: all are answered
+/// in full, and the threads stay those of one scrape (the old server ran one collection per
+/// scrape, with its own blocking threads).
+#[test]
+fn concurrent_scrapes_share_one_collection() {
+    const DEVICES: usize = 400;
+    const SCRAPES: usize = 40;
+    let tree = TreeCopy::many_rdma_devices(DEVICES);
+    let exporter = generated_node_exporter(&tree, "--web.max-requests=0");
+    let barrier = std::sync::Barrier::new(SCRAPES);
+    let done = std::sync::atomic::AtomicBool::new(false);
+    let started = Instant::now();
+    let (bodies, most_threads) = std::thread::scope(|scope| {
+        let watcher = scope.spawn(|| {
+            let mut most = 0;
+            while !done.load(std::sync::atomic::Ordering::SeqCst) {
+                most = most.max(exporter.threads());
+                std::thread::sleep(Duration::from_millis(10));
+            }
+            most
+        });
+        let scrapes: Vec<_> = (0..SCRAPES)
+            .map(|_| {
+                scope.spawn(|| {
+                    barrier.wait();
+                    exporter.get("/metrics")
+                })
+            })
+            .collect();
+        let bodies: Vec<_> = scrapes.into_iter().map(|s| s.join().unwrap()).collect();
+        done.store(true, std::sync::atomic::Ordering::SeqCst);
+        (bodies, watcher.join().unwrap())
+    });
+    assert!(
+        started.elapsed() < Duration::from_secs(60),
+        "{SCRAPES} scrapes took {:?}",
+        started.elapsed()
+    );
+    for response in &bodies {
+        assert_eq!(response.status, 200);
+        let text = response.text();
+        let devices = text
+            .lines()
+            .filter(|l| l.starts_with("hpcnode_rdma_port_state_id{"))
+            .count();
+        assert_eq!(devices, DEVICES);
+        assert!(text.contains("hpcnode_scrape_collector_success{collector=\"rdma\"} 1\n"));
+    }
+    assert!(
+        most_threads <= 24,
+        "{most_threads} threads for {SCRAPES} concurrent scrapes"
     );
 }

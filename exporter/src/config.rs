@@ -6,11 +6,15 @@
 
 use std::ffi::OsString;
 use std::path::PathBuf;
+use std::time::Duration;
 
 use clap::Command;
 
 use crate::collector::{Host, Registration, RunOnce, Settings};
-use crate::flags::{first_line, flag, parse_duration, parse_listen_address, switch, toggle, Flags};
+use crate::flags::{
+    first_line, flag, parse_duration_at_most, parse_listen_address, parse_number, switch, toggle,
+    Flags,
+};
 pub use crate::flags::{ConfigError, ListenAddress};
 use crate::logging::{Level, LogFormat};
 
@@ -31,8 +35,10 @@ pub enum Invocation {
 pub struct Config {
     pub listen_address: ListenAddress,
     pub telemetry_path: String,
-    /// Concurrent scrapes allowed; 0 means no limit.
+    /// Concurrent scrapes allowed; 0: only `max_connections` limits them.
     pub max_requests: usize,
+    /// Concurrent connections allowed.
+    pub max_connections: usize,
     /// The roots every path is read under, and the scrape deadline.
     pub host: Host,
     pub log_level: Level,
@@ -78,6 +84,7 @@ where
         listen_address: common.listen_address,
         telemetry_path: common.telemetry_path,
         max_requests: common.max_requests,
+        max_connections: common.max_connections,
         host: common.host,
         log_level: common.log_level,
         log_format: common.log_format,
@@ -136,11 +143,12 @@ fn command(registry: &[Registration]) -> Command {
         .about("Prometheus exporter for HPC node driver stacks: RDMA fabrics, Xeon Phi coprocessors, GPU passthrough.")
         .arg(flag("web.listen-address", ":10050", "Address on which to expose metrics and the web interface."))
         .arg(flag("web.telemetry-path", "/metrics", "Path under which to expose metrics."))
-        .arg(flag("web.max-requests", "40", "Maximum number of parallel scrape requests; beyond it, 503. 0 disables the limit."))
+        .arg(flag("web.max-requests", "40", "Maximum number of parallel scrape requests, at most one below --web.max-connections; beyond it, 503. 0: only --web.max-connections limits them."))
+        .arg(flag("web.max-connections", "512", "Maximum number of open connections; at the limit a new connection replaces the one idle the longest."))
         .arg(flag("path.sysfs", "/sys", "sysfs mountpoint."))
         .arg(flag("path.procfs", "/proc", "procfs mountpoint."))
         .arg(flag("path.rootfs", "/", "Root filesystem (for /lib/modules and /etc)."))
-        .arg(flag("scrape.timeout", "5s", "Deadline for each collector within one scrape (e.g. 500ms, 5s, 1m)."))
+        .arg(flag("scrape.timeout", "5s", "Deadline for each collector within one scrape (e.g. 500ms, 5s, 1m; at most 1h)."))
         .arg(flag("log.level", "info", "Only log messages with the given severity or above: debug, info, warn, error."))
         .arg(flag("log.format", "logfmt", "Output format of log messages: logfmt or json."))
         .arg(switch("collector.disable-defaults", "Set all collectors to disabled by default."));
@@ -169,6 +177,7 @@ struct RawFlags {
     listen_address: String,
     telemetry_path: String,
     max_requests: String,
+    max_connections: String,
     sysfs: String,
     procfs: String,
     rootfs: String,
@@ -195,6 +204,7 @@ impl RawFlags {
             listen_address: value("web.listen-address"),
             telemetry_path: value("web.telemetry-path"),
             max_requests: value("web.max-requests"),
+            max_connections: value("web.max-connections"),
             sysfs: value("path.sysfs"),
             procfs: value("path.procfs"),
             rootfs: value("path.rootfs"),
@@ -211,11 +221,18 @@ struct Common {
     listen_address: ListenAddress,
     telemetry_path: String,
     max_requests: usize,
+    max_connections: usize,
     host: Host,
     log_level: Level,
     log_format: LogFormat,
     enabled: Vec<&'static str>,
 }
+
+/// The most connections (and so scrapes) allowed: Linux's default ceiling on open files
+/// (`fs.nr_open`).
+const MAX_CONNECTIONS: u64 = 1 << 20;
+/// The longest scrape deadline: Prometheus' own scrape timeouts are seconds to minutes.
+const MAX_SCRAPE_TIMEOUT: Duration = Duration::from_secs(3600);
 
 fn validate(raw: RawFlags) -> Result<Common, ConfigError> {
     let invalid = |flag: &str, value: &str, reason: &str| ConfigError::Invalid {
@@ -243,21 +260,22 @@ fn validate(raw: RawFlags) -> Result<Common, ConfigError> {
             "must start with '/' and must not be '/' or start with '/-/'",
         ));
     }
-    let max_requests = raw.max_requests.parse().map_err(|_| {
-        invalid(
-            "web.max-requests",
-            &raw.max_requests,
-            "must be a non-negative integer (0 = no limit)",
-        )
-    })?;
+    let count = |flag: &str, value: &str, min: u64| {
+        parse_number(value, min, MAX_CONNECTIONS)
+            .map(|n| n as usize)
+            .map_err(|reason| invalid(flag, value, &reason))
+    };
+    let max_requests = count("web.max-requests", &raw.max_requests, 0)?;
+    let max_connections = count("web.max-connections", &raw.max_connections, 2)?;
     let listen_address = parse_listen_address(&raw.listen_address)
         .map_err(|reason| invalid("web.listen-address", &raw.listen_address, reason))?;
-    let scrape_timeout = parse_duration(&raw.scrape_timeout)
-        .map_err(|reason| invalid("scrape.timeout", &raw.scrape_timeout, reason))?;
+    let scrape_timeout = parse_duration_at_most(&raw.scrape_timeout, MAX_SCRAPE_TIMEOUT)
+        .map_err(|reason| invalid("scrape.timeout", &raw.scrape_timeout, &reason))?;
     Ok(Common {
         listen_address,
         telemetry_path,
         max_requests,
+        max_connections,
         host: Host {
             sysfs: path("path.sysfs", raw.sysfs)?,
             procfs: path("path.procfs", raw.procfs)?,
@@ -367,6 +385,7 @@ mod tests {
         );
         assert_eq!(config.telemetry_path, "/metrics");
         assert_eq!(config.max_requests, 40);
+        assert_eq!(config.max_connections, 512);
         assert_eq!(config.host.sysfs, PathBuf::from("/sys"));
         assert_eq!(config.host.scrape_timeout, Duration::from_secs(5));
         assert_eq!(names(&[]), ["greeter"]);
@@ -415,6 +434,9 @@ mod tests {
     fn bad_values_are_one_line_errors() {
         for args in [
             &["--web.max-requests=-1"][..],
+            &["--web.max-requests=2305843009213693952"],
+            &["--web.max-connections=1"],
+            &["--scrape.timeout=999999999h"],
             &["--log.level=loud"],
             &["--log.format=xml"],
             &["--web.telemetry-path=metrics"],

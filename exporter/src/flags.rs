@@ -63,11 +63,12 @@ impl Flags {
         }
     }
 
-    /// A Prometheus-style duration (`500ms`, `5s`, `1m30s`).
-    pub fn duration(&self, name: &str) -> Result<Option<Duration>, ConfigError> {
+    /// A Prometheus-style duration (`500ms`, `5s`, `1m30s`) up to `max`.
+    pub fn duration(&self, name: &str, max: Duration) -> Result<Option<Duration>, ConfigError> {
         self.value(name)
             .map(|value| {
-                parse_duration(&value).map_err(|reason| self.invalid(name, &value, reason))
+                parse_duration_at_most(&value, max)
+                    .map_err(|reason| self.invalid(name, &value, reason))
             })
             .transpose()
     }
@@ -75,13 +76,8 @@ impl Flags {
     /// An integer from `min` to `max`.
     pub fn number(&self, name: &str, min: u64, max: u64) -> Result<Option<u64>, ConfigError> {
         self.value(name)
-            .map(|value| match value.parse::<u64>() {
-                Ok(n) if (min..=max).contains(&n) => Ok(n),
-                _ => Err(self.invalid(
-                    name,
-                    &value,
-                    format!("must be an integer from {min} to {max}"),
-                )),
+            .map(|value| {
+                parse_number(&value, min, max).map_err(|reason| self.invalid(name, &value, reason))
             })
             .transpose()
     }
@@ -216,6 +212,35 @@ pub fn parse_listen_address(value: &str) -> Result<ListenAddress, &'static str> 
     })
 }
 
+/// An integer from `min` to `max`; the error is the reason.
+pub fn parse_number(value: &str, min: u64, max: u64) -> Result<u64, String> {
+    match value.parse::<u64>() {
+        Ok(n) if (min..=max).contains(&n) => Ok(n),
+        _ => Err(format!("must be an integer from {min} to {max}")),
+    }
+}
+
+/// A duration as [`parse_duration`] reads it, up to `max`; the error is the reason. Every
+/// duration flag has a bound, so none can overflow the clock arithmetic it is used in.
+pub fn parse_duration_at_most(value: &str, max: Duration) -> Result<Duration, String> {
+    let duration = parse_duration(value)?;
+    if duration > max {
+        return Err(format!("must be at most {}", format_duration(max)));
+    }
+    Ok(duration)
+}
+
+/// `max` in the largest unit that writes it whole: `1h`, `90s`, `500ms`.
+fn format_duration(duration: Duration) -> String {
+    let millis = duration.as_millis();
+    match millis {
+        m if m % 3_600_000 == 0 => format!("{}h", m / 3_600_000),
+        m if m % 60_000 == 0 => format!("{}m", m / 60_000),
+        m if m % 1_000 == 0 => format!("{}s", m / 1_000),
+        m => format!("{m}ms"),
+    }
+}
+
 /// Prometheus-style durations: `500ms`, `5s`, `1m30s`; the error is the reason.
 pub fn parse_duration(value: &str) -> Result<Duration, &'static str> {
     let mut total = Duration::ZERO;
@@ -280,6 +305,28 @@ mod tests {
         assert_eq!(parse_duration("1m30s").unwrap(), Duration::from_secs(90));
         for bad in ["", "0s", "5", "s", "5x", "-1s", "99999999999999999999h"] {
             assert!(parse_duration(bad).is_err(), "{bad:?} accepted");
+        }
+    }
+
+    #[test]
+    fn bounded_values() {
+        let hour = Duration::from_secs(3600);
+        assert_eq!(parse_duration_at_most("1h", hour), Ok(hour));
+        assert_eq!(
+            parse_duration_at_most("999999999h", hour).unwrap_err(),
+            "must be at most 1h"
+        );
+        assert_eq!(
+            parse_duration_at_most("2s", Duration::from_millis(1500)).unwrap_err(),
+            "must be at most 1500ms"
+        );
+        assert_eq!(parse_number("7", 0, 7), Ok(7));
+        for bad in ["8", "-1", "", "2305843009213693952", "1e3"] {
+            assert_eq!(
+                parse_number(bad, 0, 7).unwrap_err(),
+                "must be an integer from 0 to 7",
+                "{bad:?}"
+            );
         }
     }
 }

@@ -2,19 +2,30 @@
 //!
 //! `/metrics` (or `--web.telemetry-path`) in Prometheus text 0.0.4, or OpenMetrics 1.0 when the
 //! `Accept` header prefers it, gzip when asked; a landing page; `/-/healthy` and `/-/ready`.
+//!
+//! What hostile or merely many clients can hold is bounded:
+//! - connections (`--web.max-connections`): at the cap, a new connection takes the place of the
+//!   one idle the longest (kept alive between requests, or still sending its request head), which
+//!   is closed; idle connections never lock a scrape out;
+//! - scrapes (`--web.max-requests`, at most one below the connection cap, so a connection is
+//!   always left for the health checks): beyond it, 503; each holds its slot until its body is
+//!   written or its connection is gone, so clients that do not read cannot pile up bodies;
+//! - collections: scrapes that arrive while one is running for the same response (format,
+//!   compression) wait for it and share its body, so concurrent scrapes cost one collection.
 
+use std::collections::BTreeMap;
 use std::convert::Infallible;
 use std::future::Future;
 use std::io::Write as _;
 use std::net::SocketAddr;
 use std::pin::Pin;
-use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
 use std::task::{Context, Poll};
 use std::time::Duration;
 
 use bytes::Bytes;
-use http_body_util::Full;
-use hyper::body::Incoming;
+use hyper::body::{Frame, Incoming, SizeHint};
 use hyper::header::{HeaderValue, ACCEPT, ACCEPT_ENCODING, CONTENT_ENCODING, CONTENT_TYPE, VARY};
 use hyper::server::conn::http1;
 use hyper::service::service_fn;
@@ -23,9 +34,10 @@ use hyper_util::rt::{TokioIo, TokioTimer};
 use hyper_util::server::graceful::GracefulShutdown;
 use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 use tokio::net::TcpListener;
-use tokio::sync::Semaphore;
+use tokio::sync::{watch, Notify, OwnedSemaphorePermit, Semaphore};
 
-use crate::logging::{self, Level};
+use crate::collector::lock;
+use crate::logging::{self, Level, OncePerCause};
 use crate::metrics::{encode, Format};
 use crate::scrape::Scraper;
 
@@ -38,22 +50,66 @@ const MAX_REQUEST_HEAD_BYTES: usize = 16 * 1024;
 const WRITE_STALL_TIMEOUT: Duration = Duration::from_secs(30);
 /// How long shutdown waits for in-flight requests.
 const SHUTDOWN_GRACE: Duration = Duration::from_secs(30);
+/// Bodies go to hyper in pieces of this size: it asks for the next once the last is written.
+const BODY_CHUNK: usize = 64 * 1024;
+/// After a failed accept (EMFILE, ENFILE, ENOBUFS) the next waits this long, doubling up to
+/// [`ACCEPT_BACKOFF_MAX`] while failures go on, as Go's net/http does.
+const ACCEPT_BACKOFF_MIN: Duration = Duration::from_millis(5);
+const ACCEPT_BACKOFF_MAX: Duration = Duration::from_secs(1);
+/// Distinct accept failures remembered for logging each once.
+const MAX_ACCEPT_CAUSES: usize = 32;
+
+/// What clients may hold at once.
+#[derive(Debug, Clone, Copy)]
+pub struct Limits {
+    /// Scrape requests in flight; 0: only the connection cap limits them.
+    pub max_requests: usize,
+    /// Open connections; at least 2 (one is left for health checks).
+    pub max_connections: usize,
+}
 
 pub struct Server {
     scraper: Arc<Scraper>,
     telemetry_path: String,
-    /// `None`: no limit on concurrent scrapes.
-    scrape_slots: Option<Semaphore>,
+    /// One permit per scrape in flight, held by its response body.
+    scrape_slots: Arc<Semaphore>,
+    /// Collections running, by the response they are for; scrapes arriving meanwhile join.
+    flights: Mutex<Vec<(Variant, Flight)>>,
+    connections: Arc<Connections>,
+    /// Accept failures and refusals, each logged once per cause.
+    accept_log: OncePerCause<String>,
     landing_page: String,
 }
 
+/// What a scrape's response is: its format, and whether it is gzipped.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+struct Variant {
+    format: Format,
+    gzip: bool,
+}
+
+/// A running collection's result as its waiters see it: `None` until it is done, then the
+/// encoded body (`None` when encoding failed, which is logged).
+type Flight = watch::Receiver<Option<Option<Bytes>>>;
+
 impl Server {
-    pub fn new(scraper: Arc<Scraper>, telemetry_path: String, max_requests: usize) -> Self {
+    pub fn new(scraper: Arc<Scraper>, telemetry_path: String, limits: Limits) -> Self {
         let landing_page = landing_page(&telemetry_path, scraper.collector_names());
+        let most_scrapes = limits.max_connections.saturating_sub(1).max(1);
+        let scrape_slots = match limits.max_requests {
+            0 => most_scrapes,
+            n => n.min(most_scrapes),
+        };
         Server {
             scraper,
             telemetry_path,
-            scrape_slots: (max_requests > 0).then(|| Semaphore::new(max_requests)),
+            scrape_slots: Arc::new(Semaphore::new(scrape_slots)),
+            flights: Mutex::default(),
+            connections: Arc::new(Connections {
+                limit: limits.max_connections.max(1),
+                open: Mutex::default(),
+            }),
+            accept_log: OncePerCause::new(MAX_ACCEPT_CAUSES),
             landing_page,
         }
     }
@@ -66,22 +122,41 @@ impl Server {
     ) {
         let graceful = GracefulShutdown::new();
         tokio::pin!(shutdown);
+        let mut backoff = Duration::ZERO;
         loop {
             tokio::select! {
                 accepted = listener.accept() => {
-                    let (stream, _) = match accepted {
-                        Ok(conn) => conn,
+                    let stream = match accepted {
+                        Ok((stream, _)) => {
+                            backoff = Duration::ZERO;
+                            stream
+                        }
                         Err(err) => {
-                            // EMFILE and friends: back off instead of spinning.
-                            logging::log(Level::Error, "accept failed", &[("err", &err.to_string())]);
-                            tokio::time::sleep(Duration::from_millis(100)).await;
-                            continue;
+                            self.log_once(Level::Error, "accept failed; retrying with backoff", &err.to_string());
+                            backoff = (backoff * 2).clamp(ACCEPT_BACKOFF_MIN, ACCEPT_BACKOFF_MAX);
+                            tokio::select! {
+                                _ = tokio::time::sleep(backoff) => continue,
+                                _ = &mut shutdown => break,
+                            }
                         }
                     };
+                    let Some(place) = self.connections.admit() else {
+                        self.log_once(
+                            Level::Warn,
+                            "connection refused: every connection has a request in progress",
+                            "--web.max-connections",
+                        );
+                        continue;
+                    };
                     let server = self.clone();
+                    let connection = place.connection.clone();
                     let service = service_fn(move |request| {
                         let server = server.clone();
-                        async move { Ok::<_, Infallible>(server.handle(request).await) }
+                        let busy = Busy::new(connection.clone());
+                        async move {
+                            let response = server.handle(request).await;
+                            Ok::<_, Infallible>(response.map(|body| body.marking(busy)))
+                        }
                     });
                     let connection = http1::Builder::new()
                         .timer(TokioTimer::new())
@@ -93,8 +168,13 @@ impl Server {
                         );
                     let connection = graceful.watch(connection);
                     tokio::spawn(async move {
-                        // Client errors (resets, malformed requests) are the client's business.
-                        let _ = connection.await;
+                        // Client errors (resets, malformed requests) are the client's business;
+                        // a connection displaced by a newer one is closed by dropping it.
+                        tokio::select! {
+                            _ = connection => {}
+                            () = place.connection.displaced.notified() => {}
+                        }
+                        drop(place);
                     });
                 }
                 _ = &mut shutdown => break,
@@ -109,7 +189,17 @@ impl Server {
         }
     }
 
-    async fn handle(&self, request: Request<Incoming>) -> Response<Full<Bytes>> {
+    fn log_once(&self, level: Level, msg: &str, cause: &str) {
+        if self.accept_log.is_new(format!("{msg}: {cause}")) {
+            logging::log(
+                level,
+                msg,
+                &[("err", cause), ("note", "logged once per cause")],
+            );
+        }
+    }
+
+    async fn handle(self: &Arc<Self>, request: Request<Incoming>) -> Response<Body> {
         let path = request.uri().path();
         if request.method() != Method::GET && request.method() != Method::HEAD {
             return plain(StatusCode::METHOD_NOT_ALLOWED, "Method Not Allowed\n");
@@ -132,56 +222,231 @@ impl Server {
         }
     }
 
-    async fn metrics(&self, request: &Request<Incoming>) -> Response<Full<Bytes>> {
-        let _permit = match &self.scrape_slots {
-            Some(slots) => match slots.try_acquire() {
-                Ok(permit) => Some(permit),
-                Err(_) => {
-                    return plain(
-                        StatusCode::SERVICE_UNAVAILABLE,
-                        "Too many concurrent scrapes (--web.max-requests)\n",
-                    )
-                }
-            },
-            None => None,
-        };
-        let format = negotiate_format(header(request, ACCEPT));
-        let body = match encode(self.scraper.scrape().await, format) {
-            Ok(body) => body,
-            Err(_) => {
-                logging::log(Level::Error, "encoding metrics failed", &[]);
-                return plain(StatusCode::INTERNAL_SERVER_ERROR, "encoding failed\n");
-            }
-        };
-        let gzip = accepts_gzip(header(request, ACCEPT_ENCODING));
-        let mut response = if gzip {
-            let mut encoder = flate2::write::GzEncoder::new(
-                Vec::with_capacity(body.len() / 4),
-                flate2::Compression::fast(),
+    async fn metrics(self: &Arc<Self>, request: &Request<Incoming>) -> Response<Body> {
+        let Ok(slot) = self.scrape_slots.clone().try_acquire_owned() else {
+            return plain(
+                StatusCode::SERVICE_UNAVAILABLE,
+                "Too many concurrent scrapes (--web.max-requests)\n",
             );
-            match encoder
-                .write_all(body.as_bytes())
-                .and_then(|_| encoder.finish())
-            {
-                Ok(compressed) => {
-                    let mut response = Response::new(Full::new(Bytes::from(compressed)));
-                    response
-                        .headers_mut()
-                        .insert(CONTENT_ENCODING, HeaderValue::from_static("gzip"));
-                    response
-                }
-                Err(_) => Response::new(Full::new(Bytes::from(body))),
-            }
-        } else {
-            Response::new(Full::new(Bytes::from(body)))
         };
+        let variant = Variant {
+            format: negotiate_format(header(request, ACCEPT)),
+            gzip: accepts_gzip(header(request, ACCEPT_ENCODING)),
+        };
+        let mut flight = self.join_or_start(variant);
+        // An error: the collection's task panicked before it had a body.
+        let body = match flight.wait_for(Option::is_some).await {
+            Ok(done) => done.clone().flatten(),
+            Err(_) => None,
+        };
+        let Some(body) = body else {
+            return plain(StatusCode::INTERNAL_SERVER_ERROR, "encoding failed\n");
+        };
+        let mut response = Response::new(Body::new(body).holding(slot));
         let headers = response.headers_mut();
         headers.insert(
             CONTENT_TYPE,
-            HeaderValue::from_static(format.content_type()),
+            HeaderValue::from_static(variant.format.content_type()),
         );
+        if variant.gzip {
+            headers.insert(CONTENT_ENCODING, HeaderValue::from_static("gzip"));
+        }
         headers.insert(VARY, HeaderValue::from_static("Accept, Accept-Encoding"));
         response
+    }
+
+    /// The running collection for `variant`, or a new one. It runs as a task of its own, so a
+    /// client that goes away takes nothing from those waiting with it.
+    fn join_or_start(self: &Arc<Self>, variant: Variant) -> Flight {
+        let mut flights = lock(&self.flights);
+        if let Some((_, flight)) = flights.iter().find(|(v, _)| *v == variant) {
+            return flight.clone();
+        }
+        let (done, flight) = watch::channel(None);
+        flights.push((variant, flight.clone()));
+        let landing = Landing {
+            server: self.clone(),
+            variant,
+        };
+        tokio::spawn(async move {
+            let body = landing.server.collect(variant).await;
+            // Scrapes from now on start a collection of their own.
+            drop(landing);
+            let _ = done.send(Some(body));
+        });
+        flight
+    }
+
+    /// One collection, encoded and compressed as `variant` asks.
+    async fn collect(&self, variant: Variant) -> Option<Bytes> {
+        let samples = self.scraper.scrape().await;
+        let body = encode(samples, variant.format)
+            .map_err(|err| ("encoding metrics failed", err.to_string()))
+            .and_then(|text| match variant.gzip {
+                false => Ok(text.into_bytes()),
+                true => gzip(text.as_bytes())
+                    .map_err(|err| ("compressing metrics failed", err.to_string())),
+            });
+        match body {
+            Ok(body) => Some(Bytes::from(body)),
+            Err((msg, err)) => {
+                logging::log(Level::Error, msg, &[("err", &err)]);
+                None
+            }
+        }
+    }
+}
+
+fn gzip(data: &[u8]) -> std::io::Result<Vec<u8>> {
+    let mut encoder = flate2::write::GzEncoder::new(
+        Vec::with_capacity(data.len() / 4),
+        flate2::Compression::fast(),
+    );
+    encoder.write_all(data)?;
+    encoder.finish()
+}
+
+/// Takes a finished (or panicked) collection out of the running ones.
+struct Landing {
+    server: Arc<Server>,
+    variant: Variant,
+}
+
+impl Drop for Landing {
+    fn drop(&mut self) {
+        lock(&self.server.flights).retain(|(variant, _)| *variant != self.variant);
+    }
+}
+
+/// The open connections, oldest first, under the cap.
+struct Connections {
+    limit: usize,
+    open: Mutex<Open>,
+}
+
+#[derive(Default)]
+struct Open {
+    next_id: u64,
+    by_age: BTreeMap<u64, Arc<Connection>>,
+}
+
+/// One open connection as the cap sees it.
+#[derive(Default)]
+struct Connection {
+    /// Requests in progress, from the request head until the response body is dropped.
+    requests: AtomicUsize,
+    /// Closes the connection: a newer one took its place.
+    displaced: Notify,
+}
+
+impl Connections {
+    /// A place for a new connection: a free one, or at the cap the place of the connection idle
+    /// the longest, which is closed. `None` when every connection has a request in progress.
+    fn admit(self: &Arc<Self>) -> Option<Place> {
+        let mut open = lock(&self.open);
+        if open.by_age.len() >= self.limit {
+            let idle = open
+                .by_age
+                .iter()
+                .find(|(_, connection)| connection.requests.load(Ordering::SeqCst) == 0)
+                .map(|(id, _)| *id)?;
+            if let Some(displaced) = open.by_age.remove(&idle) {
+                displaced.displaced.notify_one();
+            }
+        }
+        let id = open.next_id;
+        open.next_id += 1;
+        let connection = Arc::new(Connection::default());
+        open.by_age.insert(id, connection.clone());
+        Some(Place {
+            id,
+            connection,
+            connections: self.clone(),
+        })
+    }
+}
+
+/// A connection's place under the cap, given back when the connection ends.
+struct Place {
+    id: u64,
+    connection: Arc<Connection>,
+    connections: Arc<Connections>,
+}
+
+impl Drop for Place {
+    fn drop(&mut self) {
+        lock(&self.connections.open).by_age.remove(&self.id);
+    }
+}
+
+/// Marks its connection as having a request in progress (not to be displaced) while it lives.
+struct Busy(Arc<Connection>);
+
+impl Busy {
+    fn new(connection: Arc<Connection>) -> Busy {
+        connection.requests.fetch_add(1, Ordering::SeqCst);
+        Busy(connection)
+    }
+}
+
+impl Drop for Busy {
+    fn drop(&mut self) {
+        self.0.requests.fetch_sub(1, Ordering::SeqCst);
+    }
+}
+
+/// A response body handed to hyper a chunk at a time: hyper asks for the next chunk only once
+/// it has written most of the last, so the body, and what it holds (a scrape's slot, its
+/// connection marked busy), is dropped only when the response is written or its connection is
+/// gone. The data is shared, never copied: concurrent scrapes send the same bytes.
+struct Body {
+    data: Bytes,
+    _slot: Option<OwnedSemaphorePermit>,
+    _busy: Option<Busy>,
+}
+
+impl Body {
+    fn new(data: impl Into<Bytes>) -> Body {
+        Body {
+            data: data.into(),
+            _slot: None,
+            _busy: None,
+        }
+    }
+
+    fn holding(self, slot: OwnedSemaphorePermit) -> Body {
+        Body {
+            _slot: Some(slot),
+            ..self
+        }
+    }
+
+    fn marking(self, busy: Busy) -> Body {
+        Body {
+            _busy: Some(busy),
+            ..self
+        }
+    }
+}
+
+impl hyper::body::Body for Body {
+    type Data = Bytes;
+    type Error = Infallible;
+
+    fn poll_frame(
+        self: Pin<&mut Self>,
+        _cx: &mut Context<'_>,
+    ) -> Poll<Option<Result<Frame<Bytes>, Infallible>>> {
+        let this = self.get_mut();
+        if this.data.is_empty() {
+            return Poll::Ready(None);
+        }
+        let chunk = this.data.split_to(this.data.len().min(BODY_CHUNK));
+        Poll::Ready(Some(Ok(Frame::data(chunk))))
+    }
+
+    fn size_hint(&self) -> SizeHint {
+        SizeHint::with_exact(self.data.len() as u64)
     }
 }
 
@@ -283,8 +548,8 @@ fn header(request: &Request<Incoming>, name: hyper::header::HeaderName) -> &str 
         .unwrap_or("")
 }
 
-fn plain(status: StatusCode, body: impl Into<Bytes>) -> Response<Full<Bytes>> {
-    let mut response = Response::new(Full::new(body.into()));
+fn plain(status: StatusCode, body: impl Into<Bytes>) -> Response<Body> {
+    let mut response = Response::new(Body::new(body));
     *response.status_mut() = status;
     response.headers_mut().insert(
         CONTENT_TYPE,

@@ -1,7 +1,8 @@
 //! Entry point: flags -> validated config -> start the collectors -> serve -> stop them. The one
 //! place that maps errors to exit codes: 2 for a bad command line, 1 for a failure to start
-//! (the port is taken, `--ebpf.strict` with a probe missing); for `probe <name>`, 1 when the
-//! probe fails or does not pass.
+//! (the port is taken, `--ebpf.strict` with a probe missing) or a second SIGTERM or SIGINT that
+//! cut shutdown short; for `probe <name>`, 1 when the probe fails or does not pass. Also the one
+//! place that handles signals and the process's own limits.
 
 use std::process::ExitCode;
 use std::sync::Arc;
@@ -11,10 +12,11 @@ use anyhow::Context;
 use hpcnode_exporter::collector::Host;
 use hpcnode_exporter::collectors;
 use hpcnode_exporter::config::{self, Config, Invocation, ListenAddress};
-use hpcnode_exporter::http::{self, Server};
+use hpcnode_exporter::http::{self, Limits, Server};
 use hpcnode_exporter::logging::{self, Level};
 use hpcnode_exporter::scrape::Scraper;
-use tokio::signal::unix::{signal, SignalKind};
+use rustix::process::{getrlimit, setrlimit, Resource, Rlimit};
+use tokio::signal::unix::{signal, Signal, SignalKind};
 
 fn main() -> ExitCode {
     let config = match config::parse(std::env::args_os(), &collectors::ALL) {
@@ -40,7 +42,8 @@ fn main() -> ExitCode {
     };
     let _flush_log_at_exit = logging::init(config.log_level, config.log_format);
     match run(*config) {
-        Ok(()) => ExitCode::SUCCESS,
+        Ok(Stopped::Gracefully) => ExitCode::SUCCESS,
+        Ok(Stopped::Forced) => ExitCode::from(1),
         Err(err) => {
             logging::log(Level::Error, "exiting", &[("err", &format!("{err:#}"))]);
             ExitCode::from(1)
@@ -48,7 +51,39 @@ fn main() -> ExitCode {
     }
 }
 
-fn run(config: Config) -> anyhow::Result<()> {
+/// How serving ended.
+enum Stopped {
+    /// SIGTERM or SIGINT, and in-flight requests finished (or the grace period ran out).
+    Gracefully,
+    /// A second SIGTERM or SIGINT while in-flight requests were finishing.
+    Forced,
+}
+
+fn run(config: Config) -> anyhow::Result<Stopped> {
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .thread_name("hpcnode-worker")
+        .enable_all()
+        .build()
+        .context("starting the async runtime")?;
+    // From here on SIGHUP (a reload, to node_exporter's Debian unit) no longer kills the process.
+    let hangup = {
+        let _runtime = runtime.enter();
+        signal(SignalKind::hangup()).context("installing SIGHUP handler")?
+    };
+    let open_files = raise_open_file_limit();
+    if open_files
+        .is_some_and(|limit| limit < config.max_connections as u64 + FDS_BESIDE_CONNECTIONS)
+    {
+        logging::log(
+            Level::Warn,
+            "the open file limit leaves less than --web.max-connections for connections; accepts fail beyond it",
+            &[
+                ("open_files", &open_files.unwrap_or_default().to_string()),
+                ("max_connections", &config.max_connections.to_string()),
+            ],
+        );
+    }
     // Collectors start (probes attach, sockets bind, threads start) before serving, so a
     // failure to start fails the process, not a later scrape.
     let mut started = Vec::new();
@@ -57,23 +92,80 @@ fn run(config: Config) -> anyhow::Result<()> {
         started.push((name, enabled.settings.start(&config.host)?));
     }
     let scraper = Arc::new(Scraper::new(started, config.host.scrape_timeout));
-    let runtime = tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(2)
-        .thread_name("hpcnode-worker")
-        .enable_all()
-        .build()
-        .context("starting the async runtime")?;
     let server = Arc::new(Server::new(
         scraper.clone(),
         config.telemetry_path,
-        config.max_requests,
+        Limits {
+            max_requests: config.max_requests,
+            max_connections: config.max_connections,
+        },
     ));
     let names: Vec<_> = scraper.collector_names().collect();
-    let result = runtime.block_on(serve(server, &config.listen_address, &config.host, &names));
+    let result = runtime.block_on(serve(
+        server,
+        &config.listen_address,
+        &config.host,
+        &names,
+        hangup,
+    ));
     scraper.stop();
-    // A collector thread stuck in a hung driver read must not keep the process alive.
-    runtime.shutdown_timeout(Duration::from_secs(1));
+    match result {
+        // A collector thread stuck in a hung driver read must not keep the process alive.
+        Ok(Stopped::Gracefully) => runtime.shutdown_timeout(Duration::from_secs(1)),
+        _ => runtime.shutdown_background(),
+    }
     result
+}
+
+/// File descriptors the exporter needs besides its connections: collectors' reads, probes,
+/// libraries, the listener, stdio.
+const FDS_BESIDE_CONNECTIONS: u64 = 64;
+
+/// Raises the soft limit on open files to the hard one, as Go programs do at startup: the soft
+/// default (1024 under systemd) is for programs that use `select(2)`, which this one does not.
+/// Returns the soft limit now in force (`None`: unlimited).
+fn raise_open_file_limit() -> Option<u64> {
+    let limit = getrlimit(Resource::Nofile);
+    if limit.current == limit.maximum {
+        logging::log(
+            Level::Debug,
+            "open file limit already at its hard limit",
+            &[("limit", &describe_limit(limit.current))],
+        );
+        return limit.current;
+    }
+    let raised = Rlimit {
+        current: limit.maximum,
+        maximum: limit.maximum,
+    };
+    match setrlimit(Resource::Nofile, raised) {
+        Ok(()) => {
+            logging::log(
+                Level::Info,
+                "raised the open file limit to its hard limit",
+                &[
+                    ("from", &describe_limit(limit.current)),
+                    ("to", &describe_limit(limit.maximum)),
+                ],
+            );
+            limit.maximum
+        }
+        Err(err) => {
+            logging::log(
+                Level::Warn,
+                "cannot raise the open file limit",
+                &[
+                    ("limit", &describe_limit(limit.current)),
+                    ("err", &err.to_string()),
+                ],
+            );
+            limit.current
+        }
+    }
+}
+
+fn describe_limit(limit: Option<u64>) -> String {
+    limit.map_or_else(|| "unlimited".to_string(), |n| n.to_string())
 }
 
 async fn serve(
@@ -81,7 +173,8 @@ async fn serve(
     address: &ListenAddress,
     host: &Host,
     collectors: &[&str],
-) -> anyhow::Result<()> {
+    mut hangup: Signal,
+) -> anyhow::Result<Stopped> {
     let mut terminate = signal(SignalKind::terminate()).context("installing SIGTERM handler")?;
     let mut interrupt = signal(SignalKind::interrupt()).context("installing SIGINT handler")?;
     let listener = http::bind(address.host.as_deref(), address.port)
@@ -109,17 +202,46 @@ async fn serve(
             ("rootfs", &host.rootfs.display().to_string()),
         ],
     );
-    let shutdown = async move {
-        tokio::select! {
-            _ = terminate.recv() => {}
-            _ = interrupt.recv() => {}
+    let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
+    let serving = server.serve(listener, async {
+        let _ = stopped.await;
+    });
+    tokio::pin!(serving);
+    let mut stop = Some(stop);
+    loop {
+        let name = tokio::select! {
+            () = &mut serving => return Ok(Stopped::Gracefully),
+            _ = hangup.recv() => {
+                logging::log(
+                    Level::Info,
+                    "SIGHUP received; nothing to reload",
+                    &[(
+                        "note",
+                        "flags and the verbs token file take effect at a restart; the trees under --path.* and the Nova configs are read at every scrape",
+                    )],
+                );
+                continue;
+            }
+            _ = terminate.recv() => "SIGTERM",
+            _ = interrupt.recv() => "SIGINT",
+        };
+        match stop.take() {
+            Some(stop) => {
+                logging::log(
+                    Level::Info,
+                    "shutting down; finishing in-flight requests (signal again to exit at once)",
+                    &[("signal", name)],
+                );
+                let _ = stop.send(());
+            }
+            None => {
+                logging::log(
+                    Level::Warn,
+                    "exiting at once; in-flight requests abandoned",
+                    &[("signal", name)],
+                );
+                return Ok(Stopped::Forced);
+            }
         }
-        logging::log(
-            Level::Info,
-            "shutting down; finishing in-flight requests",
-            &[],
-        );
-    };
-    server.serve(listener, shutdown).await;
-    Ok(())
+    }
 }

@@ -51,28 +51,50 @@ impl Exporter {
 
     /// As `start_as`, with extra environment variables (`LD_LIBRARY_PATH` for a test library).
     pub fn start_with_env(args: &[&str], uid: Option<u32>, env: &[(&str, &Path)]) -> Exporter {
-        Exporter::spawn(args, uid, env, false)
+        let mut command = Exporter::command(args);
+        command.envs(env.iter().copied());
+        if let Some(uid) = uid {
+            command.uid(uid).gid(uid);
+        }
+        Exporter::spawn(command, false)
     }
 
     /// As `start`, but stderr is a pipe nobody reads after the "listening" line, like a stuck
     /// journald: once it is full, the exporter's writes to it would block. It stays open, and
     /// unread, until the exporter is dropped.
     pub fn start_with_stalled_stderr(args: &[&str]) -> Exporter {
-        Exporter::spawn(args, None, &[], true)
+        Exporter::spawn(Exporter::command(args), true)
     }
 
-    fn spawn(args: &[&str], uid: Option<u32>, env: &[(&str, &Path)], stall: bool) -> Exporter {
+    /// As `start`, under a soft and hard limit on open files (systemd's default soft limit is
+    /// 1024, whatever the hard one).
+    pub fn start_with_open_files(args: &[&str], soft: u64, hard: u64) -> Exporter {
+        use rustix::process::{setrlimit, Resource, Rlimit};
+        let mut command = Exporter::command(args);
+        let limit = Rlimit {
+            current: Some(soft),
+            maximum: Some(hard),
+        };
+        // SAFETY: the closure runs in the forked child before exec; it only makes one system
+        // call (setrlimit, async-signal-safe) and allocates nothing.
+        unsafe {
+            command.pre_exec(move || setrlimit(Resource::Nofile, limit).map_err(Into::into));
+        }
+        Exporter::spawn(command, false)
+    }
+
+    fn command(args: &[&str]) -> Command {
         let mut command = Command::new(BINARY);
         command
             .arg("--web.listen-address=127.0.0.1:0")
             .args(args)
-            .envs(env.iter().copied())
             .stdin(Stdio::null())
             .stdout(Stdio::null())
             .stderr(Stdio::piped());
-        if let Some(uid) = uid {
-            command.uid(uid).gid(uid);
-        }
+        command
+    }
+
+    fn spawn(mut command: Command, stall: bool) -> Exporter {
         let mut child = command.spawn().expect("start hpcnode_exporter");
         let stderr = child.stderr.take().unwrap();
         let log = Arc::new(Mutex::new(String::new()));
@@ -182,25 +204,77 @@ impl Exporter {
 
     /// Sends SIGTERM and waits (bounded) for the exit status.
     pub fn terminate(mut self) -> ExitStatus {
-        unsafe { libc::kill(self.child.id() as i32, libc::SIGTERM) };
-        let deadline = Instant::now() + Duration::from_secs(30);
+        self.signal(libc::SIGTERM);
+        self.exit_within(Duration::from_secs(30))
+            .expect("exporter ignored SIGTERM")
+    }
+
+    /// Sends `signal` to the exporter.
+    pub fn signal(&self, signal: i32) {
+        // SAFETY: kill(2) takes plain integers; the pid is still our child's, which only this
+        // value reaps (in `exit_within` or on drop).
+        unsafe { libc::kill(self.child.id() as i32, signal) };
+    }
+
+    /// The exit status, once the exporter exits within `within`; `None` while it runs on.
+    pub fn exit_within(&mut self, within: Duration) -> Option<ExitStatus> {
+        let deadline = Instant::now() + within;
         loop {
             if let Some(status) = self.child.try_wait().unwrap() {
-                return status;
+                return Some(status);
             }
-            assert!(Instant::now() < deadline, "exporter ignored SIGTERM");
+            if Instant::now() >= deadline {
+                return None;
+            }
             std::thread::sleep(Duration::from_millis(20));
         }
     }
 
-    /// `Threads:` from /proc/<pid>/status.
-    pub fn threads(&self) -> usize {
+    /// A `/proc/<pid>/status` field in its unit (`Threads`: a count, `VmRSS`: KiB).
+    pub fn status_field(&self, name: &str) -> u64 {
         let status = std::fs::read_to_string(format!("/proc/{}/status", self.pid())).unwrap();
         status
             .lines()
-            .find_map(|l| l.strip_prefix("Threads:"))
-            .and_then(|n| n.trim().parse().ok())
+            .find_map(|l| l.strip_prefix(name)?.strip_prefix(':'))
+            .and_then(|value| value.split_whitespace().next()?.parse().ok())
+            .unwrap_or_else(|| panic!("no {name} in /proc/<pid>/status"))
+    }
+
+    /// Open file descriptors.
+    pub fn open_files(&self) -> usize {
+        std::fs::read_dir(format!("/proc/{}/fd", self.pid()))
             .unwrap()
+            .count()
+    }
+
+    /// A client that stops reading: it sends a GET of `path` with a receive buffer of a few KiB,
+    /// reads the status line and no more, and keeps the connection open. Returns the status.
+    pub fn stalled_get(&self, path: &str) -> (u16, TcpStream) {
+        let socket = socket2::Socket::new(socket2::Domain::IPV4, socket2::Type::STREAM, None)
+            .expect("socket");
+        // Small before connecting, so the window the server may fill stays small.
+        socket.set_recv_buffer_size(4096).unwrap();
+        let address: std::net::SocketAddr = self.address.parse().unwrap();
+        socket.connect(&address.into()).expect("connect");
+        let mut stream: TcpStream = socket.into();
+        stream
+            .set_read_timeout(Some(Duration::from_secs(60)))
+            .unwrap();
+        stream
+            .write_all(format!("GET {path} HTTP/1.1\r\nHost: x\r\n\r\n").as_bytes())
+            .unwrap();
+        let mut status_line = [0u8; 12];
+        stream.read_exact(&mut status_line).expect("status line");
+        let status = std::str::from_utf8(&status_line[9..12])
+            .ok()
+            .and_then(|code| code.parse().ok())
+            .unwrap_or_else(|| panic!("bad status line {status_line:?}"));
+        (status, stream)
+    }
+
+    /// `Threads:` from /proc/<pid>/status.
+    pub fn threads(&self) -> usize {
+        self.status_field("Threads") as usize
     }
 }
 
@@ -274,6 +348,11 @@ impl Response {
     }
 }
 
+/// RDMA devices on a node large enough that its metrics (6 MB) are more than the kernel's
+/// socket buffers take (`tcp_wmem`'s 4 MiB): a client that stops reading leaves most of the
+/// body with the exporter.
+pub const LARGE_NODE: usize = 1000;
+
 /// A copy of a fixture tree in a temporary directory that tests may modify.
 pub struct TreeCopy {
     pub dir: tempfile::TempDir,
@@ -315,6 +394,41 @@ impl TreeCopy {
 
     pub fn sys_arg(&self) -> String {
         format!("--path.sysfs={}", self.sys().display())
+    }
+
+    /// A sysfs tree with `count` RDMA devices, `mlx5_0` to `mlx5_<count-1>`, each a copy of the
+    /// `procfs` capture's ConnectX-4 (one port, 21 counters, 22 hw_counters): a large node.
+    /// The copies share their files (hard links): thousands of files are made in a second.
+    pub fn many_rdma_devices(count: usize) -> TreeCopy {
+        let dir = tempfile::tempdir().unwrap();
+        let class = dir.path().join("sys/class/infiniband");
+        std::fs::create_dir_all(&class).unwrap();
+        let first = class.join("mlx5_0");
+        copy_tree(
+            &fixture("procfs").join("class/infiniband/mlx5_0"),
+            &first,
+            |from, to| std::fs::copy(from, to).map(drop),
+        );
+        for n in 1..count {
+            copy_tree(&first, &class.join(format!("mlx5_{n}")), |from, to| {
+                std::fs::hard_link(from, to)
+            });
+        }
+        TreeCopy { dir }
+    }
+}
+
+/// Copies a tree of directories and regular files, each file with `file`.
+fn copy_tree(from: &Path, to: &Path, file: fn(&Path, &Path) -> std::io::Result<()>) {
+    std::fs::create_dir(to).unwrap();
+    for entry in std::fs::read_dir(from).unwrap() {
+        let entry = entry.unwrap();
+        let target = to.join(entry.file_name());
+        if entry.file_type().unwrap().is_dir() {
+            copy_tree(&entry.path(), &target, file);
+        } else {
+            file(&entry.path(), &target).unwrap();
+        }
     }
 }
 

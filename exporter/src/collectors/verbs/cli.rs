@@ -20,8 +20,8 @@ use crate::sysfs::SysDir;
 pub(super) fn exporter_flags() -> Vec<Arg> {
     let flag = |name: &str, value, help| optional(format!("{EXPORTER}{name}"), value, help);
     let mut flags = vec![
-        flag("interval", "DURATION", "Run the verbs probe this often (e.g. 1h); unset or 0: never."),
-        flag("jitter", "DURATION", "Add a random delay up to this to each probe interval (default 0)."),
+        flag("interval", "DURATION", "Run the verbs probe this often (e.g. 1h, at most 168h); unset or 0: never."),
+        flag("jitter", "DURATION", "Add a random delay up to this to each probe interval (default 0, at most 168h)."),
         flag("device", "NAMES", "Comma-separated RDMA devices to probe (default: all)."),
         flag("listen", "ADDR:PORT", "Serve other exporters' peer probes here (off by default; requires --probe.verbs.allow)."),
         flag("allow", "CIDRS", "Comma-separated addresses or networks allowed to use the responder."),
@@ -31,6 +31,9 @@ pub(super) fn exporter_flags() -> Vec<Arg> {
 }
 
 const EXPORTER: &str = "probe.verbs.";
+
+/// The longest `--probe.verbs.interval` and `--probe.verbs.jitter`: a week.
+const MAX_INTERVAL: Duration = Duration::from_secs(7 * 24 * 3600);
 
 /// The probe's measurement and connection flags, shared by the exporter (`--probe.verbs.*`) and
 /// the `probe verbs` subcommand (no prefix).
@@ -67,17 +70,7 @@ pub(super) struct Measurement {
 fn measurement(flags: &Flags, prefix: &str) -> Result<Measurement, ConfigError> {
     let name = |name: &str| format!("{prefix}{name}");
     let number = |flag: &str, min, max| flags.number(&name(flag), min, max);
-    let duration = |flag: &str, max: Duration| -> Result<Option<Duration>, ConfigError> {
-        let flag = name(flag);
-        match flags.duration(&flag)? {
-            Some(d) if d > max => Err(flags.invalid(
-                &flag,
-                &flags.value(&flag).unwrap_or_default(),
-                format!("must be at most {}s", max.as_secs()),
-            )),
-            d => Ok(d),
-        }
-    };
+    let duration = |flag: &str, max| flags.duration(&name(flag), max);
     let defaults = Params::default();
     let params = Params {
         message_size: number("message-size", 1, peer::MAX_MESSAGE_SIZE as u64)?
@@ -130,7 +123,7 @@ impl VerbsSettings {
         let off_or_duration = |flag: &str| -> Result<Option<Duration>, ConfigError> {
             match flags.value(&name(flag)).as_deref() {
                 Some("0" | "0s") => Ok(None),
-                _ => flags.duration(&name(flag)),
+                _ => flags.duration(&name(flag), MAX_INTERVAL),
             }
         };
         let allow = match flags.value(&name("allow")) {
@@ -396,6 +389,12 @@ mod tests {
             (&["--probe.verbs.peer=nohost"], "--probe.verbs.peer"),
             (&["--probe.verbs.interval=soon"], "--probe.verbs.interval"),
             (&["--probe.verbs.interval=-5s"], "--probe.verbs.interval"),
+            (&["--probe.verbs.interval=169h"], "--probe.verbs.interval"),
+            (&["--probe.verbs.jitter=999999999h"], "--probe.verbs.jitter"),
+            (
+                &["--probe.verbs.queue-depth=99999"],
+                "--probe.verbs.queue-depth",
+            ),
             (&["--probe.verbs.timeout=0s"], "--probe.verbs.timeout"),
         ] {
             let err = settings(args).unwrap_err().to_string();
