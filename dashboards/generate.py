@@ -475,7 +475,7 @@ def pci_panels():
     and faults, links trained down, devices without a driver and Nova alias mismatches."""
     info = f'hpcnode_pci_device_info{{{NODE}}}'
     return [
-        stat("IOMMU", "Whether an IOMMU is active on the node (hpcnode_iommu_enabled: /sys/class/iommu has an entry). Without it no device can be passed through.",
+        stat("IOMMU", "Whether an IOMMU is active on the node (hpcnode_iommu_enabled: /sys/class/iommu has an entry, or on kernels before 3.17 /sys/kernel/iommu_groups has a group). Without it no device can be passed through.",
              [target(f'hpcnode_iommu_enabled{{{NODE}}}', "{{instance}}", instant=True)], "none",
              mappings=value_mappings({0: ("OFF", "red"), 1: ("ON", "green")})),
         stat("Passthrough devices not ready", "Devices meant for passthrough (bound to vfio-pci, matched by a Nova device_spec or named by --collector.pci.passthrough-device) that fail a check. Alert: HpcnodePciPassthroughNotReady.",
