@@ -301,9 +301,8 @@ const PMA_COUNTERS: [PmaCounter; 21] = [
 /// `counters/port_rcv_discards` is not in the PortCounters attribute (width unknown).
 const PMA_EXTRA_ERRORS: [&str; 1] = ["port_rcv_discards"];
 
-/// The 64-bit `counters_ext/` of kernels before 4.5: each file and
-/// the `counters/` file that counts the same thing. See `DeviceRead::pma_counters` for which of
-/// the two is exported.
+/// The 64-bit `counters_ext/` of kernels before 4.5: each file and the `counters/` file that
+/// counts the same thing. `DeviceRead::pma_counters` says which of the two is exported.
 const COUNTERS_EXT: [(&str, &str); 8] = [
     ("port_xmit_data_64", "port_xmit_data"),
     ("port_rcv_data_64", "port_rcv_data"),
@@ -504,9 +503,9 @@ impl DeviceRead<'_> {
     /// `counters/`, shows it); and a 32-bit `counters/` value stops at 2^32-1 while the 64-bit
     /// one goes on. Each file only grows until the counters are reset, so the larger of the two
     /// only grows too, scrape after scrape: `rate()` never sees a counter go backwards because
-    /// the exporter switched files. Taking `counters_ext/` whenever it is not 0 would: a port
-    /// whose extended value is stuck lower than the basic one, or is reset on its own
-    /// (`perfquery -x -R`), would jump between the two.
+    /// the exporter switched files. Preferring `counters_ext/` whenever it is not 0 would: an
+    /// extended counter that starts late (from 0) or is reset alone (`perfquery -x -R`) would
+    /// take the series back below the basic value it showed before.
     fn pma_counters(
         &mut self,
         dir: Option<&SysDir>,
@@ -659,10 +658,9 @@ mod tests {
         assert!(names.contains(&PORT_STATE.name), "{names:?}");
     }
 
-    /// Scrape after scrape, while `counters_ext/` reads 0, then starts counting from 0, then
-    /// overtakes a `counters/` value stopped at 2^32-1: the exported counter never goes back.
-    #[test]
-    fn a_doubled_counter_never_goes_backwards() {
+    /// Scrape after scrape, what a port whose `counters/` and `counters_ext/` both count
+    /// received packets exports, given the two files' values at each scrape.
+    fn exported_over_scrapes(values: &[(u64, u64)]) -> Vec<Value> {
         let tmp = tempfile::tempdir().unwrap();
         let port = tmp.path().join("mlx4_0/ports/1");
         for dir in ["counters", "counters_ext"] {
@@ -673,13 +671,7 @@ mod tests {
             devices: DeviceFilter::All,
         };
         let mut exported = Vec::new();
-        for (basic, extended) in [
-            (6_825_908_347u64, 0u64),
-            (6_825_908_400, 10),
-            (6_825_908_500, 900),
-            (4_294_967_295, 6_825_909_000),
-            (4_294_967_295, 6_825_999_000),
-        ] {
+        for (basic, extended) in values {
             std::fs::write(port.join("counters/port_rcv_packets"), format!("{basic}\n")).unwrap();
             let ext = port.join("counters_ext/port_rcv_packets_64");
             std::fs::write(ext, format!("{extended}\n")).unwrap();
@@ -692,14 +684,27 @@ mod tests {
                 .unwrap();
             exported.push(received.samples[0].1);
         }
-        let expected = [
-            6_825_908_347,
-            6_825_908_400,
-            6_825_908_500,
-            6_825_909_000,
-            6_825_999_000,
+        exported
+    }
+
+    #[test]
+    fn a_doubled_counter_shows_the_traffic_and_never_goes_backwards() {
+        // counters_ext/ reads 0, then starts counting late: the basic counter is kept.
+        let late = [
+            (6_825_908_347, 0),
+            (6_825_908_400, 10),
+            (6_825_908_500, 900),
         ];
-        assert_eq!(exported, expected.map(Value::Int));
+        let expected = [6_825_908_347, 6_825_908_400, 6_825_908_500];
+        assert_eq!(exported_over_scrapes(&late), expected.map(Value::Int));
+        // A 32-bit counters/ stops at 2^32-1 while the 64-bit copy goes on.
+        let saturated = [
+            (4_294_967_000, 4_294_967_000),
+            (4_294_967_295, 4_294_967_400),
+            (4_294_967_295, 6_000_000_000),
+        ];
+        let expected = [4_294_967_000, 4_294_967_400, 6_000_000_000];
+        assert_eq!(exported_over_scrapes(&saturated), expected.map(Value::Int));
     }
 
     #[test]
