@@ -370,10 +370,10 @@ def mic_panels():
         stat("Cards with telemetry, by source", "Cards for which each telemetry source gave readings in the last scrape (hpcnode_mic_source_available). libmicmgmt at 0 means the library is missing or incomplete, the exporter is not root (the log says which), or the cards are not online; micras at 0 means a configured micras directory is missing.",
              [target(f'sum by (source) (hpcnode_mic_source_available{{{NODE}}})', "{{source}}", instant=True)], "none",
              thresholds=[{"color": "orange", "value": None}, {"color": "green", "value": 1}]),
-        table("Cards", "Every card with its identity and last POST code (FF once booted; a code that stays while the card boots names the stage that hangs), from hpcnode_mic_card_info and hpcnode_mic_card_post_code_info.",
+        table("Cards", "Every card with its identity, last POST code (FF once booted; a code that stays while the card boots names the stage that hangs) and flash version (a flash that does not match the MPSS release keeps a card booting; the build number under MPSS 3, the BIOS version under MPSS 4), from hpcnode_mic_card_info and hpcnode_mic_card_post_code_info.",
               [target(f'hpcnode_mic_card_info{{{NODE}}}\n* on (job, instance, device) group_left (post_code)\nhpcnode_mic_card_post_code_info{{{NODE}}}', ref="A", instant=True, table=True)],
               "none", [], hide=["job", "__name__", "Value #A", "Value"],
-              order=["instance", "device", "post_code", "family", "stepping", "sku", "serial_number", "mode", "mpss_version"],
+              order=["instance", "device", "post_code", "flash_version", "family", "stepping", "sku", "serial_number", "mode", "mpss_version"],
               w=12, h=4),
         state_timeline("Card state over time", "Each card's state at every scrape (hpcnode_mic_card_state): ONLINE; BOOTING (booting, booting_firmware); NOT STARTED (ready, shutdown, shutting_down, resetting, online_firmware); FAILED (lost, no response, boot failed, reset failed, error, invalid, unknown).",
                        [target(mic_state_class(), "{{instance}} {{device}}")], MIC_STATE_CLASSES, w=24, h=6),
@@ -475,7 +475,7 @@ def pci_panels():
     and faults, links trained down, devices without a driver and Nova alias mismatches."""
     info = f'hpcnode_pci_device_info{{{NODE}}}'
     return [
-        stat("IOMMU", "Whether an IOMMU is active on the node (hpcnode_iommu_enabled: /sys/class/iommu has an entry). Without it no device can be passed through.",
+        stat("IOMMU", "Whether an IOMMU is active on the node (hpcnode_iommu_enabled: /sys/class/iommu has an entry, or on kernels before 3.17 /sys/kernel/iommu_groups has a group). Without it no device can be passed through.",
              [target(f'hpcnode_iommu_enabled{{{NODE}}}', "{{instance}}", instant=True)], "none",
              mappings=value_mappings({0: ("OFF", "red"), 1: ("ON", "green")})),
         stat("Passthrough devices not ready", "Devices meant for passthrough (bound to vfio-pci, matched by a Nova device_spec or named by --collector.pci.passthrough-device) that fail a check. Alert: HpcnodePciPassthroughNotReady.",

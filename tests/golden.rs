@@ -83,6 +83,33 @@ fn edge_cases_tree() {
             "{counter} not flagged"
         );
     }
+    // counters/ and counters_ext/ both count the traffic: the larger is exported, whichever
+    // file holds it (mlx4_3's counters_ext/ reads 0, mlx4_2's 32-bit counters/ are the lower).
+    for (series, value) in [
+        (
+            "packets_received_total{device=\"mlx4_3\",port=\"1\"}",
+            6825908347u64,
+        ),
+        (
+            "data_received_bytes_total{device=\"mlx4_3\",port=\"1\"}",
+            1843996411297 * 4,
+        ),
+        (
+            "unicast_packets_received_total{device=\"mlx4_3\",port=\"1\"}",
+            0,
+        ),
+        (
+            "packets_received_total{device=\"mlx4_2\",port=\"1\"}",
+            300000000005,
+        ),
+        (
+            "data_transmitted_bytes_total{device=\"mlx4_2\",port=\"1\"}",
+            21474836480123 * 4,
+        ),
+    ] {
+        let line = format!("hpcnode_rdma_port_{series} {value}\n");
+        assert!(text.contains(&line), "missing {line}");
+    }
     // NDR 4X: 400 Gb/s is 5e10 bytes/s of data.
     assert!(text.contains(
         "hpcnode_rdma_port_data_rate_bytes_per_second{device=\"mlx5_1\",port=\"1\"} 50000000000.0\n"

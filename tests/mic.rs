@@ -153,6 +153,26 @@ fn mpss3_host_with_an_online_and_a_booting_card() {
     // `ctrl` and `scif` are not cards.
     assert!(!text.contains("device=\"ctrl\"") && !text.contains("device=\"scif\""));
     assert!(text.contains("mpss_version=\"3.8.2-1\""));
+    // `flashversion` is the flash's build in hex: mic0's `187` is the capture's 2.1.02.0391.
+    let capture =
+        fs::read_to_string(fixture_root("mic_captures").join("micinfo-mpss3.8.2-x100-7120P.txt"))
+            .unwrap();
+    let flash = capture
+        .lines()
+        .find_map(|l| l.trim_start().strip_prefix("Flash Version"))
+        .and_then(|l| l.rsplit('.').next())
+        .unwrap();
+    let build: u32 = flash.trim().parse().unwrap();
+    for (card, build) in [("mic0", build), ("mic1", 386)] {
+        let info = text
+            .lines()
+            .find(|l| l.starts_with(&format!("hpcnode_mic_card_info{{device=\"{card}\"")))
+            .unwrap();
+        assert!(
+            info.contains(&format!("flash_version=\"{build}\"")),
+            "{info}"
+        );
+    }
 
     assert_power_round_trips(&text, "mic0", &power_capture("A"));
     assert_eq!(
@@ -177,6 +197,9 @@ fn mpss4_host() {
     assert!(text.contains("hpcnode_mic_card_state{device=\"mic0\",state=\"online\"} 1\n"));
     assert!(text.contains("hpcnode_mic_card_state{device=\"mic1\",state=\"error\"} 1\n"));
     assert!(text.contains("hpcnode_mic_card_state{device=\"mic1\",state=\"booting_firmware\"} 0\n"));
+    // The x200 flash is its BIOS; `<empty>` (no DMI tables from the card yet) is no version.
+    assert!(text.contains("flash_version=\"GVPRCRB8.86B.0015.D07.1705120331\""));
+    assert!(text.contains("device=\"mic1\",family=\"x200\",stepping=\"B0\",sku=\"\",serial_number=\"\",mode=\"\",flash_version=\"\""));
     // `0x3c` under MPSS 4 reads as the MPSS 3 form.
     assert!(text.contains("hpcnode_mic_card_post_code_info{device=\"mic1\",post_code=\"3C\"} 1\n"));
     // MPSS 4 has no boot or crash counts in sysfs: nothing, and no error.
@@ -257,14 +280,15 @@ fn bad_input_is_reported_and_the_rest_exported() {
     // Two more scrapes: four in all (the golden check read both formats).
     scrape(&exporter);
     let fourth = scrape(&exporter);
-    // Per scrape: state, boot_count, crash_count; temp banana, status 7, short line, short
-    // file; power short file; volt; plim.
-    assert_eq!(error_count(&fourth, "parse"), 4.0 * 10.0);
+    // Per scrape: state, boot_count, crash_count, flashversion; temp banana, status 7, short
+    // line, short file; power short file; volt; plim.
+    assert_eq!(error_count(&fourth, "parse"), 4.0 * 11.0);
     assert_eq!(error_count(&fourth, "not_regular_file"), 4.0);
     assert_eq!(error_count(&fourth, "io"), 4.0);
     for cause in [
         "mic1/state: unknown state: \\\"sleeping\\\"",
         "mic1/boot_count: not an unsigned integer",
+        "mic1/flashversion: not a hex build number",
         "mic1/post_code: not a regular file",
         "mic1/temp: expected unsigned numbers: \\\"banana\\\"",
         "mic1/temp: status not 0-3",
@@ -410,10 +434,35 @@ fn library_missing_a_symbol_is_reported_once_and_sysfs_kept() {
             && !l.starts_with("hpcnode_mic_source_available")),
         "{text}"
     );
-    assert_eq!(error_count(&text, "io"), 1.0);
+    // An unusable library makes the source unavailable; it is no read failure.
+    assert!(errors_total(&text, "mic") == 0, "{text}");
     let cause = "libmicmgmt.so.0 lacks the symbol mic_get_cores_frequency";
     let log = exporter.log_with(cause);
     assert_eq!(log.matches(cause).count(), 1, "{log}");
+}
+
+/// A node without MPSS's libmicmgmt: the source is unavailable, which the metric says every
+/// scrape and the log once, and which is no collector error (the cards' sysfs and micras
+/// readings are all there).
+#[test]
+fn missing_library_is_unavailable_not_an_error() {
+    let empty = tempfile::tempdir().unwrap();
+    let exporter = start_with_library(&fixture_root("mic_mpss3"), empty.path(), None, &[]);
+    scrape(&exporter);
+    let text = scrape(&exporter);
+    for card in ["mic0", "mic1"] {
+        let series =
+            format!("hpcnode_mic_source_available{{device=\"{card}\",source=\"libmicmgmt\"}} 0\n");
+        assert!(text.contains(&series), "{text}");
+    }
+    assert!(
+        text.contains("hpcnode_mic_core_voltage_volts{device=\"mic0\",source=\"micras\"} 1.041\n")
+    );
+    assert!(errors_total(&text, "mic") == 0, "{text}");
+    let line = "libmicmgmt unavailable";
+    let log = exporter.log_with(line);
+    assert_eq!(log.matches(line).count(), 1, "{log}");
+    assert!(!log.contains("collector error"), "{log}");
 }
 
 /// Without root the library is not even loaded, and the metric and one log line say so. Run as
@@ -436,7 +485,7 @@ fn library_needs_root() {
     assert!(
         text.contains("hpcnode_mic_core_voltage_volts{device=\"mic0\",source=\"micras\"} 1.041\n")
     );
-    assert_eq!(error_count(&text, "io"), 1.0);
+    assert!(errors_total(&text, "mic") == 0, "{text}");
     let cause = "reading cards over SCIF needs root";
     let log = exporter.log_with(cause);
     assert_eq!(log.matches(cause).count(), 1, "{log}");

@@ -187,6 +187,28 @@ fn failing_host() {
     ));
 }
 
+/// A 3.13 kernel with the IOMMU on: groups, but no `/sys/class/iommu` (kernels before 3.17), and
+/// none of the link, `power_state` or group `type` attributes. The IOMMU is on, and the idle
+/// GPU on vfio-pci is ready, from its config space.
+#[test]
+fn iommu_groups_without_the_iommu_class() {
+    let exporter = start("pci_iommu_groups_only", &[]);
+    let text = check_fixture_output("pci_iommu_groups_only", &exporter);
+    assert_eq!(errors_total(&text, "pci"), 0, "{text}");
+    assert_lines(
+        &text,
+        &[
+            "hpcnode_iommu_enabled 1",
+            "hpcnode_iommu_hardware_units 0",
+            "hpcnode_iommu_group_devices{group=\"1\",type=\"\"} 1",
+            "hpcnode_pci_passthrough_check{device=\"0000:01:00.0\",check=\"iommu_enabled\"} 1",
+            "hpcnode_pci_passthrough_ready{device=\"0000:01:00.0\"} 1",
+            "hpcnode_pci_power_state_id{device=\"0000:01:00.0\"} 3",
+            "hpcnode_pci_link_width{device=\"0000:01:00.0\",link=\"current\"} 4",
+        ],
+    );
+}
+
 /// A node without a GPU, accelerator or fabric adapter on PCI: nothing from this collector.
 #[test]
 fn silent_without_devices_of_interest() {

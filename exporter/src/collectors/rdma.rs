@@ -301,7 +301,8 @@ const PMA_COUNTERS: [PmaCounter; 21] = [
 /// `counters/port_rcv_discards` is not in the PortCounters attribute (width unknown).
 const PMA_EXTRA_ERRORS: [&str; 1] = ["port_rcv_discards"];
 
-/// Legacy 64-bit `counters_ext/` (kernels before 4.5): file, and the `counters/` file it replaces.
+/// The 64-bit `counters_ext/` of kernels before 4.5: each file and the `counters/` file that
+/// counts the same thing. `DeviceRead::pma_counters` says which of the two is exported.
 const COUNTERS_EXT: [(&str, &str); 8] = [
     ("port_xmit_data_64", "port_xmit_data"),
     ("port_rcv_data_64", "port_rcv_data"),
@@ -457,14 +458,13 @@ impl DeviceRead<'_> {
             }
         }
 
-        let replaced = match self.out.optional(dir.subdir("counters_ext")) {
-            Some(ext) => self.counters_ext(&ext, port),
+        let extended = match self.out.optional(dir.subdir("counters_ext")) {
+            Some(ext) => self.counters_ext(&ext),
             None => Vec::new(),
         };
         // Soft-RoCE, irdma and bnxt_re have no PMA: no counters/ at all.
-        if let Some(counters) = self.out.optional(dir.subdir("counters")) {
-            self.pma_counters(&counters, port, &replaced);
-        }
+        let counters = self.out.optional(dir.subdir("counters"));
+        self.pma_counters(counters.as_ref(), port, &extended);
         if let Some(hw) = self.out.optional(dir.subdir("hw_counters")) {
             self.hw_counters(&hw, Some(port));
         }
@@ -486,29 +486,40 @@ impl DeviceRead<'_> {
             .unwrap_or_default()
     }
 
-    /// Reads the legacy 64-bit `counters_ext/`; returns the `counters/` files it supersedes.
-    fn counters_ext(&mut self, dir: &SysDir, port: &LabelValue) -> Vec<&'static str> {
-        let mut replaced = Vec::new();
-        for (file, legacy) in COUNTERS_EXT {
-            let Some(value) = self.counter_value(dir, file) else {
-                continue;
-            };
-            let target = PMA_COUNTERS
-                .iter()
-                .find(|c| c.file == legacy)
-                .map(|c| c.target);
-            if let Some(Target::Metric(desc, factor)) = target {
-                let labels = self.port_labels(port);
-                self.push(desc, labels, Value::Int(value.wrapping_mul(factor)));
-                replaced.push(legacy);
-            }
-        }
-        replaced
+    /// The values of `counters_ext/`, each under the name of the `counters/` file it doubles.
+    fn counters_ext(&mut self, dir: &SysDir) -> Vec<(&'static str, u64)> {
+        COUNTERS_EXT
+            .iter()
+            .filter_map(|(file, basic)| Some((*basic, self.counter_value(dir, file)?)))
+            .collect()
     }
 
-    fn pma_counters(&mut self, dir: &SysDir, port: &LabelValue, replaced: &[&str]) {
-        for counter in PMA_COUNTERS.iter().filter(|c| !replaced.contains(&c.file)) {
-            let Some(value) = self.counter_value(dir, counter.file) else {
+    /// The PMA counters of a port: from `counters/` when the port has it, and from
+    /// `counters_ext/` (`extended`) for the counters it doubles.
+    ///
+    /// Where both give a counter, the larger value is exported. Either can be the wrong one:
+    /// `counters_ext/` reads 0 on mlx4 ports whose firmware does not fill the extended
+    /// attribute, while `counters/` holds the traffic (node_exporter, which exports
+    /// `counters/`, shows it); and a 32-bit `counters/` value stops at 2^32-1 while the 64-bit
+    /// one goes on. Each file only grows until the counters are reset, so the larger of the two
+    /// only grows too, scrape after scrape: `rate()` never sees a counter go backwards because
+    /// the exporter switched files. Preferring `counters_ext/` whenever it is not 0 would: an
+    /// extended counter that starts late (from 0) or is reset alone (`perfquery -x -R`) would
+    /// take the series back below the basic value it showed before.
+    fn pma_counters(
+        &mut self,
+        dir: Option<&SysDir>,
+        port: &LabelValue,
+        extended: &[(&'static str, u64)],
+    ) {
+        for counter in &PMA_COUNTERS {
+            let basic = dir.and_then(|dir| self.counter_value(dir, counter.file));
+            let doubled = extended
+                .iter()
+                .find(|(file, _)| *file == counter.file)
+                .map(|(_, value)| *value);
+            // `None` is below every `Some`: one file alone gives the value.
+            let Some(value) = basic.max(doubled) else {
                 continue;
             };
             match counter.target {
@@ -521,6 +532,7 @@ impl DeviceRead<'_> {
                     self.push(&PORT_ERRORS, labels, Value::Int(value));
                 }
             }
+            // Of the value exported: it is what stops counting.
             if let Some(width) = counter.width {
                 let saturated = value == (1u64 << width) - 1;
                 let labels = self.counter_labels(Some(port), counter.file.into());
@@ -531,6 +543,9 @@ impl DeviceRead<'_> {
                 );
             }
         }
+        let Some(dir) = dir else {
+            return;
+        };
         for file in PMA_EXTRA_ERRORS {
             if let Some(value) = self.counter_value(dir, file) {
                 let labels = self.counter_labels(Some(port), file.into());
@@ -641,6 +656,55 @@ mod tests {
         assert!(out.errors.is_empty(), "{:?}", out.errors);
         let names: Vec<_> = out.samples.families().iter().map(|f| f.desc.name).collect();
         assert!(names.contains(&PORT_STATE.name), "{names:?}");
+    }
+
+    /// Scrape after scrape, what a port whose `counters/` and `counters_ext/` both count
+    /// received packets exports, given the two files' values at each scrape.
+    fn exported_over_scrapes(values: &[(u64, u64)]) -> Vec<Value> {
+        let tmp = tempfile::tempdir().unwrap();
+        let port = tmp.path().join("mlx4_0/ports/1");
+        for dir in ["counters", "counters_ext"] {
+            std::fs::create_dir_all(port.join(dir)).unwrap();
+        }
+        let collector = RdmaCollector {
+            class_dir: tmp.path().to_path_buf(),
+            devices: DeviceFilter::All,
+        };
+        let mut exported = Vec::new();
+        for (basic, extended) in values {
+            std::fs::write(port.join("counters/port_rcv_packets"), format!("{basic}\n")).unwrap();
+            let ext = port.join("counters_ext/port_rcv_packets_64");
+            std::fs::write(ext, format!("{extended}\n")).unwrap();
+            let mut out = Output::default();
+            collector.collect_unit(&"mlx4_0".to_string(), &mut out);
+            let families = out.samples.families();
+            let received = families
+                .iter()
+                .find(|f| f.desc.name == PORT_PACKETS_RECEIVED.name)
+                .unwrap();
+            exported.push(received.samples[0].1);
+        }
+        exported
+    }
+
+    #[test]
+    fn a_doubled_counter_shows_the_traffic_and_never_goes_backwards() {
+        // counters_ext/ reads 0, then starts counting late: the basic counter is kept.
+        let late = [
+            (6_825_908_347, 0),
+            (6_825_908_400, 10),
+            (6_825_908_500, 900),
+        ];
+        let expected = [6_825_908_347, 6_825_908_400, 6_825_908_500];
+        assert_eq!(exported_over_scrapes(&late), expected.map(Value::Int));
+        // A 32-bit counters/ stops at 2^32-1 while the 64-bit copy goes on.
+        let saturated = [
+            (4_294_967_000, 4_294_967_000),
+            (4_294_967_295, 4_294_967_400),
+            (4_294_967_295, 6_000_000_000),
+        ];
+        let expected = [4_294_967_000, 4_294_967_400, 6_000_000_000];
+        assert_eq!(exported_over_scrapes(&saturated), expected.map(Value::Int));
     }
 
     #[test]

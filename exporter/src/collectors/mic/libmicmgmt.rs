@@ -14,6 +14,7 @@ use super::{
 };
 use crate::collector::{CollectError, ErrorKind};
 use crate::dynlib::{Library, LoadError};
+use crate::logging::{self, Level};
 use crate::metrics::{Desc, Value};
 
 const LIBRARY: &str = "libmicmgmt.so.0";
@@ -24,9 +25,14 @@ impl CardRead<'_> {
         let library = match source.load() {
             Ok(library) => library,
             Err(err) => {
-                // Said once (one error, one log line); the 0 in the metric says it every scrape.
-                if !source.reported.swap(true, Ordering::Relaxed) {
-                    self.error(err);
+                // The source is unavailable on this node, which is no read failure and no
+                // collector error: the 0 in the metric says it every scrape, the log says why once.
+                if !source.logged.swap(true, Ordering::Relaxed) {
+                    logging::log(
+                        Level::Warn,
+                        "libmicmgmt unavailable; no card telemetry over SCIF",
+                        &[("collector", "mic"), ("reason", &err.to_string())],
+                    );
                 }
                 return false;
             }
@@ -255,11 +261,11 @@ impl From<LibraryError> for CollectError {
 }
 
 /// The library, loaded when the collector starts and kept for the process's life; a failure
-/// to load is kept too, and reported by the first card read.
+/// to load is kept too, and logged by the first card read (a node without cards stays quiet).
 pub(super) struct LibrarySource {
     loaded: Result<MicLib, LibraryError>,
-    /// Whether the load failure has been reported.
-    reported: AtomicBool,
+    /// Whether the load failure has been logged.
+    logged: AtomicBool,
     /// libmicmgmt keeps its error state in globals: one caller at a time.
     calls: Turn,
 }
@@ -311,7 +317,7 @@ impl LibrarySource {
         };
         LibrarySource {
             loaded,
-            reported: AtomicBool::new(false),
+            logged: AtomicBool::new(false),
             calls: Turn {
                 taken: Mutex::new(false),
                 freed: Condvar::new(),

@@ -139,7 +139,7 @@ struct MicCollector {
 
 const CARD_INFO: Desc = Desc::gauge(
     "hpcnode_mic_card_info",
-    "Xeon Phi card identity: family, stepping, SKU, serial number, boot mode and the host's MPSS version.",
+    "Xeon Phi card identity: family, stepping, SKU, serial number, boot mode, flash version and the host's MPSS version.",
     None,
 );
 const CARD_STATE: Desc = Desc::gauge(
@@ -489,9 +489,31 @@ impl CardRead<'_> {
             let text = self.optional_text(dir, file).unwrap_or_default();
             info.push((label, text.into()));
         }
+        info.push(("flash_version", self.flash_version(dir, mpss4).into()));
         info.push(("mpss_version", mpss_version.into()));
         self.out.samples.push(&CARD_INFO, info, Value::Int(1));
         state
+    }
+
+    /// The card's flash version, what `micinfo` prints as Flash Version; "" when absent or
+    /// unset. MPSS 3 has the flash's build number in hex (`flashversion`, bits 31:16 of SBOX
+    /// SCRATCH7: `187` is build 391, micinfo's `2.1.02.0391`), exported in decimal. MPSS 4's
+    /// flash is the card's BIOS (`info/bios_version`, which miccheck compares with the release's),
+    /// `<empty>` until the card has sent its DMI tables.
+    fn flash_version(&mut self, dir: &SysDir, mpss4: bool) -> String {
+        if mpss4 {
+            let version = self.optional_text(dir, "info/bios_version");
+            return version.filter(|v| v != "<empty>").unwrap_or_default();
+        }
+        let build = dir.read("flashversion", &mut self.reader).and_then(|text| {
+            u16::from_str_radix(text, 16).map_err(|_| {
+                SysfsError::parse(&dir.path("flashversion"), "not a hex build number", text)
+            })
+        });
+        self.out
+            .optional(build)
+            .map(|build| build.to_string())
+            .unwrap_or_default()
     }
 }
 

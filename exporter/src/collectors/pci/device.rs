@@ -70,7 +70,7 @@ impl Read<'_> {
                 .any(|s| s.matches(address, vendor, device))
         });
         if by_nova || named || state.driver == VFIO_DRIVER {
-            let iommu_enabled = !self.iommu_units().is_empty();
+            let (_, iommu_enabled) = self.iommu();
             let isolated = self.group_isolated(&dir, address);
             let checks = [
                 ("present", true),

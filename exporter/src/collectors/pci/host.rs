@@ -16,6 +16,8 @@ use super::{
 /// `_` in any of them).
 const KERNEL_PARAMETERS: [&str; 4] = ["intel_iommu", "amd_iommu", "iommu", "vfio-pci.ids"];
 const VFIO_MODULES: [&str; 3] = ["vfio", "vfio_iommu_type1", "vfio_pci"];
+/// The name vfio gives the groups it makes in no-IOMMU mode (`enable_unsafe_noiommu_mode`).
+const NO_IOMMU_GROUP: &str = "vfio-noiommu";
 /// Other `vfio*` entries of /sys/module kept (vfio_pci_core, vfio_virqfd, ...).
 const MAX_OTHER_VFIO_MODULES: usize = 16;
 
@@ -23,9 +25,9 @@ impl Read<'_> {
     /// The host's IOMMU state: hardware units, command line, groups, vfio modules.
     pub(super) fn host(&mut self) {
         let collector = self.collector;
-        let units = self.iommu_units();
-        self.flag(&IOMMU_ENABLED, Vec::new(), !units.is_empty());
-        self.push(&IOMMU_UNITS, Vec::new(), Value::Int(units.len() as u64));
+        let (units, enabled) = self.iommu();
+        self.flag(&IOMMU_ENABLED, Vec::new(), enabled);
+        self.push(&IOMMU_UNITS, Vec::new(), Value::Int(units as u64));
 
         if let Some(proc_dir) = self.out.reported(SysDir::open(&collector.procfs)) {
             let cmdline = proc_dir
@@ -82,10 +84,28 @@ impl Read<'_> {
         }
     }
 
-    pub(super) fn iommu_units(&mut self) -> Vec<String> {
+    /// The IOMMU units in `/sys/class/iommu`, and whether an IOMMU is active: a unit there
+    /// (kernels since 3.17), else an IOMMU group, which only an IOMMU driver makes (kernels 3.5
+    /// to 3.16 have groups but no `/sys/class/iommu`). Groups that vfio's no-IOMMU mode makes
+    /// without one do not count.
+    pub(super) fn iommu(&mut self) -> (usize, bool) {
         let units =
             SysDir::open(&self.collector.sysfs.join("class/iommu")).and_then(|d| d.entries());
-        self.out.optional(units).unwrap_or_default()
+        let units = self.out.optional(units).unwrap_or_default().len();
+        if units > 0 {
+            return (units, true);
+        }
+        let groups_path = self.collector.sysfs.join("kernel/iommu_groups");
+        // A listing that fails is reported where the host unit lists the groups, once.
+        let groups = SysDir::open(&groups_path).and_then(|d| d.entries().map(|e| (d, e)));
+        let Ok((groups, names)) = groups else {
+            return (0, false);
+        };
+        let enabled = names.iter().any(|group| {
+            let name = groups.read(&format!("{group}/name"), &mut self.reader);
+            self.out.optional(name) != Some(NO_IOMMU_GROUP)
+        });
+        (0, enabled)
     }
 }
 
@@ -104,7 +124,49 @@ fn iommu_parameters(text: &str) -> Vec<(&'static str, String)> {
 
 #[cfg(test)]
 mod tests {
+    use super::super::PciCollector;
     use super::*;
+    use crate::collector::Output;
+
+    /// `hpcnode_iommu_enabled` on a sysfs root with the given IOMMU groups (`None`: unnamed)
+    /// and no `/sys/class/iommu`, as kernels before 3.17 have.
+    fn enabled_with_groups(groups: &[Option<&str>]) -> bool {
+        let tmp = tempfile::tempdir().unwrap();
+        for (number, name) in groups.iter().enumerate() {
+            let group = tmp.path().join(format!("kernel/iommu_groups/{number}"));
+            std::fs::create_dir_all(group.join("devices")).unwrap();
+            if let Some(name) = name {
+                std::fs::write(group.join("name"), format!("{name}\n")).unwrap();
+            }
+        }
+        let collector = PciCollector {
+            sysfs: tmp.path().to_path_buf(),
+            procfs: tmp.path().join("proc"),
+            rootfs: tmp.path().to_path_buf(),
+            devices: Vec::new(),
+            passthrough: Vec::new(),
+            nova_configs: Vec::new(),
+        };
+        let mut out = Output::default();
+        let mut read = Read {
+            collector: &collector,
+            reader: Default::default(),
+            out: &mut out,
+        };
+        let (units, enabled) = read.iommu();
+        assert_eq!(units, 0);
+        assert!(out.errors.is_empty(), "{:?}", out.errors);
+        enabled
+    }
+
+    #[test]
+    fn iommu_groups_without_the_iommu_class_mean_an_iommu() {
+        assert!(!enabled_with_groups(&[]));
+        assert!(enabled_with_groups(&[None, None]));
+        // vfio's no-IOMMU mode makes groups without an IOMMU.
+        assert!(!enabled_with_groups(&[Some(NO_IOMMU_GROUP)]));
+        assert!(enabled_with_groups(&[Some(NO_IOMMU_GROUP), None]));
+    }
 
     #[test]
     fn iommu_parameters_last_one_wins() {
