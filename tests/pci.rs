@@ -245,6 +245,31 @@ fn failing_host() {
     ));
 }
 
+/// The failing host's nova.conf repeats an alias name without device_type, which Nova refuses
+/// (it reads dev_type from every entry of a repeated name): invalid, with the reason, and the
+/// first entry still checked against the devices.
+#[test]
+fn repeated_alias_name_without_device_type_is_refused() {
+    let conf = format!("{FIXTURES}/pci_failing_host/etc/nova/nova.conf");
+    let exporter = start(
+        "pci_failing_host",
+        &[&format!("--collector.pci.nova-config={conf}")],
+    );
+    let text = scrape(&exporter);
+    assert_lines(
+        &text,
+        &[
+            &format!("hpcnode_nova_config_valid{{path=\"{conf}\"}} 0"),
+            &format!("hpcnode_nova_config_errors{{path=\"{conf}\",reason=\"conflicting_alias\"}} 1"),
+            &format!("hpcnode_nova_alias_matching_devices{{path=\"{conf}\",alias=\"gpu\",alias_device_type=\"\"}} 1"),
+            "hpcnode_collector_errors_total{collector=\"pci\",kind=\"parse\"} 1",
+        ],
+    );
+    let cause = "[pci] alias (line 7): alias";
+    let log = exporter.log_with(cause);
+    assert_eq!(log.matches(cause).count(), 1, "{log}");
+}
+
 /// A node without a GPU, accelerator or fabric adapter on PCI: nothing from this collector.
 #[test]
 fn silent_without_devices_of_interest() {
