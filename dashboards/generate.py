@@ -472,7 +472,8 @@ PASSTHROUGH_CHECKS = [("B", "present", "Present"), ("C", "iommu_enabled", "IOMMU
 
 def pci_panels():
     """Passthrough readiness per device with the failing checks named, the host's IOMMU state
-    and faults, links trained down, devices without a driver and Nova alias mismatches."""
+    and faults, links trained down, devices without a driver, and Nova: alias mismatches, the
+    config files' problems, the scheduler's PCI filter and aliases defined differently."""
     info = f'hpcnode_pci_device_info{{{NODE}}}'
     return [
         stat("IOMMU", "Whether an IOMMU is active on the node (hpcnode_iommu_enabled: /sys/class/iommu has an entry, or on kernels before 3.17 /sys/kernel/iommu_groups has a group). Without it no device can be passed through.",
@@ -487,12 +488,22 @@ def pci_panels():
         stat("Links below maximum width", "Devices whose PCIe link trained narrower than it can (hpcnode_pci_link_width current < maximum). Alert: HpcnodePciLinkDegraded.",
              [target(f'count(hpcnode_pci_link_width{{{NODE}, link="current"}} < ignoring (link) hpcnode_pci_link_width{{{NODE}, link="maximum"}}) or vector(0)', "devices", instant=True)], "none",
              thresholds=[{"color": "green", "value": None}, {"color": "orange", "value": 1}]),
-        stat("Nova alias mismatches", "Nova aliases whose device_type no present device has, while devices of another type match their ids: \"No valid host was found\" (hpcnode_nova_alias_type_mismatch_devices). Alert: HpcnodeNovaAliasTypeMismatch.",
+        stat("Nova alias mismatches", "Nova aliases that no present device satisfies while devices of another type match their ids (an alias without device_type takes type-PCI and type-VF devices, never a type-PF): \"No valid host was found\" (hpcnode_nova_alias_type_mismatch_devices). Alert: HpcnodeNovaAliasTypeMismatch.",
              [target(f'count(hpcnode_nova_alias_type_mismatch_devices{{{NODE}}} > 0 and on (job, instance, path, alias, alias_device_type) hpcnode_nova_alias_matching_devices{{{NODE}}} == 0) or vector(0)', "aliases", instant=True)], "none",
              thresholds=[{"color": "green", "value": None}, {"color": "red", "value": 1}]),
-        stat("Nova config", "Whether every Nova config file given with --collector.pci.nova-config was read and every [pci] device_spec and alias in it is valid (hpcnode_nova_config_valid); the exporter log names the rejected line.",
+        stat("Nova config", "Whether every Nova config file given with --collector.pci.nova-config or --collector.pci.nova-scheduler-config was read and every [pci] device_spec and alias in it is valid (hpcnode_nova_config_valid); the table \"Nova config problems\" says why not, the exporter log names the rejected line. Alerts: HpcnodeNovaConfigInvalid, HpcnodeNovaConfigUnchecked.",
              [target(f'min(hpcnode_nova_config_valid{{{NODE}}})', "valid", instant=True)], "none",
              mappings=value_mappings({0: ("INVALID", "red"), 1: ("valid", "green")})),
+        stat("Nova scheduler PCI filter", "Whether PciPassthroughFilter is in nova-scheduler's [filter_scheduler] enabled_filters, from the files given with --collector.pci.nova-scheduler-config (hpcnode_nova_scheduler_pci_filter_enabled). Without it, flavors with a PCI alias land on hosts without free devices and end in \"No valid host was found\". Alert: HpcnodeNovaPciFilterDisabled.",
+             [target(f'min(hpcnode_nova_scheduler_pci_filter_enabled{{{NODE}}})', "enabled", instant=True)], "none",
+             mappings=value_mappings({0: ("MISSING", "red"), 1: ("enabled", "green")})),
+        stat("Nova aliases defined differently", "Nova aliases that the config files given define in more than one way (hpcnode_nova_alias_definitions > 1): the API, the scheduler and the compute node ask for different devices. Alert: HpcnodeNovaAliasDefinitionsDiffer.",
+             [target(f'count(hpcnode_nova_alias_definitions{{{NODE}}} > 1) or vector(0)', "aliases", instant=True)], "none",
+             thresholds=[{"color": "green", "value": None}, {"color": "orange", "value": 1}]),
+        table("Nova config problems", "Why a Nova config file is not valid, one row per file and reason (hpcnode_nova_config_errors): unreadable, invalid_device_spec, invalid_alias, conflicting_alias (entries of one alias name Nova cannot join), too_many_values. The exporter log names each rejected line.",
+              [target(f'hpcnode_nova_config_errors{{{NODE}}}', ref="A", instant=True, table=True)], "none",
+              [column("A", "Values", "none")],
+              hide=["job", "__name__"], order=["instance", "path", "reason", "Value #A"], w=16, h=4),
         table("Passthrough readiness", "One row per device meant for passthrough: the verdict and each check (present, iommu_enabled, vfio_bound, group_isolated, bars_assigned), with its identity. An idle GPU on vfio-pci with memory decode off, IRQ 255 and D3hot is normal and READY.",
               [target(f'hpcnode_pci_passthrough_ready{{{NODE}}}\n* on (job, instance, device) group_left (vendor_id, device_id, driver, iommu_group)\n  {info}', ref="A", instant=True, table=True)]
               + [target(f'max by (job, instance, device) (hpcnode_pci_passthrough_check{{{NODE}, check="{check}"}})', ref=ref, instant=True, table=True)

@@ -30,7 +30,8 @@ fn fixture_trees_match_their_generator() {
 
 /// IOMMU on; an idle and an active vfio GPU (the shared before/after capture), a ready T4,
 /// a T4 sharing its group with a NIC, a ConnectX-5 PF on mlx5_core at x8 of x16; Nova as
-/// Kolla splits it (alias in nova.conf, device_spec list in nova-compute.conf).
+/// Kolla splits it (alias in nova.conf, device_spec list in nova-compute.conf, the API's own
+/// aliases in nova-api.conf, the scheduler's filters in nova-scheduler.conf).
 #[test]
 fn passthrough_host_with_kolla_nova_config() {
     let kolla = format!("{FIXTURES}/pci_host/etc/kolla/config");
@@ -39,6 +40,9 @@ fn passthrough_host_with_kolla_nova_config() {
         &[
             &format!("--collector.pci.nova-config={kolla}/nova.conf"),
             &format!("--collector.pci.nova-config={kolla}/nova/nova-compute.conf"),
+            &format!("--collector.pci.nova-config={kolla}/nova/nova-api.conf"),
+            &format!("--collector.pci.nova-scheduler-config={kolla}/nova.conf"),
+            &format!("--collector.pci.nova-scheduler-config={kolla}/nova/nova-scheduler.conf"),
         ],
     );
     let text = check_fixture_output("pci_host_kolla", &exporter);
@@ -80,13 +84,30 @@ fn passthrough_host_with_kolla_nova_config() {
             "hpcnode_pci_msix_table_size{device=\"0000:d8:00.0\"} 64",
             "hpcnode_pci_link_width{device=\"0000:d8:00.0\",link=\"current\"} 8",
             "hpcnode_pci_device_fault{device=\"0000:d8:00.0\",fault=\"memory_decode_disabled\"} 0",
-            // An alias without device_type asks for type-PCI; the ConnectX-5 is a type-PF.
-            &format!("hpcnode_nova_alias_matching_devices{{path=\"{kolla}/nova.conf\",alias=\"cx5\",alias_device_type=\"type-PCI\"}} 0"),
-            &format!("hpcnode_nova_alias_type_mismatch_devices{{path=\"{kolla}/nova.conf\",alias=\"cx5\",alias_device_type=\"type-PCI\",device_type=\"type-PF\"}} 1"),
+            // An alias without device_type is never given a type-PF: the ConnectX-5 is one.
+            &format!("hpcnode_nova_alias_matching_devices{{path=\"{kolla}/nova.conf\",alias=\"cx5\",alias_device_type=\"\"}} 0"),
+            &format!("hpcnode_nova_alias_type_mismatch_devices{{path=\"{kolla}/nova.conf\",alias=\"cx5\",alias_device_type=\"\",device_type=\"type-PF\"}} 1"),
             &format!("hpcnode_nova_alias_matching_devices{{path=\"{kolla}/nova.conf\",alias=\"t4\",alias_device_type=\"type-PCI\"}} 2"),
             &format!("hpcnode_nova_config_valid{{path=\"{kolla}/nova/nova-compute.conf\"}} 1"),
+            // The API's cx5 names type-PF, which matches, but nova.conf's does not: they differ.
+            &format!("hpcnode_nova_alias_matching_devices{{path=\"{kolla}/nova/nova-api.conf\",alias=\"cx5\",alias_device_type=\"type-PF\"}} 1"),
+            "hpcnode_nova_alias_definitions{alias=\"cx5\"} 2",
+            "hpcnode_nova_alias_definitions{alias=\"t4\"} 1",
+            "hpcnode_nova_alias_definitions{alias=\"radeon\"} 1",
+            // nova-scheduler.conf overrides the filter list without PciPassthroughFilter.
+            &format!("hpcnode_nova_scheduler_pci_filter_enabled{{path=\"{kolla}/nova/nova-scheduler.conf\",option=\"enabled_filters\"}} 0"),
         ],
     );
+    // Every file is read once, however many flags name it.
+    assert_eq!(
+        text.matches(&format!(
+            "hpcnode_nova_config_valid{{path=\"{kolla}/nova.conf\"}}"
+        ))
+        .count(),
+        1,
+        "{text}"
+    );
+    assert!(!text.contains("hpcnode_nova_config_errors{"), "{text}");
     // Neither the bridge, the NIC nor the SATA controller is a device of interest.
     for address in ["0000:ae:00.0", "0000:b0:00.0", "0000:00:17.0"] {
         assert!(
@@ -117,10 +138,12 @@ fn malformed_nova_config_is_reported_and_the_rest_runs() {
         &[
             &format!("hpcnode_nova_config_valid{{path=\"{conf}\"}} 0"),
             &format!("hpcnode_nova_config_valid{{path=\"{missing}\"}} 0"),
+            &format!("hpcnode_nova_config_errors{{path=\"{conf}\",reason=\"invalid_device_spec\"}} 1"),
+            &format!("hpcnode_nova_config_errors{{path=\"{missing}\",reason=\"unreadable\"}} 1"),
             &format!("hpcnode_nova_device_spec_matching_devices{{path=\"{conf}\",option=\"passthrough_whitelist\",spec=\"{{\\\"address\\\":\\\"*:3b:00.0\\\"}}\"}} 1"),
             &format!("hpcnode_nova_alias_matching_devices{{path=\"{conf}\",alias=\"cx5-pf\",alias_device_type=\"type-PF\"}} 1"),
             // The malformed spec would have admitted the T4 at af:00.0: only one T4 is in the pool.
-            &format!("hpcnode_nova_alias_matching_devices{{path=\"{conf}\",alias=\"t4\",alias_device_type=\"type-PCI\"}} 1"),
+            &format!("hpcnode_nova_alias_matching_devices{{path=\"{conf}\",alias=\"t4\",alias_device_type=\"\"}} 1"),
             "hpcnode_collector_errors_total{collector=\"pci\",kind=\"parse\"} 1",
             "hpcnode_collector_errors_total{collector=\"pci\",kind=\"io\"} 1",
             "hpcnode_scrape_collector_success{collector=\"pci\"} 1",
@@ -138,6 +161,41 @@ fn malformed_nova_config_is_reported_and_the_rest_runs() {
         let log = exporter.log_with(cause);
         assert_eq!(log.matches(cause).count(), 1, "{log}");
     }
+}
+
+/// ConnectX-5 VFs on vfio-pci and an alias naming them without a device_type: Nova gives
+/// such an alias type-PCI and type-VF devices (it drops only type-PF pools), so both VFs can
+/// be allocated and nothing is a mismatch.
+#[test]
+fn sriov_host_alias_without_device_type_gets_the_vfs() {
+    let conf = format!("{FIXTURES}/pci_sriov_host/etc/nova/nova.conf");
+    let exporter = start(
+        "pci_sriov_host",
+        &[&format!("--collector.pci.nova-config={conf}")],
+    );
+    let text = check_fixture_output("pci_sriov_host", &exporter);
+    assert_eq!(errors_total(&text, "pci"), 0, "{text}");
+    assert_lines(
+        &text,
+        &[
+            "hpcnode_pci_device_info{device=\"0000:d8:00.2\",vendor_id=\"0x15b3\",device_id=\"0x1018\",subsystem_vendor_id=\"0x15b3\",subsystem_device_id=\"0x0020\",class=\"0x020000\",driver=\"vfio-pci\",iommu_group=\"56\",numa_node=\"0\",physical_function=\"0000:d8:00.0\",nova_device_type=\"type-VF\"} 1",
+            "hpcnode_pci_sriov_vfs{device=\"0000:d8:00.0\"} 2",
+            "hpcnode_pci_passthrough_ready{device=\"0000:d8:00.2\"} 1",
+            "hpcnode_pci_passthrough_ready{device=\"0000:d8:00.3\"} 1",
+            &format!("hpcnode_nova_device_spec_matching_devices{{path=\"{conf}\",option=\"device_spec\",spec=\"{{\\\"product_id\\\":\\\"1018\\\",\\\"vendor_id\\\":\\\"15b3\\\"}}\"}} 2"),
+            &format!("hpcnode_nova_alias_matching_devices{{path=\"{conf}\",alias=\"cx5-vf\",alias_device_type=\"\"}} 2"),
+            "hpcnode_nova_alias_definitions{alias=\"cx5-vf\"} 1",
+        ],
+    );
+    assert!(
+        !text.contains("hpcnode_nova_alias_type_mismatch_devices"),
+        "{text}"
+    );
+    // No scheduler file given: no verdict on its filters.
+    assert!(
+        !text.contains("hpcnode_nova_scheduler_pci_filter_enabled"),
+        "{text}"
+    );
 }
 
 /// No IOMMU, a T4 with BARs firmware did not place and no driver, an unbound ConnectX-4
@@ -207,6 +265,31 @@ fn iommu_groups_without_the_iommu_class() {
             "hpcnode_pci_link_width{device=\"0000:01:00.0\",link=\"current\"} 4",
         ],
     );
+}
+
+/// The failing host's nova.conf repeats an alias name without device_type, which Nova refuses
+/// (it reads dev_type from every entry of a repeated name): invalid, with the reason, and the
+/// first entry still checked against the devices.
+#[test]
+fn repeated_alias_name_without_device_type_is_refused() {
+    let conf = format!("{FIXTURES}/pci_failing_host/etc/nova/nova.conf");
+    let exporter = start(
+        "pci_failing_host",
+        &[&format!("--collector.pci.nova-config={conf}")],
+    );
+    let text = scrape(&exporter);
+    assert_lines(
+        &text,
+        &[
+            &format!("hpcnode_nova_config_valid{{path=\"{conf}\"}} 0"),
+            &format!("hpcnode_nova_config_errors{{path=\"{conf}\",reason=\"conflicting_alias\"}} 1"),
+            &format!("hpcnode_nova_alias_matching_devices{{path=\"{conf}\",alias=\"gpu\",alias_device_type=\"\"}} 1"),
+            "hpcnode_collector_errors_total{collector=\"pci\",kind=\"parse\"} 1",
+        ],
+    );
+    let cause = "[pci] alias (line 7): alias";
+    let log = exporter.log_with(cause);
+    assert_eq!(log.matches(cause).count(), 1, "{log}");
 }
 
 /// A node without a GPU, accelerator or fabric adapter on PCI: nothing from this collector.

@@ -146,6 +146,7 @@ mod tests {
             devices: Vec::new(),
             passthrough: Vec::new(),
             nova_configs: Vec::new(),
+            nova_scheduler_configs: Vec::new(),
         };
         let mut out = Output::default();
         let mut read = Read {

@@ -18,7 +18,7 @@ mod nova;
 mod nova_check;
 
 use std::fmt;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 
 use crate::collector::{
     CollectError, Collector, Host, Output, Registration, Settings, StartError, Started,
@@ -38,7 +38,8 @@ pub const REGISTRATION: Registration = Registration {
         vec![
             repeated(DEVICE, "VENDOR:DEVICE", "A PCI device of interest beyond the GPU, accelerator and fabric classes, by ids (10de:1eb8). Repeatable."),
             repeated(PASSTHROUGH_DEVICE, "ADDRESS|VENDOR:DEVICE", "A PCI device meant for passthrough, by address (0000:3b:00.0) or ids; its readiness is reported even when not bound to vfio-pci. Repeatable."),
-            repeated(NOVA_CONFIG, "PATH", "An OpenStack Nova config file whose [pci] device_spec and alias are checked against the devices present (repeat for Kolla's split files)."),
+            repeated(NOVA_CONFIG, "PATH", "An OpenStack Nova config file whose [pci] device_spec and alias are checked against the devices present, aliases also against the other files given (repeat for Kolla's split files: compute, API)."),
+            repeated(NOVA_SCHEDULER_CONFIG, "PATH", "A config file nova-scheduler reads, in the order it reads them (Kolla: nova.conf, then nova/nova-scheduler.conf): its [filter_scheduler] enabled_filters must include PciPassthroughFilter. Checked like --collector.pci.nova-config too. Repeatable."),
         ]
     },
     configure: |flags| Ok(Box::new(PciSettings::from_flags(flags)?)),
@@ -48,6 +49,7 @@ pub const REGISTRATION: Registration = Registration {
 const DEVICE: &str = "collector.pci.device";
 const PASSTHROUGH_DEVICE: &str = "collector.pci.passthrough-device";
 const NOVA_CONFIG: &str = "collector.pci.nova-config";
+const NOVA_SCHEDULER_CONFIG: &str = "collector.pci.nova-scheduler-config";
 
 #[derive(Debug)]
 struct PciSettings {
@@ -57,6 +59,8 @@ struct PciSettings {
     passthrough: Vec<DeviceSelector>,
     /// Nova configs whose `[pci]` options are checked; read at scrape time.
     nova_configs: Vec<PathBuf>,
+    /// The files nova-scheduler reads, in order.
+    nova_scheduler_configs: Vec<PathBuf>,
 }
 
 impl PciSettings {
@@ -90,6 +94,7 @@ impl PciSettings {
             devices,
             passthrough,
             nova_configs: flags.paths(NOVA_CONFIG)?,
+            nova_scheduler_configs: flags.paths(NOVA_SCHEDULER_CONFIG)?,
         })
     }
 }
@@ -103,6 +108,7 @@ impl Settings for PciSettings {
             devices: self.devices,
             passthrough: self.passthrough,
             nova_configs: self.nova_configs,
+            nova_scheduler_configs: self.nova_scheduler_configs,
         }))
     }
 }
@@ -146,6 +152,20 @@ struct PciCollector {
     devices: Vec<DeviceSelector>,
     passthrough: Vec<DeviceSelector>,
     nova_configs: Vec<PathBuf>,
+    nova_scheduler_configs: Vec<PathBuf>,
+}
+
+impl PciCollector {
+    /// Every Nova config file given, once, in the order given: each is checked the same way.
+    fn nova_files(&self) -> Vec<&Path> {
+        let mut files: Vec<&Path> = Vec::new();
+        for path in self.nova_configs.iter().chain(&self.nova_scheduler_configs) {
+            if !files.contains(&path.as_path()) {
+                files.push(path);
+            }
+        }
+        files
+    }
 }
 
 const DEVICE_INFO: Desc = Desc::gauge(
@@ -268,6 +288,11 @@ const NOVA_CONFIG_VALID: Desc = Desc::gauge(
     "1 when the Nova config file was read and Nova would accept every [pci] device_spec and alias in it.",
     None,
 );
+const NOVA_CONFIG_ERRORS: Desc = Desc::gauge(
+    "hpcnode_nova_config_errors",
+    "Why a Nova config file is not valid, by reason: unreadable, invalid_device_spec, invalid_alias, conflicting_alias, too_many_values (values that do not count).",
+    None,
+);
 const NOVA_SPEC_DEVICES: Desc = Desc::gauge(
     "hpcnode_nova_device_spec_matching_devices",
     "Present PCI devices matched by each Nova device_spec.",
@@ -280,12 +305,22 @@ const NOVA_ALIAS_DEVICES: Desc = Desc::gauge(
 );
 const NOVA_ALIAS_MISMATCH: Desc = Desc::gauge(
     "hpcnode_nova_alias_type_mismatch_devices",
-    "Devices matched by a device_spec and an alias's ids whose Nova type is not the alias's device_type.",
+    "Devices matched by a device_spec and an alias's ids whose Nova type the alias does not allocate.",
+    None,
+);
+const NOVA_ALIAS_DEFINITIONS: Desc = Desc::gauge(
+    "hpcnode_nova_alias_definitions",
+    "Distinct definitions of each Nova alias across the config files given: more than 1 when the API, scheduler and compute files disagree.",
+    None,
+);
+const NOVA_SCHEDULER_PCI_FILTER: Desc = Desc::gauge(
+    "hpcnode_nova_scheduler_pci_filter_enabled",
+    "1 when nova-scheduler's [filter_scheduler] enabled_filters includes PciPassthroughFilter, from the files given with --collector.pci.nova-scheduler-config.",
     None,
 );
 
 /// Every metric this collector emits (for the METRICS.md check).
-pub const METRICS: [Desc; 27] = [
+pub const METRICS: [Desc; 30] = [
     DEVICE_INFO,
     DRIVER_BOUND,
     MEMORY_DECODE,
@@ -310,9 +345,12 @@ pub const METRICS: [Desc; 27] = [
     IOMMU_GROUP_DEVICES,
     VFIO_MODULE_LOADED,
     NOVA_CONFIG_VALID,
+    NOVA_CONFIG_ERRORS,
     NOVA_SPEC_DEVICES,
     NOVA_ALIAS_DEVICES,
     NOVA_ALIAS_MISMATCH,
+    NOVA_ALIAS_DEFINITIONS,
+    NOVA_SCHEDULER_PCI_FILTER,
 ];
 
 /// Class codes (base class and subclass) of the devices this collector is for.
@@ -370,8 +408,8 @@ impl Collector for PciCollector {
         };
         // Errors in these files are the nova unit's to report.
         let specs: Vec<nova::DeviceSpec> = self
-            .nova_configs
-            .iter()
+            .nova_files()
+            .into_iter()
             .flat_map(|path| {
                 nova_check::read_nova_config(path)
                     .map(|c| c.specs)
@@ -423,7 +461,7 @@ impl Collector for PciCollector {
         }
         // The host's IOMMU state matters where there is a device to pass through or check;
         // a node without one stays silent.
-        if !self.nova_configs.is_empty() {
+        if !self.nova_files().is_empty() {
             units.insert(0, Unit::Nova);
         }
         if !units.is_empty() {

@@ -4,7 +4,8 @@
 //! of objects, and `alias` values are one JSON object each (Nova refuses a list there).
 //! Matching follows `nova/pci/devspec.py`: ids as hexadecimal or `*`, an address as a glob
 //! string (`[[[domain]:]bus]:][slot][.[function]]`, `*` per field) or as a dict of regular
-//! expressions matched from the start of each field.
+//! expressions matched from the start of each field. Aliases follow `nova/pci/request.py`
+//! (`_ALIAS_SCHEMA`, `get_alias_from_config`) and the pool filters of `nova/pci/stats.py`.
 
 use regex::{Regex, RegexBuilder};
 use serde_json::{Map, Value};
@@ -20,6 +21,27 @@ const DEVICE_SPEC_OPTIONS: [(&str, &str); 3] = [
     ("DEFAULT", "pci_passthrough_whitelist"),
 ];
 const ALIAS_OPTIONS: [(&str, &str); 2] = [("pci", "alias"), ("DEFAULT", "pci_alias")];
+/// The scheduler's filter list (`nova/conf/scheduler.py`), and its name before Ocata (Nova 15),
+/// read as a deprecated name until Wallaby and ignored from Nova 24 (Xena) on.
+const ENABLED_FILTERS: (&str, &str) = ("filter_scheduler", "enabled_filters");
+const OLD_ENABLED_FILTERS: (&str, &str) = ("DEFAULT", "scheduler_default_filters");
+
+/// Every key `_ALIAS_SCHEMA` allows (`additionalProperties: False`), each a string; older
+/// releases allow fewer, so nothing Nova accepts is refused.
+const ALIAS_KEYS: [&str; 9] = [
+    "name",
+    "capability_type",
+    "product_id",
+    "vendor_id",
+    "device_type",
+    "numa_policy",
+    "resource_class",
+    "traits",
+    "live_migratable",
+];
+/// `PCINUMAAffinityPolicy.ALL`; an alias without one has `legacy`.
+const NUMA_POLICIES: [&str; 4] = ["required", "legacy", "preferred", "socket"];
+const MAX_ALIAS_NAME_CHARS: usize = 256;
 
 /// Compiled size allowed for one address field regex. Real ones (`3[bc]`, `[0-9a-f]{2}`,
 /// `.*`) take a few KiB; the config is parsed on every scrape, so a hostile pattern such as
@@ -30,6 +52,33 @@ const MAX_REGEX_BYTES: usize = 64 << 10;
 const MAX_DEVICE_SPECS: usize = 256;
 /// Aliases kept per file: each is a few series, so their number bounds the output.
 const MAX_ALIASES: usize = 256;
+
+/// Why a config file, or a value in it, does not count.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
+pub enum Problem {
+    /// The file could not be read.
+    Unreadable,
+    /// A device_spec value Nova rejects.
+    InvalidDeviceSpec,
+    /// An alias value Nova rejects.
+    InvalidAlias,
+    /// An alias entry Nova cannot join to an earlier one of the same name.
+    ConflictingAlias,
+    /// Values beyond what the exporter checks per file.
+    TooManyValues,
+}
+
+impl Problem {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Problem::Unreadable => "unreadable",
+            Problem::InvalidDeviceSpec => "invalid_device_spec",
+            Problem::InvalidAlias => "invalid_alias",
+            Problem::ConflictingAlias => "conflicting_alias",
+            Problem::TooManyValues => "too_many_values",
+        }
+    }
+}
 
 /// How Nova classifies a PCI device, and what an alias asks for.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -166,73 +215,178 @@ impl DeviceSpec {
     }
 }
 
+/// One alias name with all its entries, as `get_alias_from_config` joins them: the entries
+/// are ORed, and share one `device_type` and one `numa_policy`.
 #[derive(Debug, Clone)]
 pub struct Alias {
+    /// The name, stripped as Nova strips it and shortened for a label.
     pub name: String,
-    pub device_type: DeviceType,
-    vendor: Id,
-    product: Id,
+    /// Nova adds `dev_type` to the request only when the alias names a `device_type`.
+    pub device_type: Option<DeviceType>,
+    /// Vendor and product id of each entry.
+    ids: Vec<(Id, Id)>,
+    /// Everything the entries put into the request, in one canonical text: what two files
+    /// must agree on.
+    pub definition: String,
 }
 
 impl Alias {
-    /// Whether the alias names this device's vendor and product (whatever its type).
+    /// Whether one of the alias's entries names this device's vendor and product (whatever its
+    /// type).
     pub fn names(&self, device: &PciIdentity) -> bool {
-        self.vendor.matches(device.vendor) && self.product.matches(device.device)
+        self.ids.iter().any(|(vendor, product)| {
+            vendor.matches(device.vendor) && product.matches(device.device)
+        })
+    }
+
+    /// Whether Nova allocates a device of this type for the alias. With a `device_type`,
+    /// `_filter_pools_for_spec` keeps only pools of that type (`nova/pci/stats.py`); without
+    /// one, no pool is dropped for its type there, but `_filter_pools_for_unrequested_pfs`
+    /// drops the type-PF pools: type-PCI and type-VF devices are allocated, type-PF ones not.
+    pub fn allocates(&self, device_type: DeviceType) -> bool {
+        match self.device_type {
+            Some(wanted) => device_type == wanted,
+            None => device_type != DeviceType::PhysicalFunction,
+        }
+    }
+
+    /// The `device_type` as a label value: empty when the alias names none.
+    pub fn device_type_label(&self) -> &'static str {
+        self.device_type.map_or("", DeviceType::as_str)
     }
 }
 
-/// Everything read from one config file; `errors` name each value Nova would reject.
+/// An alias entry as validated, before entries of the same name are joined.
+struct AliasEntry {
+    name: String,
+    device_type: Option<DeviceType>,
+    numa_policy: String,
+    ids: (Id, Id),
+    /// The entry's request spec (every key but `name`, `device_type` and `numa_policy`),
+    /// as compact JSON with sorted keys and lower-case ids.
+    spec: String,
+}
+
+/// Everything read from one config file; `errors` name each value that does not count.
 #[derive(Debug, Default)]
 pub struct NovaConfig {
     pub specs: Vec<DeviceSpec>,
     pub aliases: Vec<Alias>,
-    pub errors: Vec<String>,
+    pub errors: Vec<(Problem, String)>,
+    /// `[filter_scheduler] enabled_filters` as the file sets it (its last line), if it does.
+    pub enabled_filters: Option<Vec<String>>,
+    /// Whether the file sets `[DEFAULT] scheduler_default_filters`.
+    pub sets_old_enabled_filters: bool,
 }
 
 pub fn parse_config(text: &str) -> NovaConfig {
     let mut config = NovaConfig::default();
     let mut too_many_specs = false;
     let mut too_many_aliases = false;
+    // Alias entries joined by name (the full name: labels are shortened).
+    let mut groups: Vec<Vec<AliasEntry>> = Vec::new();
+    let mut alias_values = 0;
     for entry in parse_ini(text) {
         let place = || format!("[{}] {} (line {})", entry.section, entry.key, entry.line);
-        if let Some((_, option)) = DEVICE_SPEC_OPTIONS
-            .iter()
-            .find(|(section, key)| *section == entry.section && *key == entry.key)
-        {
+        let is = |(section, key): (&str, &str)| section == entry.section && key == entry.key;
+        if let Some((_, option)) = DEVICE_SPEC_OPTIONS.iter().find(|option| is(**option)) {
             let room = MAX_DEVICE_SPECS - config.specs.len();
             match parse_device_specs(option, &entry.value, room) {
                 Ok((specs, complete)) => {
                     config.specs.extend(specs);
                     if !complete && !too_many_specs {
                         too_many_specs = true;
-                        config.errors.push(format!(
-                            "{}: more than {MAX_DEVICE_SPECS} device specs, the rest ignored",
-                            place()
+                        config.errors.push((
+                            Problem::TooManyValues,
+                            format!(
+                                "{}: more than {MAX_DEVICE_SPECS} device specs, the rest ignored",
+                                place()
+                            ),
                         ));
                     }
                 }
-                Err(reason) => config.errors.push(format!("{}: {reason}", place())),
+                Err(reason) => config
+                    .errors
+                    .push((Problem::InvalidDeviceSpec, format!("{}: {reason}", place()))),
             }
-        } else if ALIAS_OPTIONS
-            .iter()
-            .any(|(section, key)| *section == entry.section && *key == entry.key)
-        {
-            match parse_alias(&entry.value) {
-                Ok(_) if config.aliases.len() >= MAX_ALIASES => {
-                    if !too_many_aliases {
-                        too_many_aliases = true;
-                        config.errors.push(format!(
+        } else if ALIAS_OPTIONS.iter().any(|option| is(*option)) {
+            if alias_values >= MAX_ALIASES {
+                if !too_many_aliases {
+                    too_many_aliases = true;
+                    config.errors.push((
+                        Problem::TooManyValues,
+                        format!(
                             "{}: more than {MAX_ALIASES} aliases, the rest ignored",
                             place()
-                        ));
-                    }
+                        ),
+                    ));
                 }
-                Ok(alias) => config.aliases.push(alias),
-                Err(reason) => config.errors.push(format!("{}: {reason}", place())),
+                continue;
             }
+            alias_values += 1;
+            match parse_alias(&entry.value) {
+                Ok(alias) => match groups.iter_mut().find(|g| g[0].name == alias.name) {
+                    None => groups.push(vec![alias]),
+                    Some(group) => match join_conflict(&group[0], &alias) {
+                        None => group.push(alias),
+                        Some(reason) => config
+                            .errors
+                            .push((Problem::ConflictingAlias, format!("{}: {reason}", place()))),
+                    },
+                },
+                Err(reason) => config
+                    .errors
+                    .push((Problem::InvalidAlias, format!("{}: {reason}", place()))),
+            }
+        } else if is(ENABLED_FILTERS) {
+            // A ListOpt: comma-separated, each item stripped; the file's last line wins.
+            config.enabled_filters = Some(
+                entry
+                    .value
+                    .split(',')
+                    .map(|name| name.trim().to_string())
+                    .collect(),
+            );
+        } else if is(OLD_ENABLED_FILTERS) {
+            config.sets_old_enabled_filters = true;
         }
     }
+    config.aliases = groups.into_iter().map(joined_alias).collect();
     config
+}
+
+/// Why Nova refuses to join `entry` to the first entry of its name: `get_alias_from_config`
+/// compares the NUMA policies, then reads `dev_type` from both specs, so an entry of a
+/// repeated name without `device_type` fails too (a KeyError, reported as PciInvalidAlias).
+fn join_conflict(first: &AliasEntry, entry: &AliasEntry) -> Option<String> {
+    let name = &entry.name;
+    if first.numa_policy != entry.numa_policy {
+        return Some(format!("NUMA policy mismatch for alias {name:?}"));
+    }
+    match (first.device_type, entry.device_type) {
+        (Some(a), Some(b)) if a == b => None,
+        (Some(_), Some(_)) => Some(format!("device type mismatch for alias {name:?}")),
+        _ => Some(format!(
+            "alias {name:?} is defined more than once, and Nova needs a device_type in every entry of a repeated name"
+        )),
+    }
+}
+
+fn joined_alias(group: Vec<AliasEntry>) -> Alias {
+    let first = &group[0];
+    let mut specs: Vec<&str> = group.iter().map(|e| e.spec.as_str()).collect();
+    specs.sort_unstable();
+    let definition = serde_json::json!({
+        "device_type": first.device_type.map(DeviceType::as_str),
+        "numa_policy": first.numa_policy,
+        "specs": specs,
+    });
+    Alias {
+        name: first.name.chars().take(MAX_LABEL_CHARS).collect(),
+        device_type: first.device_type,
+        ids: group.iter().map(|e| e.ids).collect(),
+        definition: definition.to_string(),
+    }
 }
 
 struct IniEntry {
@@ -243,7 +397,8 @@ struct IniEntry {
 }
 
 /// oslo.config's ini dialect: `#`/`;` comments, `key = value` or `key: value`, indented lines
-/// continue the previous value, surrounding quotes are removed, `-` in keys reads as `_`.
+/// continue the previous value, surrounding quotes are removed, `-` in keys reads as `_`,
+/// section names other than `DEFAULT` are read in lower case.
 fn parse_ini(text: &str) -> Vec<IniEntry> {
     let mut entries: Vec<IniEntry> = Vec::new();
     let mut section = String::new();
@@ -263,7 +418,11 @@ fn parse_ini(text: &str) -> Vec<IniEntry> {
         }
         continuing = false;
         if let Some(name) = trimmed.strip_prefix('[').and_then(|r| r.strip_suffix(']')) {
-            section = name.trim().to_string();
+            let name = name.trim();
+            section = match name {
+                "DEFAULT" => name.to_string(),
+                _ => name.to_lowercase(),
+            };
             continue;
         }
         let Some(split) = trimmed.find(['=', ':']) else {
@@ -350,31 +509,88 @@ fn parse_device_spec(
     })
 }
 
-fn parse_alias(value: &str) -> Result<Alias, String> {
+/// One alias value, checked as `_ALIAS_SCHEMA` checks it: an object of known keys with string
+/// values, a name of 1 to 256 characters, ids of exactly four hexadecimal digits, a
+/// `device_type` and a `numa_policy` from their lists.
+fn parse_alias(value: &str) -> Result<AliasEntry, String> {
     let json: Value = serde_json::from_str(value).map_err(|e| format!("invalid JSON: {e}"))?;
-    let Value::Object(object) = json else {
+    let Value::Object(mut object) = json else {
         return Err(format!(
             "an alias is one JSON object (repeat the option for more), got {json}"
         ));
     };
-    let name = match object.get("name") {
-        Some(Value::String(name)) if !name.is_empty() => {
-            name.chars().take(MAX_LABEL_CHARS).collect()
+    for (key, value) in &object {
+        if !ALIAS_KEYS.contains(&key.as_str()) {
+            return Err(format!("unknown key {key:?} in an alias"));
         }
-        _ => return Err("an alias needs a \"name\" string".to_string()),
+        if !value.is_string() {
+            return Err(format!("{key} must be a string, got {value}"));
+        }
+    }
+    let text = |key: &str| object.get(key).and_then(Value::as_str);
+    let name = match text("name") {
+        Some(name) if (1..=MAX_ALIAS_NAME_CHARS).contains(&name.chars().count()) => {
+            name.trim().to_string()
+        }
+        Some(_) => {
+            return Err(format!(
+                "an alias name has 1 to {MAX_ALIAS_NAME_CHARS} characters"
+            ))
+        }
+        None => return Err("an alias needs a \"name\"".to_string()),
     };
-    let device_type = match object.get("device_type") {
-        None => DeviceType::Pci,
-        Some(Value::String(text)) => DeviceType::parse(text)
-            .ok_or_else(|| format!("device_type {text:?} is not type-PCI, type-PF or type-VF"))?,
-        Some(other) => return Err(format!("device_type must be a string, got {other}")),
+    let device_type = text("device_type")
+        .map(|t| {
+            DeviceType::parse(t)
+                .ok_or_else(|| format!("device_type {t:?} is not type-PCI, type-PF or type-VF"))
+        })
+        .transpose()?;
+    let numa_policy = match text("numa_policy") {
+        None => "legacy".to_string(),
+        Some(policy) if NUMA_POLICIES.contains(&policy) => policy.to_string(),
+        Some(other) => {
+            return Err(format!(
+                "numa_policy {other:?} is not one of {}",
+                NUMA_POLICIES.join(", ")
+            ))
+        }
     };
-    Ok(Alias {
+    if let Some(other) = text("capability_type").filter(|t| *t != "pci") {
+        return Err(format!("capability_type {other:?} is not \"pci\""));
+    }
+    let ids = (
+        alias_id(text("vendor_id"), "vendor_id")?,
+        alias_id(text("product_id"), "product_id")?,
+    );
+    for key in ["name", "device_type", "numa_policy"] {
+        object.remove(key);
+    }
+    // Nova compares ids without case (`pci_device_prop_match`).
+    for key in ["vendor_id", "product_id"] {
+        if let Some(Value::String(id)) = object.get_mut(key) {
+            *id = id.to_ascii_lowercase();
+        }
+    }
+    Ok(AliasEntry {
         name,
         device_type,
-        vendor: parse_id(&object, "vendor_id")?,
-        product: parse_id(&object, "product_id")?,
+        numa_policy,
+        ids,
+        spec: Value::Object(object).to_string(),
     })
+}
+
+/// An alias's `vendor_id` or `product_id`: `^[\da-fA-F]{4}$` (no `*`, unlike a device_spec).
+fn alias_id(text: Option<&str>, key: &str) -> Result<Id, String> {
+    match text {
+        None => Ok(Id::Any),
+        Some(id) if id.len() == 4 && id.bytes().all(|b| b.is_ascii_hexdigit()) => {
+            u16::from_str_radix(id, 16)
+                .map(Id::Exact)
+                .map_err(|e| e.to_string())
+        }
+        Some(other) => Err(format!("{key} {other:?} is not four hexadecimal digits")),
+    }
 }
 
 fn parse_id(object: &Map<String, Value>, key: &str) -> Result<Id, String> {
@@ -496,8 +712,11 @@ alias = {"name": "any-nvidia", "vendor_id": "10de"}
             1
         );
         assert_eq!(config.specs[3].option, "passthrough_whitelist");
-        assert_eq!(config.aliases[0].device_type, DeviceType::PhysicalFunction);
-        assert_eq!(config.aliases[1].device_type, DeviceType::Pci);
+        assert_eq!(
+            config.aliases[0].device_type,
+            Some(DeviceType::PhysicalFunction)
+        );
+        assert_eq!(config.aliases[1].device_type, None);
         assert!(config.aliases[1].names(&device));
     }
 
@@ -516,7 +735,16 @@ device_spec = {"vendor_id": "10de"}
 "#,
         );
         assert_eq!(config.errors.len(), 7, "{:#?}", config.errors);
-        assert!(config.errors[0].contains("[pci] device_spec (line 2)"));
+        assert!(config.errors[0].1.contains("[pci] device_spec (line 2)"));
+        let problems: Vec<Problem> = config.errors.iter().map(|(p, _)| *p).collect();
+        assert_eq!(
+            problems,
+            [
+                [Problem::InvalidDeviceSpec; 4].as_slice(),
+                &[Problem::InvalidAlias; 3]
+            ]
+            .concat()
+        );
         assert_eq!(config.specs.len(), 1);
     }
 
@@ -539,7 +767,7 @@ device_spec = {"address": {"bus": "[0-9a-fA-F]{2}", "domain": ".*", "function": 
         );
         assert_eq!(config.errors.len(), 1, "{:?}", config.errors);
         assert!(
-            config.errors[0].contains("too large"),
+            config.errors[0].1.contains("too large"),
             "{:?}",
             config.errors
         );
@@ -555,11 +783,163 @@ device_spec = {"address": {"bus": "[0-9a-fA-F]{2}", "domain": ".*", "function": 
         ));
         assert_eq!(config.specs.len(), MAX_DEVICE_SPECS);
         assert_eq!(config.errors.len(), 1, "{:?}", config.errors);
-        assert!(config.errors[0].contains("the rest ignored"));
-        let aliases = "alias = {\"name\": \"a\"}\n".repeat(MAX_ALIASES + 10);
+        assert_eq!(config.errors[0].0, Problem::TooManyValues);
+        assert!(config.errors[0].1.contains("the rest ignored"));
+        let aliases: String = (0..MAX_ALIASES + 10)
+            .map(|i| format!("alias = {{\"name\": \"a{i}\"}}\n"))
+            .collect();
         let config = parse_config(&format!("[pci]\n{aliases}"));
         assert_eq!(config.aliases.len(), MAX_ALIASES);
         assert_eq!(config.errors.len(), 1, "{:?}", config.errors);
-        assert!(config.errors[0].contains("aliases, the rest ignored"));
+        assert!(config.errors[0].1.contains("aliases, the rest ignored"));
+    }
+
+    #[test]
+    fn an_alias_allocates_the_types_nova_allocates() {
+        use DeviceType::{Pci, PhysicalFunction as Pf, VirtualFunction as Vf};
+        let config = parse_config(
+            r#"[pci]
+alias = {"name": "untyped", "vendor_id": "15b3", "product_id": "1018"}
+alias = {"name": "pci", "vendor_id": "15b3", "product_id": "1018", "device_type": "type-PCI"}
+alias = {"name": "pf", "vendor_id": "15b3", "product_id": "1018", "device_type": "type-PF"}
+alias = {"name": "vf", "vendor_id": "15b3", "product_id": "1018", "device_type": "type-VF"}
+"#,
+        );
+        assert!(config.errors.is_empty(), "{:?}", config.errors);
+        let allocates = |name: &str| -> Vec<DeviceType> {
+            let alias = config.aliases.iter().find(|a| a.name == name).unwrap();
+            [Pci, Pf, Vf]
+                .into_iter()
+                .filter(|t| alias.allocates(*t))
+                .collect()
+        };
+        // No device_type: no dev_type in the request, and only the PF pools are dropped.
+        assert_eq!(allocates("untyped"), [Pci, Vf]);
+        assert_eq!(allocates("pci"), [Pci]);
+        // Naming type-PF is the one way to get a PF.
+        assert_eq!(allocates("pf"), [Pf]);
+        assert_eq!(allocates("vf"), [Vf]);
+        assert_eq!(config.aliases[0].device_type_label(), "");
+        assert_eq!(config.aliases[3].device_type_label(), "type-VF");
+    }
+
+    #[test]
+    fn entries_of_one_alias_name_are_joined_as_nova_joins_them() {
+        let config = parse_config(
+            r#"[pci]
+alias = {"name": "gpu", "vendor_id": "10de", "product_id": "1eb8", "device_type": "type-PCI"}
+alias = {"name": " gpu ", "vendor_id": "10de", "product_id": "1db4", "device_type": "type-PCI"}
+alias = {"name": "gpu", "vendor_id": "10de", "product_id": "20b0", "device_type": "type-PF"}
+alias = {"name": "gpu", "vendor_id": "10de", "product_id": "20b0", "device_type": "type-PCI", "numa_policy": "required"}
+alias = {"name": "nic", "vendor_id": "15b3", "product_id": "1018"}
+alias = {"name": "nic", "vendor_id": "15b3", "product_id": "1016"}
+"#,
+        );
+        // Different device_type, different NUMA policy, and a repeated name without
+        // device_type (Nova's KeyError): each entry refused, the first ones kept.
+        let problems: Vec<Problem> = config.errors.iter().map(|(p, _)| *p).collect();
+        assert_eq!(
+            problems,
+            [Problem::ConflictingAlias; 3],
+            "{:?}",
+            config.errors
+        );
+        assert!(config.errors[0].1.contains("device type mismatch"));
+        assert!(config.errors[1].1.contains("NUMA policy mismatch"));
+        assert!(config.errors[2].1.contains("needs a device_type"));
+        assert_eq!(config.aliases.len(), 2);
+        let gpu = &config.aliases[0];
+        let id = |device| PciIdentity {
+            device,
+            ..t4("0000:3b:00.0")
+        };
+        assert!(gpu.names(&id(0x1eb8)) && gpu.names(&id(0x1db4)));
+        assert!(!gpu.names(&id(0x20b0)));
+    }
+
+    #[test]
+    fn an_alias_definition_ignores_key_order_case_and_entry_order() {
+        let a = parse_config(
+            r#"[pci]
+alias = {"name": "t4", "vendor_id": "10DE", "product_id": "1eb8", "device_type": "type-PCI"}
+alias = {"name": "t4", "vendor_id": "10de", "product_id": "1db4", "device_type": "type-PCI", "numa_policy": "legacy"}
+"#,
+        );
+        let b = parse_config(
+            r#"[PCI]
+alias = {"device_type": "type-PCI", "product_id": "1db4", "vendor_id": "10de", "name": "t4"}
+alias = {"product_id": "1eb8", "name": "t4", "vendor_id": "10de", "device_type": "type-PCI"}
+"#,
+        );
+        let c = parse_config(
+            "[pci]\nalias = {\"name\": \"t4\", \"vendor_id\": \"10de\", \"product_id\": \"1eb8\", \"device_type\": \"type-PCI\", \"numa_policy\": \"required\"}\n",
+        );
+        assert_eq!(a.aliases[0].definition, b.aliases[0].definition);
+        assert_ne!(a.aliases[0].definition, c.aliases[0].definition);
+    }
+
+    #[test]
+    fn an_alias_is_checked_against_nova_schema() {
+        for (alias, why) in [
+            (r#"{"name": "t4", "vendor": "10de"}"#, "unknown key"),
+            (r#"{"name": "t4", "vendor_id": "*"}"#, "four hexadecimal"),
+            (r#"{"name": "t4", "vendor_id": "10d"}"#, "four hexadecimal"),
+            (
+                r#"{"name": "t4", "product_id": "+eb8"}"#,
+                "four hexadecimal",
+            ),
+            (r#"{"name": "t4", "numa_policy": "strict"}"#, "numa_policy"),
+            (r#"{"name": "t4", "numa_policy": ""}"#, "numa_policy"),
+            (
+                r#"{"name": "t4", "capability_type": "pcie"}"#,
+                "capability_type",
+            ),
+            (
+                r#"{"name": "t4", "live_migratable": true}"#,
+                "must be a string",
+            ),
+            (r#"{"name": ""}"#, "1 to 256"),
+        ] {
+            let config = parse_config(&format!("[pci]\nalias = {alias}\n"));
+            assert_eq!(config.errors.len(), 1, "{alias}");
+            assert_eq!(config.errors[0].0, Problem::InvalidAlias, "{alias}");
+            assert!(
+                config.errors[0].1.contains(why),
+                "{alias}: {:?}",
+                config.errors
+            );
+        }
+        let long = "n".repeat(MAX_ALIAS_NAME_CHARS);
+        let config = parse_config(&format!(
+            "[pci]\nalias = {{\"name\": \"{long}\", \"resource_class\": \"CUSTOM_T4\", \"traits\": \"CUSTOM_A\", \"live_migratable\": \"yes\", \"numa_policy\": \"socket\", \"capability_type\": \"pci\"}}\n"
+        ));
+        assert!(config.errors.is_empty(), "{:?}", config.errors);
+        assert_eq!(config.aliases[0].name.chars().count(), MAX_LABEL_CHARS);
+    }
+
+    #[test]
+    fn scheduler_filters_as_oslo_config_reads_them() {
+        let config = parse_config(
+            r#"[DEFAULT]
+scheduler_default_filters = ComputeFilter,PciPassthroughFilter
+[Filter_Scheduler]
+enabled_filters = ComputeFilter
+enabled_filters = ComputeFilter,
+    ImagePropertiesFilter , PciPassthroughFilter
+"#,
+        );
+        assert!(config.errors.is_empty(), "{:?}", config.errors);
+        assert_eq!(
+            config.enabled_filters.unwrap(),
+            [
+                "ComputeFilter",
+                "ImagePropertiesFilter",
+                "PciPassthroughFilter"
+            ]
+        );
+        assert!(config.sets_old_enabled_filters);
+        let config = parse_config("[pci]\nalias = {\"name\": \"t4\"}\n");
+        assert_eq!(config.enabled_filters, None);
+        assert!(!config.sets_old_enabled_filters);
     }
 }

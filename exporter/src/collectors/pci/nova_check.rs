@@ -1,7 +1,7 @@
 //! The Nova unit: each Nova config's `[pci]` device_spec and alias options (parsed by
 //! `nova.rs`) checked against the PCI devices present, as Nova would match them.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 use std::path::Path;
 
 use crate::collector::{CollectError, ErrorKind};
@@ -9,9 +9,15 @@ use crate::metrics::{LabelValue, Value};
 use crate::sysfs::{AttributeReader, SysDir, SysfsError};
 
 use super::identity::{read_identity, Identity};
-use super::nova::{self, DeviceType, NovaConfig, PciIdentity};
-use super::{Read, NOVA_ALIAS_DEVICES, NOVA_ALIAS_MISMATCH, NOVA_CONFIG_VALID, NOVA_SPEC_DEVICES};
+use super::nova::{self, Alias, DeviceType, NovaConfig, PciIdentity, Problem};
+use super::{
+    Read, NOVA_ALIAS_DEFINITIONS, NOVA_ALIAS_DEVICES, NOVA_ALIAS_MISMATCH, NOVA_CONFIG_ERRORS,
+    NOVA_CONFIG_VALID, NOVA_SCHEDULER_PCI_FILTER, NOVA_SPEC_DEVICES,
+};
 
+/// The filter nova-scheduler needs to place any PCI request on a host with the devices
+/// (`nova/scheduler/filters/pci_passthrough_filter.py`).
+const PCI_PASSTHROUGH_FILTER: &str = "PciPassthroughFilter";
 /// nova.conf with its comments is about 200 KiB.
 const CONFIG_FILE_LIMIT: usize = 4 << 20;
 
@@ -62,33 +68,53 @@ fn nova_device_type(dir: &SysDir, reader: &mut AttributeReader) -> DeviceType {
 }
 
 impl Read<'_> {
-    /// Nova's `[pci]` options against the devices present.
+    /// Nova's `[pci]` options against the devices present, aliases across the files, and the
+    /// scheduler's filters.
     pub(super) fn nova(&mut self) {
         let collector = self.collector;
-        let mut configs = Vec::new();
-        for path in &collector.nova_configs {
+        let mut configs: Vec<(&Path, LabelValue, NovaConfig)> = Vec::new();
+        for path in collector.nova_files() {
             let label: LabelValue = path.display().to_string().into();
-            match read_nova_config(path) {
-                Ok(config) => {
-                    for reason in &config.errors {
-                        self.out.errors.push(CollectError::new(
-                            ErrorKind::Parse,
-                            format!("nova config {}: {reason}", path.display()),
-                        ));
-                    }
-                    self.flag(
-                        &NOVA_CONFIG_VALID,
-                        vec![("path", label.clone())],
-                        config.errors.is_empty(),
-                    );
-                    configs.push((label, config));
-                }
+            let config = match read_nova_config(path) {
+                Ok(config) => config,
                 Err(err) => {
                     self.error(err);
-                    self.flag(&NOVA_CONFIG_VALID, vec![("path", label)], false);
+                    self.flag(&NOVA_CONFIG_VALID, vec![("path", label.clone())], false);
+                    self.push(
+                        &NOVA_CONFIG_ERRORS,
+                        vec![
+                            ("path", label),
+                            ("reason", Problem::Unreadable.as_str().into()),
+                        ],
+                        Value::Int(1),
+                    );
+                    continue;
                 }
+            };
+            let mut by_reason: BTreeMap<Problem, u64> = BTreeMap::new();
+            for (problem, reason) in &config.errors {
+                *by_reason.entry(*problem).or_default() += 1;
+                self.out.errors.push(CollectError::new(
+                    ErrorKind::Parse,
+                    format!("nova config {}: {reason}", path.display()),
+                ));
             }
+            self.flag(
+                &NOVA_CONFIG_VALID,
+                vec![("path", label.clone())],
+                config.errors.is_empty(),
+            );
+            for (problem, count) in by_reason {
+                self.push(
+                    &NOVA_CONFIG_ERRORS,
+                    vec![("path", label.clone()), ("reason", problem.as_str().into())],
+                    Value::Int(count),
+                );
+            }
+            configs.push((path, label, config));
         }
+        self.scheduler_filter(&configs);
+        self.alias_definitions(&configs);
         // Every present device with its Nova identity and type.
         let devices_dir = collector.sysfs.join("bus/pci/devices");
         let Some(devices) = self.out.reported(SysDir::open(&devices_dir)) else {
@@ -107,8 +133,8 @@ impl Read<'_> {
                 present.push((nova, nova_device_type(&dir, &mut self.reader)));
             }
         }
-        let specs: Vec<&nova::DeviceSpec> = configs.iter().flat_map(|(_, c)| &c.specs).collect();
-        for (path, config) in &configs {
+        let specs: Vec<&nova::DeviceSpec> = configs.iter().flat_map(|(_, _, c)| &c.specs).collect();
+        for (_, path, config) in &configs {
             for spec in &config.specs {
                 let count = present.iter().filter(|(d, _)| spec.matches(d)).count();
                 self.push(
@@ -127,7 +153,7 @@ impl Read<'_> {
             .iter()
             .filter(|(d, _)| specs.iter().any(|s| s.matches(d)))
             .collect();
-        for (path, config) in &configs {
+        for (_, path, config) in &configs {
             for alias in &config.aliases {
                 let named: Vec<DeviceType> = pool
                     .iter()
@@ -137,19 +163,11 @@ impl Read<'_> {
                 let labels = vec![
                     ("path", path.clone()),
                     ("alias", alias.name.clone().into()),
-                    ("alias_device_type", alias.device_type.as_str().into()),
+                    ("alias_device_type", alias.device_type_label().into()),
                 ];
-                let matching = named.iter().filter(|t| **t == alias.device_type).count();
-                self.push(
-                    &NOVA_ALIAS_DEVICES,
-                    labels.clone(),
-                    Value::Int(matching as u64),
-                );
-                let mut by_type: BTreeMap<&'static str, u64> = BTreeMap::new();
-                for device_type in named.iter().filter(|t| **t != alias.device_type) {
-                    *by_type.entry(device_type.as_str()).or_default() += 1;
-                }
-                for (device_type, count) in by_type {
+                let (allocatable, refused) = allocation(alias, &named);
+                self.push(&NOVA_ALIAS_DEVICES, labels.clone(), Value::Int(allocatable));
+                for (device_type, count) in refused {
                     let mut labels = labels.clone();
                     labels.push(("device_type", device_type.into()));
                     self.push(&NOVA_ALIAS_MISMATCH, labels, Value::Int(count));
@@ -157,6 +175,80 @@ impl Read<'_> {
             }
         }
     }
+
+    /// `hpcnode_nova_scheduler_pci_filter_enabled`, as Nova 24 (Xena) and later resolve
+    /// `[filter_scheduler] enabled_filters`: the last scheduler file that sets it wins
+    /// (oslo.config reads later files over earlier ones, and so does Kolla's merge), else
+    /// Nova's default list, which lacks PciPassthroughFilter. `[DEFAULT]
+    /// scheduler_default_filters` is named when only it is set: Nova 15 to 23 read it then,
+    /// later releases ignore it. Nothing when a scheduler file could not be read: it may set
+    /// the option.
+    fn scheduler_filter(&mut self, configs: &[(&Path, LabelValue, NovaConfig)]) {
+        let wanted = &self.collector.nova_scheduler_configs;
+        let files: Vec<&(&Path, LabelValue, NovaConfig)> = wanted
+            .iter()
+            .filter_map(|w| configs.iter().find(|(path, _, _)| path == w))
+            .collect();
+        if wanted.is_empty() || files.len() != wanted.len() {
+            return;
+        }
+        let set = files.iter().rev().find_map(|(_, path, config)| {
+            let filters = config.enabled_filters.as_ref()?;
+            let on = filters.iter().any(|f| f == PCI_PASSTHROUGH_FILTER);
+            Some((path.clone(), "enabled_filters", on))
+        });
+        let old = || {
+            files
+                .iter()
+                .rev()
+                .find(|(_, _, config)| config.sets_old_enabled_filters)
+                .map(|(_, path, _)| (path.clone(), "scheduler_default_filters", false))
+        };
+        let (path, option, on) =
+            set.or_else(old)
+                .unwrap_or((LabelValue::Static(""), "default", false));
+        self.flag(
+            &NOVA_SCHEDULER_PCI_FILTER,
+            vec![("path", path), ("option", option.into())],
+            on,
+        );
+    }
+
+    /// `hpcnode_nova_alias_definitions`: how many distinct definitions each alias name has
+    /// across the files that define it.
+    fn alias_definitions(&mut self, configs: &[(&Path, LabelValue, NovaConfig)]) {
+        let mut definitions: BTreeMap<&str, BTreeSet<&str>> = BTreeMap::new();
+        for (_, _, config) in configs {
+            for alias in &config.aliases {
+                definitions
+                    .entry(alias.name.as_str())
+                    .or_default()
+                    .insert(alias.definition.as_str());
+            }
+        }
+        for (name, distinct) in definitions {
+            self.push(
+                &NOVA_ALIAS_DEFINITIONS,
+                vec![("alias", name.to_string().into())],
+                Value::Int(distinct.len() as u64),
+            );
+        }
+    }
+}
+
+/// Of the pool devices an alias's ids name (their types given), how many Nova allocates for
+/// it, and how many of each type it does not.
+fn allocation(alias: &Alias, named: &[DeviceType]) -> (u64, BTreeMap<&'static str, u64>) {
+    let mut allocatable = 0;
+    let mut refused: BTreeMap<&'static str, u64> = BTreeMap::new();
+    for device_type in named {
+        if alias.allocates(*device_type) {
+            allocatable += 1;
+        } else {
+            *refused.entry(device_type.as_str()).or_default() += 1;
+        }
+    }
+    (allocatable, refused)
 }
 
 #[cfg(test)]
