@@ -15,3 +15,6 @@ pub mod metrics;
 pub mod rdma_port;
 pub mod scrape;
 pub mod sysfs;
+
+#[cfg(test)]
+mod test_strategies;
