@@ -8,6 +8,9 @@ pub mod config;
 pub mod dynlib;
 pub mod error;
 pub mod flags;
+#[cfg(any(test, feature = "fuzzing"))]
+#[doc(hidden)]
+pub mod fuzzing;
 pub mod http;
 pub mod kernel;
 pub mod logging;

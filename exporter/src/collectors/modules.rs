@@ -72,7 +72,7 @@ impl Settings for ModulesSettings {
 
 /// `mlx5_core,ib-uverbs` -> `["mlx5_core", "ib_uverbs"]`: the kernel treats `-` and `_` in
 /// module names alike and reports `_`; duplicates after that are dropped.
-fn parse_module_list(value: &str) -> Result<Vec<String>, String> {
+pub(crate) fn parse_module_list(value: &str) -> Result<Vec<String>, String> {
     let mut modules: Vec<String> = Vec::new();
     if value.is_empty() {
         return Ok(modules);
@@ -251,7 +251,7 @@ impl Modules {
 
 /// A loaded module as `/proc/modules` lists it.
 #[derive(Debug)]
-struct LoadedModule {
+pub(crate) struct LoadedModule {
     name: String,
     state: &'static str,
     /// The taint letters between the parentheses, without the `+`/`-` loading marks.
@@ -579,7 +579,7 @@ fn is_invalid(err: &SysfsError) -> bool {
 
 /// Parses `/proc/modules`: `name size refcount deps state address [(taints)]`, one module a
 /// line. A malformed or repeated line is an error of its own and the others are kept.
-fn parse_modules(path: &Path, text: &str) -> (Vec<LoadedModule>, Vec<SysfsError>) {
+pub(crate) fn parse_modules(path: &Path, text: &str) -> (Vec<LoadedModule>, Vec<SysfsError>) {
     let mut modules = Vec::new();
     let mut errors = Vec::new();
     let mut seen = HashSet::new();
@@ -629,7 +629,7 @@ fn parse_module_line(line: &str) -> Option<LoadedModule> {
 }
 
 /// `kernel/drivers/vfio/pci/vfio-pci.ko` -> `vfio_pci`, the name the kernel uses.
-fn parse_builtin_index(text: &str) -> HashSet<String> {
+pub(crate) fn parse_builtin_index(text: &str) -> HashSet<String> {
     text.lines()
         .filter_map(|line| line.trim().rsplit('/').next())
         .filter_map(|file| file.strip_suffix(".ko"))
@@ -639,7 +639,7 @@ fn parse_builtin_index(text: &str) -> HashSet<String> {
 
 /// The modules in `modprobe.blacklist=a,b` and `module_blacklist=a,b` on the kernel command
 /// line, with the rule that names them.
-fn parse_cmdline_blacklists(text: &str) -> Vec<(String, &'static str)> {
+pub(crate) fn parse_cmdline_blacklists(text: &str) -> Vec<(String, &'static str)> {
     let mut rules = Vec::new();
     for parameter in cmdline::parameters(text) {
         let rule = if parameter.is("modprobe.blacklist") {
@@ -659,7 +659,7 @@ fn parse_cmdline_blacklists(text: &str) -> Vec<(String, &'static str)> {
 
 /// `none [integrity] confidentiality` -> each mode and whether it is the active one; `None`
 /// unless exactly one mode is in brackets.
-fn parse_lockdown(text: &str) -> Option<Vec<(String, bool)>> {
+pub(crate) fn parse_lockdown(text: &str) -> Option<Vec<(String, bool)>> {
     let modes: Vec<(String, bool)> = text
         .split_whitespace()
         .map(

@@ -158,6 +158,21 @@ impl CardRead<'_> {
     }
 }
 
+/// The micras files in `dir` read as for one card, with nothing else of the card: for the
+/// fuzz target and the property tests.
+#[cfg(any(test, feature = "fuzzing"))]
+pub(crate) fn read_card_files(dir: &SysDir) -> crate::collector::Output {
+    let mut out = crate::collector::Output::default();
+    let mut read = CardRead {
+        reader: crate::sysfs::AttributeReader::default(),
+        out: &mut out,
+        device: "mic0".into(),
+        seen: std::collections::HashSet::new(),
+    };
+    read.micras(dir);
+    out
+}
+
 fn parse_fields<const N: usize>(line: &str) -> Option<[u64; N]> {
     let mut values = [0u64; N];
     let mut words = line.split_whitespace();
@@ -190,11 +205,9 @@ mod proptests {
     use super::*;
     use crate::collector::Output;
     use crate::metrics::Desc;
-    use crate::sysfs::AttributeReader;
     use crate::test_strategies::text;
     use proptest::collection::vec;
     use proptest::prelude::*;
-    use std::collections::HashSet;
 
     const MICRAS_FILES: [&str; 8] = [
         "temp", "power", "volt", "freq", "gvolt", "gfreq", "plim", "fan",
@@ -213,19 +226,6 @@ mod proptests {
         "-",
         "N/A",
     ];
-
-    /// Reads the micras files in `dir` as the collector does for one card.
-    fn read_micras(dir: &SysDir) -> Output {
-        let mut out = Output::default();
-        let mut read = CardRead {
-            reader: AttributeReader::default(),
-            out: &mut out,
-            device: "mic0".into(),
-            seen: HashSet::new(),
-        };
-        read.micras(dir);
-        out
-    }
 
     /// The value of `desc`'s sample whose labels include `label`.
     fn value(out: &Output, desc: &Desc, label: (&str, &str)) -> Option<Value> {
@@ -275,7 +275,7 @@ mod proptests {
                     None => drop(std::fs::remove_file(path)),
                 }
             }
-            let out = read_micras(&dir);
+            let out = read_card_files(&dir);
             for family in out.samples.families() {
                 for (_, value) in &family.samples {
                     prop_assert!(!matches!(value, Value::Float(f) if !f.is_finite()), "{}", family.desc.name);
@@ -293,7 +293,7 @@ mod proptests {
         proptest!(config, |(sensors in vec((any::<u32>(), 0u64..=UNAVAILABLE), TEMPERATURE_SENSORS.len()))| {
             let printed: String = sensors.iter().map(|(celsius, status)| format!("{celsius} {status}\n")).collect();
             std::fs::write(tmp.path().join("temp"), printed).unwrap();
-            let out = read_micras(&dir);
+            let out = read_card_files(&dir);
             prop_assert!(out.errors.is_empty());
             for (sensor, (celsius, status)) in TEMPERATURE_SENSORS.into_iter().zip(sensors) {
                 let label = ("sensor", sensor);
