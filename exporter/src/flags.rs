@@ -199,13 +199,15 @@ pub fn parse_listen_address(value: &str) -> Result<ListenAddress, &'static str> 
     let port = port
         .parse::<u16>()
         .map_err(|_| "port must be a number from 0 to 65535")?;
-    let host = host
-        .strip_prefix('[')
-        .and_then(|h| h.strip_suffix(']'))
-        .unwrap_or(host);
-    if host.contains(':') && !value.starts_with('[') {
+    let bracketed = host.strip_prefix('[').and_then(|h| h.strip_suffix(']'));
+    // Brackets go around the whole host or nowhere: `[::1:80` is no address.
+    if bracketed.unwrap_or(host).contains(['[', ']']) {
+        return Err("expected [host]:port");
+    }
+    if bracketed.is_none() && host.contains(':') {
         return Err("an IPv6 host must be written in brackets, e.g. [::1]:10050");
     }
+    let host = bracketed.unwrap_or(host);
     Ok(ListenAddress {
         host: (!host.is_empty()).then(|| host.to_string()),
         port,
@@ -328,5 +330,114 @@ mod tests {
                 "{bad:?}"
             );
         }
+    }
+}
+
+#[cfg(test)]
+mod proptests {
+    use super::*;
+    use crate::test_strategies::text;
+    use proptest::collection::vec;
+    use proptest::prelude::*;
+    use std::net::{Ipv4Addr, Ipv6Addr};
+
+    const VALUE_TOKENS: &[&str] = &[
+        "0",
+        "1",
+        "5",
+        "30",
+        "18446744073709551615",
+        "99999999999999999999",
+        "ms",
+        "s",
+        "m",
+        "h",
+        "d",
+        "µs",
+        ":",
+        "[",
+        "]",
+        "::1",
+        "127.0.0.1",
+        "localhost",
+        " ",
+        "-",
+        "+",
+    ];
+    const UNITS: &[(&str, u64)] = &[("ms", 1), ("s", 1_000), ("m", 60_000), ("h", 3_600_000)];
+
+    proptest! {
+        #[test]
+        fn any_value_is_a_duration_or_a_reason(value in text(VALUE_TOKENS)) {
+            if let Ok(duration) = parse_duration(&value) {
+                prop_assert!(!duration.is_zero());
+            }
+        }
+
+        /// `1h30m`, `500ms`, `90s`: every term counts, in any order, and an overflow is an
+        /// error rather than a panic or a wrapped value.
+        #[test]
+        fn written_durations_read_back(
+            terms in vec((prop_oneof![0u64..1000, any::<u64>()], prop::sample::select(UNITS)), 1..5),
+        ) {
+            let written: String = terms.iter().map(|(n, (unit, _))| format!("{n}{unit}")).collect();
+            let millis: Option<Vec<u64>> = terms.iter().map(|(n, (_, per))| n.checked_mul(*per)).collect();
+            let expected = millis
+                .map(|millis| millis.into_iter().map(Duration::from_millis).sum::<Duration>())
+                .filter(|total| !total.is_zero());
+            prop_assert_eq!(parse_duration(&written).ok(), expected);
+        }
+
+        #[test]
+        fn any_value_is_a_listen_address_or_a_reason(value in text(VALUE_TOKENS)) {
+            if let Ok(address) = parse_listen_address(&value) {
+                // The host as written: bare, or in brackets, which an IPv6 host needs.
+                let (written, _) = value.rsplit_once(':').unwrap();
+                let host = address.host.unwrap_or_default();
+                prop_assert!(!host.contains(['[', ']']), "{host:?}");
+                let bracketed = format!("[{host}]");
+                prop_assert!(written == bracketed || (written == host && !host.contains(':')));
+            }
+        }
+
+        #[test]
+        fn written_listen_addresses_read_back(
+            host in prop_oneof![
+                Just(None),
+                "[a-z][a-z0-9.-]{0,20}".prop_map(Some),
+                any::<Ipv4Addr>().prop_map(|ip| Some(ip.to_string())),
+                any::<Ipv6Addr>().prop_map(|ip| Some(ip.to_string())),
+            ],
+            port: u16,
+        ) {
+            let written = match &host {
+                Some(host) if host.contains(':') => format!("[{host}]:{port}"),
+                Some(host) => format!("{host}:{port}"),
+                None => format!(":{port}"),
+            };
+            prop_assert_eq!(parse_listen_address(&written), Ok(ListenAddress { host, port }));
+        }
+    }
+
+    /// Found by `any_value_is_a_listen_address_or_a_reason`: an unclosed bracket was taken
+    /// into the host, so the flag passed and the bind failed later.
+    #[test]
+    fn stray_brackets_are_no_host() {
+        for value in [
+            "[::1",
+            "[::1:9100",
+            "[host:9100",
+            "host]:9100",
+            "[[::1]]:9100",
+        ] {
+            assert!(parse_listen_address(value).is_err(), "{value:?}");
+        }
+        assert_eq!(
+            parse_listen_address("[]:9100"),
+            Ok(ListenAddress {
+                host: None,
+                port: 9100
+            })
+        );
     }
 }

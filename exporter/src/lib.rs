@@ -8,6 +8,9 @@ pub mod config;
 pub mod dynlib;
 pub mod error;
 pub mod flags;
+#[cfg(any(test, feature = "fuzzing"))]
+#[doc(hidden)]
+pub mod fuzzing;
 pub mod http;
 pub mod kernel;
 pub mod logging;
@@ -15,3 +18,6 @@ pub mod metrics;
 pub mod rdma_port;
 pub mod scrape;
 pub mod sysfs;
+
+#[cfg(test)]
+mod test_strategies;

@@ -171,3 +171,65 @@ mod tests {
         assert!(id(": ACTIVE").is_err());
     }
 }
+
+#[cfg(test)]
+mod proptests {
+    use super::*;
+    use crate::test_strategies::text;
+    use proptest::prelude::*;
+
+    const RATE_TOKENS: &[&str] = &[
+        " ", "0", "1", "4", "9", ".", "e", "-", "+", "NaN", "inf", "Gb/sec", "GB/sec", "(", ")",
+        "X", "4X", " EDR", " FDR10", " SDR", ":", "ACTIVE",
+    ];
+    const GENERATIONS: &[&str] = &[
+        "", "SDR", "DDR", "QDR", "FDR10", "FDR", "EDR", "HDR", "NDR", "XDR", "XXR",
+    ];
+
+    proptest! {
+        #[test]
+        fn any_rate_text_is_a_rate_or_an_error(text in text(RATE_TOKENS)) {
+            if let Ok(rate) = parse_rate(Path::new("rate"), &text) {
+                prop_assert!(rate.gbps.is_finite() && rate.gbps >= 0.0, "{rate:?}");
+                for ethernet in [false, true] {
+                    if let Some(data) = rate.data_bytes_per_second(ethernet) {
+                        prop_assert!(data >= 0.0, "{rate:?}");
+                    }
+                }
+            }
+            if let Ok(id) = parse_state_id(Path::new("state"), &text) {
+                let (printed, _) = text.split_once(':').unwrap();
+                prop_assert_eq!(printed.trim().parse::<u64>(), Ok(id));
+            }
+        }
+
+        /// `%d%s Gb/sec (%dX%s)` as the kernel's `rate_show` prints it.
+        #[test]
+        fn a_printed_rate_parses_to_what_it_says(
+            whole in 0u32..2000,
+            tenths in prop::option::of(0u32..10),
+            lanes in prop::sample::select(&[1u32, 2, 4, 8, 12][..]),
+            generation in prop::sample::select(GENERATIONS),
+        ) {
+            let number = match tenths {
+                Some(tenths) => format!("{whole}.{tenths}"),
+                None => whole.to_string(),
+            };
+            let width = match generation {
+                "" => format!("{lanes}X"),
+                generation => format!("{lanes}X {generation}"),
+            };
+            let rate = parse_rate(Path::new("rate"), &format!("{number} Gb/sec ({width})")).unwrap();
+            prop_assert_eq!(rate.gbps, number.parse::<f64>().unwrap());
+            prop_assert_eq!(rate.lanes, lanes);
+            prop_assert_eq!(rate.generation(), generation);
+            prop_assert_eq!(rate.bytes_per_second(), rate.gbps * 1e9 / 8.0);
+            prop_assert_eq!(rate.data_bytes_per_second(true), Some(rate.bytes_per_second()));
+        }
+
+        #[test]
+        fn a_printed_state_parses_to_its_id(id: u64, name in "[A-Za-z_]{0,12}") {
+            prop_assert_eq!(parse_state_id(Path::new("state"), &format!("{id}: {name}")).unwrap(), id);
+        }
+    }
+}

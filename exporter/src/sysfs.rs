@@ -510,3 +510,89 @@ mod tests {
         );
     }
 }
+
+#[cfg(test)]
+mod proptests {
+    use super::*;
+    use crate::test_strategies::bytes;
+    use proptest::prelude::*;
+    use std::fs;
+
+    const NUMBER_TOKENS: &[&str] = &[
+        "0",
+        "1",
+        "7",
+        "42",
+        " ",
+        "\n",
+        "\t",
+        "-",
+        "+",
+        "0x",
+        "18446744073709551615",
+        "18446744073709551616",
+        "N/A",
+    ];
+
+    /// Each of `SysDir`'s readers on one file holding `content`, against what it must give.
+    fn check_readers(dir: &SysDir, content: &[u8], limit: usize) -> Result<(), TestCaseError> {
+        let mut reader = AttributeReader::default();
+        let one_page = content.len() <= MAX_ATTRIBUTE_BYTES;
+        let text = std::str::from_utf8(content).ok();
+
+        match dir.read_bytes("attr", &mut reader) {
+            Ok(read) => prop_assert!(one_page && read == content),
+            Err(err) => prop_assert!(!one_page && err.kind() == ErrorKind::Parse, "{err}"),
+        }
+        match dir.read("attr", &mut reader) {
+            Ok(read) => prop_assert_eq!(Some(read), text.filter(|_| one_page).map(str::trim)),
+            Err(err) => prop_assert!(
+                (!one_page || text.is_none()) && err.kind() == ErrorKind::Parse,
+                "{err}"
+            ),
+        }
+        let number = text.filter(|_| one_page).map(|t| t.trim().parse::<u64>());
+        match dir.read_u64("attr", &mut reader) {
+            Ok(read) => prop_assert_eq!(number, Some(Ok(read))),
+            Err(err) => prop_assert!(
+                !matches!(number, Some(Ok(_))) && err.kind() == ErrorKind::Parse,
+                "{err}"
+            ),
+        }
+        match dir.read_file("attr", limit) {
+            Ok(read) => prop_assert!(content.len() <= limit && read == content),
+            Err(err) => prop_assert!(content.len() > limit && err.kind() == ErrorKind::Parse),
+        }
+        match dir.read_text_file("attr", limit) {
+            Ok(read) => prop_assert!(content.len() <= limit && Some(read.as_str()) == text),
+            Err(err) => prop_assert!(
+                (content.len() > limit || text.is_none()) && err.kind() == ErrorKind::Parse,
+                "{err}"
+            ),
+        }
+        Ok(())
+    }
+
+    #[test]
+    fn every_reader_gives_the_content_or_a_parse_error() {
+        let tmp = tempfile::tempdir().unwrap();
+        let dir = SysDir::open(tmp.path()).unwrap();
+        let config = ProptestConfig::with_cases(128);
+        proptest!(config, |(content in bytes(NUMBER_TOKENS), limit in 0usize..8192)| {
+            fs::write(tmp.path().join("attr"), &content).unwrap();
+            check_readers(&dir, &content, limit)?;
+        });
+    }
+
+    #[test]
+    fn a_printed_number_reads_back() {
+        let tmp = tempfile::tempdir().unwrap();
+        let dir = SysDir::open(tmp.path()).unwrap();
+        let config = ProptestConfig::with_cases(64);
+        proptest!(config, |(number: u64, before in "[ \t\n]{0,3}", after in "[ \t\n]{0,3}")| {
+            fs::write(tmp.path().join("attr"), format!("{before}{number}{after}")).unwrap();
+            let read = dir.read_u64("attr", &mut AttributeReader::default());
+            prop_assert_eq!(read.unwrap(), number);
+        });
+    }
+}

@@ -168,3 +168,98 @@ mod tests {
         assert!(words(r#""--" iommu=pt"#).is_empty());
     }
 }
+
+#[cfg(test)]
+mod proptests {
+    use super::*;
+    use crate::test_strategies::text;
+    use proptest::collection::vec;
+    use proptest::prelude::*;
+
+    const CMDLINE_TOKENS: &[&str] = &[
+        " ",
+        "\t",
+        "\n",
+        "\x0b",
+        "\"",
+        "=",
+        "--",
+        "-",
+        "_",
+        ".",
+        "ro",
+        "quiet",
+        "iommu",
+        "vfio-pci.ids",
+        "modprobe.blacklist",
+        "10de:1eb8",
+        "on,sm_on",
+    ];
+
+    /// A parameter as written on a command line, and what it means.
+    fn written_parameter() -> impl Strategy<Value = (String, (String, Option<String>))> {
+        let name = "[a-z][a-z0-9_.-]{0,15}";
+        let value = prop::option::of("[a-z0-9,:/.= -]{0,16}");
+        (name, value, any::<bool>()).prop_map(|(name, value, quote_word)| {
+            let written = match &value {
+                None => name.clone(),
+                Some(value) if quote_word => format!("\"{name}={value}\""),
+                Some(value) if value.contains(' ') || value.is_empty() => {
+                    format!("{name}=\"{value}\"")
+                }
+                Some(value) => format!("{name}={value}"),
+            };
+            (written, (name, value))
+        })
+    }
+
+    proptest! {
+        #[test]
+        fn any_command_line_splits_into_words_from_it(cmdline in text(CMDLINE_TOKENS)) {
+            for parameter in parameters(&cmdline) {
+                prop_assert!(cmdline.contains(parameter.name));
+                if let Some(value) = parameter.value {
+                    prop_assert!(cmdline.contains(value));
+                }
+            }
+        }
+
+        #[test]
+        fn written_parameters_read_back(
+            written in vec(written_parameter(), 0..12),
+            spaces in vec("[ \t\n\x0b\x0c\r]{1,3}", 12),
+            init in vec(written_parameter(), 0..4),
+        ) {
+            let mut cmdline = String::new();
+            for ((word, _), space) in written.iter().zip(&spaces) {
+                cmdline.push_str(space);
+                cmdline.push_str(word);
+            }
+            cmdline.push_str(" -- ");
+            for (word, _) in &init {
+                cmdline.push_str(word);
+                cmdline.push(' ');
+            }
+            let read: Vec<(String, Option<String>)> = parameters(&cmdline)
+                .into_iter()
+                .map(|p| (p.name.to_string(), p.value.map(str::to_string)))
+                .collect();
+            // Of init's arguments, only module options are the kernel's (kmod reads them).
+            let expected: Vec<(String, Option<String>)> = written
+                .into_iter()
+                .map(|(_, meaning)| meaning)
+                .chain(init.into_iter().map(|(_, meaning)| meaning).filter(|(name, _)| name.contains('.')))
+                .collect();
+            prop_assert_eq!(read, expected);
+        }
+
+        #[test]
+        fn dashes_and_underscores_name_the_same_parameter(name in "[a-z_.-]{1,20}") {
+            let parameter = Parameter { name: &name, value: None };
+            prop_assert!(parameter.is(&name.replace('-', "_")));
+            prop_assert!(parameter.is(&name.replace('_', "-")));
+            let longer = format!("{name}x");
+            prop_assert!(!parameter.is(&longer));
+        }
+    }
+}

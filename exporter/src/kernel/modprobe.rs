@@ -242,3 +242,74 @@ mod tests {
         assert_eq!(errors.len(), 1, "{errors:?}");
     }
 }
+
+#[cfg(test)]
+mod proptests {
+    use super::*;
+    use crate::test_strategies::{text, MODULE_NAME};
+    use proptest::collection::vec;
+    use proptest::prelude::*;
+
+    const MODPROBE_TOKENS: &[&str] = &[
+        "blacklist",
+        "install",
+        "options",
+        "alias",
+        "#",
+        " ",
+        "\t",
+        "\n",
+        "\\\n",
+        "\\",
+        "-",
+        "mlx5_ib",
+        "/bin/false",
+        "true",
+        "&&",
+    ];
+
+    /// A modprobe.d line and the rule it makes, if any.
+    fn written_line() -> impl Strategy<Value = (String, Option<Rule>)> {
+        let module = MODULE_NAME.prop_map(|name| name.replace('_', "-"));
+        let command = vec("[a-z/=-]{1,10}", 0..5);
+        prop_oneof![
+            module.clone().prop_map(|module| (
+                format!("blacklist {module}"),
+                Some(Rule {
+                    module: module_key(&module),
+                    action: Action::Blacklist
+                }),
+            )),
+            (module.clone(), command, any::<bool>()).prop_map(|(module, words, continued)| {
+                let separator = if continued { " \\\n  " } else { " " };
+                let line = format!("install\t{module}{separator}{}", words.join("  "));
+                let rule = Rule {
+                    module: module_key(&module),
+                    action: Action::Install(words.join(" ")),
+                };
+                (line, Some(rule))
+            }),
+            module.prop_map(|module| (format!("options {module} debug=1"), None)),
+            // No backslash: one at the end would continue the comment onto the next line.
+            r"# [ -\[\]-~]{0,30}".prop_map(|comment| (comment, None)),
+        ]
+    }
+
+    proptest! {
+        #[test]
+        fn any_file_gives_rules_on_module_names(text in text(MODPROBE_TOKENS)) {
+            for rule in parse_rules(&text) {
+                prop_assert!(!rule.module.is_empty());
+                prop_assert!(!rule.module.contains(['-', ' ', '\n']), "{:?}", rule.module);
+                rule.action.disables();
+            }
+        }
+
+        #[test]
+        fn written_rules_read_back(lines in vec(written_line(), 0..16)) {
+            let text: String = lines.iter().map(|(line, _)| format!("{line}\n")).collect();
+            let expected: Vec<Rule> = lines.into_iter().filter_map(|(_, rule)| rule).collect();
+            prop_assert_eq!(parse_rules(&text), expected);
+        }
+    }
+}

@@ -158,6 +158,21 @@ impl CardRead<'_> {
     }
 }
 
+/// The micras files in `dir` read as for one card, with nothing else of the card: for the
+/// fuzz target and the property tests.
+#[cfg(any(test, feature = "fuzzing"))]
+pub(crate) fn read_card_files(dir: &SysDir) -> crate::collector::Output {
+    let mut out = crate::collector::Output::default();
+    let mut read = CardRead {
+        reader: crate::sysfs::AttributeReader::default(),
+        out: &mut out,
+        device: "mic0".into(),
+        seen: std::collections::HashSet::new(),
+    };
+    read.micras(dir);
+    out
+}
+
 fn parse_fields<const N: usize>(line: &str) -> Option<[u64; N]> {
     let mut values = [0u64; N];
     let mut words = line.split_whitespace();
@@ -182,5 +197,110 @@ mod tests {
         assert_eq!(parse_fields::<2>("50"), None);
         assert_eq!(parse_fields::<1>("banana"), None);
         assert_eq!(parse_fields::<1>("-5"), None);
+    }
+}
+
+#[cfg(test)]
+mod proptests {
+    use super::*;
+    use crate::collector::Output;
+    use crate::metrics::Desc;
+    use crate::test_strategies::text;
+    use proptest::collection::vec;
+    use proptest::prelude::*;
+
+    const MICRAS_FILES: [&str; 8] = [
+        "temp", "power", "volt", "freq", "gvolt", "gfreq", "plim", "fan",
+    ];
+    const MICRAS_TOKENS: &[&str] = &[
+        "0",
+        "1",
+        "3",
+        "4",
+        "50",
+        "4294967291",
+        "18446744073709551615",
+        "18446744073709551616",
+        " ",
+        "\n",
+        "-",
+        "N/A",
+    ];
+
+    /// The value of `desc`'s sample whose labels include `label`.
+    fn value(out: &Output, desc: &Desc, label: (&str, &str)) -> Option<Value> {
+        let family = out
+            .samples
+            .families()
+            .iter()
+            .find(|f| f.desc.name == desc.name)?;
+        family
+            .samples
+            .iter()
+            .find(|(labels, _)| {
+                labels
+                    .iter()
+                    .any(|(name, value)| (*name, value.as_str()) == label)
+            })
+            .map(|(_, value)| *value)
+    }
+
+    proptest! {
+        #[test]
+        fn any_line_is_fields_or_none(line in text(MICRAS_TOKENS)) {
+            let words: Vec<&str> = line.split_whitespace().collect();
+            let first = |n: usize| words.iter().take(n).map(|w| w.parse::<u64>().ok()).collect::<Option<Vec<_>>>();
+            prop_assert_eq!(parse_fields::<1>(&line).map(Vec::from), first(1).filter(|v| v.len() == 1));
+            prop_assert_eq!(parse_fields::<3>(&line).map(Vec::from), first(3).filter(|v| v.len() == 3));
+        }
+
+        #[test]
+        fn printed_numbers_read_back(values: [u64; 3], rest in "( [0-9]{1,8}){0,4}", space in "[ \t]{1,3}") {
+            let line = format!("{}{space}{}{space}{}{rest}", values[0], values[1], values[2]);
+            prop_assert_eq!(parse_fields::<3>(&line), Some(values));
+            prop_assert_eq!(parse_fields::<1>(&line), Some([values[0]]));
+        }
+    }
+
+    #[test]
+    fn any_micras_files_are_readings_or_errors() {
+        let tmp = tempfile::tempdir().unwrap();
+        let dir = SysDir::open(tmp.path()).unwrap();
+        let config = ProptestConfig::with_cases(64);
+        proptest!(config, |(files in vec(prop::option::of(text(MICRAS_TOKENS)), MICRAS_FILES.len()))| {
+            for (name, content) in MICRAS_FILES.iter().zip(&files) {
+                let path = tmp.path().join(name);
+                match content {
+                    Some(content) => std::fs::write(path, content).unwrap(),
+                    None => drop(std::fs::remove_file(path)),
+                }
+            }
+            let out = read_card_files(&dir);
+            for family in out.samples.families() {
+                for (_, value) in &family.samples {
+                    prop_assert!(!matches!(value, Value::Float(f) if !f.is_finite()), "{}", family.desc.name);
+                }
+            }
+        });
+    }
+
+    /// A `temp` file as the card's driver prints it: `%u %u` (reading, status) per sensor.
+    #[test]
+    fn a_printed_temp_file_reads_back() {
+        let tmp = tempfile::tempdir().unwrap();
+        let dir = SysDir::open(tmp.path()).unwrap();
+        let config = ProptestConfig::with_cases(64);
+        proptest!(config, |(sensors in vec((any::<u32>(), 0u64..=UNAVAILABLE), TEMPERATURE_SENSORS.len()))| {
+            let printed: String = sensors.iter().map(|(celsius, status)| format!("{celsius} {status}\n")).collect();
+            std::fs::write(tmp.path().join("temp"), printed).unwrap();
+            let out = read_card_files(&dir);
+            prop_assert!(out.errors.is_empty());
+            for (sensor, (celsius, status)) in TEMPERATURE_SENSORS.into_iter().zip(sensors) {
+                let label = ("sensor", sensor);
+                prop_assert_eq!(value(&out, &TEMPERATURE_STATUS, label), Some(Value::Int(status)));
+                let expected = (status != UNAVAILABLE).then(|| degrees(printed_unsigned(celsius)));
+                prop_assert_eq!(value(&out, &TEMPERATURE, label), expected);
+            }
+        });
     }
 }

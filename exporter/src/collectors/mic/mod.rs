@@ -14,7 +14,7 @@
 //! Every sample carries `source` to say where it came from.
 
 mod libmicmgmt;
-mod micras;
+pub(crate) mod micras;
 
 use std::collections::HashSet;
 use std::path::{Path, PathBuf};

@@ -146,3 +146,65 @@ mod tests {
         assert!(read_identity(&dir, "0000:3b:00.0", &mut reader).is_none());
     }
 }
+
+#[cfg(test)]
+mod proptests {
+    use super::*;
+    use crate::test_strategies::text;
+    use proptest::prelude::*;
+
+    const ID_TOKENS: &[&str] = &[
+        "0000",
+        "3b",
+        "00",
+        "0",
+        "f",
+        "ffffffff",
+        "100000000",
+        ":",
+        ".",
+        "0x",
+        "+",
+        "-",
+        " ",
+    ];
+
+    fn address() -> impl Strategy<Value = Address> {
+        (any::<u32>(), any::<u32>(), any::<u32>(), any::<u32>()).prop_map(
+            |(domain, bus, slot, function)| Address {
+                domain,
+                bus,
+                slot,
+                function,
+            },
+        )
+    }
+
+    proptest! {
+        #[test]
+        fn any_text_is_an_address_or_none(text in text(ID_TOKENS)) {
+            if let Some(address) = Address::parse(&text) {
+                // Four fields, whatever their case and zero padding.
+                prop_assert_eq!(Address::parse(&address.to_string()), Some(address));
+            }
+            if let Some(id) = parse_id(&text) {
+                prop_assert_eq!(parse_id16(&text), u16::try_from(id).ok());
+            }
+        }
+
+        #[test]
+        fn a_printed_address_parses_back(address in address(), upper: bool) {
+            let printed = address.to_string();
+            let printed = if upper { printed.to_uppercase() } else { printed };
+            prop_assert_eq!(Address::parse(&printed), Some(address));
+        }
+
+        /// The kernel prints `0x%04x` for vendor and device, `0x%06x` for the class.
+        #[test]
+        fn a_printed_id_parses_back(id: u32) {
+            prop_assert_eq!(parse_id(&format!("0x{id:04x}")), Some(id));
+            prop_assert_eq!(parse_id(&format!("0x{id:06x}")), Some(id));
+            prop_assert_eq!(parse_id16(&format!("0x{id:04x}")), u16::try_from(id).ok());
+        }
+    }
+}

@@ -9,12 +9,12 @@
 //! An idle GPU on vfio-pci shows memory decode off, IRQ 255 and D3hot: that is vfio-pci
 //! waiting for a VM, not a fault. The same signs under a host driver are faults.
 
-mod config_space;
+pub(crate) mod config_space;
 mod device;
 mod host;
-mod identity;
-mod modules;
-mod nova;
+pub(crate) mod identity;
+pub(crate) mod modules;
+pub(crate) mod nova;
 mod nova_check;
 
 use std::fmt;

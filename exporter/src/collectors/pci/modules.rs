@@ -203,3 +203,127 @@ mod tests {
         assert!(rules.blacklist.contains("nouveau"));
     }
 }
+
+#[cfg(test)]
+mod proptests {
+    use super::*;
+    use crate::kernel::modprobe::parse_rules;
+    use crate::test_strategies::{lines, text, MODULE_NAME};
+    use proptest::collection::vec;
+    use proptest::prelude::*;
+
+    const ALIAS_TOKENS: &[&str] = &[
+        "alias ",
+        "pci:",
+        "v000015B3",
+        "d00001017",
+        "sv",
+        "sd",
+        "bc02",
+        "sc07",
+        "i00",
+        "*",
+        "?",
+        "[",
+        "]",
+        "!",
+        "^",
+        "-",
+        "0-9",
+        " ",
+        "\n",
+        "mlx5_core",
+    ];
+    const GLOB_TOKENS: &[&str] = &["*", "?", "[", "]", "!", "^", "-", "a", "b"];
+
+    /// fnmatch by its definition, tried every way: exponential, for short inputs only.
+    fn reference_match(pattern: &[u8], text: &[u8]) -> bool {
+        match pattern.first() {
+            None => text.is_empty(),
+            Some(b'*') => {
+                (0..=text.len()).any(|skip| reference_match(&pattern[1..], &text[skip..]))
+            }
+            Some(b'[') if !text.is_empty() => match class_match(pattern, 0, text[0]) {
+                Some(Some(after)) => reference_match(&pattern[after..], &text[1..]),
+                Some(None) => false,
+                None => reference_match(&pattern[1..], &text[1..]) && text[0] == b'[',
+            },
+            Some(&c) => {
+                text.first().is_some_and(|&t| c == b'?' || c == t)
+                    && reference_match(&pattern[1..], &text[1..])
+            }
+        }
+    }
+
+    /// A PCI modalias (`pci:v%08Xd%08Xsv%08Xsd%08Xbc%02Xsc%02Xi%02X`) and an alias pattern
+    /// that matches it: some fields replaced by `*`, as modpost writes them.
+    fn modalias_and_pattern() -> impl Strategy<Value = (String, String)> {
+        (any::<[u16; 4]>(), any::<[u8; 3]>(), any::<[bool; 7]>()).prop_map(|(ids, class, wild)| {
+            let fields = [
+                ("v", format!("{:08X}", ids[0])),
+                ("d", format!("{:08X}", ids[1])),
+                ("sv", format!("{:08X}", ids[2])),
+                ("sd", format!("{:08X}", ids[3])),
+                ("bc", format!("{:02X}", class[0])),
+                ("sc", format!("{:02X}", class[1])),
+                ("i", format!("{:02X}", class[2])),
+            ];
+            let modalias: String = fields
+                .iter()
+                .map(|(key, value)| format!("{key}{value}"))
+                .collect();
+            let pattern: String = fields
+                .iter()
+                .zip(wild)
+                .map(|((key, value), wild)| format!("{key}{}", if wild { "*" } else { value }))
+                .collect();
+            (format!("pci:{modalias}"), format!("pci:{pattern}"))
+        })
+    }
+
+    proptest! {
+        #[test]
+        fn glob_matches_as_fnmatch_defines_it(
+            pattern in vec(prop::sample::select(GLOB_TOKENS), 0..8),
+            text in vec(prop::sample::select(&[b'a', b'b', b'[', b']', b'-', b'!'][..]), 0..8),
+        ) {
+            let pattern = pattern.concat();
+            prop_assert_eq!(
+                glob_match(pattern.as_bytes(), &text),
+                reference_match(pattern.as_bytes(), &text)
+            );
+        }
+
+        #[test]
+        fn any_aliases_and_modalias_never_panic(aliases in text(ALIAS_TOKENS), modalias in text(ALIAS_TOKENS)) {
+            for module in matching_modules(&aliases, &modalias) {
+                prop_assert!(aliases.contains(module));
+            }
+        }
+
+        #[test]
+        fn a_generated_alias_matches_its_modalias(
+            (modalias, pattern) in modalias_and_pattern(),
+            module in MODULE_NAME,
+            others in lines("alias pci:v0000(1|2)[0-9A-F]{3}d\\*sv\\*sd\\*bc\\*sc\\*i\\* [a-z_]{1,8}", 8),
+        ) {
+            let aliases = format!("{others}alias {pattern} {module}\n");
+            prop_assert!(matching_modules(&aliases, &modalias).contains(&module.as_str()));
+            // Vendors 1xxx and 2xxx (the other lines) match no device of vendor 0xxx.
+            if modalias.as_bytes()[10] == b'0' {
+                prop_assert_eq!(matching_modules(&aliases, &modalias), [module.as_str()]);
+            }
+        }
+
+        #[test]
+        fn install_rules_never_panic(config in text(&["install ", "blacklist ", "*", "?", "[", "]", "mlx5_core", " ", "\n"]), module in text(GLOB_TOKENS)) {
+            let rules = ModprobeRules::from_config(vec![ConfigFile {
+                path: "/etc/modprobe.d/x.conf".to_string(),
+                rules: parse_rules(&config),
+            }]);
+            if let Some(command) = rules.install_command(&module) {
+                prop_assert!(config.contains(command) || command.contains(' '));
+            }
+        }
+    }
+}

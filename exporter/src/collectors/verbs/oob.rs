@@ -484,3 +484,118 @@ mod tests {
         }
     }
 }
+
+#[cfg(test)]
+mod proptests {
+    use super::*;
+    use crate::test_strategies::bytes;
+    use proptest::collection::vec;
+    use proptest::prelude::*;
+
+    fn endpoint() -> impl Strategy<Value = Endpoint> {
+        (
+            any::<(u32, u32, u16, [u8; 16])>(),
+            any::<(u32, u64, u64, u8)>(),
+        )
+            .prop_map(
+                |((qp_num, psn, lid, gid), (rkey, addr, len, mtu))| Endpoint {
+                    qp_num,
+                    psn,
+                    lid,
+                    gid,
+                    rkey,
+                    addr,
+                    len,
+                    mtu,
+                },
+            )
+    }
+
+    /// Every message a peer may send; tokens up to twice what a frame carries.
+    fn message() -> impl Strategy<Value = Message> {
+        let reason = prop::sample::select(
+            &[
+                RejectReason::BadToken,
+                RejectReason::Busy,
+                RejectReason::TooLarge,
+                RejectReason::Failed,
+            ][..],
+        );
+        prop_oneof![
+            (
+                vec(any::<u8>(), 0..=2 * MAX_TOKEN),
+                endpoint(),
+                any::<u32>()
+            )
+                .prop_map(|(token, endpoint, latency_iterations)| Message::Hello {
+                    token,
+                    endpoint,
+                    latency_iterations,
+                }),
+            endpoint().prop_map(|endpoint| Message::Accept { endpoint }),
+            reason.prop_map(|reason| Message::Reject { reason }),
+            Just(Message::Latency),
+            Just(Message::Done),
+        ]
+    }
+
+    /// What a receiver gets for `message`: the token is cut to what a frame carries.
+    fn as_sent(message: Message) -> Message {
+        match message {
+            Message::Hello {
+                mut token,
+                endpoint,
+                latency_iterations,
+            } => {
+                token.truncate(MAX_TOKEN);
+                Message::Hello {
+                    token,
+                    endpoint,
+                    latency_iterations,
+                }
+            }
+            other => other,
+        }
+    }
+
+    proptest! {
+        #[test]
+        fn messages_in_a_stream_decode_in_order(messages in vec(message(), 1..6)) {
+            let stream: Vec<u8> = messages.iter().flat_map(Message::encode).collect();
+            let mut rest = &stream[..];
+            for message in messages {
+                let (decoded, used) = decode(rest).unwrap();
+                prop_assert!(used <= HEADER + MAX_PAYLOAD);
+                prop_assert_eq!(decoded, as_sent(message));
+                rest = &rest[used..];
+            }
+            prop_assert!(rest.is_empty());
+        }
+
+        #[test]
+        fn a_cut_frame_is_incomplete(message in message(), cut in any::<prop::sample::Index>()) {
+            let frame = message.encode();
+            let cut = cut.index(frame.len());
+            prop_assert_eq!(decode(&frame[..cut]), Err(DecodeError::Incomplete));
+        }
+
+        /// One changed byte: another message, or an error, never a panic or a frame that
+        /// claims more bytes than it has.
+        #[test]
+        fn a_corrupted_frame_is_a_message_or_an_error(
+            message in message(),
+            at in any::<prop::sample::Index>(),
+            value: u8,
+            tail in bytes(&["HPVB", "\x01"]),
+        ) {
+            let mut frame = message.encode();
+            let at = at.index(frame.len());
+            frame[at] = value;
+            frame.extend_from_slice(&tail);
+            if let Ok((decoded, used)) = decode(&frame) {
+                prop_assert!(used <= frame.len());
+                prop_assert_eq!(decode(&decoded.encode()), Ok((decoded.clone(), used)));
+            }
+        }
+    }
+}

@@ -266,3 +266,122 @@ mod tests {
         assert_eq!(ring_record_text(&short), None);
     }
 }
+
+#[cfg(test)]
+mod proptests {
+    use super::*;
+    use crate::test_strategies::{bytes, text};
+    use proptest::prelude::*;
+
+    const RECORD_TOKENS: &[&str] = &[
+        "6,1402,123456789,-;",
+        ";",
+        ",",
+        "\\x",
+        "\\x0a",
+        "\\x5c",
+        "0",
+        "a",
+        "F",
+        "\n",
+        " SUBSYSTEM=pci\n",
+        "DMAR: ",
+        "AMD-Vi: ",
+        "\0",
+    ];
+    const LINE_TOKENS: &[&str] = &[
+        "DMAR: ",
+        "DMAR:",
+        "dmar: ",
+        "[DMA Read] ",
+        "[DMA Write NO_PASID] ",
+        "[INTR-REMAP] ",
+        "Request device [3b:00.0] ",
+        "fault addr 0x1000 ",
+        "fault index 0x23 ",
+        "[fault reason 0x06] ",
+        "PTE Read access is not set",
+        "AMD-Vi: Event logged ",
+        "[IO_PAGE_FAULT ",
+        "device=3b:00.0 ",
+        "domain=0x000b ",
+        "address=0x1000 ",
+        "flags=0x",
+        "0020",
+        "ffffffffffffffffff",
+        "]",
+        "pcspkr",
+        ": module verification failed: ",
+        "signature and/or required key missing - tainting kernel",
+        "Loading of ",
+        "unsigned module is rejected",
+        "Lockdown: ",
+        "modprobe: ",
+        "\n",
+        " ",
+    ];
+
+    /// The kernel's escaping of a /dev/kmsg record's text (`msg_add_ext_text`).
+    fn kmsg_escaped(text: &[u8]) -> String {
+        text.iter()
+            .map(|&byte| match byte {
+                b' '..=b'~' if byte != b'\\' => char::from(byte).to_string(),
+                _ => format!("\\x{byte:02x}"),
+            })
+            .collect()
+    }
+
+    proptest! {
+        #[test]
+        fn any_record_is_text_or_none(record in bytes(RECORD_TOKENS)) {
+            if kmsg_record_text(&record).is_some() {
+                prop_assert!(record.contains(&b';'));
+            }
+            if let Some(text) = ring_record_text(&record) {
+                prop_assert!(text.len() <= 3 * (record.len() - 4));
+            }
+        }
+
+        #[test]
+        fn a_kmsg_record_gives_back_the_printed_bytes(
+            text in bytes(&["\n", "\\", "\\x41", "é"]),
+            prefix in "[0-7],[0-9]{1,8},[0-9]{1,12},[-c]",
+            dictionary in "( [A-Z]{1,8}=[ -~]{0,16}\n){0,2}",
+        ) {
+            let record = format!("{prefix};{}\n{dictionary}", kmsg_escaped(&text));
+            prop_assert_eq!(
+                kmsg_record_text(record.as_bytes()),
+                Some(String::from_utf8_lossy(&text).into_owned())
+            );
+        }
+
+        #[test]
+        fn a_ring_record_gives_back_its_line(line in "[^\0]{0,300}", padding in 0usize..8) {
+            let mut record = (line.len() as u32).to_ne_bytes().to_vec();
+            record.extend_from_slice(line.as_bytes());
+            record.resize(record.len() + padding, 0);
+            prop_assert_eq!(ring_record_text(&record), Some(line));
+        }
+
+    }
+
+    fn counted(counts: &KernelLogCounts) -> u64 {
+        let events: u64 = counts.snapshot().iter().map(|(_, n)| n).sum();
+        let faults: u64 = counts.iommu_faults().iter().map(|(_, n)| n).sum();
+        events + faults
+    }
+
+    /// One counter for all cases, as the exporter has: compiling the patterns per case would
+    /// take most of the test's time.
+    #[test]
+    fn any_kernel_log_text_is_counted_without_panic() {
+        let counts = KernelLogCounts::new();
+        proptest!(|(lines in text(LINE_TOKENS))| {
+            let before = counted(&counts);
+            counts.count_line(&lines);
+            // One count per line at most, and one for a fault line left waiting before.
+            let lines = lines.split('\n').count() as u64;
+            prop_assert!(counted(&counts) - before <= lines + 1);
+        });
+    }
+}

@@ -236,3 +236,35 @@ mod tests {
         }
     }
 }
+
+#[cfg(test)]
+mod proptests {
+    use super::*;
+    use proptest::prelude::*;
+
+    fn event_of(matcher: &Matcher, line: &str) -> Option<EventKey> {
+        match matcher.find(line)? {
+            LineMatch::Event(key) => Some(key),
+            LineMatch::IommuFault(..) => None,
+        }
+    }
+
+    /// Lines as the kernel prints them, with the module or command the kernel fills in.
+    #[test]
+    fn printed_module_lines_are_their_events() {
+        let matcher = Matcher::new(PATTERNS).unwrap();
+        proptest!(|(module in "[^\\s:]{1,56}", spaces in " {1,2}", comm in "[^:\n]{0,16}")| {
+            let line = format!(
+                "{module}: module verification failed: signature and/or{spaces}required key missing - tainting kernel"
+            );
+            prop_assert_eq!(
+                event_of(&matcher, &line),
+                Some(("module_verification_failed", vec![("module", module.clone())]))
+            );
+            let line = format!(
+                "Lockdown: {comm}: unsigned module loading is restricted; see man kernel_lockdown.7"
+            );
+            prop_assert_eq!(event_of(&matcher, &line), Some(("lockdown_refused_module", vec![])));
+        });
+    }
+}

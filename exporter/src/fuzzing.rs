@@ -1,0 +1,250 @@
+//! Entry points for the cargo-fuzz targets in `fuzz/`, one per parser family: each hands the
+//! fuzzer's bytes to the crate's parsers the way the exporter does (text where it reads text,
+//! bytes where it reads bytes, files where it reads files) and checks what must hold of any
+//! result, so a wrong parse fails as a panic would. Built only with the `fuzzing` feature and
+//! for tests (which replay the committed seed corpus), so the crate's API stays what it is.
+
+use std::path::{Path, PathBuf};
+use std::sync::OnceLock;
+
+use crate::collectors::ebpf::kernel_log::{self, KernelLogCounts};
+use crate::collectors::mic::micras;
+use crate::collectors::pci::identity::{self, Address};
+use crate::collectors::pci::{config_space, modules as pci_modules, nova};
+use crate::collectors::verbs::oob;
+use crate::kernel::{cmdline, modprobe};
+use crate::sysfs::{AttributeReader, SysDir};
+use crate::{collectors, flags, rdma_port};
+
+/// The micras files, in the order a fuzz input's NUL-separated parts fill them.
+const MICRAS_FILES: [&str; 8] = [
+    "temp", "power", "volt", "freq", "gvolt", "gfreq", "plim", "fan",
+];
+
+/// A directory of this process for the targets that read files (one per process, since
+/// libFuzzer's `-jobs` runs several).
+fn scratch_dir() -> &'static Path {
+    static DIR: OnceLock<PathBuf> = OnceLock::new();
+    DIR.get_or_init(|| {
+        let dir = std::env::temp_dir().join(format!("hpcnode-fuzz-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).expect("create the fuzzing scratch directory");
+        dir
+    })
+}
+
+/// A sysfs attribute holding `data`, through every `SysDir` reader; its text as an RDMA
+/// `rate` and `state`.
+pub fn sysfs_attribute(data: &[u8]) {
+    let path = scratch_dir().join("attribute");
+    std::fs::write(&path, data).expect("write the attribute");
+    let dir = SysDir::open(scratch_dir()).expect("open the scratch directory");
+    let mut reader = AttributeReader::default();
+    let bytes = dir.read_bytes("attribute", &mut reader).map(<[u8]>::to_vec);
+    assert_eq!(bytes.is_ok(), data.len() <= 4096);
+    if let Ok(number) = dir.read_u64("attribute", &mut reader) {
+        assert_eq!(
+            dir.read("attribute", &mut reader).unwrap().parse(),
+            Ok(number)
+        );
+    }
+    let whole = dir.read_file("attribute", 1 << 16);
+    assert_eq!(
+        whole.ok().as_deref(),
+        Some(data).filter(|d| d.len() <= 1 << 16)
+    );
+    if let Ok(text) = dir.read("attribute", &mut reader) {
+        if let Ok(rate) = rdma_port::parse_rate(&path, text) {
+            assert!(rate.bytes_per_second() >= 0.0);
+            assert!(rate.data_bytes_per_second(false).is_none_or(|b| b >= 0.0));
+        }
+        let _ = rdma_port::parse_state_id(&path, text);
+    }
+}
+
+/// `/proc/modules`, and the other lists the modules collector reads: `modules.builtin`,
+/// `lockdown`, the command line's blacklists, `--collector.modules.expected`.
+pub fn proc_modules(data: &[u8]) {
+    let text = String::from_utf8_lossy(data);
+    let (modules, errors) = collectors::modules::parse_modules(Path::new("modules"), &text);
+    let lines = text.lines().filter(|line| !line.trim().is_empty()).count();
+    assert_eq!(modules.len() + errors.len(), lines);
+    collectors::modules::parse_builtin_index(&text);
+    collectors::modules::parse_cmdline_blacklists(&text);
+    if let Some(modes) = collectors::modules::parse_lockdown(&text) {
+        assert_eq!(modes.iter().filter(|(_, active)| *active).count(), 1);
+    }
+    let _ = collectors::modules::parse_module_list(&text);
+}
+
+/// `modules.alias` matched against a modalias (the input's first line), and the input's
+/// first two lines as an fnmatch pattern and a module name.
+pub fn modules_alias(data: &[u8]) {
+    let text = String::from_utf8_lossy(data);
+    let (first, rest) = text.split_once('\n').unwrap_or((&text, ""));
+    for module in pci_modules::matching_modules(rest, first) {
+        assert!(rest.contains(module));
+    }
+    let second = rest.lines().next().unwrap_or_default();
+    pci_modules::glob_match(first.as_bytes(), second.as_bytes());
+}
+
+/// A modprobe.d file: its rules, and the install command each would run.
+pub fn modprobe_d(data: &[u8]) {
+    let text = String::from_utf8_lossy(data);
+    let file = modprobe::ConfigFile {
+        path: "/etc/modprobe.d/fuzz.conf".to_string(),
+        rules: modprobe::parse_rules(&text),
+    };
+    let modules: Vec<String> = file.rules.iter().map(|r| r.module.clone()).collect();
+    for rule in &file.rules {
+        assert!(!rule.module.is_empty() && !rule.module.contains('-'));
+        rule.action.disables();
+    }
+    let rules = pci_modules::ModprobeRules::from_config(vec![file]);
+    for module in modules {
+        rules.install_command(&module);
+    }
+}
+
+/// A kernel command line.
+pub fn kernel_cmdline(data: &[u8]) {
+    let text = String::from_utf8_lossy(data);
+    for parameter in cmdline::parameters(&text) {
+        assert!(text.contains(parameter.name));
+        assert!(parameter.is(&parameter.name.replace('-', "_")));
+    }
+}
+
+/// A kernel log record, from `/dev/kmsg` and from the ring buffer, counted as the exporter
+/// counts it.
+pub fn kernel_log(data: &[u8]) {
+    static COUNTS: OnceLock<std::sync::Arc<KernelLogCounts>> = OnceLock::new();
+    let counts = COUNTS.get_or_init(KernelLogCounts::new);
+    for text in [
+        kernel_log::kmsg_record_text(data),
+        kernel_log::ring_record_text(data),
+        Some(String::from_utf8_lossy(data).into_owned()),
+    ]
+    .into_iter()
+    .flatten()
+    {
+        counts.count_line(&text);
+    }
+}
+
+/// A card's micras files, filled from the input's NUL-separated parts (a file without a
+/// part is absent).
+pub fn micras(data: &[u8]) {
+    let dir_path = scratch_dir().join("micras");
+    std::fs::create_dir_all(&dir_path).expect("create the micras directory");
+    let mut parts = data.split(|&b| b == 0);
+    for name in MICRAS_FILES {
+        let path = dir_path.join(name);
+        match parts.next() {
+            Some(part) => std::fs::write(path, part).expect("write a micras file"),
+            None => drop(std::fs::remove_file(path)),
+        }
+    }
+    let dir = SysDir::open(&dir_path).expect("open the micras directory");
+    let out = micras::read_card_files(&dir);
+    for family in out.samples.families() {
+        for (_, value) in &family.samples {
+            if let crate::metrics::Value::Float(value) = value {
+                assert!(value.is_finite(), "{}", family.desc.name);
+            }
+        }
+    }
+}
+
+/// A nova.conf, its specs and aliases matched against a device.
+pub fn nova_config(data: &[u8]) {
+    let config = nova::parse_config(&String::from_utf8_lossy(data));
+    let device = nova::PciIdentity {
+        address: Address::parse("0000:3b:00.0").expect("a PCI address"),
+        vendor: 0x10de,
+        device: 0x1eb8,
+        netdevs: vec!["ens1f0".to_string()],
+    };
+    for spec in &config.specs {
+        spec.matches(&device);
+    }
+    for alias in &config.aliases {
+        alias.names(&device);
+    }
+}
+
+/// A PCI device's `config`, as much of it as the input holds.
+pub fn pci_config_space(data: &[u8]) {
+    assert_eq!(config_space::parse(data).readable_bytes, data.len());
+}
+
+/// PCI addresses and id attributes.
+pub fn pci_identity(data: &[u8]) {
+    let text = String::from_utf8_lossy(data);
+    if let Some(address) = Address::parse(&text) {
+        assert_eq!(Address::parse(&address.to_string()), Some(address));
+    }
+    if let Some(id) = identity::parse_id(&text) {
+        assert_eq!(identity::parse_id16(&text), u16::try_from(id).ok());
+    }
+}
+
+/// A byte stream from a verbs probe peer, decoded frame after frame.
+pub fn verbs_oob(data: &[u8]) {
+    let mut rest = data;
+    while let Ok((message, used)) = oob::decode(rest) {
+        assert_eq!(oob::decode(&message.encode()), Ok((message, used)));
+        rest = &rest[used..];
+    }
+}
+
+/// Values of the flags that take durations and listen addresses.
+pub fn flag_values(data: &[u8]) {
+    let text = String::from_utf8_lossy(data);
+    if let Ok(duration) = flags::parse_duration(&text) {
+        assert!(!duration.is_zero());
+    }
+    if let Ok(address) = flags::parse_listen_address(&text) {
+        let host = address.host.unwrap_or_default();
+        assert!(!host.contains(['[', ']']));
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Every committed seed, through its target: what a fuzzing run starts from parses.
+    #[test]
+    fn the_seed_corpus_runs_through_every_target() {
+        type Target = (&'static str, fn(&[u8]));
+        let targets: [Target; 12] = [
+            ("sysfs_attribute", sysfs_attribute),
+            ("proc_modules", proc_modules),
+            ("modules_alias", modules_alias),
+            ("modprobe_d", modprobe_d),
+            ("kernel_cmdline", kernel_cmdline),
+            ("kernel_log", kernel_log),
+            ("micras", micras),
+            ("nova_config", nova_config),
+            ("pci_config_space", pci_config_space),
+            ("pci_identity", pci_identity),
+            ("verbs_oob", verbs_oob),
+            ("flag_values", flag_values),
+        ];
+        let seeds = Path::new(env!("CARGO_MANIFEST_DIR")).join("../fuzz/seeds");
+        for (name, target) in targets {
+            let dir = seeds.join(name);
+            let entries =
+                std::fs::read_dir(&dir).unwrap_or_else(|err| panic!("{}: {err}", dir.display()));
+            let mut count = 0;
+            for entry in entries {
+                let path = entry.unwrap().path();
+                target(&std::fs::read(&path).unwrap());
+                count += 1;
+            }
+            assert!(count > 0, "no seeds in {}", dir.display());
+        }
+        std::fs::remove_dir_all(scratch_dir()).unwrap();
+    }
+}
