@@ -333,7 +333,9 @@ impl Collector for RdmaCollector {
     }
 
     fn collect_unit(&self, device: &String, out: &mut Output) {
-        let Some(dir) = out.reported(SysDir::open(&self.class_dir.join(device))) else {
+        // A device gone between the listing and its read (unplugged, driver unloaded) is
+        // absent, not broken.
+        let Some(dir) = out.optional(SysDir::open(&self.class_dir.join(device))) else {
             return;
         };
         let mut read = DeviceRead {
@@ -705,6 +707,18 @@ mod tests {
         ];
         let expected = [4_294_967_000, 4_294_967_400, 6_000_000_000];
         assert_eq!(exported_over_scrapes(&saturated), expected.map(Value::Int));
+    }
+
+    #[test]
+    fn a_device_gone_since_the_listing_is_no_error() {
+        let tmp = tempfile::tempdir().unwrap();
+        let collector = RdmaCollector {
+            class_dir: tmp.path().to_path_buf(),
+            devices: DeviceFilter::All,
+        };
+        let mut out = Output::default();
+        collector.collect_unit(&"mlx5_9".to_string(), &mut out);
+        assert!(out.errors.is_empty(), "{:?}", out.errors);
     }
 
     #[test]
