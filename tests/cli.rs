@@ -28,6 +28,7 @@ fn run(args: &[&str]) -> (i32, String, String) {
         Ok(out) => out.unwrap(),
         Err(_) => {
             // Not reaped yet (the waiting thread reaps it after this), so the pid is still ours.
+            // SAFETY: kill(2) on a pid that is ours and not yet reaped; no memory is involved.
             unsafe { libc::kill(pid as i32, libc::SIGKILL) };
             panic!("hpcnode_exporter {args:?} did not exit within 30 s");
         }

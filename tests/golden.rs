@@ -126,6 +126,7 @@ fn bad_input_tree() {
         .join("class/infiniband/mlx5_bad/ports/1/counters");
     let fifo = counters.join("port_xmit_data");
     let c_path = std::ffi::CString::new(fifo.to_str().unwrap()).unwrap();
+    // SAFETY: mkfifo reads a NUL-terminated path that lives across the call.
     assert_eq!(unsafe { libc::mkfifo(c_path.as_ptr(), 0o644) }, 0);
     let unreadable = counters.join("port_rcv_packets");
     fs::write(&unreadable, "12\n").unwrap();

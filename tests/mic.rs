@@ -246,6 +246,7 @@ fn bad_input_is_reported_and_the_rest_exported() {
     let tree = TreeCopy::with_rootfs("mic_bad");
     let post_code = tree.sys().join("class/mic/mic1/post_code");
     let c_path = std::ffi::CString::new(post_code.to_str().unwrap()).unwrap();
+    // SAFETY: mkfifo reads a NUL-terminated path that lives across the call.
     assert_eq!(unsafe { libc::mkfifo(c_path.as_ptr(), 0o644) }, 0);
     let exporter = start(
         tree.dir.path(),

@@ -181,6 +181,7 @@ fn broken_input_is_reported_and_the_rest_exported() {
     fs::write(root.join("proc/sys/kernel/osrelease"), "../../etc\n").unwrap();
     let fifo = root.join("etc/modprobe.d/fifo.conf");
     let c_path = std::ffi::CString::new(fifo.to_str().unwrap()).unwrap();
+    // SAFETY: mkfifo reads a NUL-terminated path that lives across the call.
     assert_eq!(unsafe { libc::mkfifo(c_path.as_ptr(), 0o644) }, 0);
 
     let exporter = start(root, &[EXPECTED]);

@@ -317,6 +317,7 @@ fn bad_input_is_reported_and_the_rest_exported() {
     let config = devices.join("0000:3b:00.0/config");
     std::fs::remove_file(&config).unwrap();
     let c_path = std::ffi::CString::new(config.to_str().unwrap()).unwrap();
+    // SAFETY: mkfifo reads a NUL-terminated path that lives across the call.
     assert_eq!(unsafe { libc::mkfifo(c_path.as_ptr(), 0o644) }, 0);
     std::fs::write(devices.join("0000:06:00.0/resource"), "banana\n").unwrap();
     std::fs::write(devices.join("0000:07:00.0/power_state"), "D9\n").unwrap();

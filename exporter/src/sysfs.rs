@@ -322,6 +322,7 @@ mod tests {
 
     fn mkfifo(path: &Path) {
         let c_path = CString::new(path.as_os_str().as_bytes()).unwrap();
+        // SAFETY: mkfifo reads a NUL-terminated path that lives across the call.
         assert_eq!(unsafe { libc::mkfifo(c_path.as_ptr(), 0o644) }, 0);
     }
 

@@ -26,6 +26,7 @@ pub fn fixture(name: &str) -> PathBuf {
 }
 
 pub fn is_root() -> bool {
+    // SAFETY: geteuid has no preconditions.
     unsafe { libc::geteuid() == 0 }
 }
 
