@@ -718,6 +718,37 @@ mod proptests {
         }
 
         #[test]
+        fn a_written_alias_reads_back(
+            name in "[^\"\\\\\n]{1,200}",
+            device_type in prop::option::of(prop::sample::select(&[DeviceType::Pci, DeviceType::PhysicalFunction, DeviceType::VirtualFunction][..])),
+            vendor in id(0x10de..0x10e0),
+            product in id(0x1eb8..0x1eba),
+            device in device(),
+        ) {
+            let mut alias = Map::new();
+            alias.insert("name".to_string(), json!(name));
+            if let Some(device_type) = device_type {
+                alias.insert("device_type".to_string(), json!(device_type.as_str()));
+            }
+            if let Some(vendor) = &vendor.0 {
+                alias.insert("vendor_id".to_string(), json!(vendor));
+            }
+            if let Some(product) = &product.0 {
+                alias.insert("product_id".to_string(), json!(product));
+            }
+            let config = parse_config(&format!("[pci]\nalias = {}\n", Value::Object(alias)));
+            prop_assert!(config.errors.is_empty(), "{:?}", config.errors);
+            let alias = &config.aliases[0];
+            prop_assert_eq!(&alias.name, &name.chars().take(MAX_LABEL_CHARS).collect::<String>());
+            prop_assert_eq!(alias.device_type, device_type.unwrap_or(DeviceType::Pci));
+            prop_assert_eq!(alias.names(&device), vendor.1.matches(device.vendor) && product.1.matches(device.device));
+        }
+    }
+
+    proptest! {
+        #![proptest_config(ProptestConfig::with_cases(128))]
+
+        #[test]
         fn written_ini_entries_read_back(
             entries in vec((prop::sample::select(SECTIONS), ini_entry()), 0..10),
             comment in "[#;][ -~]{0,20}",
@@ -794,33 +825,6 @@ mod proptests {
                 let expected = vendor.1.matches(device.vendor) && product.1.matches(device.device) && address;
                 prop_assert_eq!(spec.matches(device), expected, "{} on {:?}", spec.text, device);
             }
-        }
-
-        #[test]
-        fn a_written_alias_reads_back(
-            name in "[^\"\\\\\n]{1,200}",
-            device_type in prop::option::of(prop::sample::select(&[DeviceType::Pci, DeviceType::PhysicalFunction, DeviceType::VirtualFunction][..])),
-            vendor in id(0x10de..0x10e0),
-            product in id(0x1eb8..0x1eba),
-            device in device(),
-        ) {
-            let mut alias = Map::new();
-            alias.insert("name".to_string(), json!(name));
-            if let Some(device_type) = device_type {
-                alias.insert("device_type".to_string(), json!(device_type.as_str()));
-            }
-            if let Some(vendor) = &vendor.0 {
-                alias.insert("vendor_id".to_string(), json!(vendor));
-            }
-            if let Some(product) = &product.0 {
-                alias.insert("product_id".to_string(), json!(product));
-            }
-            let config = parse_config(&format!("[pci]\nalias = {}\n", Value::Object(alias)));
-            prop_assert!(config.errors.is_empty(), "{:?}", config.errors);
-            let alias = &config.aliases[0];
-            prop_assert_eq!(&alias.name, &name.chars().take(MAX_LABEL_CHARS).collect::<String>());
-            prop_assert_eq!(alias.device_type, device_type.unwrap_or(DeviceType::Pci));
-            prop_assert_eq!(alias.names(&device), vendor.1.matches(device.vendor) && product.1.matches(device.device));
         }
     }
 }
