@@ -889,41 +889,6 @@ mod proptests {
         }
 
         #[test]
-        fn written_proc_modules_read_back(modules in proc_modules(), twice in any::<prop::sample::Index>()) {
-            let mut text: String = modules.iter().map(|(_, (line, _, _))| format!("{line}\n")).collect();
-            let (read, errors) = parse_modules(Path::new("modules"), &text);
-            prop_assert!(errors.is_empty(), "{errors:?}");
-            let read: Vec<_> = read.into_iter().map(|m| (m.name, m.state, m.taints)).collect();
-            let expected: Vec<_> = modules
-                .iter()
-                .map(|(name, (_, state, taints))| (name.clone(), *state, taints.clone()))
-                .collect();
-            prop_assert_eq!(read, expected);
-            // A module listed twice is an error; the first listing stays.
-            if !modules.is_empty() {
-                text.push_str(&modules[twice.index(modules.len())].1 .0);
-                let (read, errors) = parse_modules(Path::new("modules"), &text);
-                prop_assert_eq!((read.len(), errors.len()), (modules.len(), 1));
-            }
-        }
-
-        #[test]
-        fn other_kernel_lists_never_panic(text in text(LIST_TOKENS)) {
-            for module in parse_builtin_index(&text) {
-                prop_assert!(!module.contains('-'));
-            }
-            for (module, _) in parse_cmdline_blacklists(&text) {
-                prop_assert!(!module.is_empty() && !module.contains('-'));
-            }
-            if let Some(modes) = parse_lockdown(&text) {
-                prop_assert_eq!(modes.iter().filter(|(_, active)| *active).count(), 1);
-            }
-            if let Ok(modules) = parse_module_list(&text) {
-                prop_assert!(modules.iter().all(|m| !m.is_empty() && !m.contains('-')));
-            }
-        }
-
-        #[test]
         fn a_builtin_index_names_its_modules(names in vec(MODULE_NAME, 0..10), dashes: bool) {
             let index = names
                 .iter()
@@ -964,6 +929,45 @@ mod proptests {
                 }
             }
             prop_assert_eq!(parse_module_list(&names.join(", ")), Ok(expected));
+        }
+    }
+
+    proptest! {
+        #![proptest_config(ProptestConfig::with_cases(64))]
+
+        #[test]
+        fn written_proc_modules_read_back(modules in proc_modules(), twice in any::<prop::sample::Index>()) {
+            let mut text: String = modules.iter().map(|(_, (line, _, _))| format!("{line}\n")).collect();
+            let (read, errors) = parse_modules(Path::new("modules"), &text);
+            prop_assert!(errors.is_empty(), "{errors:?}");
+            let read: Vec<_> = read.into_iter().map(|m| (m.name, m.state, m.taints)).collect();
+            let expected: Vec<_> = modules
+                .iter()
+                .map(|(name, (_, state, taints))| (name.clone(), *state, taints.clone()))
+                .collect();
+            prop_assert_eq!(read, expected);
+            // A module listed twice is an error; the first listing stays.
+            if !modules.is_empty() {
+                text.push_str(&modules[twice.index(modules.len())].1 .0);
+                let (read, errors) = parse_modules(Path::new("modules"), &text);
+                prop_assert_eq!((read.len(), errors.len()), (modules.len(), 1));
+            }
+        }
+
+        #[test]
+        fn other_kernel_lists_never_panic(text in text(LIST_TOKENS)) {
+            for module in parse_builtin_index(&text) {
+                prop_assert!(!module.contains('-'));
+            }
+            for (module, _) in parse_cmdline_blacklists(&text) {
+                prop_assert!(!module.is_empty() && !module.contains('-'));
+            }
+            if let Some(modes) = parse_lockdown(&text) {
+                prop_assert_eq!(modes.iter().filter(|(_, active)| *active).count(), 1);
+            }
+            if let Ok(modules) = parse_module_list(&text) {
+                prop_assert!(modules.iter().all(|m| !m.is_empty() && !m.contains('-')));
+            }
         }
     }
 }

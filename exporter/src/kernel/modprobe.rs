@@ -304,6 +304,10 @@ mod proptests {
                 rule.action.disables();
             }
         }
+    }
+
+    proptest! {
+        #![proptest_config(ProptestConfig::with_cases(128))]
 
         #[test]
         fn written_rules_read_back(lines in vec(written_line(), 0..16)) {

@@ -48,3 +48,30 @@ mod tests {
         assert!(err.to_string().contains("osrelease"), "{err}");
     }
 }
+
+#[cfg(test)]
+mod proptests {
+    use super::*;
+    use crate::test_strategies::text;
+    use proptest::prelude::*;
+    use std::path::Component;
+
+    const RELEASE_TOKENS: &[&str] = &["6", ".", "..", "/", "-", "amd64", "el7", " ", "\n", "\0"];
+
+    proptest! {
+        /// What is accepted names one directory below `lib/modules`, whatever the file said.
+        #[test]
+        fn an_accepted_release_is_one_path_component(text in text(RELEASE_TOKENS)) {
+            if let Ok(release) = checked_release(Path::new("osrelease"), &text) {
+                let path = Path::new("/lib/modules").join(&release);
+                prop_assert_eq!(path.parent(), Some(Path::new("/lib/modules")));
+                prop_assert!(matches!(path.components().next_back(), Some(Component::Normal(_))));
+            }
+        }
+
+        #[test]
+        fn a_printed_release_is_accepted(release in "[0-9]{1,2}\\.[0-9]{1,2}\\.[0-9]{1,3}(-[a-z0-9._+]{1,30})?") {
+            prop_assert_eq!(checked_release(Path::new("osrelease"), &release).unwrap(), release);
+        }
+    }
+}

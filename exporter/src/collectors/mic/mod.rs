@@ -668,3 +668,36 @@ mod tests {
         assert_eq!(printed_unsigned(4_294_967_291u32), -5);
     }
 }
+
+#[cfg(test)]
+mod proptests {
+    use super::*;
+    use crate::test_strategies::text;
+    use proptest::prelude::*;
+
+    const CARD_TOKENS: &[&str] = &[
+        "mic", "0", "1", "9", "0x", "3c", "FF", "ras", " ", "\n", "-",
+    ];
+
+    proptest! {
+        /// A post code becomes a label: two upper-case characters or nothing.
+        #[test]
+        fn any_post_code_is_two_characters_or_none(text in text(CARD_TOKENS), mpss4: bool) {
+            if let Some(code) = parse_post_code(&text, mpss4) {
+                prop_assert!(code.len() == 2 && code.bytes().all(|b| b.is_ascii_digit() || b.is_ascii_uppercase()), "{code:?}");
+            }
+            if let Some(number) = card_number(&text) {
+                prop_assert_eq!(card_number(&format!("mic{number}")), Some(number));
+            }
+        }
+
+        /// MPSS 3 prints the code as two characters, MPSS 4 as `0x%02x`: the same label.
+        #[test]
+        fn a_printed_post_code_reads_the_same_under_both_stacks(code: u8, number: u32) {
+            let mpss3 = format!("{code:02x}");
+            prop_assert_eq!(parse_post_code(&format!("0x{code:02x}"), true), Some(mpss3.to_uppercase()));
+            prop_assert_eq!(parse_post_code(&mpss3, false), Some(mpss3.to_uppercase()));
+            prop_assert_eq!(card_number(&format!("mic{number}")), Some(number));
+        }
+    }
+}

@@ -457,6 +457,10 @@ mod proptests {
             }
             prop_assert_eq!(parse(&config[..cut]).readable_bytes, cut);
         }
+    }
+
+    proptest! {
+        #![proptest_config(ProptestConfig::with_cases(128))]
 
         #[test]
         fn arbitrary_bytes_never_panic(config in vec(any::<u8>(), 0..4200)) {
