@@ -15,8 +15,8 @@ use super::modules;
 use super::nova::DeviceType;
 use super::{
     DeviceSelector, Read, BARS, CONFIG_READABLE, DEVICE_FAULT, DEVICE_INFO, DRIVER_BOUND,
-    INTERRUPT_CAPABILITY, IRQ, LINK_SPEED, LINK_WIDTH, MAX_LABEL_CHARS, MEMORY_DECODE,
-    MSIX_TABLE_SIZE, PASSTHROUGH_CHECK, PASSTHROUGH_READY, POWER_STATE, SRIOV_TOTAL_VFS, SRIOV_VFS,
+    INTERRUPT_CAPABILITY, IRQ, LINK_SPEED, LINK_WIDTH, MEMORY_DECODE, MSIX_TABLE_SIZE,
+    PASSTHROUGH_CHECK, PASSTHROUGH_READY, POWER_STATE, SRIOV_TOTAL_VFS, SRIOV_VFS,
     UNBOUND_ALIAS_MODULE, UNBOUND_ALIAS_MODULES, VFIO_DRIVER,
 };
 
@@ -375,7 +375,7 @@ impl Read<'_> {
             let entry = if index < MAX_ALIAS_MODULES {
                 let install = rules
                     .install_command(&key)
-                    .map(|c| c.chars().take(MAX_LABEL_CHARS).collect())
+                    .map(str::to_string)
                     .unwrap_or_default();
                 (module.to_string(), install, rules.blacklist.contains(&key))
             } else {

@@ -8,7 +8,7 @@ use crate::metrics::Value;
 use crate::sysfs::SysDir;
 
 use super::{
-    Read, IOMMU_ENABLED, IOMMU_GROUP_DEVICES, IOMMU_KERNEL_PARAMETER, IOMMU_UNITS, MAX_LABEL_CHARS,
+    Read, IOMMU_ENABLED, IOMMU_GROUP_DEVICES, IOMMU_KERNEL_PARAMETER, IOMMU_UNITS,
     VFIO_MODULE_LOADED,
 };
 
@@ -96,7 +96,7 @@ fn iommu_parameters(text: &str) -> Vec<(&'static str, String)> {
     for parameter in cmdline::parameters(text) {
         if let Some(name) = KERNEL_PARAMETERS.iter().find(|name| parameter.is(name)) {
             let value = parameter.value.unwrap_or_default();
-            found.insert(name, value.chars().take(MAX_LABEL_CHARS).collect());
+            found.insert(name, value.to_string());
         }
     }
     found.into_iter().collect()

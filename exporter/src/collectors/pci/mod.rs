@@ -329,9 +329,6 @@ const CLASSES_OF_INTEREST: [u32; 7] = [
 /// QLogic/Cornelis (TrueScale, Omni-Path).
 const RDMA_VENDORS: [u16; 3] = [0x15b3, 0x1425, 0x1fc1];
 const VFIO_DRIVER: &str = "vfio-pci";
-/// The longest free text (a kernel parameter's value, an install command, a Nova spec or
-/// alias) kept as a label value.
-const MAX_LABEL_CHARS: usize = 160;
 
 /// What one read covers: the host's IOMMU state, Nova's options, or one device.
 #[derive(Debug, Clone, PartialEq, Eq)]

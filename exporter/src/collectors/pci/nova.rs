@@ -10,7 +10,7 @@ use regex::{Regex, RegexBuilder};
 use serde_json::{Map, Value};
 
 use super::identity::Address;
-use super::MAX_LABEL_CHARS;
+use crate::metrics::label_text;
 
 /// The section and option names that carry device specs and aliases. The `[DEFAULT]` ones
 /// are the names Nova used before the `[pci]` group (still read by Newton and older).
@@ -342,7 +342,7 @@ fn parse_device_spec(
     let text = Value::Object(object.clone()).to_string();
     Ok(DeviceSpec {
         option,
-        text: text.chars().take(MAX_LABEL_CHARS).collect(),
+        text: label_text(text),
         vendor: parse_id(&object, "vendor_id")?,
         product: parse_id(&object, "product_id")?,
         address,
@@ -358,9 +358,7 @@ fn parse_alias(value: &str) -> Result<Alias, String> {
         ));
     };
     let name = match object.get("name") {
-        Some(Value::String(name)) if !name.is_empty() => {
-            name.chars().take(MAX_LABEL_CHARS).collect()
-        }
+        Some(Value::String(name)) if !name.is_empty() => label_text(name.clone()),
         _ => return Err("an alias needs a \"name\" string".to_string()),
     };
     let device_type = match object.get("device_type") {
