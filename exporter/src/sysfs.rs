@@ -9,6 +9,7 @@
 //! (`/proc/modules`, `modules.builtin`) are read to their end under an explicit byte bound.
 
 use std::ffi::CStr;
+use std::fmt;
 use std::os::fd::OwnedFd;
 use std::os::unix::ffi::OsStringExt;
 use std::path::{Path, PathBuf};
@@ -37,6 +38,8 @@ pub enum SysfsError {
         reason: &'static str,
         content: String,
     },
+    #[error("list {dir}: entry name is not UTF-8: {name}")]
+    NameNotUtf8 { dir: PathBuf, name: String },
 }
 
 impl SysfsError {
@@ -44,7 +47,7 @@ impl SysfsError {
         match self {
             SysfsError::Io { .. } => ErrorKind::Io,
             SysfsError::NotRegularFile { .. } => ErrorKind::NotRegularFile,
-            SysfsError::Parse { .. } => ErrorKind::Parse,
+            SysfsError::Parse { .. } | SysfsError::NameNotUtf8 { .. } => ErrorKind::Parse,
         }
     }
 
@@ -88,6 +91,60 @@ impl Default for AttributeReader {
         AttributeReader {
             // One byte more than an attribute can hold, to tell "full page" from "too long".
             buf: vec![0; MAX_ATTRIBUTE_BYTES + 1],
+        }
+    }
+}
+
+/// One entry of a directory listing. A name that is not UTF-8 is an entry of its own, reported
+/// where it is used, so that it hides none of its siblings.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Entry {
+    Name(String),
+    /// The directory's path, and the name with its bytes escaped (`bad\xff`).
+    NotUtf8 {
+        dir: PathBuf,
+        escaped: String,
+    },
+}
+
+impl Entry {
+    fn new(dir: &Path, name: &CStr) -> Entry {
+        match name.to_str() {
+            Ok(name) => Entry::Name(name.to_string()),
+            Err(_) => Entry::NotUtf8 {
+                dir: dir.to_path_buf(),
+                escaped: name.to_bytes().escape_ascii().to_string(),
+            },
+        }
+    }
+
+    /// The name, or the error that reports an entry without a usable one.
+    pub fn name(&self) -> Result<&str, SysfsError> {
+        match self {
+            Entry::Name(name) => Ok(name),
+            Entry::NotUtf8 { dir, escaped } => Err(SysfsError::NameNotUtf8 {
+                dir: dir.clone(),
+                name: escaped.clone(),
+            }),
+        }
+    }
+
+    /// As [`Entry::name`], owned.
+    pub fn into_name(self) -> Result<String, SysfsError> {
+        match self {
+            Entry::Name(name) => Ok(name),
+            Entry::NotUtf8 { dir, escaped } => Err(SysfsError::NameNotUtf8 { dir, name: escaped }),
+        }
+    }
+}
+
+/// The name; an entry without one shows its escaped path, which no name can equal (a name has
+/// no `/`), so listings stay usable as unit names.
+impl fmt::Display for Entry {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Entry::Name(name) => f.write_str(name),
+            Entry::NotUtf8 { dir, escaped } => write!(f, "{}/{escaped}", dir.display()),
         }
     }
 }
@@ -243,31 +300,32 @@ impl SysDir {
             .map_err(|_| SysfsError::parse(&self.path(name), "not an unsigned integer", text))
     }
 
-    /// Names of the directory's entries, sorted so output order is stable; numeric names
-    /// (ports, GID indexes) sort by value.
-    pub fn entries(&self) -> Result<Vec<String>, SysfsError> {
+    /// The directory's entries, sorted so output order is stable: numeric names (ports, GID
+    /// indexes) by value, then the other names, then the names that are not UTF-8.
+    pub fn entries(&self) -> Result<Vec<Entry>, SysfsError> {
         let io_error = |errno| SysfsError::io(self.path.clone(), errno);
         let listing = rustix::fs::openat(&self.fd, ".", dir_flags(), Mode::empty())
             .and_then(rustix::fs::Dir::new)
             .map_err(io_error)?;
-        let mut names = Vec::new();
+        let mut entries = Vec::new();
         for entry in listing {
             let entry = entry.map_err(io_error)?;
             let name = entry.file_name();
             if name == c"." || name == c".." {
                 continue;
             }
-            names.push(utf8_name(&self.path, name)?);
+            entries.push(Entry::new(&self.path, name));
         }
-        // Numbers first, by value; then the rest by name: a total order whatever the names.
-        names.sort_by_cached_key(|name| {
-            (
+        // A total order whatever the names.
+        entries.sort_by_cached_key(|entry| match entry {
+            Entry::Name(name) => (
                 name.parse::<u64>().map_or(1, |_| 0),
                 name.parse::<u64>().unwrap_or(0),
                 name.clone(),
-            )
+            ),
+            Entry::NotUtf8 { escaped, .. } => (2, 0, escaped.clone()),
         });
-        Ok(names)
+        Ok(entries)
     }
 
     /// The last path component of a symlink's target (`device` -> `0000:05:00.0`,
@@ -292,13 +350,6 @@ fn dir_flags() -> OFlags {
     OFlags::RDONLY | OFlags::DIRECTORY | OFlags::CLOEXEC
 }
 
-fn utf8_name(dir: &Path, name: &CStr) -> Result<String, SysfsError> {
-    name.to_str().map(str::to_string).map_err(|_| {
-        let lossy = name.to_string_lossy();
-        SysfsError::parse(&dir.join(&*lossy), "entry name is not UTF-8", &lossy)
-    })
-}
-
 impl From<SysfsError> for CollectError {
     fn from(err: SysfsError) -> Self {
         CollectError::new(err.kind(), err.to_string())
@@ -308,7 +359,7 @@ impl From<SysfsError> for CollectError {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use std::ffi::CString;
+    use std::ffi::{CString, OsStr};
     use std::fs;
     use std::os::unix::ffi::OsStrExt;
     use std::time::{Duration, Instant};
@@ -495,11 +546,36 @@ mod tests {
             fs::create_dir(tmp.path().join(name)).unwrap();
         }
         std::os::unix::fs::symlink("../../../0000:05:00.0", tmp.path().join("device")).unwrap();
-        assert_eq!(dir.entries().unwrap(), ["1", "2", "10", "device"]);
+        let names = ["1", "2", "10", "device"].map(|name| Entry::Name(name.to_string()));
+        assert_eq!(dir.entries().unwrap(), names);
         assert_eq!(dir.link_target_name("device").unwrap(), "0000:05:00.0");
         assert_eq!(
             dir.link_target("device").unwrap(),
             Path::new("../../../0000:05:00.0")
+        );
+    }
+
+    /// One name that is not UTF-8 is one entry of its own, after the others, which it does not
+    /// hide; used, it is a parse error naming the directory and the escaped name.
+    #[test]
+    fn a_name_that_is_not_utf8_hides_no_sibling() {
+        let (tmp, dir) = dir_with(&[("port_rcv_data", "1\n"), ("2", "")]);
+        fs::write(tmp.path().join(OsStr::from_bytes(b"bad\xff")), "").unwrap();
+        let entries = dir.entries().unwrap();
+        assert_eq!(
+            entries[..2],
+            ["2", "port_rcv_data"].map(|n| Entry::Name(n.into()))
+        );
+        let err = entries[2].name().unwrap_err();
+        assert_eq!(err.kind(), ErrorKind::Parse);
+        let cause = format!(
+            "list {}: entry name is not UTF-8: bad\\xff",
+            tmp.path().display()
+        );
+        assert_eq!(err.to_string(), cause);
+        assert_eq!(
+            entries[2].to_string(),
+            format!("{}/bad\\xff", tmp.path().display())
         );
     }
 }

@@ -558,6 +558,11 @@ impl Read<'_> {
             // An empty efivars directory is an unmounted efivarfs, not a firmware fact.
             Err(err) if err.is_absent() => {
                 let entries = self.out.reported(efivars.entries())?;
+                for entry in &entries {
+                    if let Err(err) = entry.name() {
+                        self.error(err);
+                    }
+                }
                 (!entries.is_empty()).then_some(0)
             }
             enabled => self.out.reported(enabled),

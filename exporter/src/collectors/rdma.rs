@@ -14,7 +14,7 @@ use crate::collector::{
 use crate::flags::{optional, ConfigError, Flags};
 use crate::metrics::{Desc, LabelValue, Labels, Value};
 use crate::rdma_port::{parse_rate, parse_state_id, ETHERNET_LINK_LAYER};
-use crate::sysfs::{AttributeReader, SysDir, SysfsError};
+use crate::sysfs::{AttributeReader, Entry, SysDir, SysfsError};
 
 pub const REGISTRATION: Registration = Registration {
     name: "rdma",
@@ -317,12 +317,14 @@ const COUNTERS_EXT: [(&str, &str); 8] = [
 const NO_PMA: &str = "N/A (no PMA)";
 
 impl Collector for RdmaCollector {
-    type Unit = String;
+    /// A device; an entry whose name is not UTF-8 is a unit of its own, which reports it.
+    type Unit = Entry;
 
-    fn units(&self) -> Result<Vec<String>, CollectError> {
+    fn units(&self) -> Result<Vec<Entry>, CollectError> {
         match SysDir::open(&self.class_dir).and_then(|dir| dir.entries()) {
             Ok(mut devices) => {
-                devices.retain(|device| self.devices.allows(device));
+                devices
+                    .retain(|device| device.name().map_or(true, |name| self.devices.allows(name)));
                 Ok(devices)
             }
             // No RDMA stack loaded: nothing to export, and nothing failed.
@@ -331,7 +333,10 @@ impl Collector for RdmaCollector {
         }
     }
 
-    fn collect_unit(&self, device: &String, out: &mut Output) {
+    fn collect_unit(&self, device: &Entry, out: &mut Output) {
+        let Some(device) = out.reported(device.name()) else {
+            return;
+        };
         let Some(dir) = out.reported(SysDir::open(&self.class_dir.join(device))) else {
             return;
         };
@@ -407,6 +412,9 @@ impl DeviceRead<'_> {
             return;
         };
         for port in self.out.reported(ports.entries()).unwrap_or_default() {
+            let Some(port) = self.out.reported(port.into_name()) else {
+                continue;
+            };
             if let Some(port_dir) = self.out.reported(ports.subdir(&port)) {
                 self.port(&port_dir, &port.into());
             }
@@ -471,12 +479,15 @@ impl DeviceRead<'_> {
     }
 
     /// The first network device bound to a GID of a RoCE port. Unused GID entries fail to read
-    /// on real kernels, so failures here are expected and not reported.
+    /// on real kernels, so read failures here are expected and not reported; an entry whose
+    /// name is not UTF-8 is no GID entry, and is.
     fn netdev(&mut self, port_dir: &SysDir) -> String {
         let Ok(ndevs) = port_dir.subdir("gid_attrs/ndevs") else {
             return String::new();
         };
-        let indexes = ndevs.entries().unwrap_or_default();
+        let indexes: Vec<String> = (ndevs.entries().unwrap_or_default().into_iter())
+            .filter_map(|index| self.out.reported(index.into_name()))
+            .collect();
         indexes
             .iter()
             .find_map(|index| match ndevs.read(index, &mut self.reader) {
@@ -559,6 +570,9 @@ impl DeviceRead<'_> {
             return;
         };
         for name in names {
+            let Some(name) = self.out.reported(name.into_name()) else {
+                continue;
+            };
             let Some(value) = self.counter_value(dir, &name) else {
                 continue;
             };
@@ -637,7 +651,7 @@ mod tests {
             devices: DeviceFilter::All,
         };
         let mut out = Output::default();
-        collector.collect_unit(&"mlx5_0".to_string(), &mut out);
+        collector.collect_unit(&Entry::Name("mlx5_0".to_string()), &mut out);
         assert!(out.errors.is_empty(), "{:?}", out.errors);
         let names: Vec<_> = out.samples.families().iter().map(|f| f.desc.name).collect();
         assert!(names.contains(&PORT_STATE.name), "{names:?}");

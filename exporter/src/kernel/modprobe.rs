@@ -81,7 +81,14 @@ pub fn read_config(rootfs: &Path, errors: &mut Vec<SysfsError>) -> Vec<ConfigFil
         };
         match dir.entries() {
             Ok(entries) => {
-                for name in entries {
+                for entry in entries {
+                    let name = match entry.into_name() {
+                        Ok(name) => name,
+                        Err(err) => {
+                            errors.push(err);
+                            continue;
+                        }
+                    };
                     let config = name.ends_with(".conf") || name.ends_with(".alias");
                     if config && !name.starts_with('.') {
                         names.entry(name).or_insert(dirs.len());

@@ -24,7 +24,7 @@ use crate::collector::{
 };
 use crate::flags::{optional, toggle, ConfigError, Flags};
 use crate::metrics::{Desc, LabelValue, Labels, Value};
-use crate::sysfs::{AttributeReader, SysDir, SysfsError};
+use crate::sysfs::{AttributeReader, Entry, SysDir, SysfsError};
 use libmicmgmt::LibrarySource;
 
 /// The unit name of the card the exporter runs on (`class/micras` present).
@@ -299,34 +299,48 @@ fn card_number(name: &str) -> Option<u32> {
 }
 
 impl Collector for MicCollector {
-    type Unit = String;
+    /// A card; an entry whose name is not UTF-8 is a unit of its own, which reports it.
+    type Unit = Entry;
 
-    fn units(&self) -> Result<Vec<String>, CollectError> {
-        let mut cards: Vec<String> = match SysDir::open(&self.class_dir).and_then(|d| d.entries()) {
+    fn units(&self) -> Result<Vec<Entry>, CollectError> {
+        let listing = SysDir::open(&self.class_dir).and_then(|d| d.entries());
+        let mut cards: Vec<Entry> = match listing {
             // `ctrl` and `scif` sit beside the cards.
-            Ok(names) => names
+            Ok(entries) => entries
                 .into_iter()
-                .filter(|name| card_number(name).is_some())
+                .filter(|entry| {
+                    entry
+                        .name()
+                        .map_or(true, |name| card_number(name).is_some())
+                })
                 .collect(),
             // No MPSS host driver: no cards, and nothing failed.
             Err(err) if err.is_absent() => Vec::new(),
             Err(err) => return Err(err.into()),
         };
         for (card, _) in &self.micras_paths {
-            if !cards.contains(card) {
-                cards.push(card.clone());
+            let card = Entry::Name(card.clone());
+            if !cards.contains(&card) {
+                cards.push(card);
             }
         }
-        cards.sort_by_key(|card| card_number(card));
+        // By number; entries without a usable name after the cards.
+        cards.sort_by_key(|card| match card {
+            Entry::Name(name) => (false, card_number(name)),
+            Entry::NotUtf8 { .. } => (true, None),
+        });
         match SysDir::open(&self.local_micras) {
-            Ok(_) => cards.push(LOCAL_CARD.to_string()),
+            Ok(_) => cards.push(Entry::Name(LOCAL_CARD.to_string())),
             Err(err) if err.is_absent() => {}
             Err(err) => return Err(err.into()),
         }
         Ok(cards)
     }
 
-    fn collect_unit(&self, card: &String, out: &mut Output) {
+    fn collect_unit(&self, card: &Entry, out: &mut Output) {
+        let Some(card) = out.reported(card.name()) else {
+            return;
+        };
         let mut read = CardRead {
             reader: AttributeReader::default(),
             out,
@@ -605,9 +619,10 @@ mod tests {
             micras_paths: Vec::new(),
             library: None,
         };
-        assert_eq!(collector.units().unwrap(), ["mic0"]);
+        let mic0 = Entry::Name("mic0".to_string());
+        assert_eq!(collector.units().unwrap(), std::slice::from_ref(&mic0));
         let mut out = Output::default();
-        collector.collect_unit(&"mic0".to_string(), &mut out);
+        collector.collect_unit(&mic0, &mut out);
         assert!(out.errors.is_empty(), "{:?}", out.errors);
         let names: Vec<_> = out.samples.families().iter().map(|f| f.desc.name).collect();
         assert_eq!(names, [CARD_STATE.name, CARD_INFO.name]);

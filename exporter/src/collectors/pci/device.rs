@@ -335,9 +335,13 @@ impl Read<'_> {
             .join(&group)
             .join("devices");
         let members = SysDir::open(&members_dir).and_then(|d| d.entries().map(|e| (d, e)));
-        let Some((members_dir, names)) = self.out.reported(members) else {
+        let Some((members_dir, entries)) = self.out.reported(members) else {
             return false;
         };
+        let names: Vec<String> = entries
+            .into_iter()
+            .filter_map(|entry| self.out.reported(entry.into_name()))
+            .collect();
         names
             .iter()
             .filter(|member| member.as_str() != address)

@@ -44,8 +44,11 @@ impl Read<'_> {
 
         let groups_path = collector.sysfs.join("kernel/iommu_groups");
         let groups = SysDir::open(&groups_path).and_then(|d| d.entries().map(|e| (d, e)));
-        if let Some((groups, names)) = self.out.optional(groups) {
-            for group in names {
+        if let Some((groups, entries)) = self.out.optional(groups) {
+            for group in entries {
+                let Some(group) = self.out.reported(group.into_name()) else {
+                    continue;
+                };
                 let Some(group_dir) = self.out.reported(groups.subdir(&group)) else {
                     continue;
                 };
@@ -53,17 +56,22 @@ impl Read<'_> {
                 let kind = self.out.optional(kind).unwrap_or_default();
                 let members = group_dir.subdir("devices").and_then(|d| d.entries());
                 if let Some(members) = self.out.reported(members) {
+                    let members = (members.into_iter())
+                        .filter(|member| self.out.reported(member.name()).is_some())
+                        .count();
                     self.push(
                         &IOMMU_GROUP_DEVICES,
                         vec![("group", group.into()), ("type", kind.into())],
-                        Value::Int(members.len() as u64),
+                        Value::Int(members as u64),
                     );
                 }
             }
         }
 
         let loaded = SysDir::open(&collector.sysfs.join("module")).and_then(|d| d.entries());
-        let loaded = self.out.optional(loaded).unwrap_or_default();
+        let loaded: Vec<String> = (self.out.optional(loaded).unwrap_or_default().into_iter())
+            .filter_map(|module| self.out.reported(module.into_name()))
+            .collect();
         let others = loaded
             .iter()
             .filter(|m| m.starts_with("vfio") && !VFIO_MODULES.contains(&m.as_str()))
@@ -85,7 +93,9 @@ impl Read<'_> {
     pub(super) fn iommu_units(&mut self) -> Vec<String> {
         let units =
             SysDir::open(&self.collector.sysfs.join("class/iommu")).and_then(|d| d.entries());
-        self.out.optional(units).unwrap_or_default()
+        (self.out.optional(units).unwrap_or_default().into_iter())
+            .filter_map(|unit| self.out.reported(unit.into_name()))
+            .collect()
     }
 }
 

@@ -25,7 +25,7 @@ use crate::collector::{
 };
 use crate::flags::{repeated, ConfigError, Flags};
 use crate::metrics::{Desc, Labels, Value};
-use crate::sysfs::{AttributeReader, SysDir, SysfsError};
+use crate::sysfs::{AttributeReader, Entry, SysDir, SysfsError};
 
 use identity::{read_identity, Address};
 
@@ -341,6 +341,8 @@ enum Unit {
         /// parse the Nova config again.
         nova_selected: bool,
     },
+    /// An entry of `bus/pci/devices` whose name is not UTF-8: reported, never read.
+    Unnamed(Entry),
 }
 
 impl fmt::Display for Unit {
@@ -349,6 +351,7 @@ impl fmt::Display for Unit {
             Unit::Host => f.write_str("host"),
             Unit::Nova => f.write_str("nova"),
             Unit::Device { address, .. } => f.write_str(address),
+            Unit::Unnamed(entry) => entry.fmt(f),
         }
     }
 }
@@ -358,13 +361,21 @@ impl Collector for PciCollector {
 
     fn units(&self) -> Result<Vec<Unit>, CollectError> {
         let listing = SysDir::open(&self.sysfs.join("bus/pci/devices"))
-            .and_then(|dir| dir.entries().map(|addresses| (dir, addresses)));
-        let (devices, addresses) = match listing {
+            .and_then(|dir| dir.entries().map(|entries| (dir, entries)));
+        let (devices, entries) = match listing {
             Ok(listing) => listing,
             // No PCI bus: nothing to report.
             Err(err) if err.is_absent() => return Ok(Vec::new()),
             Err(err) => return Err(err.into()),
         };
+        let mut addresses = Vec::new();
+        let mut unnamed = Vec::new();
+        for entry in entries {
+            match entry {
+                Entry::Name(address) => addresses.push(address),
+                entry => unnamed.push(Unit::Unnamed(entry)),
+            }
+        }
         // Errors in these files are the nova unit's to report.
         let specs: Vec<nova::DeviceSpec> = self
             .nova_configs
@@ -387,7 +398,8 @@ impl Collector for PciCollector {
             let Some(identity) = read_identity(&dir, address, &mut reader) else {
                 continue;
             };
-            let nova = nova_check::nova_identity(&dir, &identity, with_netdevs);
+            // Unusable names under `net` are the nova unit's to report.
+            let nova = nova_check::nova_identity(&dir, &identity, with_netdevs, &mut Vec::new());
             let by_nova = specs.iter().any(|spec| spec.matches(&nova));
             let named = self
                 .devices
@@ -426,6 +438,7 @@ impl Collector for PciCollector {
         if !units.is_empty() {
             units.insert(0, Unit::Host);
         }
+        units.extend(unnamed);
         Ok(units)
     }
 
@@ -442,6 +455,11 @@ impl Collector for PciCollector {
                 address,
                 nova_selected,
             } => read.device(address, *nova_selected),
+            Unit::Unnamed(entry) => {
+                if let Err(err) = entry.name() {
+                    read.error(err);
+                }
+            }
         }
     }
 }

@@ -36,19 +36,30 @@ pub(super) fn read_nova_config(path: &Path) -> Result<NovaConfig, SysfsError> {
 }
 
 /// What Nova matches a present device against; `with_netdevs` lists its network interfaces
-/// too (only `devname` specs need them).
-pub(super) fn nova_identity(dir: &SysDir, identity: &Identity, with_netdevs: bool) -> PciIdentity {
+/// too (only `devname` specs need them), the entries whose names are unusable going to
+/// `unnamed`.
+pub(super) fn nova_identity(
+    dir: &SysDir,
+    identity: &Identity,
+    with_netdevs: bool,
+    unnamed: &mut Vec<SysfsError>,
+) -> PciIdentity {
+    let entries = match with_netdevs {
+        true => dir.subdir("net").and_then(|net| net.entries()),
+        false => Ok(Vec::new()),
+    };
+    let mut netdevs = Vec::new();
+    for entry in entries.unwrap_or_default() {
+        match entry.into_name() {
+            Ok(name) => netdevs.push(name),
+            Err(err) => unnamed.push(err),
+        }
+    }
     PciIdentity {
         address: identity.address,
         vendor: identity.vendor,
         device: identity.device,
-        netdevs: match with_netdevs {
-            true => dir
-                .subdir("net")
-                .and_then(|net| net.entries())
-                .unwrap_or_default(),
-            false => Vec::new(),
-        },
+        netdevs,
     }
 }
 
@@ -94,18 +105,26 @@ impl Read<'_> {
         let Some(devices) = self.out.reported(SysDir::open(&devices_dir)) else {
             return;
         };
-        let Some(addresses) = self.out.reported(devices.entries()) else {
+        let Some(entries) = self.out.reported(devices.entries()) else {
             return;
         };
         let mut present = Vec::new();
-        for address in addresses {
+        let mut unnamed = Vec::new();
+        for entry in entries {
+            // An unusable name here is a unit of its own, which reports it.
+            let Ok(address) = entry.into_name() else {
+                continue;
+            };
             let Ok(dir) = devices.subdir(&address) else {
                 continue;
             };
             if let Some(identity) = read_identity(&dir, &address, &mut self.reader) {
-                let nova = nova_identity(&dir, &identity, true);
+                let nova = nova_identity(&dir, &identity, true, &mut unnamed);
                 present.push((nova, nova_device_type(&dir, &mut self.reader)));
             }
+        }
+        for err in unnamed {
+            self.error(err);
         }
         let specs: Vec<&nova::DeviceSpec> = configs.iter().flat_map(|(_, c)| &c.specs).collect();
         for (path, config) in &configs {

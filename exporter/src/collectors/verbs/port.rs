@@ -54,10 +54,11 @@ pub fn roce_v2_gid_index(sysfs: &Path, device: &str, port: u8) -> Result<u8, Pro
     let dir = SysDir::open(&port_dir(sysfs, device, port))?;
     let types = dir.subdir("gid_attrs/types")?;
     let mut reader = AttributeReader::default();
+    // Names that are no index, UTF-8 or not, are no GID entry.
     let mut indexes: Vec<u8> = types
         .entries()?
         .iter()
-        .filter_map(|name| name.parse().ok())
+        .filter_map(|entry| entry.name().ok()?.parse().ok())
         .filter(|index: &u8| {
             types
                 .read(&index.to_string(), &mut reader)
