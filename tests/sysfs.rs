@@ -1,12 +1,14 @@
-//! The real binary on hostile trees: entries whose names are not UTF-8. Each is reported and
-//! the rest of the tree is exported.
+//! The real binary on hostile trees: links that lead out of a `--path.*` root, label text with
+//! control characters, and entries whose names are not UTF-8. Each is reported or neutralised,
+//! nothing outside a root is ever read, and the rest of the tree is exported.
 
 mod util;
 
 use std::ffi::OsStr;
 use std::fs;
 use std::os::unix::ffi::OsStrExt;
-use std::path::Path;
+use std::os::unix::fs::symlink;
+use std::path::{Path, PathBuf};
 
 use util::golden::{assert_lines, errors_total, scrape};
 use util::{start_on_root, Exporter, TreeCopy};
@@ -22,6 +24,88 @@ fn rdma_on(tree: &TreeCopy) -> Exporter {
         "--collector.rdma",
         &tree.sys_arg(),
     ])
+}
+
+/// Replaces `path` by a symlink to `target`.
+fn link(target: &Path, path: &Path) {
+    fs::remove_file(path).unwrap();
+    symlink(target, path).unwrap();
+}
+
+/// `path` written as a link relative to `from`'s directory that climbs far above any root and
+/// comes down to it: what a relative link out of the tree looks like.
+fn climbing_to(path: &Path) -> PathBuf {
+    Path::new(&"../".repeat(32)).join(path.strip_prefix("/").unwrap())
+}
+
+/// `board_id` linked to a secret file (the issue's `/etc/shadow`), `hca_type` linked to it by
+/// a relative path out of the tree, a counter linked to a file that does not parse: none of the
+/// host's files is read, so nothing of them reaches a label or the log. Each such link is a
+/// file that does not exist inside the root, as a dangling link would be.
+#[test]
+fn links_out_of_the_root_never_reach_a_label_or_the_log() {
+    let tree = TreeCopy::of("rdma_edge");
+    let host = tempfile::tempdir().unwrap();
+    let shadow = host.path().join("shadow");
+    fs::write(&shadow, "root:$6$SECRET-HASH:19000:0:99999:7:::\n").unwrap();
+    let counter = host.path().join("counter");
+    fs::write(&counter, "SECRET-COUNTER is no number\n").unwrap();
+    let device = tree.sys().join("class/infiniband/mlx5_0");
+    link(&shadow, &device.join("board_id"));
+    link(&climbing_to(&shadow), &device.join("hca_type"));
+    link(&counter, &device.join("ports/1/counters/port_rcv_errors"));
+
+    let exporter = rdma_on(&tree);
+    for _ in 0..2 {
+        let text = scrape(&exporter);
+        assert!(!text.contains("SECRET"), "{text}");
+        let info = text
+            .lines()
+            .find(|l| l.starts_with("hpcnode_rdma_device_info{device=\"mlx5_0\""))
+            .unwrap();
+        assert!(info.contains("board_id=\"\""), "{info}");
+        assert!(info.contains("hca_type=\"\""), "{info}");
+        assert!(info.contains("firmware_version=\"20."), "{info}");
+        assert!(text.contains(
+            "hpcnode_rdma_port_data_transmitted_bytes_total{device=\"mlx5_0\",port=\"1\"}"
+        ));
+        assert!(!text.contains(
+            "hpcnode_rdma_port_errors_total{device=\"mlx5_0\",port=\"1\",counter=\"port_rcv_errors\"}"
+        ));
+        assert_lines(
+            &text,
+            &["hpcnode_scrape_collector_success{collector=\"rdma\"} 1"],
+        );
+        assert_eq!(errors_total(&text, "rdma"), 0, "{text}");
+    }
+    assert!(!exporter.log().contains("SECRET"), "{}", exporter.log());
+}
+
+/// Label text read from files loses its control characters (a terminal escape, a bell, a tab)
+/// and stops at 160 characters; the series is still exported.
+#[test]
+fn label_text_is_bounded_and_has_no_control_characters() {
+    let tree = TreeCopy::of("rdma_edge");
+    let device = tree.sys().join("class/infiniband/mlx5_0");
+    let long = "x".repeat(300);
+    fs::write(
+        device.join("board_id"),
+        format!("MT_\x1b[31m0000000223\x07\t{long}\n"),
+    )
+    .unwrap();
+    let exporter = rdma_on(&tree);
+    let text = scrape(&exporter);
+    let expected = format!("MT_[31m0000000223{}", "x".repeat(160 - 17));
+    assert_eq!(expected.chars().count(), 160);
+    let info = text
+        .lines()
+        .find(|l| l.starts_with("hpcnode_rdma_device_info{device=\"mlx5_0\""))
+        .unwrap();
+    assert!(info.contains(&format!("board_id=\"{expected}\"")), "{info}");
+    assert_lines(
+        &text,
+        &["hpcnode_scrape_collector_success{collector=\"rdma\"} 1"],
+    );
 }
 
 /// The files of a directory in the fixture tree, by name.

@@ -76,16 +76,19 @@ impl RdmaSettings {
 impl Settings for RdmaSettings {
     fn start(self: Box<Self>, host: &Host) -> Result<Started, StartError> {
         Ok(Started::new(RdmaCollector {
-            class_dir: host.sysfs.join("class/infiniband"),
+            sysfs: host.sysfs.clone(),
             devices: self.devices,
         }))
     }
 }
 
 struct RdmaCollector {
-    class_dir: PathBuf,
+    sysfs: PathBuf,
     devices: DeviceFilter,
 }
+
+/// Where the devices are, under `--path.sysfs`.
+const CLASS_DIR: &str = "class/infiniband";
 
 const DEVICE_INFO: Desc = Desc::gauge(
     "hpcnode_rdma_device_info",
@@ -321,7 +324,7 @@ impl Collector for RdmaCollector {
     type Unit = Entry;
 
     fn units(&self) -> Result<Vec<Entry>, CollectError> {
-        match SysDir::open(&self.class_dir).and_then(|dir| dir.entries()) {
+        match SysDir::open(&self.sysfs, CLASS_DIR).and_then(|dir| dir.entries()) {
             Ok(mut devices) => {
                 devices
                     .retain(|device| device.name().map_or(true, |name| self.devices.allows(name)));
@@ -337,7 +340,8 @@ impl Collector for RdmaCollector {
         let Some(device) = out.reported(device.name()) else {
             return;
         };
-        let Some(dir) = out.reported(SysDir::open(&self.class_dir.join(device))) else {
+        let Some(dir) = out.reported(SysDir::open(&self.sysfs, format!("{CLASS_DIR}/{device}")))
+        else {
             return;
         };
         let mut read = DeviceRead {
@@ -632,12 +636,13 @@ mod tests {
     #[test]
     fn a_file_where_a_directory_belongs_is_absent() {
         let tmp = tempfile::tempdir().unwrap();
-        let device = tmp.path().join("mlx5_0");
+        let class_dir = tmp.path().join(CLASS_DIR);
+        let device = class_dir.join("mlx5_0");
         let port = device.join("ports/1");
         std::fs::create_dir_all(&port).unwrap();
         std::os::unix::fs::symlink("../0000:05:00.0", device.join("device")).unwrap();
         for (file, content) in [
-            (tmp.path().join("0000:05:00.0"), ""),
+            (class_dir.join("0000:05:00.0"), ""),
             (device.join("hw_counters"), ""),
             (port.join("counters"), ""),
             (port.join("state"), "4: ACTIVE"),
@@ -647,7 +652,7 @@ mod tests {
             std::fs::write(file, content).unwrap();
         }
         let collector = RdmaCollector {
-            class_dir: tmp.path().to_path_buf(),
+            sysfs: tmp.path().to_path_buf(),
             devices: DeviceFilter::All,
         };
         let mut out = Output::default();

@@ -185,7 +185,7 @@ pub struct Probes {
 
 impl Probes {
     fn attach(procfs: &Path) -> Probes {
-        let proc = SysDir::open(procfs).ok();
+        let proc = SysDir::open(procfs, "").ok();
         let mut reader = AttributeReader::default();
         let mut proc_value = |name: &str| {
             proc.as_ref()

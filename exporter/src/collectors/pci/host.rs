@@ -27,7 +27,7 @@ impl Read<'_> {
         self.flag(&IOMMU_ENABLED, Vec::new(), !units.is_empty());
         self.push(&IOMMU_UNITS, Vec::new(), Value::Int(units.len() as u64));
 
-        if let Some(proc_dir) = self.out.reported(SysDir::open(&collector.procfs)) {
+        if let Some(proc_dir) = self.out.reported(SysDir::open(&collector.procfs, "")) {
             let cmdline = proc_dir
                 .read("cmdline", &mut self.reader)
                 .map(str::to_string);
@@ -42,8 +42,8 @@ impl Read<'_> {
             }
         }
 
-        let groups_path = collector.sysfs.join("kernel/iommu_groups");
-        let groups = SysDir::open(&groups_path).and_then(|d| d.entries().map(|e| (d, e)));
+        let groups = SysDir::open(&collector.sysfs, "kernel/iommu_groups")
+            .and_then(|d| d.entries().map(|e| (d, e)));
         if let Some((groups, entries)) = self.out.optional(groups) {
             for group in entries {
                 let Some(group) = self.out.reported(group.into_name()) else {
@@ -68,7 +68,7 @@ impl Read<'_> {
             }
         }
 
-        let loaded = SysDir::open(&collector.sysfs.join("module")).and_then(|d| d.entries());
+        let loaded = SysDir::open(&collector.sysfs, "module").and_then(|d| d.entries());
         let loaded: Vec<String> = (self.out.optional(loaded).unwrap_or_default().into_iter())
             .filter_map(|module| self.out.reported(module.into_name()))
             .collect();
@@ -91,8 +91,7 @@ impl Read<'_> {
     }
 
     pub(super) fn iommu_units(&mut self) -> Vec<String> {
-        let units =
-            SysDir::open(&self.collector.sysfs.join("class/iommu")).and_then(|d| d.entries());
+        let units = SysDir::open(&self.collector.sysfs, "class/iommu").and_then(|d| d.entries());
         (self.out.optional(units).unwrap_or_default().into_iter())
             .filter_map(|unit| self.out.reported(unit.into_name()))
             .collect()

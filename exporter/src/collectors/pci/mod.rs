@@ -329,6 +329,8 @@ const CLASSES_OF_INTEREST: [u32; 7] = [
 /// QLogic/Cornelis (TrueScale, Omni-Path).
 const RDMA_VENDORS: [u16; 3] = [0x15b3, 0x1425, 0x1fc1];
 const VFIO_DRIVER: &str = "vfio-pci";
+/// Every PCI device, under `--path.sysfs`.
+const DEVICES_DIR: &str = "bus/pci/devices";
 
 /// What one read covers: the host's IOMMU state, Nova's options, or one device.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -360,7 +362,7 @@ impl Collector for PciCollector {
     type Unit = Unit;
 
     fn units(&self) -> Result<Vec<Unit>, CollectError> {
-        let listing = SysDir::open(&self.sysfs.join("bus/pci/devices"))
+        let listing = SysDir::open(&self.sysfs, DEVICES_DIR)
             .and_then(|dir| dir.entries().map(|entries| (dir, entries)));
         let (devices, entries) = match listing {
             Ok(listing) => listing,

@@ -6,32 +6,21 @@ use std::path::Path;
 
 use crate::collector::{CollectError, ErrorKind};
 use crate::metrics::{LabelValue, Value};
-use crate::sysfs::{AttributeReader, SysDir, SysfsError};
+use crate::sysfs::{read_named_file, AttributeReader, SysDir, SysfsError};
 
 use super::identity::{read_identity, Identity};
 use super::nova::{self, DeviceType, NovaConfig, PciIdentity};
-use super::{Read, NOVA_ALIAS_DEVICES, NOVA_ALIAS_MISMATCH, NOVA_CONFIG_VALID, NOVA_SPEC_DEVICES};
+use super::{
+    Read, DEVICES_DIR, NOVA_ALIAS_DEVICES, NOVA_ALIAS_MISMATCH, NOVA_CONFIG_VALID,
+    NOVA_SPEC_DEVICES,
+};
 
 /// nova.conf with its comments is about 200 KiB.
 const CONFIG_FILE_LIMIT: usize = 4 << 20;
 
 /// A config file named by a flag, read whole (it is not under a root: the flag names it).
-fn read_file(path: &Path, limit: usize) -> Result<Vec<u8>, SysfsError> {
-    // `nova.conf` has the parent "", which no directory opens: it means the working directory.
-    let parent = match path.parent() {
-        Some(parent) if parent.as_os_str().is_empty() => Path::new("."),
-        Some(parent) => parent,
-        None => Path::new("/"),
-    };
-    let name = path
-        .file_name()
-        .map(|n| n.to_string_lossy().into_owned())
-        .unwrap_or_default();
-    SysDir::open(parent)?.read_file(&name, limit)
-}
-
 pub(super) fn read_nova_config(path: &Path) -> Result<NovaConfig, SysfsError> {
-    let bytes = read_file(path, CONFIG_FILE_LIMIT)?;
+    let bytes = read_named_file(path, CONFIG_FILE_LIMIT)?;
     Ok(nova::parse_config(&String::from_utf8_lossy(&bytes)))
 }
 
@@ -101,8 +90,10 @@ impl Read<'_> {
             }
         }
         // Every present device with its Nova identity and type.
-        let devices_dir = collector.sysfs.join("bus/pci/devices");
-        let Some(devices) = self.out.reported(SysDir::open(&devices_dir)) else {
+        let Some(devices) = self
+            .out
+            .reported(SysDir::open(&collector.sysfs, DEVICES_DIR))
+        else {
             return;
         };
         let Some(entries) = self.out.reported(devices.entries()) else {
@@ -185,7 +176,7 @@ mod tests {
     #[test]
     fn a_config_file_named_without_a_directory_is_in_the_working_directory() {
         // Unit tests run in the crate directory.
-        let bytes = read_file(Path::new("Cargo.toml"), CONFIG_FILE_LIMIT).unwrap();
+        let bytes = read_named_file(Path::new("Cargo.toml"), CONFIG_FILE_LIMIT).unwrap();
         assert!(String::from_utf8_lossy(&bytes).contains("[package]"));
     }
 }

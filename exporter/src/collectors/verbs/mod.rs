@@ -457,7 +457,7 @@ fn start_responder(
 /// The RDMA devices under sysfs, sorted (an entry whose name is not UTF-8 last); none when
 /// the class directory is absent.
 fn devices(sysfs: &Path) -> Vec<Entry> {
-    SysDir::open(&sysfs.join("class/infiniband"))
+    SysDir::open(sysfs, "class/infiniband")
         .and_then(|dir| dir.entries())
         .unwrap_or_default()
 }
