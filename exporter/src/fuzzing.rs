@@ -37,7 +37,7 @@ fn scratch_dir() -> &'static Path {
 pub fn sysfs_attribute(data: &[u8]) {
     let path = scratch_dir().join("attribute");
     std::fs::write(&path, data).expect("write the attribute");
-    let dir = SysDir::open(scratch_dir()).expect("open the scratch directory");
+    let dir = SysDir::open(scratch_dir(), "").expect("open the scratch directory");
     let mut reader = AttributeReader::default();
     let bytes = dir.read_bytes("attribute", &mut reader).map(<[u8]>::to_vec);
     assert_eq!(bytes.is_ok(), data.len() <= 4096);
@@ -145,7 +145,7 @@ pub fn micras(data: &[u8]) {
             None => drop(std::fs::remove_file(path)),
         }
     }
-    let dir = SysDir::open(&dir_path).expect("open the micras directory");
+    let dir = SysDir::open(&dir_path, "").expect("open the micras directory");
     let out = micras::read_card_files(&dir);
     for family in out.samples.families() {
         for (_, value) in &family.samples {

@@ -84,6 +84,13 @@ pub enum LabelValue {
 }
 
 impl LabelValue {
+    /// Text the exporter composed itself, kept whole: an eBPF probe's failure reason, which
+    /// names every hook tried with the kernel's error for it. Text read from the node is not
+    /// this; it goes through `From<String>`.
+    pub fn composed(text: String) -> Self {
+        LabelValue::Shared(text.into())
+    }
+
     pub fn as_str(&self) -> &str {
         match self {
             LabelValue::Static(text) => text,
@@ -98,10 +105,29 @@ impl From<&'static str> for LabelValue {
     }
 }
 
+/// Text from the node (a file's content, a directory or link name, a kernel parameter, a
+/// config value, a kernel log line) as a label value: control characters removed, at most
+/// [`MAX_LABEL_CHARS`] characters. The one rule for every label value that is neither a
+/// constant nor [`LabelValue::composed`] (METRICS.md says so).
 impl From<String> for LabelValue {
     fn from(text: String) -> Self {
-        LabelValue::Shared(text.into())
+        LabelValue::Shared(label_text(text).into())
     }
+}
+
+/// The longest label value taken from the node, in characters; longer ones are cut.
+pub const MAX_LABEL_CHARS: usize = 160;
+
+/// `text` bounded to [`MAX_LABEL_CHARS`] characters with control characters (C0, DEL, C1:
+/// terminal escapes, newlines) removed; returned as it is when it is already so.
+pub fn label_text(text: String) -> String {
+    if text.len() <= MAX_LABEL_CHARS && !text.chars().any(char::is_control) {
+        return text;
+    }
+    text.chars()
+        .filter(|c| !c.is_control())
+        .take(MAX_LABEL_CHARS)
+        .collect()
 }
 
 impl EncodeLabelValue for LabelValue {
@@ -272,5 +298,16 @@ mod tests {
     fn sample_name_matches_encoder() {
         assert_eq!(BYTES.sample_name(), "hpcnode_test_data_bytes_total");
         assert_eq!(STATE.sample_name(), "hpcnode_test_state");
+    }
+
+    #[test]
+    fn label_text_from_the_node_is_bounded_and_without_control_characters() {
+        let label = |text: &str| LabelValue::from(text.to_string());
+        assert_eq!(label("MT_0000000223").as_str(), "MT_0000000223");
+        assert_eq!(label("\x1b[31mred\x07\u{85}\t\n").as_str(), "[31mred");
+        let long = "é".repeat(MAX_LABEL_CHARS + 1);
+        assert_eq!(label(&long).as_str(), &long[..2 * MAX_LABEL_CHARS]);
+        let reason = "x".repeat(500);
+        assert_eq!(LabelValue::composed(reason.clone()).as_str(), reason);
     }
 }

@@ -2,24 +2,43 @@
 //! `--path.rootfs`).
 //!
 //! A scrape reads thousands of small attributes, so every read is relative to an open directory
-//! (`openat`: one path component to resolve, not ten) and takes three system calls: open, one
-//! read, close. Opens are non-blocking, so a FIFO planted where an attribute belongs returns at
-//! once; whatever is not a regular file is refused. A read that still hangs inside a driver is
+//! (one path component to resolve, not ten) and takes three system calls: open, one read,
+//! close. Opens are non-blocking, so a FIFO planted where an attribute belongs returns at once;
+//! whatever is not a regular file is refused. A read that still hangs inside a driver is
 //! bounded by the collector framework's deadline, not here. The few files longer than a page
 //! (`/proc/modules`, `modules.builtin`) are read to their end under an explicit byte bound.
+//!
+//! Nothing under a root is reached outside it: a [`SysDir`] remembers the root it was opened
+//! under, and every open resolves as if that root were `/` (`RESOLVE_IN_ROOT`): `..` stops at
+//! it, absolute links start from it, and `/proc/<pid>/fd`-style magic links are refused. So a
+//! `board_id` linked to `/etc/shadow` is `<root>/etc/shadow`, which does not exist, and the
+//! host's file never reaches a label or a log line. Directories are still reached through the
+//! relative links sysfs is made of (`class/infiniband/mlx5_0 -> ../../devices/...`). An
+//! attribute (a plain name, never a link in sysfs) is opened with `O_NOFOLLOW`, still one
+//! `openat`; links and paths are resolved by openat2 (Linux 5.6), or before it by a walk that
+//! reads each link itself.
 
 use std::ffi::CStr;
-use std::os::fd::OwnedFd;
-use std::os::unix::ffi::OsStringExt;
+use std::fmt;
+use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
+use std::os::unix::ffi::{OsStrExt, OsStringExt};
 use std::path::{Path, PathBuf};
+use std::sync::{Arc, OnceLock};
 
-use rustix::fs::{FileType, Mode, OFlags};
+use rustix::fs::{FileType, Mode, OFlags, ResolveFlags};
 use rustix::io::Errno;
 
 use crate::error::{CollectError, ErrorKind};
 
 /// sysfs attributes are at most one page; anything longer is not an attribute.
 const MAX_ATTRIBUTE_BYTES: usize = 4096;
+
+/// Links followed in one path before giving up with `ELOOP`, as the kernel does (MAXSYMLINKS).
+const MAX_LINKS: usize = 40;
+
+/// Times an open is retried when openat2 reports a race with a rename or mount elsewhere on
+/// the system while it resolved `..` (it answers EAGAIN and asks the caller to retry).
+const MAX_RACE_RETRIES: usize = 16;
 
 /// Why one sysfs attribute or directory could not be used.
 #[derive(Debug, thiserror::Error)]
@@ -37,6 +56,8 @@ pub enum SysfsError {
         reason: &'static str,
         content: String,
     },
+    #[error("list {dir}: entry name is not UTF-8: {name}")]
+    NameNotUtf8 { dir: PathBuf, name: String },
 }
 
 impl SysfsError {
@@ -44,7 +65,7 @@ impl SysfsError {
         match self {
             SysfsError::Io { .. } => ErrorKind::Io,
             SysfsError::NotRegularFile { .. } => ErrorKind::NotRegularFile,
-            SysfsError::Parse { .. } => ErrorKind::Parse,
+            SysfsError::Parse { .. } | SysfsError::NameNotUtf8 { .. } => ErrorKind::Parse,
         }
     }
 
@@ -92,28 +113,101 @@ impl Default for AttributeReader {
     }
 }
 
-/// An open sysfs directory; attributes and subdirectories are opened relative to it.
+/// One entry of a directory listing. A name that is not UTF-8 is an entry of its own, reported
+/// where it is used, so that it hides none of its siblings.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Entry {
+    Name(String),
+    /// The directory's path, and the name with its bytes escaped (`bad\xff`).
+    NotUtf8 {
+        dir: PathBuf,
+        escaped: String,
+    },
+}
+
+impl Entry {
+    fn new(dir: &Path, name: &CStr) -> Entry {
+        match name.to_str() {
+            Ok(name) => Entry::Name(name.to_string()),
+            Err(_) => Entry::NotUtf8 {
+                dir: dir.to_path_buf(),
+                escaped: name.to_bytes().escape_ascii().to_string(),
+            },
+        }
+    }
+
+    /// The name, or the error that reports an entry without a usable one.
+    pub fn name(&self) -> Result<&str, SysfsError> {
+        match self {
+            Entry::Name(name) => Ok(name),
+            Entry::NotUtf8 { dir, escaped } => Err(SysfsError::NameNotUtf8 {
+                dir: dir.clone(),
+                name: escaped.clone(),
+            }),
+        }
+    }
+
+    /// As [`Entry::name`], owned.
+    pub fn into_name(self) -> Result<String, SysfsError> {
+        match self {
+            Entry::Name(name) => Ok(name),
+            Entry::NotUtf8 { dir, escaped } => Err(SysfsError::NameNotUtf8 { dir, name: escaped }),
+        }
+    }
+}
+
+/// The name; an entry without one shows its escaped path, which no name can equal (a name has
+/// no `/`), so listings stay usable as unit names.
+impl fmt::Display for Entry {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Entry::Name(name) => f.write_str(name),
+            Entry::NotUtf8 { dir, escaped } => write!(f, "{}/{escaped}", dir.display()),
+        }
+    }
+}
+
+/// An open directory under a root; attributes and subdirectories are opened relative to it,
+/// never outside the root.
 pub struct SysDir {
     fd: OwnedFd,
+    /// The root it was opened under, and its path from there: what an open that leaves this
+    /// directory (a relative link to a sibling, `device/spad/post_code`) resolves from.
+    root: Arc<OwnedFd>,
+    relative: PathBuf,
+    /// The full path, for messages.
     path: PathBuf,
 }
 
 impl SysDir {
-    pub fn open(path: &Path) -> Result<SysDir, SysfsError> {
-        let fd = rustix::fs::open(path, dir_flags(), Mode::empty())
-            .map_err(|errno| SysfsError::io(path.to_path_buf(), errno))?;
+    /// `relative` under `root` (a `--path.*` directory, whose own links are followed: the
+    /// operator named it). `""` is the root itself.
+    pub fn open(root: &Path, relative: impl AsRef<Path>) -> Result<SysDir, SysfsError> {
+        let relative = relative.as_ref();
+        let path = join(root, relative);
+        let root_flags = OFlags::PATH | OFlags::DIRECTORY | OFlags::CLOEXEC;
+        let opened = rustix::fs::open(root, root_flags, Mode::empty()).and_then(|root| {
+            let fd = resolve(root.as_fd(), relative, dir_flags(), Scope::InRoot)?;
+            Ok((root, fd))
+        });
+        let (root, fd) = opened.map_err(|errno| SysfsError::io(path.clone(), errno))?;
         Ok(SysDir {
             fd,
-            path: path.to_path_buf(),
+            root: Arc::new(root),
+            relative: relative.to_path_buf(),
+            path,
         })
     }
 
-    /// A subdirectory (following symlinks, as `class/infiniband/<dev>` is one).
+    /// A subdirectory (following links inside the root, as `class/infiniband/<dev>` is one).
     pub fn subdir(&self, name: &str) -> Result<SysDir, SysfsError> {
-        let fd = rustix::fs::openat(&self.fd, name, dir_flags(), Mode::empty())
+        let fd = self
+            .open_entry(name, dir_flags())
             .map_err(|errno| SysfsError::io(self.path(name), errno))?;
         Ok(SysDir {
             fd,
+            root: self.root.clone(),
+            relative: self.relative.join(name),
             path: self.path(name),
         })
     }
@@ -121,6 +215,32 @@ impl SysDir {
     /// The full path of an entry, for messages.
     pub fn path(&self, name: &str) -> PathBuf {
         self.path.join(name)
+    }
+
+    /// Opens `name` (one component, or a path below this directory) inside the root. A plain
+    /// name is opened without following a link (`O_NOFOLLOW`), which cannot leave this
+    /// directory: the attributes a scrape reads by the thousand cost one `openat`, as ever. A
+    /// link, or a path, is resolved below this directory, and one that leaves it (`..`, a
+    /// link to a sibling, an absolute link) again from the root, so it ends inside the root
+    /// or nowhere.
+    fn open_entry(&self, name: &str, flags: OFlags) -> Result<OwnedFd, Errno> {
+        if !name.is_empty() && !name.contains('/') && name != "." && name != ".." {
+            let nofollow = flags | OFlags::NOFOLLOW;
+            match rustix::fs::openat(&self.fd, name, nofollow, Mode::empty()) {
+                // A link (or a file where a directory belongs): resolved below.
+                Err(Errno::LOOP | Errno::NOTDIR) => {}
+                opened => return opened,
+            }
+        }
+        match resolve(self.fd.as_fd(), Path::new(name), flags, Scope::Beneath) {
+            Err(Errno::XDEV) => resolve(
+                self.root.as_fd(),
+                &self.relative.join(name),
+                flags,
+                Scope::InRoot,
+            ),
+            opened => opened,
+        }
     }
 
     /// An attribute's content with surrounding whitespace (the kernel's trailing newline, the
@@ -175,8 +295,8 @@ impl SysDir {
     /// Opens a file non-blocking, reads once into `buf` and closes it; refuses what is not a
     /// regular file.
     fn open_and_read_first(&self, name: &str, buf: &mut [u8]) -> Result<usize, SysfsError> {
-        let flags = OFlags::RDONLY | OFlags::NONBLOCK | OFlags::CLOEXEC | OFlags::NOCTTY;
-        let fd = rustix::fs::openat(&self.fd, name, flags, Mode::empty())
+        let fd = self
+            .open_entry(name, read_flags())
             .map_err(|errno| SysfsError::io(self.path(name), errno))?;
         // Regular files return everything up to EOF in one read; only an empty or refused read
         // needs a look at what the file is (a FIFO reads as empty or EAGAIN).
@@ -199,41 +319,15 @@ impl SysDir {
 
     /// A whole file as bytes, at most `limit` of them: binary attributes (a PCI device's
     /// `config`, up to 4096 bytes) and the few longer text files read under `--path.rootfs`
-    /// (`modules.alias`, `nova.conf`). Same rules as [`SysDir::read`]: non-blocking, regular
-    /// files only (checked before reading, since this reads until end of file), and a file
-    /// longer than `limit` is refused rather than cut.
+    /// (`modules.alias`). Same rules as [`SysDir::read`]: non-blocking, regular files only
+    /// (checked before reading, since this reads until end of file), and a file longer than
+    /// `limit` is refused rather than cut.
     pub fn read_file(&self, name: &str, limit: usize) -> Result<Vec<u8>, SysfsError> {
-        let flags = OFlags::RDONLY | OFlags::NONBLOCK | OFlags::CLOEXEC | OFlags::NOCTTY;
-        let io_error = |errno| SysfsError::io(self.path(name), errno);
-        let fd = rustix::fs::openat(&self.fd, name, flags, Mode::empty()).map_err(io_error)?;
-        let stat = rustix::fs::fstat(&fd).map_err(io_error)?;
-        if FileType::from_raw_mode(stat.st_mode) != FileType::RegularFile {
-            return Err(SysfsError::NotRegularFile {
-                path: self.path(name),
-            });
-        }
-        // sysfs reports a size that need not match what a read returns (`config` says 4096
-        // and gives 64 bytes to non-root readers), so the size is only a capacity hint.
-        let hint = usize::try_from(stat.st_size).unwrap_or(limit).min(limit);
-        let mut content = Vec::with_capacity(hint + 1);
-        let mut chunk = [0u8; 4096];
-        loop {
-            match rustix::io::read(&fd, &mut chunk[..]) {
-                Ok(0) => return Ok(content),
-                Ok(len) => {
-                    content.extend_from_slice(&chunk[..len]);
-                    if content.len() > limit {
-                        return Err(SysfsError::parse(
-                            &self.path(name),
-                            "longer than this file may be",
-                            &String::from_utf8_lossy(&content[..content.len().min(64)]),
-                        ));
-                    }
-                }
-                Err(Errno::INTR) => continue,
-                Err(errno) => return Err(io_error(errno)),
-            }
-        }
+        let path = self.path(name);
+        let fd = self
+            .open_entry(name, read_flags())
+            .map_err(|errno| SysfsError::io(path.clone(), errno))?;
+        read_to_end(&fd, path, limit)
     }
 
     /// An unsigned integer attribute (counters, ids).
@@ -243,31 +337,32 @@ impl SysDir {
             .map_err(|_| SysfsError::parse(&self.path(name), "not an unsigned integer", text))
     }
 
-    /// Names of the directory's entries, sorted so output order is stable; numeric names
-    /// (ports, GID indexes) sort by value.
-    pub fn entries(&self) -> Result<Vec<String>, SysfsError> {
+    /// The directory's entries, sorted so output order is stable: numeric names (ports, GID
+    /// indexes) by value, then the other names, then the names that are not UTF-8.
+    pub fn entries(&self) -> Result<Vec<Entry>, SysfsError> {
         let io_error = |errno| SysfsError::io(self.path.clone(), errno);
         let listing = rustix::fs::openat(&self.fd, ".", dir_flags(), Mode::empty())
             .and_then(rustix::fs::Dir::new)
             .map_err(io_error)?;
-        let mut names = Vec::new();
+        let mut entries = Vec::new();
         for entry in listing {
             let entry = entry.map_err(io_error)?;
             let name = entry.file_name();
             if name == c"." || name == c".." {
                 continue;
             }
-            names.push(utf8_name(&self.path, name)?);
+            entries.push(Entry::new(&self.path, name));
         }
-        // Numbers first, by value; then the rest by name: a total order whatever the names.
-        names.sort_by_cached_key(|name| {
-            (
+        // A total order whatever the names.
+        entries.sort_by_cached_key(|entry| match entry {
+            Entry::Name(name) => (
                 name.parse::<u64>().map_or(1, |_| 0),
                 name.parse::<u64>().unwrap_or(0),
                 name.clone(),
-            )
+            ),
+            Entry::NotUtf8 { escaped, .. } => (2, 0, escaped.clone()),
         });
-        Ok(names)
+        Ok(entries)
     }
 
     /// The last path component of a symlink's target (`device` -> `0000:05:00.0`,
@@ -278,13 +373,72 @@ impl SysDir {
         Ok(target.rsplit('/').next().unwrap_or_default().to_string())
     }
 
-    /// A symlink's target as written in the link (absolute or relative, not resolved).
+    /// A symlink's target as written in the link (absolute or relative, not resolved). The
+    /// directories on the way to it (`device` in `device/driver`) resolve inside the root,
+    /// from the root at once: they are links out of this directory themselves, as a rule.
     pub fn link_target(&self, name: &str) -> Result<PathBuf, SysfsError> {
-        let target = rustix::fs::readlinkat(&self.fd, name, Vec::new())
-            .map_err(|errno| SysfsError::io(self.path(name), errno))?;
+        let io_error = |errno| SysfsError::io(self.path(name), errno);
+        let target = match name.rsplit_once('/') {
+            None => rustix::fs::readlinkat(&self.fd, name, Vec::new()),
+            Some((parent, link)) => {
+                let parent = self.relative.join(parent);
+                let flags = OFlags::PATH | OFlags::DIRECTORY | OFlags::CLOEXEC;
+                let parent = resolve(self.root.as_fd(), &parent, flags, Scope::InRoot);
+                rustix::fs::readlinkat(&parent.map_err(io_error)?, link, Vec::new())
+            }
+        }
+        .map_err(io_error)?;
         Ok(PathBuf::from(std::ffi::OsString::from_vec(
             target.into_bytes(),
         )))
+    }
+}
+
+/// A file named by a flag (a config or token file; not under a root, so its links are
+/// followed as for any path the operator writes), read as [`SysDir::read_file`] reads.
+pub fn read_named_file(path: &Path, limit: usize) -> Result<Vec<u8>, SysfsError> {
+    let fd = rustix::fs::open(path, read_flags(), Mode::empty())
+        .map_err(|errno| SysfsError::io(path.to_path_buf(), errno))?;
+    read_to_end(&fd, path.to_path_buf(), limit)
+}
+
+/// Reads an open file to its end: regular files only (checked before reading, since this
+/// reads until end of file), at most `limit` bytes, a longer file refused rather than cut.
+fn read_to_end(fd: &OwnedFd, path: PathBuf, limit: usize) -> Result<Vec<u8>, SysfsError> {
+    let stat = rustix::fs::fstat(fd).map_err(|errno| SysfsError::io(path.clone(), errno))?;
+    if FileType::from_raw_mode(stat.st_mode) != FileType::RegularFile {
+        return Err(SysfsError::NotRegularFile { path });
+    }
+    // sysfs reports a size that need not match what a read returns (`config` says 4096
+    // and gives 64 bytes to non-root readers), so the size is only a capacity hint.
+    let hint = usize::try_from(stat.st_size).unwrap_or(limit).min(limit);
+    let mut content = Vec::with_capacity(hint + 1);
+    let mut chunk = [0u8; 4096];
+    loop {
+        match rustix::io::read(fd, &mut chunk[..]) {
+            Ok(0) => return Ok(content),
+            Ok(len) => {
+                content.extend_from_slice(&chunk[..len]);
+                if content.len() > limit {
+                    return Err(SysfsError::parse(
+                        &path,
+                        "longer than this file may be",
+                        &String::from_utf8_lossy(&content[..content.len().min(64)]),
+                    ));
+                }
+            }
+            Err(Errno::INTR) => continue,
+            Err(errno) => return Err(SysfsError::io(path, errno)),
+        }
+    }
+}
+
+/// `root` joined with `relative`; the root itself (not `root/`) when `relative` is empty.
+fn join(root: &Path, relative: &Path) -> PathBuf {
+    if relative.as_os_str().is_empty() {
+        root.to_path_buf()
+    } else {
+        root.join(relative)
     }
 }
 
@@ -292,11 +446,124 @@ fn dir_flags() -> OFlags {
     OFlags::RDONLY | OFlags::DIRECTORY | OFlags::CLOEXEC
 }
 
-fn utf8_name(dir: &Path, name: &CStr) -> Result<String, SysfsError> {
-    name.to_str().map(str::to_string).map_err(|_| {
-        let lossy = name.to_string_lossy();
-        SysfsError::parse(&dir.join(&*lossy), "entry name is not UTF-8", &lossy)
+fn read_flags() -> OFlags {
+    OFlags::RDONLY | OFlags::NONBLOCK | OFlags::CLOEXEC | OFlags::NOCTTY
+}
+
+/// Where a path may lead from the directory it is resolved from.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Scope {
+    /// Below it: `..` above it or an absolute link fails with `EXDEV` (`RESOLVE_BENEATH`).
+    Beneath,
+    /// As if it were `/`: `..` stops at it, absolute links start from it (`RESOLVE_IN_ROOT`).
+    InRoot,
+}
+
+/// Opens `path` from `dir` within `scope`, never through a magic link: openat2 where the
+/// kernel has it (5.6), else a walk that does the same in user space.
+fn resolve(dir: BorrowedFd, path: &Path, flags: OFlags, scope: Scope) -> Result<OwnedFd, Errno> {
+    if !openat2_available() {
+        return walk(dir, path, flags, scope);
+    }
+    let path = if path.as_os_str().is_empty() {
+        Path::new(".")
+    } else {
+        path
+    };
+    let how = ResolveFlags::NO_MAGICLINKS
+        | match scope {
+            Scope::Beneath => ResolveFlags::BENEATH,
+            Scope::InRoot => ResolveFlags::IN_ROOT,
+        };
+    let mut attempts = 0;
+    loop {
+        match rustix::fs::openat2(dir, path, flags, Mode::empty(), how) {
+            Err(Errno::AGAIN) if attempts < MAX_RACE_RETRIES => attempts += 1,
+            opened => return opened,
+        }
+    }
+}
+
+/// Whether openat2 can be used: the kernel has it (5.6) and lets this process call it (some
+/// container seccomp profiles answer EPERM for system calls they do not know).
+fn openat2_available() -> bool {
+    static AVAILABLE: OnceLock<bool> = OnceLock::new();
+    *AVAILABLE.get_or_init(|| {
+        let probe = rustix::fs::openat2(
+            rustix::fs::CWD,
+            "/",
+            OFlags::PATH | OFlags::CLOEXEC,
+            Mode::empty(),
+            ResolveFlags::NO_MAGICLINKS,
+        );
+        !matches!(probe, Err(Errno::NOSYS | Errno::PERM))
     })
+}
+
+/// [`resolve`] for kernels without openat2: one component at a time with `O_NOFOLLOW`, so the
+/// kernel follows no link; a link's target is read and walked here under the same scope.
+/// Magic links are never followed as such (their text is walked like any other target). The
+/// final component gets `flags`; the directories on the way are opened `O_PATH`.
+fn walk(dir: BorrowedFd, path: &Path, flags: OFlags, scope: Scope) -> Result<OwnedFd, Errno> {
+    // Directories entered below `dir`: `..` leaves the last one.
+    let mut entered: Vec<OwnedFd> = Vec::new();
+    // The components still to walk, the next one last.
+    let mut pending = components(path.as_os_str().as_bytes());
+    let mut links = 0;
+    loop {
+        let current = entered.last().map_or(dir, |fd| fd.as_fd());
+        let Some(component) = pending.pop() else {
+            // The path ended on a directory (`.`, `..`, empty): open it as asked.
+            return rustix::fs::openat(current, ".", flags, Mode::empty());
+        };
+        match component.as_slice() {
+            b"." => {}
+            b".." => {
+                if entered.pop().is_none() && scope == Scope::Beneath {
+                    return Err(Errno::XDEV);
+                }
+            }
+            name => {
+                let last = pending.is_empty();
+                let step = match last {
+                    true => flags,
+                    false => OFlags::PATH | OFlags::DIRECTORY | OFlags::CLOEXEC,
+                };
+                match rustix::fs::openat(current, name, step | OFlags::NOFOLLOW, Mode::empty()) {
+                    Ok(fd) if last => return Ok(fd),
+                    Ok(fd) => entered.push(fd),
+                    // A link (or a file where a directory belongs, which readlink tells apart).
+                    Err(errno @ (Errno::LOOP | Errno::NOTDIR)) => {
+                        let Ok(target) = rustix::fs::readlinkat(current, name, Vec::new()) else {
+                            return Err(errno);
+                        };
+                        links += 1;
+                        if links > MAX_LINKS {
+                            return Err(Errno::LOOP);
+                        }
+                        let target = target.into_bytes();
+                        if target.starts_with(b"/") {
+                            match scope {
+                                Scope::Beneath => return Err(Errno::XDEV),
+                                Scope::InRoot => entered.clear(),
+                            }
+                        }
+                        pending.extend(components(&target));
+                    }
+                    Err(errno) => return Err(errno),
+                }
+            }
+        }
+    }
+}
+
+/// A path's components, last first (so that popping gives the next one).
+fn components(path: &[u8]) -> Vec<Vec<u8>> {
+    path.split(|&byte| byte == b'/')
+        .filter(|component| !component.is_empty())
+        .rev()
+        .map(<[u8]>::to_vec)
+        .collect()
 }
 
 impl From<SysfsError> for CollectError {
@@ -315,9 +582,10 @@ impl From<SysfsError> for CollectError {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use std::ffi::CString;
+    use std::ffi::{CString, OsStr};
     use std::fs;
     use std::os::unix::ffi::OsStrExt;
+    use std::os::unix::fs::symlink;
     use std::time::{Duration, Instant};
 
     fn mkfifo(path: &Path) {
@@ -331,7 +599,7 @@ mod tests {
         for (name, content) in files {
             fs::write(tmp.path().join(name), content).unwrap();
         }
-        let dir = SysDir::open(tmp.path()).unwrap();
+        let dir = SysDir::open(tmp.path(), "").unwrap();
         (tmp, dir)
     }
 
@@ -409,7 +677,7 @@ mod tests {
     /// A real procfs seq file hands out at most a buffer per read(): the loop must read on.
     #[test]
     fn procfs_seq_file_longer_than_a_page_is_read_whole() {
-        let proc = SysDir::open(Path::new("/proc")).unwrap();
+        let proc = SysDir::open(Path::new("/proc"), "").unwrap();
         let text = proc.read_text_file("crypto", 1 << 20).unwrap();
         assert!(
             text.len() > MAX_ATTRIBUTE_BYTES,
@@ -427,17 +695,17 @@ mod tests {
         assert_eq!(err.kind(), ErrorKind::NotRegularFile, "{err}");
     }
 
-    /// A device that never reaches end of file (`/dev/zero` linked where a file belongs): the
+    /// A device that never reaches end of file (`zero` under a root that holds devices): the
     /// readers that read to end of file refuse it before reading (a 1 GiB bound would not save
     /// the scrape); the one-read attribute readers stop at a page.
     #[test]
     fn endless_device_is_never_read_to_its_end() {
-        let (tmp, dir) = dir_with(&[]);
-        std::os::unix::fs::symlink("/dev/zero", tmp.path().join("zero")).unwrap();
+        let dir = SysDir::open(Path::new("/dev"), "").unwrap();
         let started = Instant::now();
         for err in [
             dir.read_text_file("zero", 1 << 30).unwrap_err(),
             dir.read_file("zero", 1 << 30).unwrap_err(),
+            read_named_file(Path::new("/dev/zero"), 1 << 30).unwrap_err(),
         ] {
             assert_eq!(err.kind(), ErrorKind::NotRegularFile, "{err}");
         }
@@ -455,7 +723,7 @@ mod tests {
     fn binary_attribute_keeps_every_byte() {
         let tmp = tempfile::tempdir().unwrap();
         fs::write(tmp.path().join("SecureBoot"), [6, 0, 0, 0, 1]).unwrap();
-        let dir = SysDir::open(tmp.path()).unwrap();
+        let dir = SysDir::open(tmp.path(), "").unwrap();
         let mut reader = AttributeReader::default();
         assert_eq!(
             dir.read_bytes("SecureBoot", &mut reader).unwrap(),
@@ -487,7 +755,7 @@ mod tests {
         let config: Vec<u8> = (0..=255u8).cycle().take(4096).collect();
         let tmp = tempfile::tempdir().unwrap();
         fs::write(tmp.path().join("config"), &config).unwrap();
-        let dir = SysDir::open(tmp.path()).unwrap();
+        let dir = SysDir::open(tmp.path(), "").unwrap();
         assert_eq!(dir.read_file("config", 4096).unwrap(), config);
         let err = dir.read_file("config", 4095).unwrap_err();
         assert_eq!(err.kind(), ErrorKind::Parse, "{err}");
@@ -503,12 +771,184 @@ mod tests {
             fs::create_dir(tmp.path().join(name)).unwrap();
         }
         std::os::unix::fs::symlink("../../../0000:05:00.0", tmp.path().join("device")).unwrap();
-        assert_eq!(dir.entries().unwrap(), ["1", "2", "10", "device"]);
+        let names = ["1", "2", "10", "device"].map(|name| Entry::Name(name.to_string()));
+        assert_eq!(dir.entries().unwrap(), names);
         assert_eq!(dir.link_target_name("device").unwrap(), "0000:05:00.0");
         assert_eq!(
             dir.link_target("device").unwrap(),
             Path::new("../../../0000:05:00.0")
         );
+    }
+
+    /// One name that is not UTF-8 is one entry of its own, after the others, which it does not
+    /// hide; used, it is a parse error naming the directory and the escaped name.
+    #[test]
+    fn a_name_that_is_not_utf8_hides_no_sibling() {
+        let (tmp, dir) = dir_with(&[("port_rcv_data", "1\n"), ("2", "")]);
+        fs::write(tmp.path().join(OsStr::from_bytes(b"bad\xff")), "").unwrap();
+        let entries = dir.entries().unwrap();
+        assert_eq!(
+            entries[..2],
+            ["2", "port_rcv_data"].map(|n| Entry::Name(n.into()))
+        );
+        let err = entries[2].name().unwrap_err();
+        assert_eq!(err.kind(), ErrorKind::Parse);
+        let cause = format!(
+            "list {}: entry name is not UTF-8: bad\\xff",
+            tmp.path().display()
+        );
+        assert_eq!(err.to_string(), cause);
+        assert_eq!(
+            entries[2].to_string(),
+            format!("{}/bad\\xff", tmp.path().display())
+        );
+    }
+
+    /// A tree with what a hostile or broken root holds: links out of it, absolute and relative,
+    /// beside the relative directory links sysfs is made of. `outside/shadow` is the host's
+    /// file that must never be read through the root.
+    fn hostile_tree() -> tempfile::TempDir {
+        let tmp = tempfile::tempdir().unwrap();
+        let (root, outside) = (tmp.path().join("root"), tmp.path().join("outside"));
+        let shadow = outside.join("shadow");
+        for dir in [
+            "devices/mlx5_0/ports/1",
+            "devices/sibling",
+            "class/infiniband",
+        ] {
+            fs::create_dir_all(root.join(dir)).unwrap();
+        }
+        fs::create_dir_all(&outside).unwrap();
+        fs::write(&shadow, "root:$6$secret\n").unwrap();
+        fs::write(root.join("devices/mlx5_0/fw_ver"), "20.31\n").unwrap();
+        fs::write(root.join("devices/mlx5_0/ports/1/state"), "4: ACTIVE\n").unwrap();
+        fs::write(root.join("devices/sibling/board_id"), "MT_0000000223\n").unwrap();
+        let link = |target: &Path, name: &str| symlink(target, root.join(name)).unwrap();
+        link(Path::new("../../devices/mlx5_0"), "class/infiniband/mlx5_0");
+        link(Path::new("../sibling"), "devices/mlx5_0/device");
+        link(Path::new("../sibling/board_id"), "devices/mlx5_0/board_id");
+        link(&shadow, "devices/mlx5_0/absolute");
+        link(
+            Path::new("../../../../../../../../../../../../../.."),
+            "devices/mlx5_0/up",
+        );
+        let escape = Path::new("../../../../../../../../../../../../../..").join(&shadow);
+        link(&escape, "devices/mlx5_0/relative");
+        link(&outside, "devices/mlx5_0/outside");
+        link(Path::new("loop"), "devices/mlx5_0/loop");
+        tmp
+    }
+
+    /// What an open gave: the file's content, `dir` for a directory, or the errno.
+    fn opened(fd: Result<OwnedFd, Errno>) -> Result<String, Errno> {
+        let fd = fd?;
+        if FileType::from_raw_mode(rustix::fs::fstat(&fd)?.st_mode) == FileType::Directory {
+            return Ok("dir".to_string());
+        }
+        let mut buf = [0u8; 64];
+        let len = rustix::io::read(&fd, &mut buf[..])?;
+        Ok(String::from_utf8_lossy(&buf[..len]).into_owned())
+    }
+
+    /// The kernel's resolution (openat2) and the walk for kernels without it agree on every
+    /// path, and neither ever leaves the root.
+    #[test]
+    fn links_resolve_inside_the_root_with_and_without_openat2() {
+        let tmp = hostile_tree();
+        let root = rustix::fs::open(tmp.path().join("root"), OFlags::PATH, Mode::empty()).unwrap();
+        let device = tmp.path().join("root/devices/mlx5_0");
+        let device = rustix::fs::open(device, OFlags::PATH, Mode::empty()).unwrap();
+        let found = |text: &str| Ok(text.to_string());
+        let board_id = || found("MT_0000000223\n");
+        let in_root = [
+            ("class/infiniband/mlx5_0/fw_ver", found("20.31\n")),
+            ("class/infiniband/mlx5_0/../sibling/board_id", board_id()),
+            ("class/infiniband/mlx5_0/device/board_id", board_id()),
+            ("class/infiniband/mlx5_0/board_id", board_id()),
+            ("devices/mlx5_0/ports/1/state", found("4: ACTIVE\n")),
+            ("devices/mlx5_0/absolute", Err(Errno::NOENT)),
+            ("devices/mlx5_0/relative", Err(Errno::NOENT)),
+            ("devices/mlx5_0/outside/shadow", Err(Errno::NOENT)),
+            ("devices/mlx5_0/up/devices/sibling/board_id", board_id()),
+            ("../../../outside/shadow", Err(Errno::NOENT)),
+            ("devices/mlx5_0/loop", Err(Errno::LOOP)),
+            ("devices/mlx5_0/fw_ver/x", Err(Errno::NOTDIR)),
+            ("", found("dir")),
+        ];
+        let beneath = [
+            ("ports/1/state", found("4: ACTIVE\n")),
+            ("ports/1/../..", found("dir")),
+            ("board_id", Err(Errno::XDEV)),
+            ("absolute", Err(Errno::XDEV)),
+        ];
+        let cases = (in_root.map(|(path, opened)| (&root, path, Scope::InRoot, opened)))
+            .into_iter()
+            .chain(beneath.map(|(path, opened)| (&device, path, Scope::Beneath, opened)));
+        let flags = OFlags::RDONLY | OFlags::CLOEXEC;
+        for (dir, path, scope, expected) in cases {
+            let path = Path::new(path);
+            let walked = opened(walk(dir.as_fd(), path, flags, scope));
+            assert_eq!(walked, expected, "walk {path:?} {scope:?}");
+            // On a kernel without openat2 `resolve` is the walk: compared above.
+            let resolved = opened(resolve(dir.as_fd(), path, flags, scope));
+            assert_eq!(resolved, expected, "openat2 {path:?} {scope:?}");
+        }
+    }
+
+    /// Through `SysDir`: relative directory links work, a link out of the root is a file that
+    /// does not exist there, and a link's directories resolve inside the root too.
+    #[test]
+    fn sysdir_reads_through_relative_links_and_never_out_of_the_root() {
+        let tmp = hostile_tree();
+        let root = tmp.path().join("root");
+        let class = SysDir::open(&root, "class/infiniband").unwrap();
+        let device = class.subdir("mlx5_0").unwrap();
+        let mut reader = AttributeReader::default();
+        assert_eq!(device.read("fw_ver", &mut reader).unwrap(), "20.31");
+        assert_eq!(
+            device.read("board_id", &mut reader).unwrap(),
+            "MT_0000000223"
+        );
+        assert_eq!(
+            device.read("device/board_id", &mut reader).unwrap(),
+            "MT_0000000223"
+        );
+        for name in [
+            "absolute",
+            "relative",
+            "outside/shadow",
+            "up/../outside/shadow",
+        ] {
+            let err = device.read(name, &mut reader).unwrap_err();
+            assert!(err.is_not_found(), "{name}: {err}");
+            assert!(device.read_file(name, 1 << 20).unwrap_err().is_not_found());
+        }
+        assert!(device
+            .subdir("outside")
+            .is_err_and(|err| err.is_not_found()));
+        assert_eq!(device.link_target_name("device").unwrap(), "sibling");
+        assert!(device
+            .link_target("outside/link")
+            .unwrap_err()
+            .is_not_found());
+        // The root named by the flag may itself be a link: the operator named it.
+        symlink(&root, tmp.path().join("sys")).unwrap();
+        let dir = SysDir::open(&tmp.path().join("sys"), "devices/mlx5_0").unwrap();
+        assert_eq!(dir.read("ports/1/state", &mut reader).unwrap(), "4: ACTIVE");
+    }
+
+    /// `/proc/<pid>/fd/<n>` and the like lead anywhere, whatever the root: never followed.
+    #[test]
+    fn magic_links_are_never_followed() {
+        let tmp = tempfile::tempdir().unwrap();
+        let file = fs::File::create(tmp.path().join("secret")).unwrap();
+        let fd = std::os::fd::AsRawFd::as_raw_fd(&file);
+        let proc = SysDir::open(Path::new("/proc"), "").unwrap();
+        let name = format!("self/fd/{fd}");
+        assert!(proc.read(&name, &mut AttributeReader::default()).is_err());
+        let root = rustix::fs::open("/proc", OFlags::PATH, Mode::empty()).unwrap();
+        let flags = OFlags::RDONLY | OFlags::CLOEXEC;
+        assert!(walk(root.as_fd(), Path::new(&name), flags, Scope::InRoot).is_err());
     }
 }
 
@@ -577,7 +1017,7 @@ mod proptests {
     #[test]
     fn every_reader_gives_the_content_or_a_parse_error() {
         let tmp = tempfile::tempdir().unwrap();
-        let dir = SysDir::open(tmp.path()).unwrap();
+        let dir = SysDir::open(tmp.path(), "").unwrap();
         let config = ProptestConfig::with_cases(128);
         proptest!(config, |(content in bytes(NUMBER_TOKENS), limit in 0usize..8192)| {
             fs::write(tmp.path().join("attr"), &content).unwrap();
@@ -588,7 +1028,7 @@ mod proptests {
     #[test]
     fn a_printed_number_reads_back() {
         let tmp = tempfile::tempdir().unwrap();
-        let dir = SysDir::open(tmp.path()).unwrap();
+        let dir = SysDir::open(tmp.path(), "").unwrap();
         let config = ProptestConfig::with_cases(64);
         proptest!(config, |(number: u64, before in "[ \t\n]{0,3}", after in "[ \t\n]{0,3}")| {
             fs::write(tmp.path().join("attr"), format!("{before}{number}{after}")).unwrap();

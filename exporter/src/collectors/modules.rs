@@ -276,11 +276,11 @@ impl Read<'_> {
 
     /// A directory under a root; `None` when it does not exist, or is broken (then reported).
     fn dir(&mut self, root: &Path, name: &str) -> Option<SysDir> {
-        self.out.optional(SysDir::open(&root.join(name)))
+        self.out.optional(SysDir::open(root, name))
     }
 
     fn procfs(&mut self) -> Option<SysDir> {
-        self.out.reported(SysDir::open(&self.collector.procfs))
+        self.out.reported(SysDir::open(&self.collector.procfs, ""))
     }
 
     /// What `/proc/modules` says; `None` when it cannot be read (reported).
@@ -353,25 +353,13 @@ impl Read<'_> {
     }
 
     /// Whether `<rootfs>/lib/modules/<release>/build` leads to a directory. The link is
-    /// followed inside the root filesystem, so it is judged right when the exporter runs in a
-    /// container with the host's root at `--path.rootfs`.
+    /// followed inside the root filesystem (an absolute target starts at `--path.rootfs`), so
+    /// it is judged right when the exporter runs in a container with the host's root there.
     fn build_dir_present(&mut self, release: &str) -> Option<u64> {
         let rootfs = self.collector.rootfs.clone();
-        let modules_dir = match SysDir::open(&rootfs.join(format!("lib/modules/{release}"))) {
-            Err(err) if err.is_absent() => return Some(0),
-            opened => self.out.reported(opened)?,
-        };
-        let build = match modules_dir.link_target("build") {
-            Ok(target) if target.is_absolute() => rootfs.join(target.strip_prefix("/").ok()?),
-            Ok(target) => modules_dir.path(&target.to_string_lossy()),
-            // EINVAL: not a symlink, maybe a directory itself.
-            Err(err) if !err.is_absent() && !is_invalid(&err) => {
-                self.error(err);
-                return None;
-            }
-            Err(_) => modules_dir.path("build"),
-        };
-        match SysDir::open(&build) {
+        let build = SysDir::open(&rootfs, format!("lib/modules/{release}"))
+            .and_then(|modules_dir| modules_dir.subdir("build"));
+        match build {
             Err(err) if err.is_absent() => Some(0),
             opened => self.out.reported(opened).map(|_| 1),
         }
@@ -558,6 +546,11 @@ impl Read<'_> {
             // An empty efivars directory is an unmounted efivarfs, not a firmware fact.
             Err(err) if err.is_absent() => {
                 let entries = self.out.reported(efivars.entries())?;
+                for entry in &entries {
+                    if let Err(err) = entry.name() {
+                        self.error(err);
+                    }
+                }
                 (!entries.is_empty()).then_some(0)
             }
             enabled => self.out.reported(enabled),
@@ -571,10 +564,6 @@ struct ModprobeRule {
     rule: &'static str,
     /// Where the rule is, as a path on the node (`/etc/modprobe.d/mlx5.conf`, `/proc/cmdline`).
     file: String,
-}
-
-fn is_invalid(err: &SysfsError) -> bool {
-    matches!(err, SysfsError::Io { source, .. } if source.raw_os_error() == Some(libc::EINVAL))
 }
 
 /// Parses `/proc/modules`: `name size refcount deps state address [(taints)]`, one module a

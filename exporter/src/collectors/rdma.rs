@@ -14,7 +14,7 @@ use crate::collector::{
 use crate::flags::{optional, ConfigError, Flags};
 use crate::metrics::{Desc, LabelValue, Labels, Value};
 use crate::rdma_port::{parse_rate, parse_state_id, ETHERNET_LINK_LAYER};
-use crate::sysfs::{AttributeReader, SysDir, SysfsError};
+use crate::sysfs::{AttributeReader, Entry, SysDir, SysfsError};
 
 pub const REGISTRATION: Registration = Registration {
     name: "rdma",
@@ -76,16 +76,19 @@ impl RdmaSettings {
 impl Settings for RdmaSettings {
     fn start(self: Box<Self>, host: &Host) -> Result<Started, StartError> {
         Ok(Started::new(RdmaCollector {
-            class_dir: host.sysfs.join("class/infiniband"),
+            sysfs: host.sysfs.clone(),
             devices: self.devices,
         }))
     }
 }
 
 struct RdmaCollector {
-    class_dir: PathBuf,
+    sysfs: PathBuf,
     devices: DeviceFilter,
 }
+
+/// Where the devices are, under `--path.sysfs`.
+const CLASS_DIR: &str = "class/infiniband";
 
 const DEVICE_INFO: Desc = Desc::gauge(
     "hpcnode_rdma_device_info",
@@ -318,12 +321,14 @@ const COUNTERS_EXT: [(&str, &str); 8] = [
 const NO_PMA: &str = "N/A (no PMA)";
 
 impl Collector for RdmaCollector {
-    type Unit = String;
+    /// A device; an entry whose name is not UTF-8 is a unit of its own, which reports it.
+    type Unit = Entry;
 
-    fn units(&self) -> Result<Vec<String>, CollectError> {
-        match SysDir::open(&self.class_dir).and_then(|dir| dir.entries()) {
+    fn units(&self) -> Result<Vec<Entry>, CollectError> {
+        match SysDir::open(&self.sysfs, CLASS_DIR).and_then(|dir| dir.entries()) {
             Ok(mut devices) => {
-                devices.retain(|device| self.devices.allows(device));
+                devices
+                    .retain(|device| device.name().map_or(true, |name| self.devices.allows(name)));
                 Ok(devices)
             }
             // No RDMA stack loaded: nothing to export, and nothing failed.
@@ -332,10 +337,14 @@ impl Collector for RdmaCollector {
         }
     }
 
-    fn collect_unit(&self, device: &String, out: &mut Output) {
+    fn collect_unit(&self, device: &Entry, out: &mut Output) {
+        let Some(device) = out.reported(device.name()) else {
+            return;
+        };
         // A device gone between the listing and its read (unplugged, driver unloaded) is
         // absent, not broken.
-        let Some(dir) = out.optional(SysDir::open(&self.class_dir.join(device))) else {
+        let Some(dir) = out.optional(SysDir::open(&self.sysfs, format!("{CLASS_DIR}/{device}")))
+        else {
             return;
         };
         let mut read = DeviceRead {
@@ -410,6 +419,9 @@ impl DeviceRead<'_> {
             return;
         };
         for port in self.out.reported(ports.entries()).unwrap_or_default() {
+            let Some(port) = self.out.reported(port.into_name()) else {
+                continue;
+            };
             if let Some(port_dir) = self.out.reported(ports.subdir(&port)) {
                 self.port(&port_dir, &port.into());
             }
@@ -473,12 +485,15 @@ impl DeviceRead<'_> {
     }
 
     /// The first network device bound to a GID of a RoCE port. Unused GID entries fail to read
-    /// on real kernels, so failures here are expected and not reported.
+    /// on real kernels, so read failures here are expected and not reported; an entry whose
+    /// name is not UTF-8 is no GID entry, and is.
     fn netdev(&mut self, port_dir: &SysDir) -> String {
         let Ok(ndevs) = port_dir.subdir("gid_attrs/ndevs") else {
             return String::new();
         };
-        let indexes = ndevs.entries().unwrap_or_default();
+        let indexes: Vec<String> = (ndevs.entries().unwrap_or_default().into_iter())
+            .filter_map(|index| self.out.reported(index.into_name()))
+            .collect();
         indexes
             .iter()
             .find_map(|index| match ndevs.read(index, &mut self.reader) {
@@ -576,6 +591,9 @@ impl DeviceRead<'_> {
             return;
         };
         for name in names {
+            let Some(name) = self.out.reported(name.into_name()) else {
+                continue;
+            };
             let Some(value) = self.counter_value(dir, &name) else {
                 continue;
             };
@@ -635,12 +653,13 @@ mod tests {
     #[test]
     fn a_file_where_a_directory_belongs_is_absent() {
         let tmp = tempfile::tempdir().unwrap();
-        let device = tmp.path().join("mlx5_0");
+        let class_dir = tmp.path().join(CLASS_DIR);
+        let device = class_dir.join("mlx5_0");
         let port = device.join("ports/1");
         std::fs::create_dir_all(&port).unwrap();
         std::os::unix::fs::symlink("../0000:05:00.0", device.join("device")).unwrap();
         for (file, content) in [
-            (tmp.path().join("0000:05:00.0"), ""),
+            (class_dir.join("0000:05:00.0"), ""),
             (device.join("hw_counters"), ""),
             (port.join("counters"), ""),
             (port.join("state"), "4: ACTIVE"),
@@ -650,11 +669,11 @@ mod tests {
             std::fs::write(file, content).unwrap();
         }
         let collector = RdmaCollector {
-            class_dir: tmp.path().to_path_buf(),
+            sysfs: tmp.path().to_path_buf(),
             devices: DeviceFilter::All,
         };
         let mut out = Output::default();
-        collector.collect_unit(&"mlx5_0".to_string(), &mut out);
+        collector.collect_unit(&Entry::Name("mlx5_0".to_string()), &mut out);
         assert!(out.errors.is_empty(), "{:?}", out.errors);
         let names: Vec<_> = out.samples.families().iter().map(|f| f.desc.name).collect();
         assert!(names.contains(&PORT_STATE.name), "{names:?}");
@@ -664,12 +683,12 @@ mod tests {
     /// received packets exports, given the two files' values at each scrape.
     fn exported_over_scrapes(values: &[(u64, u64)]) -> Vec<Value> {
         let tmp = tempfile::tempdir().unwrap();
-        let port = tmp.path().join("mlx4_0/ports/1");
+        let port = tmp.path().join(CLASS_DIR).join("mlx4_0/ports/1");
         for dir in ["counters", "counters_ext"] {
             std::fs::create_dir_all(port.join(dir)).unwrap();
         }
         let collector = RdmaCollector {
-            class_dir: tmp.path().to_path_buf(),
+            sysfs: tmp.path().to_path_buf(),
             devices: DeviceFilter::All,
         };
         let mut exported = Vec::new();
@@ -678,7 +697,7 @@ mod tests {
             let ext = port.join("counters_ext/port_rcv_packets_64");
             std::fs::write(ext, format!("{extended}\n")).unwrap();
             let mut out = Output::default();
-            collector.collect_unit(&"mlx4_0".to_string(), &mut out);
+            collector.collect_unit(&Entry::Name("mlx4_0".to_string()), &mut out);
             let families = out.samples.families();
             let received = families
                 .iter()
@@ -713,11 +732,11 @@ mod tests {
     fn a_device_gone_since_the_listing_is_no_error() {
         let tmp = tempfile::tempdir().unwrap();
         let collector = RdmaCollector {
-            class_dir: tmp.path().to_path_buf(),
+            sysfs: tmp.path().to_path_buf(),
             devices: DeviceFilter::All,
         };
         let mut out = Output::default();
-        collector.collect_unit(&"mlx5_9".to_string(), &mut out);
+        collector.collect_unit(&Entry::Name("mlx5_9".to_string()), &mut out);
         assert!(out.errors.is_empty(), "{:?}", out.errors);
     }
 

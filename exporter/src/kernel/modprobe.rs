@@ -71,7 +71,7 @@ pub fn read_config(rootfs: &Path, errors: &mut Vec<SysfsError>) -> Vec<ConfigFil
     // File name -> index in `dirs` of the directory whose file wins.
     let mut names: BTreeMap<String, usize> = BTreeMap::new();
     for dir_name in CONFIG_DIRS {
-        let dir = match SysDir::open(&rootfs.join(dir_name)) {
+        let dir = match SysDir::open(rootfs, dir_name) {
             Ok(dir) => dir,
             Err(err) if err.is_absent() => continue,
             Err(err) => {
@@ -81,7 +81,14 @@ pub fn read_config(rootfs: &Path, errors: &mut Vec<SysfsError>) -> Vec<ConfigFil
         };
         match dir.entries() {
             Ok(entries) => {
-                for name in entries {
+                for entry in entries {
+                    let name = match entry.into_name() {
+                        Ok(name) => name,
+                        Err(err) => {
+                            errors.push(err);
+                            continue;
+                        }
+                    };
                     let config = name.ends_with(".conf") || name.ends_with(".alias");
                     if config && !name.starts_with('.') {
                         names.entry(name).or_insert(dirs.len());
@@ -240,6 +247,36 @@ mod tests {
         assert_eq!(files.len(), 1);
         assert_eq!(files[0].rules, [rule("nouveau", Action::Blacklist)]);
         assert_eq!(errors.len(), 1, "{errors:?}");
+    }
+
+    /// Debian's alternatives link a modprobe.d file by an absolute path
+    /// (`/etc/modprobe.d/nvidia.conf -> /etc/alternatives/...`): it is followed inside the
+    /// root, where the exporter in a container finds the host's file, never the container's.
+    #[test]
+    fn absolute_links_are_followed_inside_the_root() {
+        let root = tempfile::tempdir().unwrap();
+        let conf = root.path().join("usr/lib/nvidia/nvidia-modprobe.conf");
+        std::fs::create_dir_all(conf.parent().unwrap()).unwrap();
+        std::fs::write(&conf, "blacklist nouveau\n").unwrap();
+        for dir in ["etc/modprobe.d", "etc/alternatives"] {
+            std::fs::create_dir_all(root.path().join(dir)).unwrap();
+        }
+        let link = |target: &str, path: &str| {
+            std::os::unix::fs::symlink(target, root.path().join(path)).unwrap();
+        };
+        link(
+            "/usr/lib/nvidia/nvidia-modprobe.conf",
+            "etc/alternatives/nvidia--nvidia-modprobe.conf",
+        );
+        link(
+            "/etc/alternatives/nvidia--nvidia-modprobe.conf",
+            "etc/modprobe.d/nvidia.conf",
+        );
+        let mut errors = Vec::new();
+        let files = read_config(root.path(), &mut errors);
+        assert!(errors.is_empty(), "{errors:?}");
+        assert_eq!(files[0].path, "/etc/modprobe.d/nvidia.conf");
+        assert_eq!(files[0].rules, [rule("nouveau", Action::Blacklist)]);
     }
 }
 

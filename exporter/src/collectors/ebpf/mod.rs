@@ -23,7 +23,7 @@ use crate::collector::{
 };
 use crate::flags::switch;
 use crate::logging::{self, Level};
-use crate::metrics::{Desc, Labels, Value};
+use crate::metrics::{Desc, LabelValue, Labels, Value};
 use crate::sysfs::{AttributeReader, SysDir};
 use kernel_log::KernelLogCounts;
 use module_events::ModuleNames;
@@ -185,7 +185,7 @@ pub struct Probes {
 
 impl Probes {
     fn attach(procfs: &Path) -> Probes {
-        let proc = SysDir::open(procfs).ok();
+        let proc = SysDir::open(procfs, "").ok();
         let mut reader = AttributeReader::default();
         let mut proc_value = |name: &str| {
             proc.as_ref()
@@ -280,7 +280,7 @@ impl Probes {
                 labels.push(("hook", "none".into()));
                 out.samples.push(&PROBE_ATTACHED, labels, Value::Int(0));
                 let mut labels = probe_label();
-                labels.push(("reason", reason.clone().into()));
+                labels.push(("reason", LabelValue::composed(reason.clone())));
                 out.samples.push(&PROBE_FAILURE_INFO, labels, Value::Int(1));
                 return;
             }

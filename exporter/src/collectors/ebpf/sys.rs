@@ -233,7 +233,7 @@ fn count_with_perf(targets: &[&str]) -> Result<Attachment, String> {
 /// A tracepoint's id from tracefs (`events/<category>/<name>/id`).
 fn tracepoint_id(target: &str) -> Result<u64, String> {
     let tracefs = tracefs_dir().ok_or("tracefs not mounted")?;
-    let events = SysDir::open(&Path::new(tracefs).join("events")).map_err(|e| e.to_string())?;
+    let events = SysDir::open(Path::new(tracefs), "events").map_err(|e| e.to_string())?;
     events
         .read_u64(&format!("{target}/id"), &mut AttributeReader::default())
         .map_err(|e| e.to_string())

@@ -265,7 +265,7 @@ mod proptests {
     #[test]
     fn any_micras_files_are_readings_or_errors() {
         let tmp = tempfile::tempdir().unwrap();
-        let dir = SysDir::open(tmp.path()).unwrap();
+        let dir = SysDir::open(tmp.path(), "").unwrap();
         let config = ProptestConfig::with_cases(64);
         proptest!(config, |(files in vec(prop::option::of(text(MICRAS_TOKENS)), MICRAS_FILES.len()))| {
             for (name, content) in MICRAS_FILES.iter().zip(&files) {
@@ -288,7 +288,7 @@ mod proptests {
     #[test]
     fn a_printed_temp_file_reads_back() {
         let tmp = tempfile::tempdir().unwrap();
-        let dir = SysDir::open(tmp.path()).unwrap();
+        let dir = SysDir::open(tmp.path(), "").unwrap();
         let config = ProptestConfig::with_cases(64);
         proptest!(config, |(sensors in vec((any::<u32>(), 0u64..=UNAVAILABLE), TEMPERATURE_SENSORS.len()))| {
             let printed: String = sensors.iter().map(|(celsius, status)| format!("{celsius} {status}\n")).collect();

@@ -24,11 +24,14 @@ use crate::collector::{
 };
 use crate::flags::{optional, toggle, ConfigError, Flags};
 use crate::metrics::{Desc, LabelValue, Labels, Value};
-use crate::sysfs::{AttributeReader, SysDir, SysfsError};
+use crate::sysfs::{AttributeReader, Entry, SysDir, SysfsError};
 use libmicmgmt::LibrarySource;
 
 /// The unit name of the card the exporter runs on (`class/micras` present).
 const LOCAL_CARD: &str = "local";
+/// Under `--path.sysfs`: the host driver's cards, and the card's own micras files.
+const CLASS_DIR: &str = "class/mic";
+const LOCAL_MICRAS_DIR: &str = "class/micras";
 const SOURCE_LIBRARY: &str = "libmicmgmt";
 const SOURCE_MICRAS: &str = "micras";
 
@@ -74,14 +77,14 @@ impl MicSettings {
 impl Settings for MicSettings {
     fn start(self: Box<Self>, host: &Host) -> Result<Started, StartError> {
         Ok(Started::new(MicCollector {
-            class_dir: host.sysfs.join("class/mic"),
-            local_micras: host.sysfs.join("class/micras"),
+            sysfs: host.sysfs.clone(),
+            rootfs: host.rootfs.clone(),
             micras_paths: self
                 .micras_paths
                 .into_iter()
                 .map(|path| {
                     let relative = path.dir.strip_prefix("/").unwrap_or(&path.dir);
-                    (path.card, host.rootfs.join(relative))
+                    (path.card, relative.to_path_buf())
                 })
                 .collect(),
             // Half the deadline: a card waiting for its turn still has time to send what it read.
@@ -131,8 +134,9 @@ fn parse_micras_paths(flags: &Flags) -> Result<Vec<MicrasPath>, ConfigError> {
 }
 
 struct MicCollector {
-    class_dir: PathBuf,
-    local_micras: PathBuf,
+    sysfs: PathBuf,
+    rootfs: PathBuf,
+    /// Per card, its micras copy's directory relative to `rootfs`.
     micras_paths: Vec<(String, PathBuf)>,
     library: Option<LibrarySource>,
 }
@@ -299,34 +303,48 @@ fn card_number(name: &str) -> Option<u32> {
 }
 
 impl Collector for MicCollector {
-    type Unit = String;
+    /// A card; an entry whose name is not UTF-8 is a unit of its own, which reports it.
+    type Unit = Entry;
 
-    fn units(&self) -> Result<Vec<String>, CollectError> {
-        let mut cards: Vec<String> = match SysDir::open(&self.class_dir).and_then(|d| d.entries()) {
+    fn units(&self) -> Result<Vec<Entry>, CollectError> {
+        let listing = SysDir::open(&self.sysfs, CLASS_DIR).and_then(|d| d.entries());
+        let mut cards: Vec<Entry> = match listing {
             // `ctrl` and `scif` sit beside the cards.
-            Ok(names) => names
+            Ok(entries) => entries
                 .into_iter()
-                .filter(|name| card_number(name).is_some())
+                .filter(|entry| {
+                    entry
+                        .name()
+                        .map_or(true, |name| card_number(name).is_some())
+                })
                 .collect(),
             // No MPSS host driver: no cards, and nothing failed.
             Err(err) if err.is_absent() => Vec::new(),
             Err(err) => return Err(err.into()),
         };
         for (card, _) in &self.micras_paths {
-            if !cards.contains(card) {
-                cards.push(card.clone());
+            let card = Entry::Name(card.clone());
+            if !cards.contains(&card) {
+                cards.push(card);
             }
         }
-        cards.sort_by_key(|card| card_number(card));
-        match SysDir::open(&self.local_micras) {
-            Ok(_) => cards.push(LOCAL_CARD.to_string()),
+        // By number; entries without a usable name after the cards.
+        cards.sort_by_key(|card| match card {
+            Entry::Name(name) => (false, card_number(name)),
+            Entry::NotUtf8 { .. } => (true, None),
+        });
+        match SysDir::open(&self.sysfs, LOCAL_MICRAS_DIR) {
+            Ok(_) => cards.push(Entry::Name(LOCAL_CARD.to_string())),
             Err(err) if err.is_absent() => {}
             Err(err) => return Err(err.into()),
         }
         Ok(cards)
     }
 
-    fn collect_unit(&self, card: &String, out: &mut Output) {
+    fn collect_unit(&self, card: &Entry, out: &mut Output) {
+        let Some(card) = out.reported(card.name()) else {
+            return;
+        };
         let mut read = CardRead {
             reader: AttributeReader::default(),
             out,
@@ -337,7 +355,8 @@ impl Collector for MicCollector {
         let mut host_card = None;
         if let Some(number) = card_number(card) {
             // Absent for a card known only from its micras copy.
-            if let Some(dir) = read.out.optional(SysDir::open(&self.class_dir.join(card))) {
+            let dir = SysDir::open(&self.sysfs, format!("{CLASS_DIR}/{card}"));
+            if let Some(dir) = read.out.optional(dir) {
                 let version = self.mpss_version(&mut read);
                 host_card = Some((number, read.host(&dir, version)));
             }
@@ -348,15 +367,15 @@ impl Collector for MicCollector {
             read.source_available(SOURCE_LIBRARY, available);
         }
         let micras = if card == LOCAL_CARD {
-            Some(self.local_micras.as_path())
+            Some((&self.sysfs, Path::new(LOCAL_MICRAS_DIR)))
         } else {
             self.micras_paths
                 .iter()
                 .find(|(name, _)| name == card)
-                .map(|(_, dir)| dir.as_path())
+                .map(|(_, dir)| (&self.rootfs, dir.as_path()))
         };
-        if let Some(path) = micras {
-            let dir = read.out.reported(SysDir::open(path));
+        if let Some((root, relative)) = micras {
+            let dir = read.out.reported(SysDir::open(root, relative));
             if let Some(dir) = &dir {
                 read.micras(dir);
             }
@@ -369,7 +388,7 @@ impl MicCollector {
     /// `class/mic/ctrl/version`: the host's MPSS version, "" when absent.
     fn mpss_version(&self, read: &mut CardRead) -> String {
         read.out
-            .optional(SysDir::open(&self.class_dir.join("ctrl")))
+            .optional(SysDir::open(&self.sysfs, format!("{CLASS_DIR}/ctrl")))
             .and_then(|ctrl| read.optional_text(&ctrl, "version"))
             .unwrap_or_default()
     }
@@ -611,10 +630,11 @@ mod tests {
     #[test]
     fn a_file_where_a_directory_belongs_is_absent() {
         let tmp = tempfile::tempdir().unwrap();
-        let card = tmp.path().join("mic0");
-        std::fs::create_dir(&card).unwrap();
+        let class_dir = tmp.path().join(CLASS_DIR);
+        let card = class_dir.join("mic0");
+        std::fs::create_dir_all(&card).unwrap();
         for (file, content) in [
-            (tmp.path().join("ctrl"), ""),
+            (class_dir.join("ctrl"), ""),
             (card.join("device"), ""),
             (card.join("state_msg"), "online"),
             (card.join("state"), "online"),
@@ -622,14 +642,15 @@ mod tests {
             std::fs::write(file, content).unwrap();
         }
         let collector = MicCollector {
-            class_dir: tmp.path().to_path_buf(),
-            local_micras: tmp.path().join("micras"),
+            sysfs: tmp.path().to_path_buf(),
+            rootfs: tmp.path().to_path_buf(),
             micras_paths: Vec::new(),
             library: None,
         };
-        assert_eq!(collector.units().unwrap(), ["mic0"]);
+        let mic0 = Entry::Name("mic0".to_string());
+        assert_eq!(collector.units().unwrap(), std::slice::from_ref(&mic0));
         let mut out = Output::default();
-        collector.collect_unit(&"mic0".to_string(), &mut out);
+        collector.collect_unit(&mic0, &mut out);
         assert!(out.errors.is_empty(), "{:?}", out.errors);
         let names: Vec<_> = out.samples.families().iter().map(|f| f.desc.name).collect();
         assert_eq!(names, [CARD_STATE.name, CARD_INFO.name]);

@@ -14,8 +14,8 @@ use super::identity::{parse_id16, read_id};
 use super::modules;
 use super::nova::DeviceType;
 use super::{
-    DeviceSelector, Read, BARS, CONFIG_READABLE, DEVICE_FAULT, DEVICE_INFO, DRIVER_BOUND,
-    INTERRUPT_CAPABILITY, IRQ, LINK_SPEED, LINK_WIDTH, MAX_LABEL_CHARS, MEMORY_DECODE,
+    DeviceSelector, Read, BARS, CONFIG_READABLE, DEVICES_DIR, DEVICE_FAULT, DEVICE_INFO,
+    DRIVER_BOUND, INTERRUPT_CAPABILITY, IRQ, LINK_SPEED, LINK_WIDTH, MEMORY_DECODE,
     MSIX_TABLE_SIZE, PASSTHROUGH_CHECK, PASSTHROUGH_READY, POWER_STATE, SRIOV_TOTAL_VFS, SRIOV_VFS,
     UNBOUND_ALIAS_MODULE, UNBOUND_ALIAS_MODULES, VFIO_DRIVER,
 };
@@ -47,7 +47,7 @@ impl Read<'_> {
         let collector = self.collector;
         let device: LabelValue = address.to_string().into();
         let labels = || vec![("device", device.clone())];
-        let dir = match SysDir::open(&collector.sysfs.join("bus/pci/devices").join(address)) {
+        let dir = match SysDir::open(&collector.sysfs, format!("{DEVICES_DIR}/{address}")) {
             Ok(dir) => dir,
             Err(err) if err.is_absent() => {
                 // Meant for passthrough but not on the bus (removed, or a wrong address); any
@@ -328,16 +328,16 @@ impl Read<'_> {
             ));
             return false;
         }
-        let members_dir = self
-            .collector
-            .sysfs
-            .join("kernel/iommu_groups")
-            .join(&group)
-            .join("devices");
-        let members = SysDir::open(&members_dir).and_then(|d| d.entries().map(|e| (d, e)));
-        let Some((members_dir, names)) = self.out.reported(members) else {
+        let members_dir = format!("kernel/iommu_groups/{group}/devices");
+        let members = SysDir::open(&self.collector.sysfs, members_dir)
+            .and_then(|d| d.entries().map(|e| (d, e)));
+        let Some((members_dir, entries)) = self.out.reported(members) else {
             return false;
         };
+        let names: Vec<String> = entries
+            .into_iter()
+            .filter_map(|entry| self.out.reported(entry.into_name()))
+            .collect();
         names
             .iter()
             .filter(|member| member.as_str() != address)
@@ -375,7 +375,7 @@ impl Read<'_> {
             let entry = if index < MAX_ALIAS_MODULES {
                 let install = rules
                     .install_command(&key)
-                    .map(|c| c.chars().take(MAX_LABEL_CHARS).collect())
+                    .map(str::to_string)
                     .unwrap_or_default();
                 (module.to_string(), install, rules.blacklist.contains(&key))
             } else {
@@ -399,7 +399,7 @@ impl Read<'_> {
         let collector = self.collector;
         let kernel = self
             .out
-            .reported(SysDir::open(&collector.procfs.join("sys/kernel")))?;
+            .reported(SysDir::open(&collector.procfs, "sys/kernel"))?;
         let release = kernel
             .read("osrelease", &mut self.reader)
             .map(str::to_string);
@@ -407,9 +407,10 @@ impl Read<'_> {
         let release = self
             .out
             .reported(checked_release(&kernel.path("osrelease"), &release))?;
-        let dir = collector.rootfs.join("lib/modules").join(&release);
+        let dir = format!("lib/modules/{release}");
         let bytes = self.out.reported(
-            SysDir::open(&dir).and_then(|d| d.read_file("modules.alias", MODULES_ALIAS_LIMIT)),
+            SysDir::open(&collector.rootfs, dir)
+                .and_then(|d| d.read_file("modules.alias", MODULES_ALIAS_LIMIT)),
         )?;
         // Valid UTF-8 (as depmod writes it) is kept without a copy.
         Some(

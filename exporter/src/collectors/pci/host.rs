@@ -8,7 +8,7 @@ use crate::metrics::Value;
 use crate::sysfs::SysDir;
 
 use super::{
-    Read, IOMMU_ENABLED, IOMMU_GROUP_DEVICES, IOMMU_KERNEL_PARAMETER, IOMMU_UNITS, MAX_LABEL_CHARS,
+    Read, IOMMU_ENABLED, IOMMU_GROUP_DEVICES, IOMMU_KERNEL_PARAMETER, IOMMU_UNITS,
     VFIO_MODULE_LOADED,
 };
 
@@ -29,7 +29,7 @@ impl Read<'_> {
         self.flag(&IOMMU_ENABLED, Vec::new(), enabled);
         self.push(&IOMMU_UNITS, Vec::new(), Value::Int(units as u64));
 
-        if let Some(proc_dir) = self.out.reported(SysDir::open(&collector.procfs)) {
+        if let Some(proc_dir) = self.out.reported(SysDir::open(&collector.procfs, "")) {
             let cmdline = proc_dir
                 .read("cmdline", &mut self.reader)
                 .map(str::to_string);
@@ -44,10 +44,13 @@ impl Read<'_> {
             }
         }
 
-        let groups_path = collector.sysfs.join("kernel/iommu_groups");
-        let groups = SysDir::open(&groups_path).and_then(|d| d.entries().map(|e| (d, e)));
-        if let Some((groups, names)) = self.out.optional(groups) {
-            for group in names {
+        let groups = SysDir::open(&collector.sysfs, "kernel/iommu_groups")
+            .and_then(|d| d.entries().map(|e| (d, e)));
+        if let Some((groups, entries)) = self.out.optional(groups) {
+            for group in entries {
+                let Some(group) = self.out.reported(group.into_name()) else {
+                    continue;
+                };
                 let Some(group_dir) = self.out.reported(groups.subdir(&group)) else {
                     continue;
                 };
@@ -55,17 +58,22 @@ impl Read<'_> {
                 let kind = self.out.optional(kind).unwrap_or_default();
                 let members = group_dir.subdir("devices").and_then(|d| d.entries());
                 if let Some(members) = self.out.reported(members) {
+                    let members = (members.into_iter())
+                        .filter(|member| self.out.reported(member.name()).is_some())
+                        .count();
                     self.push(
                         &IOMMU_GROUP_DEVICES,
                         vec![("group", group.into()), ("type", kind.into())],
-                        Value::Int(members.len() as u64),
+                        Value::Int(members as u64),
                     );
                 }
             }
         }
 
-        let loaded = SysDir::open(&collector.sysfs.join("module")).and_then(|d| d.entries());
-        let loaded = self.out.optional(loaded).unwrap_or_default();
+        let loaded = SysDir::open(&collector.sysfs, "module").and_then(|d| d.entries());
+        let loaded: Vec<String> = (self.out.optional(loaded).unwrap_or_default().into_iter())
+            .filter_map(|module| self.out.reported(module.into_name()))
+            .collect();
         let others = loaded
             .iter()
             .filter(|m| m.starts_with("vfio") && !VFIO_MODULES.contains(&m.as_str()))
@@ -89,19 +97,18 @@ impl Read<'_> {
     /// to 3.16 have groups but no `/sys/class/iommu`). Groups that vfio's no-IOMMU mode makes
     /// without one do not count.
     pub(super) fn iommu(&mut self) -> (usize, bool) {
-        let units =
-            SysDir::open(&self.collector.sysfs.join("class/iommu")).and_then(|d| d.entries());
+        let units = SysDir::open(&self.collector.sysfs, "class/iommu").and_then(|d| d.entries());
         let units = self.out.optional(units).unwrap_or_default().len();
         if units > 0 {
             return (units, true);
         }
-        let groups_path = self.collector.sysfs.join("kernel/iommu_groups");
         // A listing that fails is reported where the host unit lists the groups, once.
-        let groups = SysDir::open(&groups_path).and_then(|d| d.entries().map(|e| (d, e)));
-        let Ok((groups, names)) = groups else {
+        let groups = SysDir::open(&self.collector.sysfs, "kernel/iommu_groups")
+            .and_then(|d| d.entries().map(|e| (d, e)));
+        let Ok((groups, entries)) = groups else {
             return (0, false);
         };
-        let enabled = names.iter().any(|group| {
+        let enabled = entries.iter().filter_map(|e| e.name().ok()).any(|group| {
             let name = groups.read(&format!("{group}/name"), &mut self.reader);
             self.out.optional(name) != Some(NO_IOMMU_GROUP)
         });
@@ -116,7 +123,7 @@ fn iommu_parameters(text: &str) -> Vec<(&'static str, String)> {
     for parameter in cmdline::parameters(text) {
         if let Some(name) = KERNEL_PARAMETERS.iter().find(|name| parameter.is(name)) {
             let value = parameter.value.unwrap_or_default();
-            found.insert(name, value.chars().take(MAX_LABEL_CHARS).collect());
+            found.insert(name, value.to_string());
         }
     }
     found.into_iter().collect()

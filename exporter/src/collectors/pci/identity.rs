@@ -135,7 +135,7 @@ mod tests {
         ] {
             std::fs::write(tmp.path().join(name), text).unwrap();
         }
-        let dir = SysDir::open(tmp.path()).unwrap();
+        let dir = SysDir::open(tmp.path(), "").unwrap();
         let mut reader = AttributeReader::default();
         let identity = read_identity(&dir, "0000:3b:00.0", &mut reader).unwrap();
         assert_eq!((identity.vendor, identity.device), (0x10de, 0x1eb8));

@@ -25,7 +25,7 @@ use crate::collector::{
 };
 use crate::flags::{repeated, ConfigError, Flags};
 use crate::metrics::{Desc, Labels, Value};
-use crate::sysfs::{AttributeReader, SysDir, SysfsError};
+use crate::sysfs::{AttributeReader, Entry, SysDir, SysfsError};
 
 use identity::{read_identity, Address};
 
@@ -367,9 +367,8 @@ const CLASSES_OF_INTEREST: [u32; 7] = [
 /// QLogic/Cornelis (TrueScale, Omni-Path).
 const RDMA_VENDORS: [u16; 3] = [0x15b3, 0x1425, 0x1fc1];
 const VFIO_DRIVER: &str = "vfio-pci";
-/// The longest free text (a kernel parameter's value, an install command, a Nova spec or
-/// alias) kept as a label value.
-const MAX_LABEL_CHARS: usize = 160;
+/// Every PCI device, under `--path.sysfs`.
+const DEVICES_DIR: &str = "bus/pci/devices";
 
 /// What one read covers: the host's IOMMU state, Nova's options, or one device.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -382,6 +381,8 @@ enum Unit {
         /// parse the Nova config again.
         nova_selected: bool,
     },
+    /// An entry of `bus/pci/devices` whose name is not UTF-8: reported, never read.
+    Unnamed(Entry),
 }
 
 impl fmt::Display for Unit {
@@ -390,6 +391,7 @@ impl fmt::Display for Unit {
             Unit::Host => f.write_str("host"),
             Unit::Nova => f.write_str("nova"),
             Unit::Device { address, .. } => f.write_str(address),
+            Unit::Unnamed(entry) => entry.fmt(f),
         }
     }
 }
@@ -398,14 +400,22 @@ impl Collector for PciCollector {
     type Unit = Unit;
 
     fn units(&self) -> Result<Vec<Unit>, CollectError> {
-        let listing = SysDir::open(&self.sysfs.join("bus/pci/devices"))
-            .and_then(|dir| dir.entries().map(|addresses| (dir, addresses)));
-        let (devices, addresses) = match listing {
+        let listing = SysDir::open(&self.sysfs, DEVICES_DIR)
+            .and_then(|dir| dir.entries().map(|entries| (dir, entries)));
+        let (devices, entries) = match listing {
             Ok(listing) => listing,
             // No PCI bus: nothing to report.
             Err(err) if err.is_absent() => return Ok(Vec::new()),
             Err(err) => return Err(err.into()),
         };
+        let mut addresses = Vec::new();
+        let mut unnamed = Vec::new();
+        for entry in entries {
+            match entry {
+                Entry::Name(address) => addresses.push(address),
+                entry => unnamed.push(Unit::Unnamed(entry)),
+            }
+        }
         // Errors in these files are the nova unit's to report.
         let specs: Vec<nova::DeviceSpec> = self
             .nova_files()
@@ -428,7 +438,8 @@ impl Collector for PciCollector {
             let Some(identity) = read_identity(&dir, address, &mut reader) else {
                 continue;
             };
-            let nova = nova_check::nova_identity(&dir, &identity, with_netdevs);
+            // Unusable names under `net` are the nova unit's to report.
+            let nova = nova_check::nova_identity(&dir, &identity, with_netdevs, &mut Vec::new());
             let by_nova = specs.iter().any(|spec| spec.matches(&nova));
             let named = self
                 .devices
@@ -467,6 +478,7 @@ impl Collector for PciCollector {
         if !units.is_empty() {
             units.insert(0, Unit::Host);
         }
+        units.extend(unnamed);
         Ok(units)
     }
 
@@ -483,6 +495,11 @@ impl Collector for PciCollector {
                 address,
                 nova_selected,
             } => read.device(address, *nova_selected),
+            Unit::Unnamed(entry) => {
+                if let Err(err) = entry.name() {
+                    read.error(err);
+                }
+            }
         }
     }
 }

@@ -11,7 +11,7 @@ use regex::{Regex, RegexBuilder};
 use serde_json::{Map, Value};
 
 use super::identity::Address;
-use super::MAX_LABEL_CHARS;
+use crate::metrics::{label_text, MAX_LABEL_CHARS};
 
 /// The section and option names that carry device specs and aliases. The `[DEFAULT]` ones
 /// are the names Nova used before the `[pci]` group (still read by Newton and older).
@@ -501,7 +501,7 @@ fn parse_device_spec(
     let text = Value::Object(object.clone()).to_string();
     Ok(DeviceSpec {
         option,
-        text: text.chars().take(MAX_LABEL_CHARS).collect(),
+        text: label_text(text),
         vendor: parse_id(&object, "vendor_id")?,
         product: parse_id(&object, "product_id")?,
         address,
@@ -530,7 +530,7 @@ fn parse_alias(value: &str) -> Result<AliasEntry, String> {
     let text = |key: &str| object.get(key).and_then(Value::as_str);
     let name = match text("name") {
         Some(name) if (1..=MAX_ALIAS_NAME_CHARS).contains(&name.chars().count()) => {
-            name.trim().to_string()
+            label_text(name.trim().to_string())
         }
         Some(_) => {
             return Err(format!(

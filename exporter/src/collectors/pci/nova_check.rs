@@ -6,13 +6,13 @@ use std::path::Path;
 
 use crate::collector::{CollectError, ErrorKind};
 use crate::metrics::{LabelValue, Value};
-use crate::sysfs::{AttributeReader, SysDir, SysfsError};
+use crate::sysfs::{read_named_file, AttributeReader, SysDir, SysfsError};
 
 use super::identity::{read_identity, Identity};
 use super::nova::{self, Alias, DeviceType, NovaConfig, PciIdentity, Problem};
 use super::{
-    Read, NOVA_ALIAS_DEFINITIONS, NOVA_ALIAS_DEVICES, NOVA_ALIAS_MISMATCH, NOVA_CONFIG_ERRORS,
-    NOVA_CONFIG_VALID, NOVA_SCHEDULER_PCI_FILTER, NOVA_SPEC_DEVICES,
+    Read, DEVICES_DIR, NOVA_ALIAS_DEFINITIONS, NOVA_ALIAS_DEVICES, NOVA_ALIAS_MISMATCH,
+    NOVA_CONFIG_ERRORS, NOVA_CONFIG_VALID, NOVA_SCHEDULER_PCI_FILTER, NOVA_SPEC_DEVICES,
 };
 
 /// The filter nova-scheduler needs to place any PCI request on a host with the devices
@@ -22,39 +22,36 @@ const PCI_PASSTHROUGH_FILTER: &str = "PciPassthroughFilter";
 const CONFIG_FILE_LIMIT: usize = 4 << 20;
 
 /// A config file named by a flag, read whole (it is not under a root: the flag names it).
-fn read_file(path: &Path, limit: usize) -> Result<Vec<u8>, SysfsError> {
-    // `nova.conf` has the parent "", which no directory opens: it means the working directory.
-    let parent = match path.parent() {
-        Some(parent) if parent.as_os_str().is_empty() => Path::new("."),
-        Some(parent) => parent,
-        None => Path::new("/"),
-    };
-    let name = path
-        .file_name()
-        .map(|n| n.to_string_lossy().into_owned())
-        .unwrap_or_default();
-    SysDir::open(parent)?.read_file(&name, limit)
-}
-
 pub(super) fn read_nova_config(path: &Path) -> Result<NovaConfig, SysfsError> {
-    let bytes = read_file(path, CONFIG_FILE_LIMIT)?;
+    let bytes = read_named_file(path, CONFIG_FILE_LIMIT)?;
     Ok(nova::parse_config(&String::from_utf8_lossy(&bytes)))
 }
 
 /// What Nova matches a present device against; `with_netdevs` lists its network interfaces
-/// too (only `devname` specs need them).
-pub(super) fn nova_identity(dir: &SysDir, identity: &Identity, with_netdevs: bool) -> PciIdentity {
+/// too (only `devname` specs need them), the entries whose names are unusable going to
+/// `unnamed`.
+pub(super) fn nova_identity(
+    dir: &SysDir,
+    identity: &Identity,
+    with_netdevs: bool,
+    unnamed: &mut Vec<SysfsError>,
+) -> PciIdentity {
+    let entries = match with_netdevs {
+        true => dir.subdir("net").and_then(|net| net.entries()),
+        false => Ok(Vec::new()),
+    };
+    let mut netdevs = Vec::new();
+    for entry in entries.unwrap_or_default() {
+        match entry.into_name() {
+            Ok(name) => netdevs.push(name),
+            Err(err) => unnamed.push(err),
+        }
+    }
     PciIdentity {
         address: identity.address,
         vendor: identity.vendor,
         device: identity.device,
-        netdevs: match with_netdevs {
-            true => dir
-                .subdir("net")
-                .and_then(|net| net.entries())
-                .unwrap_or_default(),
-            false => Vec::new(),
-        },
+        netdevs,
     }
 }
 
@@ -116,22 +113,32 @@ impl Read<'_> {
         self.scheduler_filter(&configs);
         self.alias_definitions(&configs);
         // Every present device with its Nova identity and type.
-        let devices_dir = collector.sysfs.join("bus/pci/devices");
-        let Some(devices) = self.out.reported(SysDir::open(&devices_dir)) else {
+        let Some(devices) = self
+            .out
+            .reported(SysDir::open(&collector.sysfs, DEVICES_DIR))
+        else {
             return;
         };
-        let Some(addresses) = self.out.reported(devices.entries()) else {
+        let Some(entries) = self.out.reported(devices.entries()) else {
             return;
         };
         let mut present = Vec::new();
-        for address in addresses {
+        let mut unnamed = Vec::new();
+        for entry in entries {
+            // An unusable name here is a unit of its own, which reports it.
+            let Ok(address) = entry.into_name() else {
+                continue;
+            };
             let Ok(dir) = devices.subdir(&address) else {
                 continue;
             };
             if let Some(identity) = read_identity(&dir, &address, &mut self.reader) {
-                let nova = nova_identity(&dir, &identity, true);
+                let nova = nova_identity(&dir, &identity, true, &mut unnamed);
                 present.push((nova, nova_device_type(&dir, &mut self.reader)));
             }
+        }
+        for err in unnamed {
+            self.error(err);
         }
         let specs: Vec<&nova::DeviceSpec> = configs.iter().flat_map(|(_, _, c)| &c.specs).collect();
         for (_, path, config) in &configs {
@@ -258,7 +265,7 @@ mod tests {
     #[test]
     fn a_config_file_named_without_a_directory_is_in_the_working_directory() {
         // Unit tests run in the crate directory.
-        let bytes = read_file(Path::new("Cargo.toml"), CONFIG_FILE_LIMIT).unwrap();
+        let bytes = read_named_file(Path::new("Cargo.toml"), CONFIG_FILE_LIMIT).unwrap();
         assert!(String::from_utf8_lossy(&bytes).contains("[package]"));
     }
 }

@@ -14,7 +14,7 @@ use super::peer::{self, Cidr};
 use super::{first_device, oob, progress_line, result_table, ProbeError, Target, MAX_DURATION};
 use crate::collector::{ProbeCommand, RunOnce};
 use crate::flags::{optional, parse_listen_address, ConfigError, Flags};
-use crate::sysfs::SysDir;
+use crate::sysfs::read_named_file;
 
 /// The exporter's flags: when and what to probe, the responder, then the measurement.
 pub(super) fn exporter_flags() -> Vec<Arg> {
@@ -175,22 +175,12 @@ impl VerbsSettings {
 /// Reads the shared token: a regular file (never a FIFO or a device, which could block or never
 /// end), trimmed, 1 to [`oob::MAX_TOKEN`] bytes. Errors never quote the file's content.
 pub(super) fn read_token(path: &Path) -> Result<Vec<u8>, String> {
-    let name = path
-        .file_name()
-        .and_then(|name| name.to_str())
-        .ok_or("not a file name")?;
-    let parent = match path.parent() {
-        Some(parent) if !parent.as_os_str().is_empty() => parent,
-        _ => Path::new("."),
-    };
     let too_long = format!("the token must be 1 to {} bytes", oob::MAX_TOKEN);
     // Room for whitespace around the longest token; anything longer is not a token file.
-    let text = SysDir::open(parent)
-        .and_then(|dir| dir.read_file(name, 4 * oob::MAX_TOKEN))
-        .map_err(|err| match err {
-            crate::sysfs::SysfsError::Parse { .. } => too_long.clone(),
-            err => err.to_string(),
-        })?;
+    let text = read_named_file(path, 4 * oob::MAX_TOKEN).map_err(|err| match err {
+        crate::sysfs::SysfsError::Parse { .. } => too_long.clone(),
+        err => err.to_string(),
+    })?;
     let token = text.trim_ascii();
     if token.is_empty() || token.len() > oob::MAX_TOKEN {
         return Err(too_long);

@@ -31,7 +31,7 @@ use crate::collector::{
 };
 use crate::logging::{self, Level};
 use crate::metrics::{Desc, Labels, Value};
-use crate::sysfs::{SysDir, SysfsError};
+use crate::sysfs::{Entry, SysDir, SysfsError};
 use cli::VerbsSettings;
 use engine::{Measurement, Params, Progress};
 use ffi::Verbs;
@@ -454,16 +454,19 @@ fn start_responder(
     Some((stats, handle))
 }
 
-/// The RDMA devices under sysfs, sorted; none when the class directory is absent.
-fn devices(sysfs: &Path) -> Vec<String> {
-    SysDir::open(&sysfs.join("class/infiniband"))
+/// The RDMA devices under sysfs, sorted (an entry whose name is not UTF-8 last); none when
+/// the class directory is absent.
+fn devices(sysfs: &Path) -> Vec<Entry> {
+    SysDir::open(sysfs, "class/infiniband")
         .and_then(|dir| dir.entries())
         .unwrap_or_default()
 }
 
 /// The first RDMA device in sysfs (what ib_write_bw uses without `-d`).
 pub fn first_device(sysfs: &Path) -> Option<String> {
-    devices(sysfs).into_iter().next()
+    devices(sysfs)
+        .into_iter()
+        .find_map(|entry| entry.into_name().ok())
 }
 
 /// One line of progress for a terminal (rewritten in place with `\r`).
@@ -508,9 +511,17 @@ fn schedule(
         let devices = if settings.devices.is_empty() {
             devices(sysfs)
         } else {
-            settings.devices.clone()
+            settings.devices.iter().cloned().map(Entry::Name).collect()
         };
         for device in devices {
+            // Counted in the next scrape, as a failed run is.
+            let device = match device.into_name() {
+                Ok(device) => device,
+                Err(err) => {
+                    service.failures.push(err.into());
+                    continue;
+                }
+            };
             let target = Target {
                 sysfs: sysfs.to_path_buf(),
                 device,
@@ -836,5 +847,16 @@ mod tests {
             "rejected"
         );
         assert_eq!(ProbeError::NoSuchDevice("x".into()).result(), "error");
+    }
+
+    /// A device named `bad\xff` does not hide the others from the probe's device choice.
+    #[test]
+    fn first_device_skips_a_name_that_is_not_utf8() {
+        use std::os::unix::ffi::OsStrExt;
+        let sysfs = tempfile::tempdir().unwrap();
+        let class = sysfs.path().join("class/infiniband");
+        std::fs::create_dir_all(class.join(std::ffi::OsStr::from_bytes(b"a\xff"))).unwrap();
+        std::fs::create_dir(class.join("mlx5_0")).unwrap();
+        assert_eq!(first_device(sysfs.path()).as_deref(), Some("mlx5_0"));
     }
 }

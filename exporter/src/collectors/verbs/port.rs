@@ -23,7 +23,7 @@ pub struct PortState {
 
 /// Reads `<sysfs>/class/infiniband/<device>/ports/<port>/{state,link_layer,rate}`.
 pub fn read_state(sysfs: &Path, device: &str, port: u8) -> Result<PortState, ProbeError> {
-    let dir = SysDir::open(&port_dir(sysfs, device, port))?;
+    let dir = SysDir::open(sysfs, port_dir(device, port))?;
     let mut reader = AttributeReader::default();
     let state = dir.read("state", &mut reader)?.to_string();
     let state_id = rdma_port::parse_state_id(&dir.path("state"), &state)?;
@@ -40,24 +40,22 @@ pub fn read_state(sysfs: &Path, device: &str, port: u8) -> Result<PortState, Pro
     })
 }
 
-fn port_dir(sysfs: &Path, device: &str, port: u8) -> std::path::PathBuf {
-    sysfs
-        .join("class/infiniband")
-        .join(device)
-        .join("ports")
-        .join(port.to_string())
+/// Under `--path.sysfs`.
+fn port_dir(device: &str, port: u8) -> String {
+    format!("class/infiniband/{device}/ports/{port}")
 }
 
 /// The GID index to use on a RoCE port: the first RoCE v2 entry, preferring an IPv4-mapped GID
 /// (routable between hosts) over a link-local one. Unused entries fail to read; they are skipped.
 pub fn roce_v2_gid_index(sysfs: &Path, device: &str, port: u8) -> Result<u8, ProbeError> {
-    let dir = SysDir::open(&port_dir(sysfs, device, port))?;
+    let dir = SysDir::open(sysfs, port_dir(device, port))?;
     let types = dir.subdir("gid_attrs/types")?;
     let mut reader = AttributeReader::default();
+    // Names that are no index, UTF-8 or not, are no GID entry.
     let mut indexes: Vec<u8> = types
         .entries()?
         .iter()
-        .filter_map(|name| name.parse().ok())
+        .filter_map(|entry| entry.name().ok()?.parse().ok())
         .filter(|index: &u8| {
             types
                 .read(&index.to_string(), &mut reader)
