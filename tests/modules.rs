@@ -47,6 +47,9 @@ fn rhel7_with_unsigned_ofed_and_nvidia() {
             "hpcnode_kernel_modules_supported 1",
             // `build` points at headers of 3.10.0-1160.el7; only 1160.80.1's are installed.
             "hpcnode_kernel_build_dir_present{release=\"3.10.0-1160.el7.x86_64\"} 0",
+            // The incident's cause: a newer kernel and its kernel-devel installed, not booted.
+            "hpcnode_kernel_installed_build_dir_present{release=\"3.10.0-1160.80.1.el7.x86_64\"} 1",
+            "hpcnode_kernel_newer_installed 1",
             "hpcnode_module_sig_enforce 0",
             "hpcnode_module_expected_loaded{module=\"ib_uverbs\"} 1",
             "hpcnode_module_expected_loaded{module=\"vfio_pci\"} 0",
@@ -58,6 +61,9 @@ fn rhel7_with_unsigned_ofed_and_nvidia() {
     );
     assert_eq!(lines_of(&text, "hpcnode_module_info").len(), 32);
     assert_eq!(lines_of(&text, "hpcnode_kernel_tainted").len(), 20);
+    // The rescue image has no modules directory, the 957 leftovers of DKMS no image.
+    let installed = lines_of(&text, "hpcnode_kernel_installed");
+    assert_eq!(installed.len(), 2, "{installed:?}");
     // A BIOS-booted RHEL 7 kernel has neither lockdown nor EFI: no series, no error.
     assert!(lines_of(&text, "hpcnode_kernel_lockdown_mode").is_empty());
     assert!(lines_of(&text, "hpcnode_secure_boot_enabled").is_empty());
@@ -81,6 +87,9 @@ fn secure_boot_host_with_modules_kept_out() {
             "hpcnode_kernel_lockdown_mode{mode=\"none\"} 0",
             "hpcnode_kernel_lockdown_mode{mode=\"confidentiality\"} 0",
             "hpcnode_module_sig_enforce 1",
+            // The running kernel is the newest: `vmlinuz` and `vmlinuz.old` are only links.
+            "hpcnode_kernel_installed{release=\"5.15.0-88-generic\"} 1",
+            "hpcnode_kernel_newer_installed 0",
             "hpcnode_kernel_taint_mask 0",
             "hpcnode_module_expected_loaded{module=\"mlx5_ib\"} 0",
             "hpcnode_module_modprobe_rule{module=\"mlx5_ib\",rule=\"install_disabled\",file=\"/etc/modprobe.d/disable-mlx5-ib.conf\"} 1",

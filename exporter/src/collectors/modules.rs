@@ -16,7 +16,7 @@ use crate::collector::{
 use crate::flags::{flag, ConfigError, Flags};
 use crate::kernel::cmdline;
 use crate::kernel::modprobe::{self, Action};
-use crate::kernel::release::checked_release;
+use crate::kernel::release::{boot_image_release, checked_release, compare_releases, is_release};
 use crate::kernel::taint;
 use crate::metrics::{Desc, Labels, Value};
 use crate::sysfs::{AttributeReader, SysDir, SysfsError};
@@ -158,6 +158,21 @@ const BUILD_DIR: Desc = Desc::gauge(
     "1 when /lib/modules/<release>/build leads to a directory (kernel headers for building out-of-tree modules).",
     None,
 );
+const KERNEL_INSTALLED: Desc = Desc::gauge(
+    "hpcnode_kernel_installed",
+    "1 for each kernel installed on the root filesystem: an image (/boot/vmlinuz-<release>, vmlinux-, Image-, or /lib/modules/<release>/vmlinuz) and its /lib/modules/<release> directory.",
+    None,
+);
+const INSTALLED_BUILD_DIR: Desc = Desc::gauge(
+    "hpcnode_kernel_installed_build_dir_present",
+    "1 when /lib/modules/<release>/build of an installed kernel leads to a directory (its headers, for DKMS and other out-of-tree builds).",
+    None,
+);
+const NEWER_INSTALLED: Desc = Desc::gauge(
+    "hpcnode_kernel_newer_installed",
+    "Installed kernels newer than the running one (rpm's version order): above 0, a reboot is pending and out-of-tree modules built now may target another release.",
+    None,
+);
 const MODULES_SUPPORTED: Desc = Desc::gauge(
     "hpcnode_kernel_modules_supported",
     "1 when the kernel supports loadable modules (/proc/modules exists).",
@@ -165,7 +180,7 @@ const MODULES_SUPPORTED: Desc = Desc::gauge(
 );
 
 /// Every metric this collector emits (for the METRICS.md check).
-pub const METRICS: [Desc; 11] = [
+pub const METRICS: [Desc; 14] = [
     TAINTED,
     TAINT_MASK,
     MODULE_INFO,
@@ -176,6 +191,9 @@ pub const METRICS: [Desc; 11] = [
     LOCKDOWN_MODE,
     SECURE_BOOT,
     BUILD_DIR,
+    KERNEL_INSTALLED,
+    INSTALLED_BUILD_DIR,
+    NEWER_INSTALLED,
     MODULES_SUPPORTED,
 ];
 
@@ -189,6 +207,7 @@ const SECURE_BOOT_VARIABLE: &str = "SecureBoot-8be4df61-93ca-11d2-aa0d-00e098032
 #[derive(Debug, Clone, Copy)]
 enum Unit {
     Kernel,
+    Installed,
     Expected,
     Signing,
     SecureBoot,
@@ -198,6 +217,7 @@ impl fmt::Display for Unit {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.write_str(match self {
             Unit::Kernel => "kernel",
+            Unit::Installed => "installed",
             Unit::Expected => "expected",
             Unit::Signing => "signing",
             Unit::SecureBoot => "secure_boot",
@@ -209,7 +229,7 @@ impl Collector for ModulesCollector {
     type Unit = Unit;
 
     fn units(&self) -> Result<Vec<Unit>, CollectError> {
-        let mut units = vec![Unit::Kernel];
+        let mut units = vec![Unit::Kernel, Unit::Installed];
         if !self.expected.is_empty() {
             units.push(Unit::Expected);
         }
@@ -225,6 +245,7 @@ impl Collector for ModulesCollector {
         };
         match unit {
             Unit::Kernel => read.kernel(),
+            Unit::Installed => read.installed(),
             Unit::Expected => read.expected(),
             Unit::Signing => read.signing(),
             Unit::SecureBoot => read.secure_boot(),
@@ -362,6 +383,63 @@ impl Read<'_> {
         match build {
             Err(err) if err.is_absent() => Some(0),
             opened => self.out.reported(opened).map(|_| 1),
+        }
+    }
+
+    /// The kernels installed beside the running one, their headers, and how many are newer.
+    /// A release counts when it has both an image and a modules directory: RHEL's rescue
+    /// image (`vmlinuz-0-rescue-<machine id>`) has no modules directory, and what DKMS leaves
+    /// in `/lib/modules` of a removed kernel has no image.
+    fn installed(&mut self) {
+        let rootfs = self.collector.rootfs.clone();
+        let Some(modules_dir) = self.dir(&rootfs, "lib/modules") else {
+            return;
+        };
+        let Some(entries) = self.out.reported(modules_dir.entries()) else {
+            return;
+        };
+        let boot_images: HashSet<String> = match self.dir(&rootfs, "boot") {
+            Some(boot) => (self.out.reported(boot.entries()).unwrap_or_default().iter())
+                .filter_map(|entry| boot_image_release(entry.name().ok()?).map(str::to_string))
+                .collect(),
+            None => HashSet::new(),
+        };
+        let mut installed = Vec::new();
+        for entry in entries {
+            let Some(release) = self.out.reported(entry.into_name()) else {
+                continue;
+            };
+            if !is_release(&release) {
+                continue;
+            }
+            let has_image = boot_images.contains(&release)
+                || (modules_dir.subdir(&release).and_then(|dir| dir.entries())).is_ok_and(
+                    |files| files.iter().any(|f| f.name().is_ok_and(|n| n == "vmlinuz")),
+                );
+            if has_image {
+                installed.push(release);
+            }
+        }
+        installed.sort_by(|a, b| compare_releases(a, b));
+        for release in &installed {
+            self.push(
+                &KERNEL_INSTALLED,
+                vec![("release", release.clone().into())],
+                1,
+            );
+            if let Some(present) = self.build_dir_present(release) {
+                let labels = vec![("release", release.clone().into())];
+                self.push(&INSTALLED_BUILD_DIR, labels, present);
+            }
+        }
+        let Some(procfs) = self.procfs() else {
+            return;
+        };
+        if let Some(running) = self.release(&procfs) {
+            let newer = (installed.iter())
+                .filter(|release| compare_releases(release, &running).is_gt())
+                .count();
+            self.push(&NEWER_INSTALLED, Vec::new(), newer as u64);
         }
     }
 
@@ -671,6 +749,59 @@ mod tests {
 
     fn settings(args: &[&str]) -> Result<ModulesSettings, ConfigError> {
         ModulesSettings::from_flags(&Flags::parse((REGISTRATION.flags)(), args)?)
+    }
+
+    /// RHEL 8 and later ship the image in the modules directory (kernel-install copies it to
+    /// /boot); a running kernel whose image was removed is still compared with the rest.
+    #[test]
+    fn kernels_with_their_image_in_lib_modules_are_installed() {
+        let root = tempfile::tempdir().unwrap();
+        let write = |path: &str, content: &str| {
+            let path = root.path().join(path);
+            std::fs::create_dir_all(path.parent().unwrap()).unwrap();
+            std::fs::write(path, content).unwrap();
+        };
+        write(
+            "proc/sys/kernel/osrelease",
+            "4.18.0-513.24.1.el8_9.x86_64\n",
+        );
+        write("lib/modules/4.18.0-513.24.1.el8_9.x86_64/modules.dep", "");
+        write("lib/modules/4.18.0-553.el8_10.x86_64/vmlinuz", "");
+        write("lib/modules/4.18.0-553.el8_10.x86_64/build/Makefile", "");
+        write("lib/modules/4.18.0-477.el8.x86_64/vmlinuz", "");
+        let collector = ModulesCollector {
+            procfs: root.path().join("proc"),
+            sysfs: root.path().join("sys"),
+            rootfs: root.path().to_path_buf(),
+            expected: Vec::new(),
+            max_modules: 10,
+        };
+        let mut out = Output::default();
+        collector.collect_unit(&Unit::Installed, &mut out);
+        assert!(out.errors.is_empty(), "{:?}", out.errors);
+        let families = out.samples.families();
+        let samples = |desc: &Desc| -> Vec<String> {
+            let family = families.iter().find(|f| f.desc.name == desc.name).unwrap();
+            (family.samples.iter())
+                .map(|(labels, value)| format!("{labels:?} {value:?}"))
+                .collect()
+        };
+        let installed = samples(&KERNEL_INSTALLED);
+        assert_eq!(installed.len(), 2, "{installed:?}");
+        assert!(
+            installed[0].contains("4.18.0-477.el8.x86_64"),
+            "{installed:?}"
+        );
+        assert!(
+            installed[1].contains("4.18.0-553.el8_10.x86_64"),
+            "{installed:?}"
+        );
+        let headers = samples(&INSTALLED_BUILD_DIR);
+        assert!(
+            headers[0].ends_with("Int(0)") && headers[1].ends_with("Int(1)"),
+            "{headers:?}"
+        );
+        assert_eq!(samples(&NEWER_INSTALLED), ["[] Int(1)"]);
     }
 
     #[test]
