@@ -85,7 +85,7 @@ pub fn modules_alias(data: &[u8]) {
         assert!(rest.contains(module));
     }
     let second = rest.lines().next().unwrap_or_default();
-    pci_modules::glob_match(first.as_bytes(), second.as_bytes());
+    modprobe::glob_match(first.as_bytes(), second.as_bytes());
 }
 
 /// A modprobe.d file: its rules, and the install command each would run.

@@ -41,6 +41,9 @@ pub fn lines(line: impl Strategy<Value = String>, max: usize) -> impl Strategy<V
 /// A kernel module name as the kernel spells it (MODULE_NAME_LEN allows 55 characters).
 pub const MODULE_NAME: &str = "[a-z][a-z0-9_]{0,54}";
 
+/// fnmatch pattern tokens (modules.alias patterns, modprobe.d install patterns).
+pub const GLOB_TOKENS: &[&str] = &["*", "?", "[", "]", "!", "^", "-", "a", "b"];
+
 fn joined(piece: impl Strategy<Value = Vec<u8>> + Clone) -> impl Strategy<Value = Vec<u8>> {
     let short = |pieces| vec(piece.clone(), pieces).prop_map(|pieces| pieces.concat());
     prop_oneof![

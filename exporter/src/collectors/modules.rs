@@ -15,7 +15,7 @@ use crate::collector::{
 };
 use crate::flags::{flag, ConfigError, Flags};
 use crate::kernel::cmdline;
-use crate::kernel::modprobe::{self, Action};
+use crate::kernel::modprobe::{self, glob_match, Action};
 use crate::kernel::release::{boot_image_release, checked_release, compare_releases, is_release};
 use crate::kernel::taint;
 use crate::metrics::{Desc, Labels, Value};
@@ -527,19 +527,23 @@ impl Read<'_> {
         let mut rules = BTreeSet::new();
         for file in files {
             for rule in file.rules {
-                if !expected.contains(&rule.module) {
-                    continue;
-                }
                 let kind = match &rule.action {
                     Action::Blacklist => "blacklist",
                     install if install.disables() => "install_disabled",
                     Action::Install(_) => "install",
                 };
-                rules.insert(ModprobeRule {
-                    module: rule.module,
-                    rule: kind,
-                    file: file.path.clone(),
-                });
+                // kmod compares blacklist entries by name and install patterns by fnmatch.
+                let names = |module: &&String| match rule.action {
+                    Action::Blacklist => **module == rule.module,
+                    Action::Install(_) => glob_match(rule.module.as_bytes(), module.as_bytes()),
+                };
+                for module in expected.iter().filter(names) {
+                    rules.insert(ModprobeRule {
+                        module: module.clone(),
+                        rule: kind,
+                        file: file.path.clone(),
+                    });
+                }
             }
         }
         rules
@@ -749,6 +753,39 @@ mod tests {
 
     fn settings(args: &[&str]) -> Result<ModulesSettings, ConfigError> {
         ModulesSettings::from_flags(&Flags::parse((REGISTRATION.flags)(), args)?)
+    }
+
+    /// An install pattern names every expected module it matches, as kmod's fnmatch does; a
+    /// blacklist entry only the module of that exact name.
+    #[test]
+    fn install_patterns_match_as_kmod_matches_them() {
+        let root = tempfile::tempdir().unwrap();
+        let conf = root.path().join("etc/modprobe.d/ofed.conf");
+        std::fs::create_dir_all(conf.parent().unwrap()).unwrap();
+        std::fs::write(&conf, "install mlx[4-5]-ib /bin/false\nblacklist mlx5*\n").unwrap();
+        let collector = ModulesCollector {
+            procfs: root.path().join("proc"),
+            sysfs: root.path().join("sys"),
+            rootfs: root.path().to_path_buf(),
+            expected: vec!["mlx5_ib".into(), "mlx5_core".into(), "mlx4_ib".into()],
+            max_modules: 10,
+        };
+        let mut out = Output::default();
+        let mut read = Read {
+            collector: &collector,
+            reader: AttributeReader::default(),
+            out: &mut out,
+        };
+        let rules: Vec<(String, &str)> = (read.modprobe_rules(&collector.expected).into_iter())
+            .map(|rule| (rule.module, rule.rule))
+            .collect();
+        assert_eq!(
+            rules,
+            [
+                ("mlx4_ib".to_string(), "install_disabled"),
+                ("mlx5_ib".to_string(), "install_disabled")
+            ]
+        );
     }
 
     /// RHEL 8 and later ship the image in the modules directory (kernel-install copies it to

@@ -26,6 +26,30 @@ pub fn module_key(name: &str) -> String {
     name.replace('-', "_")
 }
 
+/// The module pattern of a modprobe.d line as kmod keys it (`underscores()` in kmod's
+/// `shared/util.c`): `-` becomes `_` except inside a `[...]` range such as `[0-9]`; `None` for
+/// an unbalanced bracket, which kmod rejects as a syntax error.
+fn pattern_key(pattern: &str) -> Option<String> {
+    let mut key = String::with_capacity(pattern.len());
+    let mut in_range = false;
+    for c in pattern.chars() {
+        match (c, in_range) {
+            ('-', false) => key.push('_'),
+            ('[', false) => {
+                in_range = true;
+                key.push(c);
+            }
+            (']', true) => {
+                in_range = false;
+                key.push(c);
+            }
+            (']', false) => return None,
+            _ => key.push(c),
+        }
+    }
+    (!in_range).then_some(key)
+}
+
 /// One effective configuration file.
 #[derive(Debug)]
 pub struct ConfigFile {
@@ -120,8 +144,74 @@ pub fn read_config(rootfs: &Path, errors: &mut Vec<SysfsError>) -> Vec<ConfigFil
     files
 }
 
+/// fnmatch(3) without flags, as modprobe uses it: `*`, `?`, `[...]` with ranges and `!`/`^`.
+pub fn glob_match(pattern: &[u8], text: &[u8]) -> bool {
+    let (mut p, mut t) = (0, 0);
+    // Where to resume after the last `*`: the pattern position after it, the text position.
+    let mut star: Option<(usize, usize)> = None;
+    while t < text.len() {
+        let step = match pattern.get(p) {
+            Some(b'*') => {
+                star = Some((p + 1, t));
+                p += 1;
+                continue;
+            }
+            Some(b'?') => Some(p + 1),
+            Some(b'[') => match class_match(pattern, p, text[t]) {
+                Some(matched) => matched,
+                None => (text[t] == b'[').then_some(p + 1),
+            },
+            Some(&c) if c == text[t] => Some(p + 1),
+            _ => None,
+        };
+        match (step, star) {
+            (Some(next), _) => {
+                p = next;
+                t += 1;
+            }
+            (None, Some((after_star, from))) => {
+                p = after_star;
+                t = from + 1;
+                star = Some((after_star, from + 1));
+            }
+            (None, None) => return false,
+        }
+    }
+    pattern[p..].iter().all(|&c| c == b'*')
+}
+
+/// Matches `c` against the bracket expression at `pattern[open]`: `Some(Some(after))` when it
+/// matches, `Some(None)` when not, `None` when the `[` is unterminated (then a literal, as in
+/// fnmatch).
+fn class_match(pattern: &[u8], open: usize, c: u8) -> Option<Option<usize>> {
+    let mut i = open + 1;
+    let negated = matches!(pattern.get(i), Some(b'!' | b'^'));
+    if negated {
+        i += 1;
+    }
+    let mut matched = false;
+    let mut first = true;
+    loop {
+        let &lo = pattern.get(i)?;
+        if lo == b']' && !first {
+            break;
+        }
+        first = false;
+        if pattern.get(i + 1) == Some(&b'-') && pattern.get(i + 2).is_some_and(|&hi| hi != b']') {
+            let hi = pattern[i + 2];
+            matched |= lo <= c && c <= hi;
+            i += 3;
+        } else {
+            matched |= lo == c;
+            i += 1;
+        }
+    }
+    Some((matched != negated).then_some(i + 1))
+}
+
 /// The `blacklist` and `install` rules of one modprobe.d file, in file order (a backslash
-/// before the newline continues a line; comments and other commands are skipped).
+/// before the newline continues a line; comments, other commands and lines kmod rejects as
+/// syntax errors are skipped).
 pub fn parse_rules(text: &str) -> Vec<Rule> {
     let joined = text.replace("\\\n", " ");
     let mut rules = Vec::new();
@@ -132,13 +222,16 @@ pub fn parse_rules(text: &str) -> Vec<Rule> {
         };
         let action = match command {
             "blacklist" => Action::Blacklist,
-            "install" => Action::Install(words.collect::<Vec<_>>().join(" ")),
+            "install" => match words.collect::<Vec<_>>().join(" ") {
+                command if command.is_empty() => continue,
+                command => Action::Install(command),
+            },
             _ => continue,
         };
-        rules.push(Rule {
-            module: module_key(module),
-            action,
-        });
+        let Some(module) = pattern_key(module) else {
+            continue;
+        };
+        rules.push(Rule { module, action });
     }
     rules
 }
@@ -186,8 +279,40 @@ mod tests {
         assert!(disables("install mlx5_ib true"));
         assert!(!disables("install mlx5_ib /bin/true && modprobe mlx5_ib"));
         assert!(!disables("install mlx5_ib /sbin/truex"));
-        assert!(!disables("install mlx5_ib"));
         assert!(!disables("blacklist true"));
+    }
+
+    #[test]
+    fn glob_corner_cases() {
+        assert!(glob_match(b"*", b""));
+        assert!(glob_match(b"a*b*c", b"axxbyyc"));
+        assert!(!glob_match(b"a*b*c", b"axxbyy"));
+        assert!(glob_match(b"[!0-9]x", b"ax"));
+        assert!(!glob_match(b"[!0-9]x", b"1x"));
+        assert!(glob_match(b"[]]", b"]"));
+        assert!(glob_match(b"[a", b"[a"));
+        assert!(glob_match(b"??", b"ab"));
+        assert!(!glob_match(b"?", b""));
+    }
+
+    /// kmod's `underscores()`: ranges keep their dashes, unbalanced brackets and an install
+    /// without a command are syntax errors (the line is ignored).
+    #[test]
+    fn patterns_and_syntax_errors_as_kmod_reads_them() {
+        let install = |command: &str| Action::Install(command.to_string());
+        assert_eq!(
+            parse_rules(
+                "install mlx[4-5]-ib /bin/false\n\
+                 blacklist ib-[a-z]*\n\
+                 install mlx5_ib\n\
+                 blacklist mlx5]ib\n\
+                 blacklist mlx5[ib\n"
+            ),
+            [
+                rule("mlx[4-5]_ib", install("/bin/false")),
+                rule("ib_[a-z]*", Action::Blacklist),
+            ]
+        );
     }
 
     #[test]
@@ -283,7 +408,7 @@ mod tests {
 #[cfg(test)]
 mod proptests {
     use super::*;
-    use crate::test_strategies::{text, MODULE_NAME};
+    use crate::test_strategies::{text, GLOB_TOKENS, MODULE_NAME};
     use proptest::collection::vec;
     use proptest::prelude::*;
 
@@ -305,10 +430,29 @@ mod proptests {
         "&&",
     ];
 
+    /// fnmatch by its definition, tried every way: exponential, for short inputs only.
+    fn reference_match(pattern: &[u8], text: &[u8]) -> bool {
+        match pattern.first() {
+            None => text.is_empty(),
+            Some(b'*') => {
+                (0..=text.len()).any(|skip| reference_match(&pattern[1..], &text[skip..]))
+            }
+            Some(b'[') if !text.is_empty() => match class_match(pattern, 0, text[0]) {
+                Some(Some(after)) => reference_match(&pattern[after..], &text[1..]),
+                Some(None) => false,
+                None => reference_match(&pattern[1..], &text[1..]) && text[0] == b'[',
+            },
+            Some(&c) => {
+                text.first().is_some_and(|&t| c == b'?' || c == t)
+                    && reference_match(&pattern[1..], &text[1..])
+            }
+        }
+    }
+
     /// A modprobe.d line and the rule it makes, if any.
     fn written_line() -> impl Strategy<Value = (String, Option<Rule>)> {
         let module = MODULE_NAME.prop_map(|name| name.replace('_', "-"));
-        let command = vec("[a-z/=-]{1,10}", 0..5);
+        let command = vec("[a-z/=-]{1,10}", 1..5);
         prop_oneof![
             module.clone().prop_map(|module| (
                 format!("blacklist {module}"),
@@ -333,6 +477,18 @@ mod proptests {
     }
 
     proptest! {
+        #[test]
+        fn glob_matches_as_fnmatch_defines_it(
+            pattern in vec(prop::sample::select(GLOB_TOKENS), 0..8),
+            text in vec(prop::sample::select(&[b'a', b'b', b'[', b']', b'-', b'!'][..]), 0..8),
+        ) {
+            let pattern = pattern.concat();
+            prop_assert_eq!(
+                glob_match(pattern.as_bytes(), &text),
+                reference_match(pattern.as_bytes(), &text)
+            );
+        }
+
         #[test]
         fn any_file_gives_rules_on_module_names(text in text(MODPROBE_TOKENS)) {
             for rule in parse_rules(&text) {

@@ -5,7 +5,7 @@
 
 use std::collections::HashSet;
 
-use crate::kernel::modprobe::{Action, ConfigFile};
+use crate::kernel::modprobe::{glob_match, Action, ConfigFile};
 
 /// One `alias pci:... module` line.
 pub struct ModuleAlias<'a> {
@@ -37,71 +37,6 @@ pub fn matching_modules<'a>(aliases: &'a str, modalias: &str) -> Vec<&'a str> {
         }
     }
     modules
-}
-
-/// fnmatch(3) without flags, as modprobe uses it: `*`, `?`, `[...]` with ranges and `!`/`^`.
-pub fn glob_match(pattern: &[u8], text: &[u8]) -> bool {
-    let (mut p, mut t) = (0, 0);
-    // Where to resume after the last `*`: the pattern position after it, the text position.
-    let mut star: Option<(usize, usize)> = None;
-    while t < text.len() {
-        let step = match pattern.get(p) {
-            Some(b'*') => {
-                star = Some((p + 1, t));
-                p += 1;
-                continue;
-            }
-            Some(b'?') => Some(p + 1),
-            Some(b'[') => match class_match(pattern, p, text[t]) {
-                Some(matched) => matched,
-                None => (text[t] == b'[').then_some(p + 1),
-            },
-            Some(&c) if c == text[t] => Some(p + 1),
-            _ => None,
-        };
-        match (step, star) {
-            (Some(next), _) => {
-                p = next;
-                t += 1;
-            }
-            (None, Some((after_star, from))) => {
-                p = after_star;
-                t = from + 1;
-                star = Some((after_star, from + 1));
-            }
-            (None, None) => return false,
-        }
-    }
-    pattern[p..].iter().all(|&c| c == b'*')
-}
-
-/// Matches `c` against the bracket expression at `pattern[open]`: `Some(Some(after))` when it
-/// matches, `Some(None)` when not, `None` when the `[` is unterminated (then a literal, as in
-/// fnmatch).
-fn class_match(pattern: &[u8], open: usize, c: u8) -> Option<Option<usize>> {
-    let mut i = open + 1;
-    let negated = matches!(pattern.get(i), Some(b'!' | b'^'));
-    if negated {
-        i += 1;
-    }
-    let mut matched = false;
-    let mut first = true;
-    loop {
-        let &lo = pattern.get(i)?;
-        if lo == b']' && !first {
-            break;
-        }
-        first = false;
-        if pattern.get(i + 1) == Some(&b'-') && pattern.get(i + 2).is_some_and(|&hi| hi != b']') {
-            let hi = pattern[i + 2];
-            matched |= lo <= c && c <= hi;
-            i += 3;
-        } else {
-            matched |= lo == c;
-            i += 1;
-        }
-    }
-    Some((matched != negated).then_some(i + 1))
 }
 
 /// What modprobe.d says about modules.
@@ -167,19 +102,6 @@ mod tests {
     }
 
     #[test]
-    fn glob_corner_cases() {
-        assert!(glob_match(b"*", b""));
-        assert!(glob_match(b"a*b*c", b"axxbyyc"));
-        assert!(!glob_match(b"a*b*c", b"axxbyy"));
-        assert!(glob_match(b"[!0-9]x", b"ax"));
-        assert!(!glob_match(b"[!0-9]x", b"1x"));
-        assert!(glob_match(b"[]]", b"]"));
-        assert!(glob_match(b"[a", b"[a"));
-        assert!(glob_match(b"??", b"ab"));
-        assert!(!glob_match(b"?", b""));
-    }
-
-    #[test]
     fn the_first_matching_install_rule_wins_as_in_kmod() {
         let file = |path: &str, text| ConfigFile {
             path: path.to_string(),
@@ -208,8 +130,7 @@ mod tests {
 mod proptests {
     use super::*;
     use crate::kernel::modprobe::parse_rules;
-    use crate::test_strategies::{lines, text, MODULE_NAME};
-    use proptest::collection::vec;
+    use crate::test_strategies::{lines, text, GLOB_TOKENS, MODULE_NAME};
     use proptest::prelude::*;
 
     const ALIAS_TOKENS: &[&str] = &[
@@ -234,26 +155,6 @@ mod proptests {
         "\n",
         "mlx5_core",
     ];
-    const GLOB_TOKENS: &[&str] = &["*", "?", "[", "]", "!", "^", "-", "a", "b"];
-
-    /// fnmatch by its definition, tried every way: exponential, for short inputs only.
-    fn reference_match(pattern: &[u8], text: &[u8]) -> bool {
-        match pattern.first() {
-            None => text.is_empty(),
-            Some(b'*') => {
-                (0..=text.len()).any(|skip| reference_match(&pattern[1..], &text[skip..]))
-            }
-            Some(b'[') if !text.is_empty() => match class_match(pattern, 0, text[0]) {
-                Some(Some(after)) => reference_match(&pattern[after..], &text[1..]),
-                Some(None) => false,
-                None => reference_match(&pattern[1..], &text[1..]) && text[0] == b'[',
-            },
-            Some(&c) => {
-                text.first().is_some_and(|&t| c == b'?' || c == t)
-                    && reference_match(&pattern[1..], &text[1..])
-            }
-        }
-    }
 
     /// A PCI modalias (`pci:v%08Xd%08Xsv%08Xsd%08Xbc%02Xsc%02Xi%02X`) and an alias pattern
     /// that matches it: some fields replaced by `*`, as modpost writes them.
@@ -282,18 +183,6 @@ mod proptests {
     }
 
     proptest! {
-        #[test]
-        fn glob_matches_as_fnmatch_defines_it(
-            pattern in vec(prop::sample::select(GLOB_TOKENS), 0..8),
-            text in vec(prop::sample::select(&[b'a', b'b', b'[', b']', b'-', b'!'][..]), 0..8),
-        ) {
-            let pattern = pattern.concat();
-            prop_assert_eq!(
-                glob_match(pattern.as_bytes(), &text),
-                reference_match(pattern.as_bytes(), &text)
-            );
-        }
-
         #[test]
         fn any_aliases_and_modalias_never_panic(aliases in text(ALIAS_TOKENS), modalias in text(ALIAS_TOKENS)) {
             for module in matching_modules(&aliases, &modalias) {
