@@ -1,6 +1,7 @@
 //! The device unit: one PCI device's identity, driver, BARs, IRQ, MSI/MSI-X, link, power
-//! state and SR-IOV; its faults; its passthrough readiness checks; and, without a driver,
-//! the modules that would claim it and the modprobe.d rules on them.
+//! state and SR-IOV; its faults; its passthrough readiness checks; its AER counters; and,
+//! without a driver, the modules that would claim it and the modprobe.d rules on them. The
+//! root port unit: the AER counters of a root port above such a device.
 
 use std::collections::BTreeMap;
 
@@ -85,8 +86,17 @@ impl Read<'_> {
             self.passthrough(&labels(), &checks);
         }
         self.faults(&labels(), &state);
+        self.aer(&dir, &labels());
         if state.driver.is_empty() {
             self.alias_modules(&dir, &labels());
+        }
+    }
+
+    /// A root port that was above a device of interest at the listing: gone since, nothing.
+    pub(super) fn root_port(&mut self, address: &str) {
+        let dir = SysDir::open(&self.collector.sysfs, format!("{DEVICES_DIR}/{address}"));
+        if let Some(dir) = self.out.optional(dir) {
+            self.aer(&dir, &vec![("device", address.to_string().into())]);
         }
     }
 
