@@ -407,6 +407,27 @@ fn garbage_link_width_is_reported() {
     );
 }
 
+/// `power_state` reads `unknown` for a device no driver has enabled (seen in the kernel lab on
+/// unbound e1000e, edu and VGA functions) and `error` after an error response: no state from
+/// sysfs and no error; the PM capability in config space gives the state where there is one.
+#[test]
+fn unknown_power_state_is_no_error() {
+    let tree = util::TreeCopy::with_rootfs("pci_host");
+    let devices = tree.sys().join("bus/pci/devices");
+    std::fs::write(devices.join("0000:3b:00.0/power_state"), "unknown\n").unwrap();
+    std::fs::write(devices.join("0000:06:00.0/power_state"), "error\n").unwrap();
+    let exporter = util::start_on_root("pci", tree.root(), &[]);
+    let text = scrape(&exporter);
+    assert_eq!(errors_total(&text, "pci"), 0, "{text}");
+    assert_lines(
+        &text,
+        &[
+            "hpcnode_pci_power_state_id{device=\"0000:3b:00.0\"} 0",
+            "hpcnode_pci_power_state_id{device=\"0000:06:00.0\"} 3",
+        ],
+    );
+}
+
 /// AER counters: the T4's `aer_dev_*` per error name and severity with their message totals,
 /// and its root port (a bridge, not a device of interest) for its own counts and the totals it
 /// received; devices without AER files (the Radeons, an older kernel) have no AER series and

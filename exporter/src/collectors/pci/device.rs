@@ -24,6 +24,9 @@ use super::{
 const PCI_BRIDGE_CLASS: u32 = 0x0604;
 const PASSTHROUGH_DRIVERS: [&str; 2] = [VFIO_DRIVER, "pci-stub"];
 const IRQ_UNASSIGNED: [u64; 2] = [0, 255];
+/// What `power_state` prints for PCI_UNKNOWN (a device no driver has enabled) and
+/// PCI_POWER_ERROR (drivers/pci/pci.c `pci_power_names`).
+const POWER_STATE_UNKNOWN: [&str; 2] = ["unknown", "error"];
 const CONFIG_SPACE_BYTES: usize = 4096;
 /// Real `modules.alias` files are 1 to 2 MiB, read once per unbound device, by up to four
 /// units at once.
@@ -208,6 +211,10 @@ impl Read<'_> {
             .read("power_state", &mut self.reader)
             .map(str::to_string);
         let power_state = match self.out.optional(power_state) {
+            // The kernel knows no state (a device no driver enabled): the PM capability may.
+            Some(text) if POWER_STATE_UNKNOWN.contains(&text.as_str()) => {
+                space.power_state.map(u64::from)
+            }
             Some(text) => match power_state_id(&text) {
                 Some(id) => Some(id),
                 None => {
