@@ -36,13 +36,13 @@ const TOTAL_PREFIX: &str = "TOTAL_";
 /// counted), and the error messages the device sent (`TOTAL_ERR_COR`, ...). One message can
 /// carry several error bits.
 #[derive(Debug, PartialEq, Eq)]
-pub(crate) struct DeviceCounts {
-    pub errors: Vec<(String, u64)>,
-    pub messages: u64,
+struct DeviceCounts {
+    errors: Vec<(String, u64)>,
+    messages: u64,
 }
 
 /// Parses `<name> <count>` lines and one `TOTAL_<...> <count>` line; the reason on failure.
-pub(crate) fn parse_device_counts(text: &str) -> Result<DeviceCounts, &'static str> {
+fn parse_device_counts(text: &str) -> Result<DeviceCounts, &'static str> {
     let mut errors: Vec<(String, u64)> = Vec::new();
     let mut messages = None;
     for line in text.lines() {

@@ -11,7 +11,7 @@
 //! An idle GPU on vfio-pci shows memory decode off, IRQ 255 and D3hot: that is vfio-pci
 //! waiting for a VM, not a fault. The same signs under a host driver are faults.
 
-pub(crate) mod aer;
+mod aer;
 pub(crate) mod config_space;
 mod device;
 mod host;
