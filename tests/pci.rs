@@ -407,6 +407,118 @@ fn garbage_link_width_is_reported() {
     );
 }
 
+/// `power_state` reads `unknown` for a device no driver has enabled (seen in the kernel lab on
+/// unbound e1000e, edu and VGA functions) and `error` after an error response: no state from
+/// sysfs and no error; the PM capability in config space gives the state where there is one.
+#[test]
+fn unknown_power_state_is_no_error() {
+    let tree = util::TreeCopy::with_rootfs("pci_host");
+    let devices = tree.sys().join("bus/pci/devices");
+    std::fs::write(devices.join("0000:3b:00.0/power_state"), "unknown\n").unwrap();
+    std::fs::write(devices.join("0000:06:00.0/power_state"), "error\n").unwrap();
+    let exporter = util::start_on_root("pci", tree.root(), &[]);
+    let text = scrape(&exporter);
+    assert_eq!(errors_total(&text, "pci"), 0, "{text}");
+    assert_lines(
+        &text,
+        &[
+            "hpcnode_pci_power_state_id{device=\"0000:3b:00.0\"} 0",
+            "hpcnode_pci_power_state_id{device=\"0000:06:00.0\"} 3",
+        ],
+    );
+}
+
+/// AER counters: the T4's `aer_dev_*` per error name and severity with their message totals,
+/// and its root port (a bridge, not a device of interest) for its own counts and the totals it
+/// received; devices without AER files (the Radeons, an older kernel) have no AER series and
+/// no error.
+#[test]
+fn aer_counters_of_devices_and_their_root_ports() {
+    let exporter = start("pci_host", &[]);
+    let text = scrape(&exporter);
+    assert_eq!(errors_total(&text, "pci"), 0, "{text}");
+    assert_lines(
+        &text,
+        &[
+            "hpcnode_pci_aer_errors_total{device=\"0000:3b:00.0\",severity=\"correctable\",error=\"BadTLP\"} 4",
+            "hpcnode_pci_aer_errors_total{device=\"0000:3b:00.0\",severity=\"correctable\",error=\"BadDLLP\"} 1",
+            "hpcnode_pci_aer_errors_total{device=\"0000:3b:00.0\",severity=\"correctable\",error=\"RxErr\"} 0",
+            "hpcnode_pci_aer_errors_total{device=\"0000:3b:00.0\",severity=\"nonfatal\",error=\"CmpltTO\"} 1",
+            "hpcnode_pci_aer_errors_total{device=\"0000:3b:00.0\",severity=\"fatal\",error=\"TLPXlatBlocked\"} 0",
+            "hpcnode_pci_aer_messages_total{device=\"0000:3b:00.0\",severity=\"correctable\"} 5",
+            "hpcnode_pci_aer_messages_total{device=\"0000:3b:00.0\",severity=\"nonfatal\"} 1",
+            "hpcnode_pci_aer_messages_total{device=\"0000:3b:00.0\",severity=\"fatal\"} 0",
+            "hpcnode_pci_aer_errors_total{device=\"0000:3a:00.0\",severity=\"correctable\",error=\"BadTLP\"} 2",
+            "hpcnode_pci_aer_messages_total{device=\"0000:3a:00.0\",severity=\"correctable\"} 2",
+            "hpcnode_pci_aer_root_port_messages_total{device=\"0000:3a:00.0\",severity=\"correctable\"} 7",
+            "hpcnode_pci_aer_root_port_messages_total{device=\"0000:3a:00.0\",severity=\"nonfatal\"} 1",
+            "hpcnode_pci_aer_root_port_messages_total{device=\"0000:3a:00.0\",severity=\"fatal\"} 0",
+        ],
+    );
+    let series = |metric: &str, device: &str| {
+        let prefix = format!("{metric}{{device=\"{device}\",");
+        text.lines().filter(|l| l.starts_with(&prefix)).count()
+    };
+    // Every name the kernel printed, none made up: 8 correctable, 23 in each uncorrectable file.
+    assert_eq!(
+        series("hpcnode_pci_aer_errors_total", "0000:3b:00.0"),
+        8 + 23 + 23
+    );
+    // The root port is read once, for its AER only.
+    assert_eq!(
+        series("hpcnode_pci_aer_root_port_messages_total", "0000:3a:00.0"),
+        3
+    );
+    assert!(!text.contains("hpcnode_pci_device_info{device=\"0000:3a:00.0\""));
+    for device in ["0000:06:00.0", "0000:07:00.0", "0000:d8:00.0"] {
+        assert_eq!(
+            series("hpcnode_pci_aer_messages_total", device),
+            0,
+            "{device}"
+        );
+    }
+    let old_kernel = scrape(&start("pci_iommu_groups_only", &[]));
+    assert_eq!(errors_total(&old_kernel, "pci"), 0, "{old_kernel}");
+    assert!(!old_kernel.contains("hpcnode_pci_aer_"), "{old_kernel}");
+}
+
+/// A malformed `aer_dev_*` file is one parse error naming it, logged once; the device's other
+/// AER files and its root port's totals are still exported.
+#[test]
+fn malformed_aer_file_is_reported_and_the_rest_exported() {
+    let tree = util::TreeCopy::with_rootfs("pci_host");
+    let t4 = tree.sys().join("bus/pci/devices/0000:3b:00.0");
+    std::fs::write(
+        t4.join("aer_dev_correctable"),
+        "RxErr banana\nTOTAL_ERR_COR 1\n",
+    )
+    .unwrap();
+    std::fs::write(t4.join("aer_dev_fatal"), "Undefined 0\n").unwrap();
+    let exporter = util::start_on_root("pci", tree.root(), &[]);
+    let text = scrape(&exporter);
+    scrape(&exporter);
+    assert_lines(
+        &text,
+        &[
+            "hpcnode_collector_errors_total{collector=\"pci\",kind=\"parse\"} 2",
+            "hpcnode_pci_aer_messages_total{device=\"0000:3b:00.0\",severity=\"nonfatal\"} 1",
+            "hpcnode_pci_aer_root_port_messages_total{device=\"0000:3a:00.0\",severity=\"correctable\"} 7",
+        ],
+    );
+    for severity in ["correctable", "fatal"] {
+        let series = format!("device=\"0000:3b:00.0\",severity=\"{severity}\"");
+        assert!(!text.contains(&series), "{severity}: {text}");
+    }
+    for (file, reason) in [
+        ("aer_dev_correctable", "a count that is not an integer"),
+        ("aer_dev_fatal", "no TOTAL_ line"),
+    ] {
+        let log = exporter.log_with(file);
+        assert_eq!(log.matches(file).count(), 1, "{log}");
+        assert!(log.contains(reason), "{log}");
+    }
+}
+
 /// The kernel release names a directory under --path.rootfs: one that would lead out of
 /// `lib/modules` (here to a planted `etc/modules.alias` claiming the unbound devices) is refused.
 #[test]

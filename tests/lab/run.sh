@@ -35,7 +35,8 @@ done
 # A group's needs are "# lab: KEY=VALUE" lines in its file:
 #   modules=   modules to load (their dependency closure goes into the initramfs)
 #   collectors= collectors the group's checks need; the group fails when the binary lacks one
-#   cmdline=   extra kernel parameters; machine=pc (default) or q35-iommu (intel-iommu + edu)
+#   cmdline=   extra kernel parameters; machine=pc (default), q35-iommu (intel-iommu + edu) or
+#              q35-pcie (e1000e and edu behind PCIe root ports)
 #   tools=verbs  rdma-core userspace (ibverbs, perftest, rdmacm) and iproute2's rdma
 #   variants=  signed modules to provide as /lab/modules/M.{signed,unsigned,badsig}.ko
 #   helpers=   C programs from helpers/, built static on the host (gcc -static) into /lab/bin
@@ -190,6 +191,11 @@ for kernel in "${kernels[@]}"; do
       pc) machine_args=(-machine pc) ;;
       q35-iommu) machine_args=(-machine q35,kernel-irqchip=split -device intel-iommu,intremap=on -device edu)
         cmdline="intel_iommu=on $cmdline" ;;
+      # PCIe endpoints behind root ports: qemu's root ports and e1000e have an AER capability,
+      # edu (a conventional PCI device) has none.
+      q35-pcie) machine_args=(-machine q35
+        -device pcie-root-port,id=rp1,bus=pcie.0,chassis=1,addr=0x4 -device e1000e,bus=rp1,addr=0
+        -device pcie-root-port,id=rp2,bus=pcie.0,chassis=2,addr=0x5 -device edu,bus=rp2,addr=0) ;;
       *) fail "[$kernel] ${boot_groups[*]}: unknown machine $machine"; continue ;;
     esac
     names=$(IFS=,; echo "${boot_groups[*]}")

@@ -1,6 +1,7 @@
 //! The device unit: one PCI device's identity, driver, BARs, IRQ, MSI/MSI-X, link, power
-//! state and SR-IOV; its faults; its passthrough readiness checks; and, without a driver,
-//! the modules that would claim it and the modprobe.d rules on them.
+//! state and SR-IOV; its faults; its passthrough readiness checks; its AER counters; and,
+//! without a driver, the modules that would claim it and the modprobe.d rules on them. The
+//! root port unit: the AER counters of a root port above such a device.
 
 use std::collections::BTreeMap;
 
@@ -23,6 +24,9 @@ use super::{
 const PCI_BRIDGE_CLASS: u32 = 0x0604;
 const PASSTHROUGH_DRIVERS: [&str; 2] = [VFIO_DRIVER, "pci-stub"];
 const IRQ_UNASSIGNED: [u64; 2] = [0, 255];
+/// What `power_state` prints for PCI_UNKNOWN (a device no driver has enabled) and
+/// PCI_POWER_ERROR (drivers/pci/pci.c `pci_power_names`).
+const POWER_STATE_UNKNOWN: [&str; 2] = ["unknown", "error"];
 const CONFIG_SPACE_BYTES: usize = 4096;
 /// Real `modules.alias` files are 1 to 2 MiB, read once per unbound device, by up to four
 /// units at once.
@@ -85,8 +89,17 @@ impl Read<'_> {
             self.passthrough(&labels(), &checks);
         }
         self.faults(&labels(), &state);
+        self.aer(&dir, &labels());
         if state.driver.is_empty() {
             self.alias_modules(&dir, &labels());
+        }
+    }
+
+    /// A root port that was above a device of interest at the listing: gone since, nothing.
+    pub(super) fn root_port(&mut self, address: &str) {
+        let dir = SysDir::open(&self.collector.sysfs, format!("{DEVICES_DIR}/{address}"));
+        if let Some(dir) = self.out.optional(dir) {
+            self.aer(&dir, &vec![("device", address.to_string().into())]);
         }
     }
 
@@ -198,6 +211,10 @@ impl Read<'_> {
             .read("power_state", &mut self.reader)
             .map(str::to_string);
         let power_state = match self.out.optional(power_state) {
+            // The kernel knows no state (a device no driver enabled): the PM capability may.
+            Some(text) if POWER_STATE_UNKNOWN.contains(&text.as_str()) => {
+                space.power_state.map(u64::from)
+            }
             Some(text) => match power_state_id(&text) {
                 Some(id) => Some(id),
                 None => {

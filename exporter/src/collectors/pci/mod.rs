@@ -3,12 +3,15 @@
 //! fabric classes, Xeon Phi coprocessors, RDMA NIC vendors, devices named by flags or by a
 //! Nova device_spec, anything bound to vfio-pci): identity, driver, BARs, IRQ, MSI/MSI-X,
 //! link, power state and SR-IOV, a passthrough readiness verdict with one gauge per check,
-//! and, for a device without a driver, the modules that would claim it. One unit reads the
-//! host's IOMMU state, another checks Nova's `[pci]` options against the devices present.
+//! its PCIe AER counters, and, for a device without a driver, the modules that would claim it.
+//! The root ports above those devices are units of their own, for their AER counters (errors a
+//! device's link partner saw). One unit reads the host's IOMMU state, another checks Nova's
+//! `[pci]` options against the devices present.
 //!
 //! An idle GPU on vfio-pci shows memory decode off, IRQ 255 and D3hot: that is vfio-pci
 //! waiting for a VM, not a fault. The same signs under a host driver are faults.
 
+mod aer;
 pub(crate) mod config_space;
 mod device;
 mod host;
@@ -258,6 +261,21 @@ const UNBOUND_ALIAS_MODULE: Desc = Desc::gauge(
     "For a device without a driver: one series per module whose alias matches, with its modprobe.d install command and blacklisting.",
     None,
 );
+const AER_ERRORS: Desc = Desc::counter(
+    "hpcnode_pci_aer_errors",
+    "PCIe AER errors the kernel handled for the device (aer_dev_correctable, aer_dev_nonfatal, aer_dev_fatal), by severity and error bit as the kernel names it; until the device is removed or the node reboots.",
+    None,
+);
+const AER_MESSAGES: Desc = Desc::counter(
+    "hpcnode_pci_aer_messages",
+    "PCIe AER error messages (ERR_COR, ERR_NONFATAL, ERR_FATAL) the kernel handled for the device, by severity: the TOTAL_ERR_* line of aer_dev_*. One message can carry several error bits.",
+    None,
+);
+const AER_ROOT_PORT_MESSAGES: Desc = Desc::counter(
+    "hpcnode_pci_aer_root_port_messages",
+    "PCIe AER error messages a root port above a device of interest received from itself and the devices below it, by severity (aer_rootport_total_err_*).",
+    None,
+);
 const IOMMU_ENABLED: Desc = Desc::gauge(
     "hpcnode_iommu_enabled",
     "1 when an IOMMU is active (/sys/class/iommu has an entry), else 0.",
@@ -320,7 +338,7 @@ const NOVA_SCHEDULER_PCI_FILTER: Desc = Desc::gauge(
 );
 
 /// Every metric this collector emits (for the METRICS.md check).
-pub const METRICS: [Desc; 30] = [
+pub const METRICS: [Desc; 33] = [
     DEVICE_INFO,
     DRIVER_BOUND,
     MEMORY_DECODE,
@@ -339,6 +357,9 @@ pub const METRICS: [Desc; 30] = [
     PASSTHROUGH_CHECK,
     UNBOUND_ALIAS_MODULES,
     UNBOUND_ALIAS_MODULE,
+    AER_ERRORS,
+    AER_MESSAGES,
+    AER_ROOT_PORT_MESSAGES,
     IOMMU_ENABLED,
     IOMMU_UNITS,
     IOMMU_KERNEL_PARAMETER,
@@ -381,6 +402,10 @@ enum Unit {
         /// parse the Nova config again.
         nova_selected: bool,
     },
+    /// A root port above a device of interest (and not one itself): its AER counters.
+    RootPort {
+        address: String,
+    },
     /// An entry of `bus/pci/devices` whose name is not UTF-8: reported, never read.
     Unnamed(Entry),
 }
@@ -390,7 +415,7 @@ impl fmt::Display for Unit {
         match self {
             Unit::Host => f.write_str("host"),
             Unit::Nova => f.write_str("nova"),
-            Unit::Device { address, .. } => f.write_str(address),
+            Unit::Device { address, .. } | Unit::RootPort { address } => f.write_str(address),
             Unit::Unnamed(entry) => entry.fmt(f),
         }
     }
@@ -429,6 +454,7 @@ impl Collector for PciCollector {
         let with_netdevs = specs.iter().any(nova::DeviceSpec::names_netdev);
         let mut reader = AttributeReader::default();
         let mut units = Vec::new();
+        let mut root_ports: Vec<String> = Vec::new();
         for address in &addresses {
             // A device that vanished or cannot be identified is not one of interest; a
             // device named by address that is absent is still listed (to report it absent).
@@ -458,8 +484,21 @@ impl Collector for PciCollector {
                     address: address.clone(),
                     nova_selected: by_nova,
                 });
+                let root_port = devices
+                    .link_target(address)
+                    .ok()
+                    .and_then(|path| aer::root_port_of(&path));
+                if let Some(root_port) = root_port.filter(|port| !root_ports.contains(port)) {
+                    root_ports.push(root_port);
+                }
             }
         }
+        // A root port that is a device of interest itself is read as one.
+        root_ports.retain(|port| {
+            !units
+                .iter()
+                .any(|unit| matches!(unit, Unit::Device { address, .. } if address == port))
+        });
         for selector in &self.passthrough {
             if let DeviceSelector::Address(address) = selector {
                 if !addresses.contains(address) {
@@ -478,6 +517,11 @@ impl Collector for PciCollector {
         if !units.is_empty() {
             units.insert(0, Unit::Host);
         }
+        units.extend(
+            root_ports
+                .into_iter()
+                .map(|address| Unit::RootPort { address }),
+        );
         units.extend(unnamed);
         Ok(units)
     }
@@ -495,6 +539,7 @@ impl Collector for PciCollector {
                 address,
                 nova_selected,
             } => read.device(address, *nova_selected),
+            Unit::RootPort { address } => read.root_port(address),
             Unit::Unnamed(entry) => {
                 if let Err(err) = entry.name() {
                     read.error(err);
