@@ -21,7 +21,7 @@ fi
 work=$(mktemp -d /tmp/hpcnode-packaging.XXXXXX)
 pids=()
 cleanup() {
-  for pid in "${pids[@]}"; do kill "$pid" 2>/dev/null || true; done
+  for pid in "${pids[@]}" ${root_made:-}; do kill "$pid" 2>/dev/null || true; done
   mountpoint -q "$work/debian/proc" && umount "$work/debian/proc"
   rm -rf "$work"
 }
@@ -30,6 +30,18 @@ step() { echo "tests/packaging: $*"; }
 fail() { echo "tests/packaging: FAIL: $*" >&2; exit 1; }
 seconds() { echo $((SECONDS - $1))s; }
 
+# A Debian 12 root: Essential packages and systemd (its sysusers, deb-systemd-helper and
+# systemd-analyze), made once and kept as a tarball under target/ for later runs. mmdebstrap
+# waits on the network while the build below uses the CPUs, so the two run side by side.
+root_tar=target/packaging-cache/bookworm-systemd.tar
+root_part=${root_tar%.tar}.part.tar # mmdebstrap writes a tarball for a name ending in .tar
+root_made=
+if [ ! -s "$root_tar" ]; then
+  mkdir -p "$(dirname "$root_tar")"
+  mmdebstrap --quiet --variant=essential --include=systemd bookworm "$root_part" \
+    >"$work/mmdebstrap.log" 2>&1 &
+  root_made=$!
+fi
 start=$SECONDS
 if [ -z "${HPCNODE_PACKAGES_PREBUILT:-}" ]; then packaging/build.sh x86_64; fi
 step "packaging/build.sh: $(seconds "$start")"
@@ -93,18 +105,15 @@ done
 mkdir "$work/deb" && dpkg-deb -x "$deb" "$work/deb"
 check_packaged_binary "$work/deb/usr/bin/hpcnode_exporter"
 
-# A Debian 12 root: Essential packages and systemd (its sysusers, deb-systemd-helper and
-# systemd-analyze), made once and kept as a tarball under target/ for later runs.
 start=$SECONDS
 root=$work/debian
-root_tar=target/packaging-cache/bookworm-systemd.tar
-if [ ! -s "$root_tar" ]; then
-  mkdir -p "$(dirname "$root_tar")"
-  mmdebstrap --quiet --variant=essential --include=systemd bookworm "$root_tar.part"
-  mv "$root_tar.part" "$root_tar"
+if [ -n "$root_made" ]; then
+  wait "$root_made" || { root_made=; fail "mmdebstrap: $(cat "$work/mmdebstrap.log")"; }
+  root_made=
+  mv "$root_part" "$root_tar"
 fi
 mkdir "$root" && tar -C "$root" -xf "$root_tar"
-step "Debian 12 root (mmdebstrap): $(seconds "$start")"
+step "Debian 12 root (mmdebstrap, waited after the build): $(seconds "$start")"
 cp "$deb" "$root/tmp/"
 chroot "$root" dpkg -i "/tmp/$(basename "$deb")"
 chroot "$root" getent passwd hpcnode_exporter | grep -q ':/usr/sbin/nologin$' || fail "no system user hpcnode_exporter"
