@@ -68,10 +68,33 @@ fn help_lists_generated_collector_flags() {
 fn version() {
     let (code, stdout, _) = run(&["--version"]);
     assert_eq!(code, 0);
+    let lines: Vec<&str> = stdout.lines().collect();
     assert_eq!(
-        stdout.trim(),
+        lines[0],
         format!("hpcnode_exporter {}", env!("CARGO_PKG_VERSION"))
     );
+    let field = |name: &str| {
+        lines
+            .iter()
+            .find_map(|line| line.strip_prefix(&format!("{name}: ")))
+            .unwrap_or_else(|| panic!("--version lacks {name}: {stdout}"))
+    };
+    let revision = field("revision");
+    assert!(
+        revision == "unknown"
+            || revision.len() == 12 && revision.bytes().all(|b| b.is_ascii_hexdigit()),
+        "revision {revision:?}"
+    );
+    let date = field("build date");
+    assert!(
+        date.len() == 10
+            && date.as_bytes()[4] == b'-'
+            && date.as_bytes()[7] == b'-'
+            && date.starts_with("20"),
+        "build date {date:?}"
+    );
+    assert!(field("target").ends_with("-linux-gnu"), "{stdout}");
+    assert!(!field("glibc floor").is_empty());
 }
 
 #[test]

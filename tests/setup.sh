@@ -8,9 +8,13 @@
 #   qemu-system-x86 busybox-static kmod cpio xz-utils zstd iproute2  the kernel lab (tests/lab): boots
 #                          Debian kernels under TCG in a busybox initramfs; gcc libc6-dev build its static
 #                          guest helpers (tests/lab/helpers)
+#   rpm mmdebstrap lintian systemd python3-venv  the packages (packaging/build.sh: rpmbuild; Zig from
+#                          PyPI in a venv) and their install tests (tests/packaging: a Debian root,
+#                          rpm --root, lintian, systemd-analyze)
 set -euo pipefail
 packages=(prometheus python3-prometheus-client python3-fusepy fuse3 prometheus-node-exporter python3-yaml clang llvm
-  qemu-system-x86 busybox-static kmod cpio xz-utils zstd iproute2 gcc libc6-dev)
+  qemu-system-x86 busybox-static kmod cpio xz-utils zstd iproute2 gcc libc6-dev
+  rpm mmdebstrap lintian systemd python3-venv)
 missing=()
 for package in "${packages[@]}"; do
   dpkg-query -W -f='${Status}' "$package" 2>/dev/null | grep -q "install ok installed" || missing+=("$package")
@@ -29,5 +33,21 @@ if ((${#missing[@]})); then
   apt-get install -y -qq -o DPkg::Lock::Timeout=300 --no-install-recommends "${missing[@]}" >/dev/null
   if [ -n "$created_policy" ]; then rm -f /usr/sbin/policy-rc.d; fi
 fi
+# packaging/build.sh's tools, each installed only when absent: Zig and cargo-zigbuild from PyPI
+# (the glibc 2.17 binary) and cargo's .deb packager. The .rpm is rpmbuild's (the rpm package
+# above): cargo-generate-rpm would add minutes of compiling to CI for what a spec file does.
+. "$(dirname "$0")/../packaging/tools.sh"
+installed=$("$ZIGLANG_VENV/bin/pip" freeze 2>/dev/null | grep -cxF -f <(printf '%s\n' "${PYPI_TOOLS[@]}") || true)
+if [ "$installed" != "${#PYPI_TOOLS[@]}" ]; then
+  echo "setup: installing ${PYPI_TOOLS[*]} into $ZIGLANG_VENV"
+  /usr/bin/python3 -m venv "$ZIGLANG_VENV"
+  "$ZIGLANG_VENV/bin/pip" install --quiet --disable-pip-version-check "${PYPI_TOOLS[@]}"
+fi
+for tool in "${CARGO_TOOLS[@]}"; do
+  if ! cargo "${tool%%@*}" --version 2>/dev/null | grep -qF "${tool##*@}"; then
+    echo "setup: cargo install $tool"
+    cargo install --locked --quiet "cargo-$tool"
+  fi
+done
 # The verbs tests' rdma-core header and library, unpacked under target/ (not installed).
 "$(dirname "$0")/verbs/fetch-rdma-core.sh"

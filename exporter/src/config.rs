@@ -137,9 +137,26 @@ fn parse_probe(
     Ok(Invocation::Probe { name, probe })
 }
 
-fn command(registry: &[Registration]) -> Command {
+/// What `--version` prints after the program name: where a binary on a node came from, and the
+/// oldest glibc it runs on (build.rs records them). `-V` and the man page get the version alone.
+const LONG_VERSION: &str = concat!(
+    env!("CARGO_PKG_VERSION"),
+    "\nrevision: ",
+    env!("HPCNODE_REVISION"),
+    "\nbuild date: ",
+    env!("HPCNODE_BUILD_DATE"),
+    "\ntarget: ",
+    env!("HPCNODE_TARGET"),
+    "\nglibc floor: ",
+    env!("HPCNODE_GLIBC_FLOOR"),
+);
+
+/// The whole command line, from the common flags and the collectors of `registry`; also what
+/// the man page is generated from (`cargo run --example man`).
+pub fn command(registry: &[Registration]) -> Command {
     let mut command = Command::new("hpcnode_exporter")
         .version(env!("CARGO_PKG_VERSION"))
+        .long_version(LONG_VERSION)
         .about("Prometheus exporter for HPC node driver stacks: RDMA fabrics, Xeon Phi coprocessors, GPU passthrough.")
         .arg(flag("web.listen-address", ":10050", "Address on which to expose metrics and the web interface."))
         .arg(flag("web.telemetry-path", "/metrics", "Path under which to expose metrics."))

@@ -1,0 +1,59 @@
+#!/usr/bin/env bash
+# packaging/build.sh [ARCH...]: the portable binary and its packages in target/packages/:
+#   hpcnode-exporter_<version>_<debian arch>.deb   (cargo-deb)
+#   hpcnode_exporter-<version>-1.<arch>.rpm        (rpmbuild, from packaging/hpcnode_exporter.spec)
+# ARCH: x86_64 (the default) or aarch64. The binary is built with cargo-zigbuild against glibc
+# 2.17 symbols, so one build runs on RHEL 7 and everything newer; packaging/glibc-floor.sh
+# refuses it if it needs more. Tools: tests/setup.sh installs them.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+. packaging/tools.sh
+out=target/packages
+version=$(cargo pkgid --quiet -p hpcnode_exporter | sed 's/.*[#@]//')
+mkdir -p "$out/man"
+
+# The man page from the clap definition, by a host build (before the environment below, so the
+# debug build the tests use is not rebuilt).
+cargo run --locked --quiet --example man >"$out/man/hpcnode_exporter.1"
+gzip -9 -n -f "$out/man/hpcnode_exporter.1"
+
+export PATH="$ZIGLANG_VENV/bin:$PATH"
+export HPCNODE_GLIBC_FLOOR=$GLIBC_FLOOR
+# Reproducible: the build date --version prints is the commit's.
+SOURCE_DATE_EPOCH=$(git log -1 --format=%ct 2>/dev/null) && export SOURCE_DATE_EPOCH
+# Symbols stripped at link time: zig's linker can, and no host strip is needed per architecture.
+export CARGO_PROFILE_RELEASE_STRIP=symbols
+
+for arch in "${@:-x86_64}"; do
+  case $arch in
+    x86_64) deb_arch=amd64 ;;
+    aarch64) deb_arch=arm64 ;;
+    *) echo "packaging/build.sh: unknown architecture $arch (x86_64 or aarch64)" >&2; exit 2 ;;
+  esac
+  triple=$arch-unknown-linux-gnu
+  cargo zigbuild --locked --release --bin hpcnode_exporter --target "$triple.$GLIBC_FLOOR"
+  binary=target/$triple/release/hpcnode_exporter
+  packaging/glibc-floor.sh "$binary" "$GLIBC_FLOOR"
+
+  cargo deb --locked --no-build --no-strip -p hpcnode_exporter --target "$triple" \
+    --output "$out/hpcnode-exporter_${version}-1_$deb_arch.deb"
+
+  staging=$out/rpm-staging/$arch
+  rm -rf "$staging"
+  install -D -m 0755 "$binary" "$staging/usr/bin/hpcnode_exporter"
+  install -D -m 0644 packaging/hpcnode_exporter.service "$staging/usr/lib/systemd/system/hpcnode_exporter.service"
+  install -D -m 0644 packaging/sysusers.d/hpcnode_exporter.conf "$staging/usr/lib/sysusers.d/hpcnode_exporter.conf"
+  install -D -m 0644 packaging/defaults "$staging/etc/sysconfig/hpcnode_exporter"
+  install -D -m 0644 "$out/man/hpcnode_exporter.1.gz" "$staging/usr/share/man/man1/hpcnode_exporter.1.gz"
+  install -D -m 0644 -t "$staging/usr/share/hpcnode_exporter/dashboards" dashboards/*.json
+  install -D -m 0644 -t "$staging/usr/share/hpcnode_exporter/rules" alerts/*.rules.yml
+  install -D -m 0644 README.md "$staging/usr/share/doc/hpcnode_exporter/README.md"
+  install -D -m 0644 LICENSE "$staging/usr/share/licenses/hpcnode_exporter/LICENSE"
+  rpmbuild --quiet -bb packaging/hpcnode_exporter.spec --target "$arch" \
+    --define "_topdir $PWD/$out/rpmbuild" --define "_rpmdir $PWD/$out" \
+    --define "_build_name_fmt %%{NAME}-%%{VERSION}-%%{RELEASE}.%%{ARCH}.rpm" \
+    --define "staging $PWD/$staging" --define "version $version" \
+    ${SOURCE_DATE_EPOCH:+--define "clamp_mtime_to_source_date_epoch 1"} \
+    --define "__os_install_post %{nil}" --define "debug_package %{nil}"
+done
+ls -l "$out"/*.deb "$out"/*.rpm

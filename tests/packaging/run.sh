@@ -1,0 +1,163 @@
+#!/usr/bin/env bash
+# The packages as an admin installs them (needs root: a chroot, dpkg and rpm into other roots):
+#   packaging/build.sh, then for the .deb and the .rpm: the packaged binary's glibc symbol
+#   versions (none above 2.17) and --version; the .deb: lintian without errors, its file list
+#   and conffile, installed with dpkg into a fresh Debian 12 root (mmdebstrap) where the postinst
+#   creates the user and enables the unit, `systemd-analyze verify` on the installed unit, the
+#   flags file kept over a reinstall, and the installed binary run as the service user on a
+#   fixture tree, answering a scrape; the .rpm: installed with `rpm --root` into an empty
+#   directory, its file list, config file and scriptlets checked, the binary run from there.
+#   The unit's `systemd-analyze security --offline=true` exposure score is printed, and must
+#   stay "OK" or better (below 5.0).
+# Set HPCNODE_PACKAGES_PREBUILT=1 to test the packages already in target/packages.
+set -euo pipefail
+cd "$(dirname "$0")/../.."
+. packaging/tools.sh
+if [ "$(id -u)" != 0 ]; then
+  if [ "${CI:-}" = true ]; then echo "tests/packaging: CI must run this as root" >&2; exit 1; fi
+  echo "tests/packaging: skipped: it needs root (chroot, dpkg --root, rpm --root); CI runs it as root"
+  exit 0
+fi
+work=$(mktemp -d /tmp/hpcnode-packaging.XXXXXX)
+pids=()
+cleanup() {
+  for pid in "${pids[@]}" ${root_made:-}; do kill "$pid" 2>/dev/null || true; done
+  mountpoint -q "$work/debian/proc" && umount "$work/debian/proc"
+  rm -rf "$work"
+}
+trap cleanup EXIT
+step() { echo "tests/packaging: $*"; }
+fail() { echo "tests/packaging: FAIL: $*" >&2; exit 1; }
+seconds() { echo $((SECONDS - $1))s; }
+
+# A Debian 12 root: Essential packages and systemd (its sysusers, deb-systemd-helper and
+# systemd-analyze), made once and kept as a tarball under target/ for later runs. mmdebstrap
+# waits on the network while the build below uses the CPUs, so the two run side by side.
+root_tar=target/packaging-cache/bookworm-systemd.tar
+root_part=${root_tar%.tar}.part.tar # mmdebstrap writes a tarball for a name ending in .tar
+root_made=
+if [ ! -s "$root_tar" ]; then
+  mkdir -p "$(dirname "$root_tar")"
+  mmdebstrap --quiet --variant=essential --include=systemd bookworm "$root_part" \
+    >"$work/mmdebstrap.log" 2>&1 &
+  root_made=$!
+fi
+start=$SECONDS
+if [ -z "${HPCNODE_PACKAGES_PREBUILT:-}" ]; then packaging/build.sh x86_64; fi
+step "packaging/build.sh: $(seconds "$start")"
+version=$(cargo pkgid --quiet -p hpcnode_exporter | sed 's/.*[#@]//')
+deb=target/packages/hpcnode-exporter_${version}-1_amd64.deb
+rpm=target/packages/hpcnode_exporter-${version}-1.x86_64.rpm
+
+# The binary each package holds: glibc floor and what --version says about it.
+check_packaged_binary() {
+  local binary=$1 out
+  packaging/glibc-floor.sh "$binary" "$GLIBC_FLOOR"
+  out=$("$binary" --version)
+  grep -qx "glibc floor: $GLIBC_FLOOR" <<<"$out" || fail "$binary --version: no glibc floor $GLIBC_FLOOR: $out"
+  grep -qx "target: x86_64-unknown-linux-gnu" <<<"$out" || fail "$binary --version: target: $out"
+  grep -qx "revision: $(git rev-parse --short=12 HEAD)" <<<"$out" || fail "$binary --version: revision: $out"
+  grep -qx "build date: $(git log -1 --format=%cd --date=format-local:%Y-%m-%d)" <<<"$out" \
+    || fail "$binary --version: build date is not the commit's: $out"
+}
+
+# scrape_fixture SYSFS COMMAND...: starts the exporter (COMMAND) on the procfs fixture's sysfs
+# tree (SYSFS, as COMMAND sees it) and checks what a scrape answers.
+scrape_fixture() {
+  local sysfs=$1 log=$work/exporter.$RANDOM.log address body
+  shift
+  "$@" --collector.disable-defaults --collector.rdma --collector.modules \
+    --path.sysfs="$sysfs" --web.listen-address=127.0.0.1:0 2>"$log" &
+  pids+=($!)
+  for _ in $(seq 100); do
+    address=$(grep -o 'msg=listening address=[0-9.:]*' "$log" | sed 's/.*address=//') && [ -n "$address" ] && break
+    kill -0 "${pids[-1]}" 2>/dev/null || fail "exporter exited: $(cat "$log")"
+    sleep 0.1
+  done
+  [ -n "$address" ] || fail "exporter did not listen: $(cat "$log")"
+  body=$(python3 -c 'import sys, urllib.request; print(urllib.request.urlopen(sys.argv[1], timeout=10).read().decode())' "http://$address/metrics")
+  grep -q '^hpcnode_rdma_port_state_id{device="mlx4_0",port="1"} 4$' <<<"$body" || fail "no rdma port state in the scrape: $(head -c 2000 <<<"$body")"
+  grep -q '^hpcnode_scrape_collector_success{collector="modules"} 1$' <<<"$body" || fail "modules collector failed: $(grep collector_success <<<"$body")"
+  kill "${pids[-1]}"; wait "${pids[-1]}" || true
+  step "scrape answered ($(grep -c '^hpcnode_' <<<"$body") samples)"
+}
+
+step "unit exposure (systemd-analyze security --offline=true):"
+score_line=$(systemd-analyze security --offline=true packaging/hpcnode_exporter.service | tail -n1)
+echo "  $score_line"
+score=$(grep -o 'level for [^:]*: [0-9.]*' <<<"$score_line" | sed 's/.*: //')
+awk -v s="$score" 'BEGIN { exit !(s < 5.0) }' || fail "exposure $score is not OK (below 5.0)"
+
+# --- .deb ---
+start=$SECONDS
+step "lintian $deb"
+lintian --fail-on error --suppress-tags statically-linked-binary "$deb"
+step "lintian: $(seconds "$start")"
+files=$(dpkg-deb --contents "$deb" | awk '{print $6}' | sed 's|^\./|/|')
+for path in /usr/bin/hpcnode_exporter /usr/lib/systemd/system/hpcnode_exporter.service \
+  /usr/lib/sysusers.d/hpcnode_exporter.conf /etc/default/hpcnode_exporter \
+  /usr/share/man/man1/hpcnode_exporter.1.gz /usr/share/doc/hpcnode-exporter/README.md \
+  /usr/share/doc/hpcnode-exporter/copyright /usr/share/hpcnode_exporter/dashboards/hpcnode-driver-stack.json \
+  /usr/share/hpcnode_exporter/rules/rdma.rules.yml; do
+  grep -qx "$path" <<<"$files" || fail "$deb lacks $path"
+done
+[ "$(dpkg-deb --ctrl-tarfile "$deb" | tar -xO ./conffiles)" = /etc/default/hpcnode_exporter ] || fail "conffiles"
+mkdir "$work/deb" && dpkg-deb -x "$deb" "$work/deb"
+check_packaged_binary "$work/deb/usr/bin/hpcnode_exporter"
+
+start=$SECONDS
+root=$work/debian
+if [ -n "$root_made" ]; then
+  wait "$root_made" || { root_made=; fail "mmdebstrap: $(cat "$work/mmdebstrap.log")"; }
+  root_made=
+  mv "$root_part" "$root_tar"
+fi
+mkdir "$root" && tar -C "$root" -xf "$root_tar"
+step "Debian 12 root (mmdebstrap, waited after the build): $(seconds "$start")"
+cp "$deb" "$root/tmp/"
+chroot "$root" dpkg -i "/tmp/$(basename "$deb")"
+chroot "$root" getent passwd hpcnode_exporter | grep -q ':/usr/sbin/nologin$' || fail "no system user hpcnode_exporter"
+[ -L "$root/etc/systemd/system/multi-user.target.wants/hpcnode_exporter.service" ] || fail "unit not enabled"
+mount -t proc proc "$root/proc"
+chroot "$root" systemd-analyze verify --man=no /usr/lib/systemd/system/hpcnode_exporter.service
+step "systemd-analyze verify: no complaint (man page: in the file list above)"
+echo 'ARGS="--log.level=debug"' >"$root/etc/default/hpcnode_exporter"
+chroot "$root" dpkg -i "/tmp/$(basename "$deb")"
+grep -qx 'ARGS="--log.level=debug"' "$root/etc/default/hpcnode_exporter" || fail "/etc/default/hpcnode_exporter not kept over a reinstall"
+cp -r tests/fixtures/procfs "$root/fixture"
+scrape_fixture /fixture/sys chroot --userspec=hpcnode_exporter:hpcnode_exporter "$root" /usr/bin/hpcnode_exporter
+
+# --- .rpm ---
+rpmroot=$work/rpmroot
+mkdir "$rpmroot"
+rpm --root "$rpmroot" --initdb
+rpm --root "$rpmroot" --install --nodeps --noscripts "$rpm"
+expected_rpm_files="/etc/sysconfig/hpcnode_exporter
+/usr/bin/hpcnode_exporter
+/usr/lib/systemd/system/hpcnode_exporter.service
+/usr/lib/sysusers.d/hpcnode_exporter.conf
+/usr/share/doc/hpcnode_exporter/README.md
+/usr/share/hpcnode_exporter
+$(cd packaging/.. && ls dashboards/*.json alerts/*.rules.yml | sed 's|^dashboards|/usr/share/hpcnode_exporter/dashboards|; s|^alerts|/usr/share/hpcnode_exporter/rules|')
+/usr/share/hpcnode_exporter/dashboards
+/usr/share/hpcnode_exporter/rules
+/usr/share/licenses/hpcnode_exporter/LICENSE
+/usr/share/man/man1/hpcnode_exporter.1.gz"
+diff <(sort <<<"$expected_rpm_files") <(rpm --root "$rpmroot" -ql hpcnode_exporter | sort) || fail "rpm file list"
+[ "$(rpm --root "$rpmroot" -qc hpcnode_exporter)" = /etc/sysconfig/hpcnode_exporter ] || fail "rpm config files"
+rpm --root "$rpmroot" -q --qf '[%{FILEFLAGS:fflags} %{FILENAMES}\n]' hpcnode_exporter | grep -qx 'cn /etc/sysconfig/hpcnode_exporter' \
+  || fail "/etc/sysconfig/hpcnode_exporter is not %config(noreplace)"
+rpm --root "$rpmroot" -V --nodeps hpcnode_exporter || fail "rpm -V: installed files differ from the package"
+scripts=$(rpm -qp --scripts "$rpm")
+for expected in 'systemd-sysusers hpcnode_exporter.conf' 'systemctl --no-reload preset hpcnode_exporter.service' \
+  'systemctl --no-reload disable --now hpcnode_exporter.service' 'systemctl try-restart hpcnode_exporter.service'; do
+  grep -qF "$expected" <<<"$scripts" || fail "rpm scriptlets lack '$expected': $scripts"
+done
+for scriptlet in POSTIN PREUN POSTUN; do
+  body=$(rpm -qp --qf "%{$scriptlet}" "$rpm")
+  [ "$body" != "(none)" ] && sh -n <<<"$body" || fail "rpm $scriptlet scriptlet missing or not valid sh: $body"
+done
+check_packaged_binary "$rpmroot/usr/bin/hpcnode_exporter"
+# The root holds no libc: the binary runs on the host's, as one from a .rpm would on RHEL.
+scrape_fixture "$PWD/tests/fixtures/procfs/sys" "$rpmroot/usr/bin/hpcnode_exporter"
+step "passed"
