@@ -275,6 +275,11 @@ mod tests {
             Some("Lockdown: modprobe: unsigned module loading is restricted; see man kernel_lockdown.7")
         );
         assert_eq!(kmsg_record_text(b"no separator"), None);
+        assert_eq!(kmsg_record_seq(record), Some(1402));
+        assert_eq!(kmsg_record_seq(b"6,1,2,-;a,3"), Some(1));
+        for malformed in [&b"6;1,2"[..], b"6,x,2,-;text", b"no separator", b"6,,2,-;"] {
+            assert_eq!(kmsg_record_seq(malformed), None);
+        }
         // Escaped bytes are decoded; a lone or malformed escape stays as written.
         assert_eq!(
             kmsg_record_text(b"6,1,2,-;a\\x5cb\\x09c \\xzz \\x4\n").as_deref(),
