@@ -6,7 +6,7 @@
 # lab: collectors=ebpf
 # lab: variants=pcspkr
 # lab: cmdline=module.sig_enforce=1
-# lab: timeout=400
+# lab: timeout=600
 
 module=pcspkr
 rejected='event="unsigned_module_rejected",source="kernel_log"'
