@@ -400,6 +400,7 @@ def mic_panels():
 ON_OFF = {0: ("OFF", "orange"), 1: ("ON", "green")}
 PRESENT = {0: ("MISSING", "red"), 1: ("present", "green")}
 YES_NO = {0: ("no", "text"), 1: ("yes", "green")}
+READ_BACK = {0: ("NO", "orange"), 1: ("yes", "green")}
 LOADED = {0: ("MISSING", "red"), 1: ("loaded", "green")}
 
 
@@ -466,6 +467,12 @@ def modules_panels():
                "hpcnode_module_load_failures_total", "syscall, errno", "{{instance}} {{syscall}} {{errno}}"),
         events("Kernel log: module events", "Module lines of the kernel log (hpcnode_kernel_log_events_total): module_verification_failed (printed once per boot, for the first unsigned module), unsigned_module_rejected, unverifiable_module_rejected, lockdown_refused_module. source=kernel_log: any root process can write /dev/kmsg.",
                "hpcnode_kernel_log_events_total", "event, source", "{{instance}} {{event}} ({{source}})"),
+        table("Kernel log: module events before start", "Module lines among the records the kernel log still held when the exporter started (hpcnode_kernel_log_events_before_start): refusals at boot, such as openibd loading OFED before the exporter runs, are only there. Read once at start, then constant: events seen by a previous exporter appear here again after a restart. Alert: HpcnodeModuleRefusedBeforeStart.",
+              [target(f'hpcnode_kernel_log_events_before_start{{{NODE}}}', ref="A", instant=True, table=True)],
+              "none", [], hide=["job", "__name__"], order=["instance", "event", "module", "source", "Value"], w=12),
+        stat("Kernel log read back to boot", "Whether the records read at start reached back to the kernel's first and were all read (hpcnode_kernel_log_before_start_complete). No: older records had been overwritten (a busy node's ring buffer wraps), so an empty table beside proves nothing.",
+             [target(f'hpcnode_kernel_log_before_start_complete{{{NODE}}}', "{{instance}}", instant=True)], "none",
+             mappings=value_mappings(READ_BACK)),
     ]
 
 

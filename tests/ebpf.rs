@@ -130,6 +130,78 @@ fn kernel_log_lines_are_counted_exactly() {
     );
 }
 
+/// Waits until the exporter has read the kernel log from before its start, and returns the
+/// scrape that shows it.
+fn read_before_start(exporter: &Exporter) -> String {
+    let deadline = Instant::now() + Duration::from_secs(20);
+    loop {
+        let text = exporter.get("/metrics").text();
+        if value(&text, "hpcnode_kernel_log_before_start_complete").is_some() {
+            return text;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "the kernel log from before start was not read in 20 s:\n{text}\n{}",
+            exporter.log()
+        );
+        std::thread::sleep(Duration::from_millis(100));
+    }
+}
+
+/// A line logged before the exporter starts is in the before-start gauge, not the counter,
+/// and stays so across a restart; a line logged after start is the counter's only.
+#[test]
+fn kernel_log_lines_from_before_start_are_a_gauge_apart() {
+    if !require_bpf("kernel_log_lines_from_before_start_are_a_gauge_apart") {
+        return;
+    }
+    let module = format!("hpcnode_before{}", std::process::id());
+    let write = || {
+        write_kmsg(&format!("{module}: module verification failed: signature and/or required key missing - tainting kernel"))
+    };
+    let labels = format!(
+        "{{event=\"module_verification_failed\",source=\"kernel_log\",module=\"{module}\"}}"
+    );
+    let before_start = format!("hpcnode_kernel_log_events_before_start{labels}");
+    let since_start = format!("hpcnode_kernel_log_events_total{labels}");
+    write();
+
+    let exporter = Exporter::start(&EBPF_ONLY);
+    let text = read_before_start(&exporter);
+    assert_eq!(value(&text, &before_start), Some(1.0), "{text}");
+    assert_eq!(value(&text, &since_start), None);
+    drop(exporter);
+
+    let exporter = Exporter::start(&EBPF_ONLY);
+    let text = read_before_start(&exporter);
+    assert_eq!(
+        value(&text, &before_start),
+        Some(1.0),
+        "after a restart:\n{text}"
+    );
+    assert_eq!(value(&text, &since_start), None, "after a restart");
+
+    write();
+    let deadline = Instant::now() + Duration::from_secs(10);
+    loop {
+        let text = exporter.get("/metrics").text();
+        if value(&text, &since_start) == Some(1.0) {
+            assert_eq!(value(&text, &before_start), Some(1.0));
+            break;
+        }
+        assert!(Instant::now() < deadline, "{since_start} not 1:\n{text}");
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    // The log line that says what was read.
+    assert!(
+        exporter
+            .log()
+            .contains("msg=\"read the kernel log from before start\""),
+        "{}",
+        exporter.log()
+    );
+}
+
 #[test]
 fn module_probes_say_why_they_are_not_attached() {
     if !on_module_free_kernel("module_probes_say_why_they_are_not_attached") {

@@ -40,14 +40,18 @@ fn emitted_by_probes() -> Option<BTreeSet<String>> {
     if !util::kernel::require_bpf("metrics_md_matches_what_fixtures_produce (ebpf part)") {
         return None;
     }
+    // Once before start (the before-start gauges), once after (the counters).
+    util::kernel::write_kmsg(util::kernel::LOCKDOWN_LINE);
     let exporter = Exporter::start(&["--collector.disable-defaults", "--collector.ebpf"]);
     util::kernel::write_kmsg(util::kernel::LOCKDOWN_LINE);
     util::kernel::write_kmsg(util::kernel::DMAR_FAULT_LINE);
-    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(20);
     loop {
         let text = exporter.get("/metrics").text();
         if text.contains("hpcnode_kernel_log_events_total{")
             && text.contains("hpcnode_iommu_faults_total{")
+            && text.contains("hpcnode_kernel_log_events_before_start{")
+            && text.contains("hpcnode_kernel_log_before_start_complete ")
         {
             return Some(names(&text));
         }

@@ -76,6 +76,8 @@ NEEDS_LAB_KERNEL = {
     "hpcnode_module_loads_total", "hpcnode_module_tainted_loads_total",
     "hpcnode_module_signature_checks_total", "hpcnode_module_load_failures_total",
     "hpcnode_kernel_log_events_total",
+    # Kernel-log events from before start: the lab refuses a module before starting the exporter.
+    "hpcnode_kernel_log_events_before_start", "hpcnode_kernel_log_before_start_complete",
     # IOMMU faults from the kernel log: tests/pci.rs writes DMAR lines to /dev/kmsg for them.
     "hpcnode_iommu_faults_total",
     # DMAR fault interrupts and vfio failures: kprobes on an emulated Intel IOMMU and vfio-pci
@@ -340,9 +342,39 @@ def check_recording_rules(prom, inst, driver):
           f"daily p95 recorded for 4 ports x 2 directions, within [0, 1] ({len(p95)} series)")
 
 
+# Alerts whose input is this machine's own kernel log, not a fixture: the exporters on the
+# fixture trees run the default collectors, ebpf included, and the suite itself writes forged
+# Lockdown lines into the log (tests/ebpf.rs, tests/metrics_catalog.rs), which an exporter
+# started later reads from before its start. check_host_kernel_log_alert checks them apart.
+HOST_KERNEL_LOG_ALERTS = {"HpcnodeModuleRefusedBeforeStart"}
+REFUSALS = "unsigned_module_rejected|unverifiable_module_rejected|lockdown_refused_module"
+
+
 def alert_keys(prom, inst, state="firing"):
     return sorted(key(a["labels"], "alertname", "device", "port", "counter")
-                  for a in prom.alerts(state=state) if a["labels"].get("instance") == inst)
+                  for a in prom.alerts(state=state) if a["labels"].get("instance") == inst
+                  and a["labels"]["alertname"] not in HOST_KERNEL_LOG_ALERTS)
+
+
+def check_host_kernel_log_alert(prom, inst):
+    """HpcnodeModuleRefusedBeforeStart fires on an exporter of this machine's kernel for
+    exactly the refusal events its before-start gauge read, whichever there are."""
+    attached = prom.query(f'hpcnode_ebpf_probe_attached{{instance="{inst}",probe="kernel_log",hook!="none"}} == 1')
+    if not attached:
+        log(f"{inst}: kernel_log probe not attached (no BPF here): HpcnodeModuleRefusedBeforeStart not checked")
+        return
+    read = wait_until("the kernel log from before start read",
+                      lambda: prom.query(f'hpcnode_kernel_log_before_start_complete{{instance="{inst}"}}'), 30)
+    check(read is not None, f"{inst}: the kernel log from before start is read")
+    refused = {r["metric"]["event"] for r in prom.query(
+        f'hpcnode_kernel_log_events_before_start{{instance="{inst}",event=~"{REFUSALS}"}} > 0')}
+
+    def firing():
+        return {a["labels"]["event"] for a in prom.alerts("HpcnodeModuleRefusedBeforeStart")
+                if a["labels"].get("instance") == inst}
+    got = wait_until("HpcnodeModuleRefusedBeforeStart to match the gauge", lambda: firing() == refused, 30)
+    check(got is not None, f"{inst}: HpcnodeModuleRefusedBeforeStart fires for the refusals read from before "
+                           f"start ({sorted(refused)}; firing {sorted(firing())})")
 
 
 def check_mic_alerts(prom, mic_inst):
@@ -416,6 +448,7 @@ def check_alerts(prom, procfs_inst, edge_inst, tree, scratch, exporter_procfs, m
                            f"(firing: {alert_keys(prom, edge_inst)})")
     pending_or_firing = alert_keys(prom, procfs_inst) + alert_keys(prom, procfs_inst, "pending")
     check(pending_or_firing == [], f"procfs tree (healthy, mlx5_0 phys_state '4: ACTIVE'): no alert ({pending_or_firing})")
+    check_host_kernel_log_alert(prom, procfs_inst)
 
     port = tree / "class" / "infiniband" / "mlx4_0" / "ports" / "1"
     state0, phys0 = (port / "state").read_bytes(), (port / "phys_state").read_bytes()

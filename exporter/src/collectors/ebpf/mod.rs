@@ -25,7 +25,7 @@ use crate::flags::switch;
 use crate::logging::{self, Level};
 use crate::metrics::{Desc, LabelValue, Labels, Value};
 use crate::sysfs::{AttributeReader, SysDir};
-use kernel_log::KernelLogCounts;
+use kernel_log::{EventKey, KernelLogCounts};
 use module_events::ModuleNames;
 use probes::{attach_first, KernelFeatures, Outcome, Probe};
 use sys::Attachment;
@@ -80,6 +80,16 @@ const KERNEL_LOG_EVENTS: Desc = Desc::counter(
     "Kernel log lines that match a known event (text any root process can write: source=\"kernel_log\").",
     None,
 );
+const KERNEL_LOG_EVENTS_BEFORE_START: Desc = Desc::gauge(
+    "hpcnode_kernel_log_events_before_start",
+    "Kernel log lines that match a known event among the records the log held when the exporter started (boot-time module refusals); constant while it runs.",
+    None,
+);
+const KERNEL_LOG_BEFORE_START_COMPLETE: Desc = Desc::gauge(
+    "hpcnode_kernel_log_before_start_complete",
+    "1 if the records the kernel log held at start reached back to boot and were all read; 0 if some had been overwritten or could not be read.",
+    None,
+);
 
 const IOMMU_FAULTS: Desc = Desc::counter(
     "hpcnode_iommu_faults",
@@ -107,7 +117,7 @@ const VFIO_PIN_FAILURES: Desc = Desc::counter(
     None,
 );
 
-pub const METRICS: [Desc; 15] = [
+pub const METRICS: [Desc; 17] = [
     PROBE_ATTACHED,
     PROBE_FAILURE_INFO,
     PROGRAM_RUNS,
@@ -118,6 +128,8 @@ pub const METRICS: [Desc; 15] = [
     SIGNATURE_CHECKS,
     LOAD_FAILURES,
     KERNEL_LOG_EVENTS,
+    KERNEL_LOG_EVENTS_BEFORE_START,
+    KERNEL_LOG_BEFORE_START_COMPLETE,
     IOMMU_FAULTS,
     IOMMU_FAULT_INTERRUPTS,
     VFIO_ENABLE_FAILURES,
@@ -352,15 +364,32 @@ impl Probes {
     }
 
     fn push_kernel_log(&self, out: &mut Output) {
-        for ((event, captured), count) in self.kernel_log.snapshot() {
+        let event_labels = |(event, captured): EventKey| -> Labels {
             let mut labels: Labels = vec![("event", event.into()), ("source", "kernel_log".into())];
             labels.extend(
                 captured
                     .into_iter()
                     .map(|(name, value)| (name, value.into())),
             );
+            labels
+        };
+        for (key, count) in self.kernel_log.snapshot() {
             out.samples
-                .push(&KERNEL_LOG_EVENTS, labels, Value::Int(count));
+                .push(&KERNEL_LOG_EVENTS, event_labels(key), Value::Int(count));
+        }
+        if let Some(before_start) = self.kernel_log.before_start() {
+            for (key, count) in before_start.events.iter().cloned() {
+                out.samples.push(
+                    &KERNEL_LOG_EVENTS_BEFORE_START,
+                    event_labels(key),
+                    Value::Int(count),
+                );
+            }
+            out.samples.push(
+                &KERNEL_LOG_BEFORE_START_COMPLETE,
+                vec![],
+                Value::Int(before_start.complete.into()),
+            );
         }
         for (fault, count) in self.kernel_log.iommu_faults() {
             let labels: Labels = vec![

@@ -97,7 +97,7 @@ impl Kernel for AyaKernel {
     type Attachment = Attachment;
 
     fn attach(&mut self, probe: Probe, attempt: &Attempt) -> Result<Attachment, String> {
-        match attempt.hook {
+        let attachment = match attempt.hook {
             Hook::Perf => count_with_perf(attempt.targets),
             Hook::Kmsg => {
                 let kmsg =
@@ -109,7 +109,12 @@ impl Kernel for AyaKernel {
                 Ok(Attachment::Kmsg)
             }
             _ => self.attach_bpf(probe, attempt),
+        }?;
+        if probe == Probe::KernelLog {
+            // New records are counted from here on; the ones the log held before are read apart.
+            kernel_log::read_before_start(self.kernel_log.clone());
         }
+        Ok(attachment)
     }
 }
 

@@ -1,64 +1,37 @@
 //! Kernel log lines -> counts, fed by the `printk:console` probe's ring buffer or, where that
 //! cannot be used, by reading `/dev/kmsg`. Every line pattern is in [`patterns`]: module
-//! events and IOMMU faults alike; [`iommu_faults`] reads the fault lines.
+//! events and IOMMU faults alike; [`iommu_faults`] reads the fault lines; [`before_start`]
+//! reads the records the log already held when the exporter started.
 //!
 //! Any root process can write the kernel log, so these counts carry `source="kernel_log"`.
 
+mod before_start;
 mod iommu_faults;
 mod patterns;
 
 use std::collections::BTreeMap;
 use std::fs::File;
 use std::io::{Read, Seek, SeekFrom};
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, Mutex, OnceLock};
 
 use crate::logging::{self, Level};
+pub use before_start::read_before_start;
 use iommu_faults::{Fault, FaultCounts};
-use patterns::{EventKey, LineMatch, Matcher, PATTERNS};
+pub use patterns::EventKey;
+use patterns::{LineMatch, Matcher, PATTERNS};
 
 /// Distinct captured label sets per event beyond this are counted with every capture `other`.
 const MAX_LABEL_SETS_PER_EVENT: usize = 64;
 
-/// Event and IOMMU fault counts since start, shared by the line source and the scrape.
-pub struct KernelLogCounts {
-    matcher: Matcher,
-    counts: Mutex<BTreeMap<EventKey, u64>>,
-    iommu_faults: Mutex<FaultCounts>,
-}
+/// Counts per event and captured labels, with at most [`MAX_LABEL_SETS_PER_EVENT`] label sets
+/// per event.
+#[derive(Default)]
+struct EventCounts(BTreeMap<EventKey, u64>);
 
-impl KernelLogCounts {
-    pub fn new() -> Arc<KernelLogCounts> {
-        Arc::new(KernelLogCounts {
-            matcher: Matcher::new(PATTERNS).expect("the built-in kernel log patterns compile"),
-            counts: Mutex::default(),
-            iommu_faults: Mutex::default(),
-        })
-    }
-
-    /// Counts one log record (its text, without priority or timestamp). A record may hold
-    /// several lines: one printk with embedded newlines, like the two-line DMAR fault report
-    /// of kernels before 4.7, is one record; each of its lines is matched on its own.
-    pub fn count_line(&self, record: &str) {
-        for line in record.split('\n').filter(|line| !line.trim().is_empty()) {
-            self.count_one_line(line);
-        }
-    }
-
-    fn count_one_line(&self, line: &str) {
-        match self.matcher.find(line.trim_end()) {
-            Some(LineMatch::Event(key)) => self.count_event(key),
-            Some(LineMatch::IommuFault(form, captures)) => {
-                let mut faults = self.iommu_faults.lock().unwrap_or_else(|p| p.into_inner());
-                faults.count_line(form, &captures);
-            }
-            None => {}
-        }
-    }
-
-    fn count_event(&self, (event, labels): EventKey) {
-        let mut counts = self.counts.lock().unwrap_or_else(|p| p.into_inner());
-        let known = counts.contains_key(&(event, labels.clone()));
-        let sets = counts.keys().filter(|(e, _)| *e == event).count();
+impl EventCounts {
+    fn count(&mut self, (event, labels): EventKey) {
+        let known = self.0.contains_key(&(event, labels.clone()));
+        let sets = self.0.keys().filter(|(e, _)| *e == event).count();
         let key = if known || sets < MAX_LABEL_SETS_PER_EVENT || labels.is_empty() {
             (event, labels)
         } else {
@@ -68,7 +41,67 @@ impl KernelLogCounts {
                 .collect();
             (event, other)
         };
-        *counts.entry(key).or_default() += 1;
+        *self.0.entry(key).or_default() += 1;
+    }
+
+    fn snapshot(&self) -> Vec<(EventKey, u64)> {
+        self.0.iter().map(|(k, v)| (k.clone(), *v)).collect()
+    }
+}
+
+/// The events of the records the kernel log held when the exporter started, read once.
+pub struct BeforeStart {
+    pub events: Vec<(EventKey, u64)>,
+    /// Whether those records reach back to the kernel's first one and were all read.
+    pub complete: bool,
+}
+
+/// Event and IOMMU fault counts since start, shared by the line source and the scrape, and
+/// the events logged before start once they have been read.
+pub struct KernelLogCounts {
+    matcher: Matcher,
+    counts: Mutex<EventCounts>,
+    iommu_faults: Mutex<FaultCounts>,
+    before_start: OnceLock<BeforeStart>,
+}
+
+impl KernelLogCounts {
+    pub fn new() -> Arc<KernelLogCounts> {
+        Arc::new(KernelLogCounts {
+            matcher: Matcher::new(PATTERNS).expect("the built-in kernel log patterns compile"),
+            counts: Mutex::default(),
+            iommu_faults: Mutex::default(),
+            before_start: OnceLock::new(),
+        })
+    }
+
+    /// Counts one log record (its text, without priority or timestamp). A record may hold
+    /// several lines: one printk with embedded newlines, like the two-line DMAR fault report
+    /// of kernels before 4.7, is one record; each of its lines is matched on its own.
+    pub fn count_line(&self, record: &str) {
+        for line in lines(record) {
+            match self.matcher.find(line) {
+                Some(LineMatch::Event(key)) => {
+                    let mut counts = self.counts.lock().unwrap_or_else(|p| p.into_inner());
+                    counts.count(key);
+                }
+                Some(LineMatch::IommuFault(form, captures)) => {
+                    let mut faults = self.iommu_faults.lock().unwrap_or_else(|p| p.into_inner());
+                    faults.count_line(form, &captures);
+                }
+                None => {}
+            }
+        }
+    }
+
+    /// Counts the events of one record logged before start into `events` (IOMMU faults from
+    /// before start are not kept: boot-time faults of firmware-owned devices are common).
+    fn count_before_start(&self, events: &mut EventCounts, record: &str) {
+        for line in lines(record) {
+            if let Some(LineMatch::Event(key)) = self.matcher.find(line) {
+                events.count(key);
+            }
+        }
     }
 
     /// IOMMU fault counts (see [`iommu_faults`]).
@@ -79,8 +112,21 @@ impl KernelLogCounts {
 
     pub fn snapshot(&self) -> Vec<(EventKey, u64)> {
         let counts = self.counts.lock().unwrap_or_else(|p| p.into_inner());
-        counts.iter().map(|(k, v)| (k.clone(), *v)).collect()
+        counts.snapshot()
     }
+
+    /// The events logged before start; `None` until they have been read.
+    pub fn before_start(&self) -> Option<&BeforeStart> {
+        self.before_start.get()
+    }
+}
+
+/// The non-empty lines of a record, without trailing white space.
+fn lines(record: &str) -> impl Iterator<Item = &str> {
+    record
+        .split('\n')
+        .filter(|line| !line.trim().is_empty())
+        .map(str::trim_end)
 }
 
 /// The text of one `/dev/kmsg` record: `<prio>,<seq>,<usec>,<flags>[,...];<text>\n` followed
@@ -124,6 +170,42 @@ pub fn ring_record_text(record: &[u8]) -> Option<String> {
     Some(String::from_utf8_lossy(&text[..end]).into_owned())
 }
 
+/// The sequence number of one `/dev/kmsg` record (the second field of its prefix).
+pub fn kmsg_record_seq(record: &[u8]) -> Option<u64> {
+    let prefix = &record[..record.iter().position(|&b| b == b';')?];
+    let seq = prefix.split(|&b| b == b',').nth(1)?;
+    std::str::from_utf8(seq).ok()?.parse().ok()
+}
+
+/// The longest `/dev/kmsg` record (the kernel's `CONSOLE_EXT_LOG_MAX`): a read with a smaller
+/// buffer fails with EINVAL.
+const KMSG_RECORD_MAX: usize = 8192;
+
+/// What one read of `/dev/kmsg` gave.
+enum KmsgRead {
+    /// A record of this many bytes.
+    Record(usize),
+    /// Nothing to read yet (EAGAIN, on a non-blocking descriptor).
+    Empty,
+    /// The records at the reader's position were overwritten before it read them (EPIPE); the
+    /// next read gives the oldest record left.
+    Overwritten,
+    Failed(String),
+}
+
+fn read_kmsg_record(kmsg: &mut impl Read, record: &mut [u8]) -> KmsgRead {
+    loop {
+        return match kmsg.read(record) {
+            Ok(0) => KmsgRead::Failed("end of file".to_string()),
+            Ok(len) => KmsgRead::Record(len),
+            Err(err) if err.kind() == std::io::ErrorKind::WouldBlock => KmsgRead::Empty,
+            Err(err) if err.raw_os_error() == Some(libc::EPIPE) => KmsgRead::Overwritten,
+            Err(err) if err.kind() == std::io::ErrorKind::Interrupted => continue,
+            Err(err) => KmsgRead::Failed(err.to_string()),
+        };
+    }
+}
+
 /// Opens `/dev/kmsg` positioned after the last record, so only new lines are counted.
 pub fn open_kmsg() -> std::io::Result<File> {
     let mut kmsg = File::open("/dev/kmsg")?;
@@ -134,18 +216,16 @@ pub fn open_kmsg() -> std::io::Result<File> {
 /// Reads `/dev/kmsg` records for ever (one record per read), counting each line. Records
 /// overwritten before they were read (EPIPE) are skipped: the count is then a lower bound.
 pub fn follow_kmsg(mut kmsg: File, counts: Arc<KernelLogCounts>) {
-    let mut record = vec![0u8; 8192];
+    let mut record = vec![0u8; KMSG_RECORD_MAX];
     let stopped = loop {
-        match kmsg.read(&mut record) {
-            Ok(0) => break "end of file".to_string(),
-            Ok(len) => {
+        match read_kmsg_record(&mut kmsg, &mut record) {
+            KmsgRead::Record(len) => {
                 if let Some(text) = kmsg_record_text(&record[..len]) {
                     counts.count_line(&text);
                 }
             }
-            Err(err) if err.raw_os_error() == Some(libc::EPIPE) => {}
-            Err(err) if err.kind() == std::io::ErrorKind::Interrupted => {}
-            Err(err) => break err.to_string(),
+            KmsgRead::Empty | KmsgRead::Overwritten => {}
+            KmsgRead::Failed(err) => break err,
         }
     };
     logging::log(
@@ -195,6 +275,11 @@ mod tests {
             Some("Lockdown: modprobe: unsigned module loading is restricted; see man kernel_lockdown.7")
         );
         assert_eq!(kmsg_record_text(b"no separator"), None);
+        assert_eq!(kmsg_record_seq(record), Some(1402));
+        assert_eq!(kmsg_record_seq(b"6,1,2,-;a,3"), Some(1));
+        for malformed in [&b"6;1,2"[..], b"6,x,2,-;text", b"no separator", b"6,,2,-;"] {
+            assert_eq!(kmsg_record_seq(malformed), None);
+        }
         // Escaped bytes are decoded; a lone or malformed escape stays as written.
         assert_eq!(
             kmsg_record_text(b"6,1,2,-;a\\x5cb\\x09c \\xzz \\x4\n").as_deref(),
