@@ -559,7 +559,10 @@ impl Read<'_> {
                     self.push(&MODULE_FILE_SIGNED, labels, 0);
                     continue;
                 }
-                Signature::Signed(signers) => (keys.trust(signers), signers[0].to_string()),
+                Signature::Signed(signers) => {
+                    let first = signers.first().map(ToString::to_string);
+                    (keys.trust(signers), first.unwrap_or_default())
+                }
                 Signature::Malformed(reason) => {
                     self.error(SysfsError::parse(&path, reason, ""));
                     (Trust::Unknown, String::new())
