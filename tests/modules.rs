@@ -166,7 +166,10 @@ fn without_the_kernels_keys_no_signer_is_untrusted() {
     let text = scrape(&exporter);
     let trust = lines_of(&text, "hpcnode_module_file_signer_trust");
     assert_eq!(trust.len(), 7);
-    assert!(trust.iter().all(|l| l.contains("state=\"unknown\"")), "{trust:#?}");
+    assert!(
+        trust.iter().all(|l| l.contains("state=\"unknown\"")),
+        "{trust:#?}"
+    );
     assert!(has_line(
         &text,
         "hpcnode_module_file_signed{module=\"lab_unsigned\",file=\"extra/lab_unsigned.ko\"} 0"
