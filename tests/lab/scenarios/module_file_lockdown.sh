@@ -21,6 +21,8 @@ lab_expect "lockdown integrity exported" "$(lab_value files 'hpcnode_kernel_lock
 lab_expect "no collector error" "$(lab_value files hpcnode_collector_errors_total)" == 0
 
 lab_scenario verdicts
+# A group before this one in the same boot (module_sig_enforce) may leave it loaded.
+if lab_module_loaded $module; then lab_check "rmmod $module left loaded before" rmmod $module; fi
 lab_expect_file_verdicts files $module signed=issuer_name_match/0 unsigned=unsigned/1 \
   foreign_keyid=untrusted/1 foreign_serial=unknown/1 badsig=issuer_name_match/1
 lab_check_fails "$module not loaded after" lab_module_loaded $module
