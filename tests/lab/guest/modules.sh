@@ -59,6 +59,8 @@ lab_expect_file_verdicts() {
     want=${state#*/}
     state=${state%/*}
     signed=$(lab_value "$scrape" "hpcnode_module_file_signed{module=\"${module}_$variant\"}")
+    lab_expect "${module}_$variant: one file series" \
+      "$(lab_series "$scrape" "hpcnode_module_file_signed{module=\"${module}_$variant\"}")" == 1
     if [ "$state" = unsigned ]; then
       lab_expect "${module}_$variant: file not signed" "$signed" == 0
     else
