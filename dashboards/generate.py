@@ -402,6 +402,7 @@ PRESENT = {0: ("MISSING", "red"), 1: ("present", "green")}
 YES_NO = {0: ("no", "text"), 1: ("yes", "green")}
 READ_BACK = {0: ("NO", "orange"), 1: ("yes", "green")}
 LOADED = {0: ("MISSING", "red"), 1: ("loaded", "green")}
+SIGNED = {0: ("UNSIGNED", "red"), 1: ("signed", "green")}
 
 
 def events(title, description, metric, by, legend):
@@ -451,6 +452,14 @@ def modules_panels():
         table("modprobe rules on expected modules", "modprobe.d and kernel command line rules that name an expected module (hpcnode_module_modprobe_rule): install_disabled (install <module> /bin/false or /bin/true: never loads), blacklist (no autoload), module_blacklist (the kernel refuses it), install (a custom command replaces the load).",
               [target(f'hpcnode_module_modprobe_rule{{{NODE}}}', ref="A", instant=True, table=True)],
               "none", [], hide=["job", "__name__", "Value #A", "Value"], order=["instance", "module", "rule", "file"], w=16),
+        stat("Module files refused at next load", "Files modprobe would load for an expected module that this kernel will refuse: not signed, or signed by key identifier with a key /proc/keys does not hold (hpcnode_module_file_signed == 0, hpcnode_module_file_signer_trust{state=\"untrusted\"}), while module.sig_enforce or lockdown enforces signatures. The table beside says which. Alert: HpcnodeModuleFileWillBeRefused.",
+             [target(f'count((hpcnode_module_file_signed{{{NODE}}} == 0 or hpcnode_module_file_signer_trust{{{NODE}, state="untrusted"}} == 1) and on (job, instance) (hpcnode_module_sig_enforce{{{NODE}}} == 1 or on (job, instance) max by (job, instance) (hpcnode_kernel_lockdown_mode{{{NODE}, mode!="none"}}) == 1)) or vector(0)', "refused", instant=True)], "none",
+             w=4, h=8, thresholds=[{"color": "green", "value": None}, {"color": "red", "value": 1}]),
+        table("Module files of expected modules", "Each file modprobe would load for an expected module (modules.dep: the module and its dependencies), whether it carries an appended signature, who signed it and whether /proc/keys shows the kernel holding that key: trusted, untrusted (refused where signatures are enforced), issuer_name_match (a key of the issuer's name; /proc/keys cannot show its serial), unknown (keys not visible, or nothing to compare) (hpcnode_module_file_signed, hpcnode_module_file_signer_trust).",
+              [target(f'hpcnode_module_file_signed{{{NODE}}}', ref="A", instant=True, table=True),
+               target(f'hpcnode_module_file_signer_trust{{{NODE}}}', ref="B", instant=True, table=True)],
+              "none", [column("A", "Signed", "none", value_mappings(SIGNED), "color-background")],
+              hide=["job", "__name__", "Value #B"], order=["instance", "module", "file", "Value #A", "signer", "state"], w=20, sort="Signed"),
         table("Tainted modules", "Loaded modules that carry taint letters (hpcnode_module_info with taints): O out of tree, E unsigned, P proprietary, F forced, C staging. module=\"other\" counts the modules past --collector.modules.max-modules.",
               [target(f'hpcnode_module_info{{{NODE}, taints!=""}}', ref="A", instant=True, table=True)],
               "none", [], hide=["job", "__name__", "Value #A", "Value"], order=["instance", "module", "taints", "state"], w=12),

@@ -92,6 +92,13 @@ const RUNS: &[(&[&str], &[&str])] = &[
     ),
     (
         &[
+            "--collector.modules",
+            "--collector.modules.expected=geniv,lab_unsigned,lab_foreign_keyid",
+        ],
+        &["modules_signed_files"],
+    ),
+    (
+        &[
             "--collector.pci",
             "--collector.pci.nova-config=../tests/fixtures/pci_host/etc/kolla/config/nova.conf",
             "--collector.pci.nova-config=../tests/fixtures/pci_host/etc/kolla/config/nova/nova-compute.conf",

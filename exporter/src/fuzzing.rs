@@ -12,7 +12,8 @@ use crate::collectors::mic::micras;
 use crate::collectors::pci::identity::{self, Address};
 use crate::collectors::pci::{config_space, modules as pci_modules, nova};
 use crate::collectors::verbs::oob;
-use crate::kernel::{cmdline, modprobe};
+use crate::kernel::module_file::{Signature, SignatureCache};
+use crate::kernel::{cmdline, keys, modprobe};
 use crate::sysfs::{AttributeReader, SysDir};
 use crate::{collectors, flags, rdma_port};
 
@@ -74,6 +75,33 @@ pub fn proc_modules(data: &[u8]) {
         assert_eq!(modes.iter().filter(|(_, active)| *active).count(), 1);
     }
     let _ = collectors::modules::parse_module_list(&text);
+}
+
+/// A module file, decoded as each compression the exporter reads (none, xz, zstd, gzip) to
+/// its appended signature; the input's text as `/proc/keys` and `modules.dep`, judging the
+/// signers found.
+pub fn module_file(data: &[u8]) {
+    let files: Vec<String> = ["m.ko", "m.ko.xz", "m.ko.zst", "m.ko.gz"]
+        .into_iter()
+        .map(String::from)
+        .collect();
+    for file in &files {
+        std::fs::write(scratch_dir().join(file), data).expect("write the module file");
+    }
+    let text = String::from_utf8_lossy(data);
+    let keys = keys::parse_proc_keys(&text);
+    for line in text.lines() {
+        if let Some((module, _)) = line.split_once(':') {
+            let _ = crate::kernel::module_file::files_to_load(&text, module.trim());
+        }
+    }
+    let dir = SysDir::open(scratch_dir(), "").expect("open the scratch directory");
+    for signature in SignatureCache::default().read(&dir, &files) {
+        if let Ok(Signature::Signed(signers)) = signature {
+            assert!(!signers.is_empty());
+            keys.trust(&signers);
+        }
+    }
 }
 
 /// `modules.alias` matched against a modalias (the input's first line), and the input's
@@ -218,9 +246,10 @@ mod tests {
     #[test]
     fn the_seed_corpus_runs_through_every_target() {
         type Target = (&'static str, fn(&[u8]));
-        let targets: [Target; 12] = [
+        let targets: [Target; 13] = [
             ("sysfs_attribute", sysfs_attribute),
             ("proc_modules", proc_modules),
+            ("module_file", module_file),
             ("modules_alias", modules_alias),
             ("modprobe_d", modprobe_d),
             ("kernel_cmdline", kernel_cmdline),

@@ -330,6 +330,22 @@ impl SysDir {
         read_to_end(&fd, path, limit)
     }
 
+    /// A regular file opened for reading in parts (kernel module files, many MiB, of which only
+    /// the end or a decompressed stream is needed), with its size. Same rules as
+    /// [`SysDir::read_file`]: inside the root, non-blocking, regular files only; the caller
+    /// bounds what it reads.
+    pub fn open_regular_file(&self, name: &str) -> Result<(std::fs::File, u64), SysfsError> {
+        let path = self.path(name);
+        let fd = self
+            .open_entry(name, read_flags())
+            .map_err(|errno| SysfsError::io(path.clone(), errno))?;
+        let stat = rustix::fs::fstat(&fd).map_err(|errno| SysfsError::io(path.clone(), errno))?;
+        if FileType::from_raw_mode(stat.st_mode) != FileType::RegularFile {
+            return Err(SysfsError::NotRegularFile { path });
+        }
+        Ok((std::fs::File::from(fd), stat.st_size.max(0) as u64))
+    }
+
     /// An unsigned integer attribute (counters, ids).
     pub fn read_u64(&self, name: &str, reader: &mut AttributeReader) -> Result<u64, SysfsError> {
         let text = self.read(name, reader)?;

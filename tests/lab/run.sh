@@ -27,7 +27,7 @@ done
 if ((${#groups[@]} == 0)); then
   for file in "$lab"/scenarios/*.sh; do groups+=("$(basename "$file" .sh)"); done
 fi
-for tool in qemu-system-x86_64 busybox cpio depmod modprobe xz python3 apt-get dpkg gcc; do
+for tool in qemu-system-x86_64 busybox cpio depmod modprobe xz zstd gzip openssl python3 apt-get dpkg gcc; do
   command -v "$tool" > /dev/null || { echo "lab: $tool missing; run tests/setup.sh as root" >&2; exit 2; }
 done
 [ -x "$binary" ] || { echo "lab: no exporter binary $binary; run cargo build" >&2; exit 2; }
@@ -38,7 +38,9 @@ done
 #   cmdline=   extra kernel parameters; machine=pc (default), q35-iommu (intel-iommu + edu) or
 #              q35-pcie (e1000e and edu behind PCIe root ports)
 #   tools=verbs  rdma-core userspace (ibverbs, perftest, rdmacm) and iproute2's rdma
-#   variants=  signed modules to provide as /lab/modules/M.{signed,unsigned,badsig}.ko
+#   variants=  signed modules to provide as /lab/modules/M.{signed,unsigned,badsig,foreign_keyid,foreign_serial}.ko,
+#              and compressed under /lab/modules/root/lib/modules/<release> with a modules.dep
+#   root_modules= modules whose dependency closure joins the variants in that root, as Debian ships them
 #   helpers=   C programs from helpers/, built static on the host (gcc -static) into /lab/bin
 #   timeout=   seconds the group may run in the guest (default 120)
 # Groups with the same machine and cmdline share one boot.
@@ -115,17 +117,47 @@ build_initramfs() {
 }
 
 # Writes the test variants of each signed MODULE into DIR: M.signed.ko (as Debian ships it,
-# decompressed), M.unsigned.ko (signature stripped), M.badsig.ko (signature corrupted).
+# decompressed), M.unsigned.ko (signature stripped), M.badsig.ko (signature corrupted),
+# M.foreign_keyid.ko and M.foreign_serial.ko (re-signed as sign-file signs, by a key made here,
+# named by key identifier and by issuer and serial number). DIR/root is a module root for
+# --path.rootfs: each variant as kernel/lab/M_<variant>.ko compressed its own way (xz, zstd,
+# gzip, none), the ROOT_MODULES' closures as shipped, and a modules.dep naming them all.
 make_variants() {
-  local root=$1 kver=$2 dir=$3 module path
-  shift 3
-  mkdir -p "$dir"
+  local root=$1 kver=$2 dir=$3 root_modules=$4 module path variant modules_dep
+  shift 4
+  local lab_root=$dir/root/lib/modules/$kver
+  mkdir -p "$dir" "$lab_root/kernel/lab"
+  modules_dep=$lab_root/modules.dep
+  : > "$modules_dep"
+  openssl req -x509 -newkey rsa:2048 -nodes -days 2 -subj "/CN=Lab foreign module key" \
+    -addext subjectKeyIdentifier=hash -keyout "$dir/foreign.key" -out "$dir/foreign.crt" 2> /dev/null
   for module in "$@"; do
     path=$(modprobe -d "$root" -S "$kver" --show-depends "$module" | awk '$1 == "insmod" {p = $2} END {print p}')
     [ -n "$path" ] || { echo "lab: no module $module in $kver for its variants" >&2; exit 1; }
     case $path in *.xz) xz -dc "$path" > "$dir/$module.signed.ko" ;; *) cp "$path" "$dir/$module.signed.ko" ;; esac
     python3 "$lab/modsig.py" strip "$dir/$module.signed.ko" "$dir/$module.unsigned.ko"
     python3 "$lab/modsig.py" corrupt "$dir/$module.signed.ko" "$dir/$module.badsig.ko"
+    python3 "$lab/modsig.py" sign-keyid "$dir/$module.signed.ko" "$dir/foreign.key" "$dir/foreign.crt" "$dir/$module.foreign_keyid.ko"
+    python3 "$lab/modsig.py" sign "$dir/$module.signed.ko" "$dir/foreign.key" "$dir/foreign.crt" "$dir/$module.foreign_serial.ko"
+    for variant in signed:xz unsigned:zst foreign_keyid:gz foreign_serial: badsig:xz; do
+      local name=kernel/lab/${module}_${variant%:*}.ko compress=${variant#*:}
+      case $compress in
+        xz) xz --check=crc32 --lzma2=dict=1MiB -c "$dir/$module.${variant%:*}.ko" > "$lab_root/$name.xz" ;;
+        zst) zstd -q -c "$dir/$module.${variant%:*}.ko" > "$lab_root/$name.zst" ;;
+        gz) gzip -n -c "$dir/$module.${variant%:*}.ko" > "$lab_root/$name.gz" ;;
+        *) cp "$dir/$module.${variant%:*}.ko" "$lab_root/$name" ;;
+      esac
+      echo "$name${compress:+.$compress}:" >> "$modules_dep"
+    done
+  done
+  for module in $root_modules; do
+    modprobe -d "$root" -S "$kver" --show-depends "$module" | awk '$1 == "insmod" {print $2}' |
+      while read -r path; do
+        local relative=${path#"$root/lib/modules/$kver/"}
+        mkdir -p "$lab_root/$(dirname "$relative")"
+        cp "$path" "$lab_root/$relative"
+        awk -v key="$relative:" 'index($0, key) == 1' "$root/lib/modules/$kver/modules.dep" >> "$modules_dep"
+      done
   done
 }
 
@@ -171,7 +203,8 @@ for kernel in "${kernels[@]}"; do
   done
   cp -r "$lab/guest" "$lab/scenarios" "$dir/share/"
   mapfile -t variants < <(for group in "${runnable[@]}"; do directive "$group" variants; done | xargs -r -n1 | sort -u)
-  make_variants "$root" "$kver" "$dir/share/modules" "${variants[@]}"
+  root_modules=$(for group in "${runnable[@]}"; do directive "$group" root_modules; done | xargs -r -n1 | sort -u | xargs)
+  make_variants "$root" "$kver" "$dir/share/modules" "$root_modules" "${variants[@]}"
   echo "lab: $kver ready in $((SECONDS - kernel_start)) s (cache $(dirname "$root"))"
 
   boots=$(for group in "${runnable[@]}"; do

@@ -3,7 +3,7 @@
 
 Starts exporters on loopback, one on a writable copy of the real procfs fixture tree
 (tests/fixtures/procfs/sys), one on tests/fixtures/rdma_edge/sys, and the modules collector
-alone on the fixture roots tests/fixtures/modules_rhel7 and modules_secureboot, and Debian's
+alone on the fixture roots tests/fixtures/modules_rhel7, modules_secureboot and modules_signed_files, and Debian's
 prometheus on loopback with its own config (1s scrape and evaluation intervals), a temporary
 storage directory and the rule files of alerts/. Then, through Prometheus's HTTP API:
   - `up` is 1 for both targets and every rule evaluates without error;
@@ -12,7 +12,8 @@ storage directory and the rule files of alerts/. Then, through Prometheus's HTTP
     1X EDR ports, the x4 data unit, the per-node sums, the transmit-wait fraction);
   - on the untouched edge tree exactly the expected alerts fire (the DOWN port, the four
     saturated counters), and none on the healthy procfs tree; on the modules roots exactly the
-    missing expected modules and the unsigned loaded modules fire theirs;
+    missing expected modules, the unsigned loaded modules and the module files the kernel will
+    refuse fire theirs;
   - an alert reaches `firing` when the test turns a port DOWN and resolves when it is ACTIVE
     again; symbol errors, a vanished port and a killed exporter fire theirs;
   - every dashboard query executes, and returns data except where the fixtures lack the input
@@ -51,7 +52,7 @@ PROCFS_TREE = ROOT / "tests" / "fixtures" / "procfs" / "sys"
 EDGE_TREE = ROOT / "tests" / "fixtures" / "rdma_edge" / "sys"
 # Xeon Phi host: mic0 online with a micras copy, mic1 stuck booting.
 MIC_ROOT = ROOT / "tests" / "fixtures" / "mic_mpss3"
-MODULES_ROOTS = {name: ROOT / "tests" / "fixtures" / f"modules_{name}" for name in ("rhel7", "secureboot")}
+MODULES_ROOTS = {name: ROOT / "tests" / "fixtures" / f"modules_{name}" for name in ("rhel7", "secureboot", "signed_files")}
 # PCI roots: a passthrough host (with its Kolla Nova configs: compute and API files, and the
 # scheduler's), a failing host (with a nova.conf Nova refuses), and an SR-IOV host whose Nova
 # alias names VFs.
@@ -70,6 +71,9 @@ PCI_ROOTS = {
                    [f"--collector.pci.nova-config={ROOT}/tests/fixtures/pci_sriov_host/etc/nova/nova.conf"]),
 }
 MODULES_EXPECTED = "--collector.modules.expected=mlx5_core,mlx5_ib,ib_uverbs,rdma_ucm,ib_ipoib,vfio_pci,nvidia"
+# The signed-files root's own modules (tests/modules.rs uses the same list).
+MODULES_EXPECTED_FOR = {"signed_files": "--collector.modules.expected=geniv,pcspkr,lab_mok,lab_foreign_keyid,"
+                                        "lab_foreign_serial,lab_unsigned,lab_debian,lab_truncated,8250"}
 # Metrics only a kernel lab guest produces: this kernel has no modules, kprobes or IOMMU, so they stay
 # empty here; tests/lab drives real module loads on Debian kernels and checks them there.
 NEEDS_LAB_KERNEL = {
@@ -416,17 +420,25 @@ def check_pci_alerts(prom, pci_insts):
 
 
 def check_module_alerts(prom, modules_insts):
-    """Exactly the missing expected modules and the loaded unsigned modules (taint letter E in
-    the fixture's /proc/modules) fire on the modules roots."""
+    """Exactly the missing expected modules, the loaded unsigned modules (taint letter E in the
+    fixture's /proc/modules) and the module files the kernel will refuse fire on the modules
+    roots."""
     for name, inst in modules_insts.items():
         modules = (MODULES_ROOTS[name] / "proc" / "modules").read_text().splitlines()
         unsigned = {("HpcnodeUnsignedModuleLoaded", line.split()[0]) for line in modules
                     if line.endswith(")") and "E" in line.rsplit("(", 1)[1]}
-        missing = {"rhel7": {"vfio_pci"}, "secureboot": {"mlx5_ib", "rdma_ucm", "nvidia"}}[name]
+        missing = {"rhel7": {"vfio_pci"}, "secureboot": {"mlx5_ib", "rdma_ucm", "nvidia"}, "signed_files": set()}[name]
         # RHEL 7 runs 3.10.0-1160 without headers; 1160.80.1 and its headers are installed.
+        # The lab guest whose modules signed_files holds has no headers either.
         kernel = {"rhel7": {("HpcnodeKernelHeadersMissing", ""), ("HpcnodeKernelRebootPending", "")},
-                  "secureboot": set()}[name]
-        expected = sorted(unsigned | kernel | {("HpcnodeModuleExpectedMissing", m) for m in missing})
+                  "signed_files": {("HpcnodeKernelHeadersMissing", "")}}.get(name, set())
+        # The files the kernel (booted with module.sig_enforce=1) will refuse: unsigned, or signed
+        # by a key identifier /proc/keys lacks.
+        refused = {"signed_files": {"lab_unsigned", "lab_foreign_keyid"}}.get(name, set())
+        # Its cut-short lab_truncated.ko.xz is a parse error of the modules collector.
+        read_errors = {("HpcnodeCollectorReadErrors", "")} if name == "signed_files" else set()
+        expected = sorted(unsigned | kernel | read_errors | {("HpcnodeModuleExpectedMissing", m) for m in missing}
+                          | {("HpcnodeModuleFileWillBeRefused", m) for m in refused})
 
         def firing(i=inst):
             return sorted(key(a["labels"], "alertname", "module") for a in prom.alerts() if a["labels"].get("instance") == i)
@@ -596,7 +608,7 @@ def main():
         for name, inst in modules_insts.items():
             root = MODULES_ROOTS[name]
             start([str(exporter), f"--web.listen-address={inst}", "--collector.disable-defaults",
-                   "--collector.modules", MODULES_EXPECTED, f"--path.procfs={root / 'proc'}",
+                   "--collector.modules", MODULES_EXPECTED_FOR.get(name, MODULES_EXPECTED), f"--path.procfs={root / 'proc'}",
                    f"--path.sysfs={root / 'sys'}", f"--path.rootfs={root}"],
                   open(logs / f"exporter-modules-{name}.log", "w"))
         pci_insts = {name: f"127.0.0.1:{free_port()}" for name in PCI_ROOTS}

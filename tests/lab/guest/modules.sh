@@ -40,3 +40,46 @@ lab_expect_collectors_clean() {
     "$(lab_value "$1" 'hpcnode_scrape_collector_success{collector=~"ebpf|modules"}')" == 2
   lab_expect "no collector errors" "$(lab_value "$1" hpcnode_collector_errors_total)" == 0
 }
+
+# lab_expect_file_verdicts SCRAPE MODULE VARIANT=STATE/REFUSED...: the exporter's static verdict
+# on each variant of MODULE under /lab/modules/root (scrape SCRAPE) against the kernel's own,
+# insmod of the same image (/lab/modules/MODULE.VARIANT.ko). STATE is `unsigned` for
+# hpcnode_module_file_signed 0, else the signer's trust state; REFUSED (1 or 0) the kernel's
+# expected verdict. Where the exporter predicts a refusal (the alert's expression: signatures
+# enforced, and the file unsigned or its signer untrusted) the kernel must refuse.
+lab_expect_file_verdicts() {
+  local scrape="$1" module="$2" pair variant state want signed untrusted enforcing predicted refused
+  enforcing=$(awk -v e="$(lab_value "$scrape" hpcnode_module_sig_enforce)" \
+    -v l="$(lab_value "$scrape" 'hpcnode_kernel_lockdown_mode{mode!="none"}')" 'BEGIN { print (e == 1 || l == 1) ? 1 : 0 }')
+  lab_info "signatures enforced (sig_enforce or lockdown): $enforcing"
+  shift 2
+  for pair in "$@"; do
+    variant=${pair%%=*}
+    state=${pair#*=}
+    want=${state#*/}
+    state=${state%/*}
+    signed=$(lab_value "$scrape" "hpcnode_module_file_signed{module=\"${module}_$variant\"}")
+    lab_expect "${module}_$variant: one file series" \
+      "$(lab_series "$scrape" "hpcnode_module_file_signed{module=\"${module}_$variant\"}")" == 1
+    if [ "$state" = unsigned ]; then
+      lab_expect "${module}_$variant: file not signed" "$signed" == 0
+    else
+      lab_expect "${module}_$variant: file signed" "$signed" == 1
+      lab_expect "${module}_$variant: signer $state" \
+        "$(lab_series "$scrape" "hpcnode_module_file_signer_trust{module=\"${module}_$variant\",state=\"$state\"}")" == 1
+    fi
+    untrusted=$(lab_series "$scrape" "hpcnode_module_file_signer_trust{module=\"${module}_$variant\",state=\"untrusted\"}")
+    predicted=$(awk -v e="$enforcing" -v s="$signed" -v u="$untrusted" 'BEGIN { print (e == 1 && (s == 0 || u == 1)) ? 1 : 0 }')
+    if insmod "/lab/modules/$module.$variant.ko" 2> "$LAB_TMP/insmod.err"; then
+      refused=0
+      rmmod "$module"
+    else
+      refused=1
+    fi
+    lab_info "${module}_$variant: exporter predicts a refusal: $predicted (state $state); kernel refused: $refused $(cat "$LAB_TMP/insmod.err")"
+    lab_expect "${module}_$variant: the kernel's verdict (1 refused)" "$refused" == "$want"
+    if [ "$predicted" = 1 ]; then
+      lab_expect "${module}_$variant: refused, as the exporter predicted" "$refused" == 1
+    fi
+  done
+}
