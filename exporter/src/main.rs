@@ -243,7 +243,7 @@ async fn serve(
                     "SIGHUP received; nothing to reload",
                     &[(
                         "note",
-                        "flags and the verbs token file take effect at a restart; the trees under --path.* and the Nova configs are read at every scrape",
+                        "flags and the verbs token file take effect at a restart; the trees under --path.* and the Nova configs are read at every scrape, the --web.config.file whenever it changes",
                     )],
                 );
                 continue;

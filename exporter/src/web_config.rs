@@ -127,16 +127,17 @@ impl Default for RawTls {
 #[derive(Debug, Deserialize)]
 #[serde(deny_unknown_fields, default)]
 struct RawHttp {
-    /// Accepted for compatibility; the server speaks HTTP/1.1 only (Prometheus scrapes with it).
-    #[allow(dead_code)]
-    http2: bool,
+    /// Checked (a bool) and otherwise unused: the server speaks HTTP/1.1 only, which
+    /// Prometheus scrapes with unless told otherwise.
+    #[serde(rename = "http2")]
+    _http2: bool,
     headers: BTreeMap<String, String>,
 }
 
 impl Default for RawHttp {
     fn default() -> Self {
         RawHttp {
-            http2: true,
+            _http2: true,
             headers: BTreeMap::new(),
         }
     }
