@@ -114,6 +114,24 @@ const RUNS: &[(&[&str], &[&str])] = &[
     ),
 ];
 
+/// The server's own metrics, emitted under `--web.config.file` (here one that only sets a
+/// header, so the test can scrape over plain HTTP).
+fn web_emitted() -> BTreeSet<String> {
+    let dir = tempfile::tempdir().unwrap();
+    let config = dir.path().join("web.yml");
+    std::fs::write(
+        &config,
+        "http_server_config:\n  headers:\n    X-Content-Type-Options: nosniff\n",
+    )
+    .unwrap();
+    let flag = format!("--web.config.file={}", config.display());
+    names(
+        &Exporter::start(&["--collector.disable-defaults", &flag])
+            .get("/metrics")
+            .text(),
+    )
+}
+
 fn emitted(flags: &[&str], fixture_name: &str) -> BTreeSet<String> {
     let root = util::tests_dir().join("fixtures").join(fixture_name);
     let paths = [
@@ -181,6 +199,7 @@ fn metrics_md_matches_what_fixtures_produce() {
         .flat_map(|(flags, fixtures)| fixtures.iter().map(|f| emitted(flags, f)))
         .flatten()
         .chain(verbs_emitted())
+        .chain(web_emitted())
         .collect();
     let verbs_metrics: BTreeSet<String> = hpcnode_exporter::collectors::verbs::METRICS
         .iter()
@@ -234,6 +253,7 @@ fn code_descriptors_match_catalog() {
     let listed = catalog();
     let described: BTreeSet<String> = hpcnode_exporter::scrape::FRAMEWORK_METRICS
         .iter()
+        .chain(&hpcnode_exporter::http::WEB_METRICS)
         .chain(
             hpcnode_exporter::collectors::ALL
                 .iter()

@@ -39,6 +39,8 @@ pub struct Config {
     pub max_requests: usize,
     /// Concurrent connections allowed.
     pub max_connections: usize,
+    /// `--web.config.file` (TLS, basic auth, headers), read by main at startup.
+    pub web_config_file: Option<PathBuf>,
     /// The roots every path is read under, and the scrape deadline.
     pub host: Host,
     pub log_level: Level,
@@ -85,6 +87,7 @@ where
         telemetry_path: common.telemetry_path,
         max_requests: common.max_requests,
         max_connections: common.max_connections,
+        web_config_file: common.web_config_file,
         host: common.host,
         log_level: common.log_level,
         log_format: common.log_format,
@@ -162,6 +165,7 @@ pub fn command(registry: &[Registration]) -> Command {
         .arg(flag("web.telemetry-path", "/metrics", "Path under which to expose metrics."))
         .arg(flag("web.max-requests", "40", "Maximum number of parallel scrape requests, at most one below --web.max-connections; beyond it, 503. 0: only --web.max-connections limits them."))
         .arg(flag("web.max-connections", "512", "Maximum number of open connections; at the limit a new connection replaces the one idle the longest."))
+        .arg(flag("web.config.file", "", "Path to a configuration file that can enable TLS or basic authentication, in the format of Prometheus' exporter-toolkit (web-config.yml)."))
         .arg(flag("path.sysfs", "/sys", "sysfs mountpoint."))
         .arg(flag("path.procfs", "/proc", "procfs mountpoint."))
         .arg(flag("path.rootfs", "/", "Root filesystem (for /lib/modules and /etc)."))
@@ -195,6 +199,7 @@ struct RawFlags {
     telemetry_path: String,
     max_requests: String,
     max_connections: String,
+    web_config_file: String,
     sysfs: String,
     procfs: String,
     rootfs: String,
@@ -222,6 +227,7 @@ impl RawFlags {
             telemetry_path: value("web.telemetry-path"),
             max_requests: value("web.max-requests"),
             max_connections: value("web.max-connections"),
+            web_config_file: value("web.config.file"),
             sysfs: value("path.sysfs"),
             procfs: value("path.procfs"),
             rootfs: value("path.rootfs"),
@@ -239,6 +245,7 @@ struct Common {
     telemetry_path: String,
     max_requests: usize,
     max_connections: usize,
+    web_config_file: Option<PathBuf>,
     host: Host,
     log_level: Level,
     log_format: LogFormat,
@@ -293,6 +300,7 @@ fn validate(raw: RawFlags) -> Result<Common, ConfigError> {
         telemetry_path,
         max_requests,
         max_connections,
+        web_config_file: (!raw.web_config_file.is_empty()).then(|| raw.web_config_file.into()),
         host: Host {
             sysfs: path("path.sysfs", raw.sysfs)?,
             procfs: path("path.procfs", raw.procfs)?,

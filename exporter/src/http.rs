@@ -11,35 +11,47 @@
 //!   always left for the health checks): beyond it, 503; each holds its slot until its body is
 //!   written or its connection is gone, so clients that do not read cannot pile up bodies;
 //! - collections: scrapes that arrive while one is running for the same response (format,
-//!   compression) wait for it and share its body, so concurrent scrapes cost one collection.
+//!   compression) wait for it and share its body, so concurrent scrapes cost one collection;
+//! - TLS handshakes (`--web.config.file`): bounded in time, and a connection still in its
+//!   handshake is idle to the connection cap, so it is the first displaced;
+//! - basic auth: one bcrypt comparison at a time, results cached, so wrong passwords cost one
+//!   core at most.
+//!
+//! With `--web.config.file` every path is behind the same TLS and basic auth, and the file's
+//! headers are on every response.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, HashMap};
 use std::convert::Infallible;
 use std::future::Future;
 use std::io::Write as _;
 use std::net::SocketAddr;
 use std::pin::Pin;
-use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::task::{Context, Poll};
 use std::time::Duration;
 
+use base64::Engine as _;
 use bytes::Bytes;
 use hyper::body::{Frame, Incoming, SizeHint};
-use hyper::header::{HeaderValue, ACCEPT, ACCEPT_ENCODING, CONTENT_ENCODING, CONTENT_TYPE, VARY};
+use hyper::header::{
+    HeaderValue, ACCEPT, ACCEPT_ENCODING, AUTHORIZATION, CONTENT_ENCODING, CONTENT_TYPE, VARY,
+    WWW_AUTHENTICATE,
+};
 use hyper::server::conn::http1;
 use hyper::service::service_fn;
 use hyper::{Method, Request, Response, StatusCode};
 use hyper_util::rt::{TokioIo, TokioTimer};
-use hyper_util::server::graceful::GracefulShutdown;
+use hyper_util::server::graceful::{GracefulShutdown, Watcher};
 use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
-use tokio::net::TcpListener;
+use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::{watch, Notify, OwnedSemaphorePermit, Semaphore};
 
 use crate::collector::lock;
 use crate::logging::{self, Level, OncePerCause};
-use crate::metrics::{encode, Format};
+use crate::metrics::{encode, Desc, Format, LabelValue, Samples, Value};
 use crate::scrape::Scraper;
+use crate::web_config::{WebConfig, WebConfigFile, UNKNOWN_USER_HASH};
 
 /// A client gets this long to send its request head (slowloris guard).
 const HEADER_READ_TIMEOUT: Duration = Duration::from_secs(10);
@@ -56,8 +68,37 @@ const BODY_CHUNK: usize = 64 * 1024;
 /// [`ACCEPT_BACKOFF_MAX`] while failures go on, as Go's net/http does.
 const ACCEPT_BACKOFF_MIN: Duration = Duration::from_millis(5);
 const ACCEPT_BACKOFF_MAX: Duration = Duration::from_secs(1);
-/// Distinct accept failures remembered for logging each once.
+/// Distinct accept, handshake and authentication failures remembered for logging each once.
 const MAX_ACCEPT_CAUSES: usize = 32;
+/// A client gets this long to finish its TLS handshake (slowloris guard, as for request heads).
+const TLS_HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(10);
+/// Basic-auth results remembered (by a digest of user, hash and password); the cache is
+/// emptied when full, so a client trying passwords cannot grow it.
+const MAX_CACHED_CREDENTIALS: usize = 1024;
+
+const WEB_CONFIG_RELOAD_FAILURES: Desc = Desc::counter(
+    "hpcnode_web_config_reload_failures",
+    "Times --web.config.file changed into a file that did not load; the last good one stays in force.",
+    None,
+);
+const TLS_HANDSHAKE_FAILURES: Desc = Desc::counter(
+    "hpcnode_web_tls_handshake_failures",
+    "TLS handshakes that failed (error) or did not finish in time (timeout), by reason.",
+    None,
+);
+const AUTH_FAILURES: Desc = Desc::counter(
+    "hpcnode_web_auth_failures",
+    "Requests answered 401: no, malformed or wrong basic-auth credentials.",
+    None,
+);
+
+/// The server's own metrics, emitted when `--web.config.file` is given (for the METRICS.md
+/// check).
+pub const WEB_METRICS: [Desc; 3] = [
+    WEB_CONFIG_RELOAD_FAILURES,
+    TLS_HANDSHAKE_FAILURES,
+    AUTH_FAILURES,
+];
 
 /// What clients may hold at once.
 #[derive(Debug, Clone, Copy)]
@@ -79,6 +120,15 @@ pub struct Server {
     /// Accept failures and refusals, each logged once per cause.
     accept_log: OncePerCause<String>,
     landing_page: String,
+    /// `--web.config.file`, when given.
+    web: Option<Arc<WebConfigFile>>,
+    /// Basic-auth verdicts by digest of user, hash and password.
+    credentials: Mutex<HashMap<[u8; 32], bool>>,
+    /// One bcrypt comparison at a time, as exporter-toolkit does.
+    bcrypt_turn: tokio::sync::Mutex<()>,
+    handshake_errors: AtomicU64,
+    handshake_timeouts: AtomicU64,
+    auth_failures: AtomicU64,
 }
 
 /// What a scrape's response is: its format, and whether it is gzipped.
@@ -93,7 +143,12 @@ struct Variant {
 type Flight = watch::Receiver<Option<Option<Bytes>>>;
 
 impl Server {
-    pub fn new(scraper: Arc<Scraper>, telemetry_path: String, limits: Limits) -> Self {
+    pub fn new(
+        scraper: Arc<Scraper>,
+        telemetry_path: String,
+        limits: Limits,
+        web: Option<Arc<WebConfigFile>>,
+    ) -> Self {
         let landing_page = landing_page(&telemetry_path, scraper.collector_names());
         let most_scrapes = limits.max_connections.saturating_sub(1).max(1);
         let scrape_slots = match limits.max_requests {
@@ -111,6 +166,12 @@ impl Server {
             }),
             accept_log: OncePerCause::new(MAX_ACCEPT_CAUSES),
             landing_page,
+            web,
+            credentials: Mutex::default(),
+            bcrypt_turn: tokio::sync::Mutex::new(()),
+            handshake_errors: AtomicU64::new(0),
+            handshake_timeouts: AtomicU64::new(0),
+            auth_failures: AtomicU64::new(0),
         }
     }
 
@@ -148,30 +209,17 @@ impl Server {
                         );
                         continue;
                     };
+                    // Read here, per connection: a rotated certificate is in the next handshake.
+                    let tls = self.web.as_ref().and_then(|web| web.current().tls.clone());
                     let server = self.clone();
-                    let connection = place.connection.clone();
-                    let service = service_fn(move |request| {
-                        let server = server.clone();
-                        let busy = Busy::new(connection.clone());
-                        async move {
-                            let response = server.handle(request).await;
-                            Ok::<_, Infallible>(response.map(|body| body.marking(busy)))
-                        }
-                    });
-                    let connection = http1::Builder::new()
-                        .timer(TokioTimer::new())
-                        .header_read_timeout(HEADER_READ_TIMEOUT)
-                        .max_buf_size(MAX_REQUEST_HEAD_BYTES)
-                        .serve_connection(
-                            TokioIo::new(StallLimit::new(stream, WRITE_STALL_TIMEOUT)),
-                            service,
-                        );
-                    let connection = graceful.watch(connection);
+                    let watcher = graceful.watcher();
                     tokio::spawn(async move {
                         // Client errors (resets, malformed requests) are the client's business;
                         // a connection displaced by a newer one is closed by dropping it.
+                        let stream = StallLimit::new(stream, WRITE_STALL_TIMEOUT);
+                        let connection = place.connection.clone();
                         tokio::select! {
-                            _ = connection => {}
+                            () = server.connection(stream, tls, connection, watcher) => {}
                             () = place.connection.displaced.notified() => {}
                         }
                         drop(place);
@@ -199,7 +247,119 @@ impl Server {
         }
     }
 
+    /// Serves one connection: its TLS handshake, if any, then HTTP/1.1.
+    async fn connection(
+        self: Arc<Self>,
+        stream: StallLimit<TcpStream>,
+        tls: Option<Arc<rustls::ServerConfig>>,
+        connection: Arc<Connection>,
+        watcher: Watcher,
+    ) {
+        let Some(tls) = tls else {
+            return self.http(stream, connection, watcher).await;
+        };
+        let handshake = tokio_rustls::TlsAcceptor::from(tls).accept(stream);
+        match tokio::time::timeout(TLS_HANDSHAKE_TIMEOUT, handshake).await {
+            Ok(Ok(stream)) => self.http(stream, connection, watcher).await,
+            Ok(Err(err)) => {
+                self.handshake_errors.fetch_add(1, Ordering::Relaxed);
+                self.log_once(Level::Warn, "TLS handshake failed", &err.to_string());
+            }
+            Err(_) => {
+                self.handshake_timeouts.fetch_add(1, Ordering::Relaxed);
+                self.log_once(
+                    Level::Warn,
+                    "TLS handshake failed",
+                    "not finished within 10s",
+                );
+            }
+        }
+    }
+
+    async fn http<S>(self: Arc<Self>, stream: S, connection: Arc<Connection>, watcher: Watcher)
+    where
+        S: AsyncRead + AsyncWrite + Unpin + Send + 'static,
+    {
+        let server = self.clone();
+        let service = service_fn(move |request| {
+            let server = server.clone();
+            let busy = Busy::new(connection.clone());
+            async move {
+                let response = server.handle(request).await;
+                Ok::<_, Infallible>(response.map(|body| body.marking(busy)))
+            }
+        });
+        let connection = http1::Builder::new()
+            .timer(TokioTimer::new())
+            .header_read_timeout(HEADER_READ_TIMEOUT)
+            .max_buf_size(MAX_REQUEST_HEAD_BYTES)
+            .serve_connection(TokioIo::new(stream), service);
+        let _ = watcher.watch(connection).await;
+    }
+
+    /// Every request: the web config's authentication and headers around the route.
     async fn handle(self: &Arc<Self>, request: Request<Incoming>) -> Response<Body> {
+        let Some(web) = self.web.as_ref().map(|web| web.current()) else {
+            return self.route(request).await;
+        };
+        let mut response = match self.authenticate(&web, &request).await {
+            Ok(()) => self.route(request).await,
+            Err(cause) => {
+                self.auth_failures.fetch_add(1, Ordering::Relaxed);
+                self.log_once(Level::Warn, "request unauthorized", cause);
+                let mut response = plain(StatusCode::UNAUTHORIZED, "Unauthorized\n");
+                response
+                    .headers_mut()
+                    .insert(WWW_AUTHENTICATE, HeaderValue::from_static("Basic"));
+                response
+            }
+        };
+        for (name, value) in &web.headers {
+            response.headers_mut().insert(name.clone(), value.clone());
+        }
+        response
+    }
+
+    /// Checks the request's basic-auth credentials against the config's users (none: every
+    /// request passes). An unknown user costs the same bcrypt work as a known one.
+    async fn authenticate(
+        &self,
+        web: &WebConfig,
+        request: &Request<Incoming>,
+    ) -> Result<(), &'static str> {
+        if web.users.is_empty() {
+            return Ok(());
+        }
+        let (user, password) = basic_credentials(header(request, AUTHORIZATION))
+            .ok_or("no or malformed basic-auth credentials")?;
+        let (hash, known) = match web.users.get(&user) {
+            Some(hash) => (hash.clone(), true),
+            None => (UNKNOWN_USER_HASH.to_string(), false),
+        };
+        let key = credentials_digest(&user, &hash, &password);
+        let cached = lock(&self.credentials).get(&key).copied();
+        let matches = match cached {
+            Some(matches) => matches,
+            None => {
+                let _turn = self.bcrypt_turn.lock().await;
+                let matches = tokio::task::spawn_blocking(move || bcrypt::verify(password, &hash))
+                    .await
+                    .is_ok_and(|verified| verified.unwrap_or(false));
+                let mut credentials = lock(&self.credentials);
+                if credentials.len() >= MAX_CACHED_CREDENTIALS {
+                    credentials.clear();
+                }
+                credentials.insert(key, matches);
+                matches
+            }
+        };
+        match known && matches {
+            true => Ok(()),
+            false => Err("wrong user or password"),
+        }
+    }
+
+    async fn route(self: &Arc<Self>, request: Request<Incoming>) -> Response<Body> {
         let path = request.uri().path();
         if request.method() != Method::GET && request.method() != Method::HEAD {
             return plain(StatusCode::METHOD_NOT_ALLOWED, "Method Not Allowed\n");
@@ -279,7 +439,10 @@ impl Server {
 
     /// One collection, encoded and compressed as `variant` asks.
     async fn collect(&self, variant: Variant) -> Option<Bytes> {
-        let samples = self.scraper.scrape().await;
+        let mut samples = self.scraper.scrape().await;
+        if let Some(web) = &self.web {
+            samples.append(self.web_samples(web));
+        }
         let body = encode(samples, variant.format)
             .map_err(|err| ("encoding metrics failed", err.to_string()))
             .and_then(|text| match variant.gzip {
@@ -295,6 +458,59 @@ impl Server {
             }
         }
     }
+}
+
+impl Server {
+    fn web_samples(&self, web: &WebConfigFile) -> Samples {
+        let mut samples = Samples::default();
+        samples.push(
+            &WEB_CONFIG_RELOAD_FAILURES,
+            Vec::new(),
+            Value::Int(web.reload_failures()),
+        );
+        for (reason, count) in [
+            ("error", &self.handshake_errors),
+            ("timeout", &self.handshake_timeouts),
+        ] {
+            samples.push(
+                &TLS_HANDSHAKE_FAILURES,
+                vec![("reason", LabelValue::Static(reason))],
+                Value::Int(count.load(Ordering::Relaxed)),
+            );
+        }
+        samples.push(
+            &AUTH_FAILURES,
+            Vec::new(),
+            Value::Int(self.auth_failures.load(Ordering::Relaxed)),
+        );
+        samples
+    }
+}
+
+/// User and password of an `Authorization: Basic` header.
+fn basic_credentials(authorization: &str) -> Option<(String, String)> {
+    let (scheme, encoded) = authorization.split_once(' ')?;
+    if !scheme.eq_ignore_ascii_case("basic") {
+        return None;
+    }
+    let decoded = base64::engine::general_purpose::STANDARD
+        .decode(encoded.trim())
+        .ok()?;
+    let decoded = String::from_utf8(decoded).ok()?;
+    let (user, password) = decoded.split_once(':')?;
+    Some((user.to_string(), password.to_string()))
+}
+
+/// What the credentials cache is keyed by: never the password itself.
+fn credentials_digest(user: &str, hash: &str, password: &str) -> [u8; 32] {
+    let mut context = ring::digest::Context::new(&ring::digest::SHA256);
+    for part in [user, hash, password] {
+        context.update(&(part.len() as u64).to_le_bytes());
+        context.update(part.as_bytes());
+    }
+    let mut digest = [0u8; 32];
+    digest.copy_from_slice(context.finish().as_ref());
+    digest
 }
 
 fn gzip(data: &[u8]) -> std::io::Result<Vec<u8>> {

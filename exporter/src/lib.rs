@@ -18,6 +18,7 @@ pub mod metrics;
 pub mod rdma_port;
 pub mod scrape;
 pub mod sysfs;
+pub mod web_config;
 
 #[cfg(test)]
 mod test_strategies;

@@ -15,6 +15,7 @@ use hpcnode_exporter::config::{self, Config, Invocation, ListenAddress};
 use hpcnode_exporter::http::{self, Limits, Server};
 use hpcnode_exporter::logging::{self, Level};
 use hpcnode_exporter::scrape::Scraper;
+use hpcnode_exporter::web_config::WebConfigFile;
 use rustix::process::{getrlimit, setrlimit, Resource, Rlimit};
 use tokio::signal::unix::{signal, Signal, SignalKind};
 
@@ -40,9 +41,18 @@ fn main() -> ExitCode {
             return ExitCode::from(2);
         }
     };
+    // Read and validated before anything starts: a broken file is a bad command line.
+    let web_config = match config.web_config_file.as_deref().map(WebConfigFile::open) {
+        None => None,
+        Some(Ok(web)) => Some(Arc::new(web)),
+        Some(Err(err)) => {
+            eprintln!("hpcnode_exporter: error: --web.config.file: {err}");
+            return ExitCode::from(2);
+        }
+    };
     limit_malloc_arenas();
     let _flush_log_at_exit = logging::init(config.log_level, config.log_format);
-    match run(*config) {
+    match run(*config, web_config) {
         Ok(Stopped::Gracefully) => ExitCode::SUCCESS,
         Ok(Stopped::Forced) => ExitCode::from(1),
         Err(err) => {
@@ -74,7 +84,7 @@ enum Stopped {
     Forced,
 }
 
-fn run(config: Config) -> anyhow::Result<Stopped> {
+fn run(config: Config, web_config: Option<Arc<WebConfigFile>>) -> anyhow::Result<Stopped> {
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)
         .thread_name("hpcnode-worker")
@@ -114,6 +124,7 @@ fn run(config: Config) -> anyhow::Result<Stopped> {
             max_requests: config.max_requests,
             max_connections: config.max_connections,
         },
+        web_config,
     ));
     let names: Vec<_> = scraper.collector_names().collect();
     let result = runtime.block_on(serve(
@@ -232,7 +243,7 @@ async fn serve(
                     "SIGHUP received; nothing to reload",
                     &[(
                         "note",
-                        "flags and the verbs token file take effect at a restart; the trees under --path.* and the Nova configs are read at every scrape",
+                        "flags and the verbs token file take effect at a restart; the trees under --path.* and the Nova configs are read at every scrape, the --web.config.file whenever it changes",
                     )],
                 );
                 continue;

@@ -17,7 +17,10 @@ storage directory and the rule files of alerts/. Then, through Prometheus's HTTP
   - an alert reaches `firing` when the test turns a port DOWN and resolves when it is ACTIVE
     again; symbol errors, a vanished port and a killed exporter fire theirs;
   - every dashboard query executes, and returns data except where the fixtures lack the input
-    (hours of history; the ebpf collector's counters, not on this branch).
+    (hours of history; the ebpf collector's counters, not on this branch);
+  - an exporter under --web.config.file (TLS with a CA made here by openssl, basic auth) is
+    scraped by Prometheus with `scheme: https`, `tls_config` and `basic_auth`, and a job with
+    a wrong password is refused (up 0, counted by the exporter).
 Every wait is bounded; the exporters and Prometheus are stopped on every exit path.
 
 The alerting rules are loaded with their `for:` durations shortened to FOR_IN_TEST (minutes
@@ -538,6 +541,44 @@ def check_dashboards(prom):
                 check(len(res) > 0, f"{path.name}: {where} executes and returns data ({len(res)} series)")
 
 
+# The password of the TLS exporter's one user, and its bcrypt hash (cost 4: a test).
+WEB_PASSWORD = "e2e-secret"
+WEB_PASSWORD_HASH = "$2b$04$wI4NR/XUVYUUlWR5/Fj7r.dLQbf8MhwCXeVS6cBTgdu9o7oBrfwPy"
+
+
+def make_web_config(dest):
+    """A CA, a server certificate for 127.0.0.1 signed by it, and a web config file with TLS
+    and basic auth, all in `dest`; returns the config's path."""
+    def openssl(*args):
+        subprocess.run(["openssl", *args], cwd=dest, check=True, capture_output=True, timeout=60)
+    for name in ("ca", "server"):
+        openssl("genpkey", "-algorithm", "EC", "-pkeyopt", "ec_paramgen_curve:P-256", "-out", f"{name}.key")
+    openssl("req", "-x509", "-new", "-key", "ca.key", "-subj", "/CN=e2e-ca", "-days", "2", "-out", "ca.crt")
+    openssl("req", "-new", "-key", "server.key", "-subj", "/CN=exporter", "-out", "server.csr")
+    (dest / "server.ext").write_text("basicConstraints=critical,CA:FALSE\nsubjectAltName=IP:127.0.0.1\n")
+    openssl("x509", "-req", "-in", "server.csr", "-CA", "ca.crt", "-CAkey", "ca.key", "-CAcreateserial",
+            "-days", "2", "-extfile", "server.ext", "-out", "server.crt")
+    config = dest / "web.yml"
+    config.write_text(yaml.safe_dump({
+        "tls_server_config": {"cert_file": "server.crt", "key_file": "server.key"},
+        "basic_auth_users": {"prometheus": WEB_PASSWORD_HASH},
+    }))
+    return config
+
+
+def check_tls_scrape(prom, tls_inst):
+    up = wait_until("the TLS exporter up", lambda: prom.query('up{job="hpcnode_tls"} == 1'), 30)
+    check(up is not None, f"Prometheus scrapes {tls_inst} over https with basic auth (up 1)")
+    info = prom.query('hpcnode_build_info{job="hpcnode_tls"}')
+    check(len(info) == 1, "hpcnode_build_info scraped over TLS")
+    refused = wait_until("the wrong password refused",
+                         lambda: prom.query('up{job="hpcnode_tls_wrong_password"} == 0'), 30)
+    check(refused is not None, "a scrape with a wrong password is refused (up 0)")
+    failures = wait_until("auth failures counted",
+                          lambda: prom.query('hpcnode_web_auth_failures_total{job="hpcnode_tls"} > 0'), 30)
+    check(failures is not None, "the exporter counts the refused scrapes in hpcnode_web_auth_failures_total")
+
+
 def rule_files_for_test(dest):
     """alerts/*.yml as Prometheus loads them, with every alert's `for:` set to FOR_IN_TEST."""
     files = []
@@ -619,6 +660,13 @@ def main():
                    f"--path.sysfs={root / 'sys'}", f"--path.rootfs={root}"],
                   open(logs / f"exporter-pci-{name}.log", "w"))
         targets = [procfs_inst, edge_inst, mic_inst, *modules_insts.values(), *pci_insts.values()]
+        web_dir = tmp / "web"
+        web_dir.mkdir()
+        web_config = make_web_config(web_dir)
+        tls_inst = f"127.0.0.1:{free_port()}"
+        start([str(exporter), f"--web.listen-address={tls_inst}", "--collector.disable-defaults",
+               f"--web.config.file={web_config}"],
+              open(logs / "exporter-tls.log", "w"))
         for inst in targets:
             ok = wait_until(f"exporter {inst}", lambda i=inst: "hpcnode_scrape_collector_success" in http_get(f"http://{i}/metrics"), 30)
             if not check(ok is not None, f"exporter serves /metrics on {inst}"):
@@ -628,7 +676,14 @@ def main():
             "global": {"scrape_interval": "1s", "scrape_timeout": "1s", "evaluation_interval": "1s"},
             "rule_files": [str(f) for f in rule_files_for_test(rules_dir)],
             "scrape_configs": [{"job_name": "hpcnode",
-                                "static_configs": [{"targets": targets}]}],
+                                "static_configs": [{"targets": targets}]},
+                               *({"job_name": job,
+                                  "scheme": "https",
+                                  "tls_config": {"ca_file": str(web_dir / "ca.crt")},
+                                  "basic_auth": {"username": "prometheus", "password": password},
+                                  "static_configs": [{"targets": [tls_inst]}]}
+                                 for job, password in (("hpcnode_tls", WEB_PASSWORD),
+                                                       ("hpcnode_tls_wrong_password", "wrong")))],
         }
         (tmp / "prometheus.yml").write_text(yaml.safe_dump(config))
         start([prometheus, f"--config.file={tmp / 'prometheus.yml'}", f"--storage.tsdb.path={tmp / 'data'}",
@@ -641,6 +696,7 @@ def main():
             return 1
 
         all_up = check_targets_and_rules(prom, len(targets))
+        check_tls_scrape(prom, tls_inst)
         # Let the rates build up over a dozen scrapes before checking numbers, counted from when
         # every exporter answers: attaching the eBPF probes takes seconds on a loaded machine.
         time.sleep(max(0.0, driver.t0 + 15 - time.monotonic(), all_up + 12 - time.monotonic()))
