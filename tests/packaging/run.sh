@@ -98,7 +98,7 @@ for path in /usr/bin/hpcnode_exporter /usr/lib/systemd/system/hpcnode_exporter.s
   /usr/lib/sysusers.d/hpcnode_exporter.conf /etc/default/hpcnode_exporter \
   /usr/share/man/man1/hpcnode_exporter.1.gz /usr/share/doc/hpcnode-exporter/README.md \
   /usr/share/doc/hpcnode-exporter/copyright /usr/share/hpcnode_exporter/dashboards/hpcnode-driver-stack.json \
-  /usr/share/hpcnode_exporter/rules/rdma.rules.yml; do
+  /usr/share/hpcnode_exporter/rules/rdma.rules.yml /usr/share/lintian/overrides/hpcnode-exporter; do
   grep -qx "$path" <<<"$files" || fail "$deb lacks $path"
 done
 [ "$(dpkg-deb --ctrl-tarfile "$deb" | tar -xO ./conffiles)" = /etc/default/hpcnode_exporter ] || fail "conffiles"
