@@ -6,6 +6,11 @@
 //! module support has no `/proc/modules`; that is reported as `hpcnode_kernel_modules_supported 0`,
 //! not as an error.
 
+mod expected;
+mod installed;
+mod module_files;
+mod signing;
+
 use std::collections::{BTreeSet, HashSet};
 use std::fmt;
 use std::path::{Path, PathBuf};
@@ -22,6 +27,11 @@ use crate::kernel::release::{boot_image_release, checked_release, compare_releas
 use crate::kernel::taint;
 use crate::metrics::{Desc, Labels, Value};
 use crate::sysfs::{AttributeReader, SysDir, SysfsError};
+
+#[cfg(any(test, feature = "fuzzing"))]
+pub(crate) use expected::{parse_builtin_index, parse_cmdline_blacklists};
+#[cfg(any(test, feature = "fuzzing"))]
+pub(crate) use signing::parse_lockdown;
 
 pub const REGISTRATION: Registration = Registration {
     name: "modules",
@@ -216,11 +226,6 @@ pub const METRICS: [Desc; 16] = [
 /// Files longer than a page read whole (`/proc/modules`, `modules.builtin`) stop here: 1 MiB holds several thousand modules.
 const MAX_LIST_BYTES: usize = 1 << 20;
 
-/// `modules.dep` is read up to this size: Debian's 6.12 lists 4000 modules in 620 KiB.
-const MAX_MODULES_DEP_BYTES: usize = 8 << 20;
-
-const SECURE_BOOT_VARIABLE: &str = "SecureBoot-8be4df61-93ca-11d2-aa0d-00e098032b8c";
-
 /// The collector's units: each a separate read, so that a hung EFI variable read (it calls
 /// into the firmware's runtime services) hides only the Secure Boot state.
 #[derive(Debug, Clone, Copy)]
@@ -396,346 +401,6 @@ impl Read<'_> {
             self.push(&MODULE_INFO, labels, folded.len() as u64);
         }
     }
-
-    /// Whether `<rootfs>/lib/modules/<release>/build` leads to a directory. The link is
-    /// followed inside the root filesystem (an absolute target starts at `--path.rootfs`), so
-    /// it is judged right when the exporter runs in a container with the host's root there.
-    fn build_dir_present(&mut self, release: &str) -> Option<u64> {
-        let rootfs = self.collector.rootfs.clone();
-        let build = SysDir::open(&rootfs, format!("lib/modules/{release}"))
-            .and_then(|modules_dir| modules_dir.subdir("build"));
-        match build {
-            Err(err) if err.is_absent() => Some(0),
-            opened => self.out.reported(opened).map(|_| 1),
-        }
-    }
-
-    /// The kernels installed beside the running one, their headers, and how many are newer.
-    /// A release counts when it has both an image and a modules directory: RHEL's rescue
-    /// image (`vmlinuz-0-rescue-<machine id>`) has no modules directory, and what DKMS leaves
-    /// in `/lib/modules` of a removed kernel has no image.
-    fn installed(&mut self) {
-        let rootfs = self.collector.rootfs.clone();
-        let Some(modules_dir) = self.dir(&rootfs, "lib/modules") else {
-            return;
-        };
-        let Some(entries) = self.out.reported(modules_dir.entries()) else {
-            return;
-        };
-        let boot_images: HashSet<String> = match self.dir(&rootfs, "boot") {
-            Some(boot) => (self.out.reported(boot.entries()).unwrap_or_default().iter())
-                .filter_map(|entry| boot_image_release(entry.name().ok()?).map(str::to_string))
-                .collect(),
-            None => HashSet::new(),
-        };
-        let mut installed = Vec::new();
-        for entry in entries {
-            let Some(release) = self.out.reported(entry.into_name()) else {
-                continue;
-            };
-            if !is_release(&release) {
-                continue;
-            }
-            let has_image = boot_images.contains(&release)
-                || (modules_dir.subdir(&release).and_then(|dir| dir.entries())).is_ok_and(
-                    |files| files.iter().any(|f| f.name().is_ok_and(|n| n == "vmlinuz")),
-                );
-            if has_image {
-                installed.push(release);
-            }
-        }
-        installed.sort_by(|a, b| compare_releases(a, b));
-        for release in &installed {
-            self.push(
-                &KERNEL_INSTALLED,
-                vec![("release", release.clone().into())],
-                1,
-            );
-            if let Some(present) = self.build_dir_present(release) {
-                let labels = vec![("release", release.clone().into())];
-                self.push(&INSTALLED_BUILD_DIR, labels, present);
-            }
-        }
-        let Some(procfs) = self.procfs() else {
-            return;
-        };
-        if let Some(running) = self.release(&procfs) {
-            let newer = (installed.iter())
-                .filter(|release| compare_releases(release, &running).is_gt())
-                .count();
-            self.push(&NEWER_INSTALLED, Vec::new(), newer as u64);
-        }
-    }
-
-    fn expected(&mut self) {
-        let Some(procfs) = self.procfs() else {
-            return;
-        };
-        let Some(modules) = self.loaded_modules(&procfs) else {
-            return;
-        };
-        let modules = modules.list();
-        let live: HashSet<&str> = modules
-            .iter()
-            .filter(|m| m.state == "Live")
-            .map(|m| m.name.as_str())
-            .collect();
-        let listed: HashSet<&str> = modules.iter().map(|m| m.name.as_str()).collect();
-        let builtin_index = self.builtin_index(&procfs);
-        let sysfs = self.collector.sysfs.clone();
-        let sys_module = self.dir(&sysfs, "module");
-        let expected = self.collector.expected.clone();
-
-        for module in &expected {
-            let builtin = !listed.contains(module.as_str())
-                && (builtin_index.contains(module)
-                    || sys_module
-                        .as_ref()
-                        .is_some_and(|dir| self.is_builtin_in_sysfs(dir, module)));
-            let loaded = builtin || live.contains(module.as_str());
-            let labels = vec![("module", module.clone().into())];
-            self.push(&EXPECTED_LOADED, labels.clone(), u64::from(loaded));
-            self.push(&EXPECTED_BUILTIN, labels, u64::from(builtin));
-        }
-
-        let mut rules = self.modprobe_rules(&expected);
-        rules.extend(self.cmdline_rules(&procfs, &expected));
-        for rule in rules {
-            let labels = vec![
-                ("module", rule.module.into()),
-                ("rule", rule.rule.into()),
-                ("file", rule.file.into()),
-            ];
-            self.push(&MODPROBE_RULE, labels, 1);
-        }
-    }
-
-    /// Module names in `<rootfs>/lib/modules/<release>/modules.builtin`; empty when absent.
-    fn builtin_index(&mut self, procfs: &SysDir) -> HashSet<String> {
-        let Some(release) = self.release(procfs) else {
-            return HashSet::new();
-        };
-        let rootfs = self.collector.rootfs.clone();
-        let Some(dir) = self.dir(&rootfs, &format!("lib/modules/{release}")) else {
-            return HashSet::new();
-        };
-        let index = dir.read_text_file("modules.builtin", MAX_LIST_BYTES);
-        self.out
-            .optional(index)
-            .map(|text| parse_builtin_index(&text))
-            .unwrap_or_default()
-    }
-
-    /// A module in `/sys/module` without `initstate` is built in: only loadable modules have
-    /// one, and built-in modules appear there when they have parameters or a version.
-    fn is_builtin_in_sysfs(&mut self, sys_module: &SysDir, module: &str) -> bool {
-        let Some(dir) = self.out.optional(sys_module.subdir(module)) else {
-            return false;
-        };
-        match dir.read("initstate", &mut self.reader).map(|_| ()) {
-            Err(err) if err.is_absent() => true,
-            initstate => {
-                self.out.reported(initstate);
-                false
-            }
-        }
-    }
-
-    /// The rules of the effective modprobe.d files that name an expected module.
-    fn modprobe_rules(&mut self, expected: &[String]) -> BTreeSet<ModprobeRule> {
-        let mut errors = Vec::new();
-        let files = modprobe::read_config(&self.collector.rootfs, &mut errors);
-        for err in errors {
-            self.error(err);
-        }
-        let mut rules = BTreeSet::new();
-        for file in files {
-            for rule in file.rules {
-                let kind = match &rule.action {
-                    Action::Blacklist => "blacklist",
-                    install if install.disables() => "install_disabled",
-                    Action::Install(_) => "install",
-                };
-                // kmod compares blacklist entries by name and install patterns by fnmatch.
-                let names = |module: &&String| match rule.action {
-                    Action::Blacklist => **module == rule.module,
-                    Action::Install(_) => glob_match(rule.module.as_bytes(), module.as_bytes()),
-                };
-                for module in expected.iter().filter(names) {
-                    rules.insert(ModprobeRule {
-                        module: module.clone(),
-                        rule: kind,
-                        file: file.path.clone(),
-                    });
-                }
-            }
-        }
-        rules
-    }
-
-    /// `modprobe.blacklist=` (kmod honours it) and `module_blacklist=` (the kernel refuses the
-    /// load itself) on the kernel command line.
-    fn cmdline_rules(&mut self, procfs: &SysDir, expected: &[String]) -> Vec<ModprobeRule> {
-        let Some(text) = self.out.reported(procfs.read("cmdline", &mut self.reader)) else {
-            return Vec::new();
-        };
-        parse_cmdline_blacklists(text)
-            .into_iter()
-            .filter(|(module, _)| expected.contains(module))
-            .map(|(module, rule)| ModprobeRule {
-                module,
-                rule,
-                file: "/proc/cmdline".to_string(),
-            })
-            .collect()
-    }
-
-    /// For every file modprobe would load for an expected module: whether it is signed and
-    /// whether the kernel holds the signer's key. An expected module missing from
-    /// `modules.dep` (built in, or not installed) has no files; `expected` reports it.
-    fn module_files(&mut self) {
-        let Some(procfs) = self.procfs() else {
-            return;
-        };
-        let Some(release) = self.release(&procfs) else {
-            return;
-        };
-        let rootfs = self.collector.rootfs.clone();
-        let Some(modules_dir) = self.dir(&rootfs, &format!("lib/modules/{release}")) else {
-            return;
-        };
-        let modules_dep = modules_dir.read_text_file("modules.dep", MAX_MODULES_DEP_BYTES);
-        let Some(modules_dep) = self.out.optional(modules_dep) else {
-            return;
-        };
-        let mut files: Vec<String> = Vec::new();
-        for module in &self.collector.expected {
-            for file in module_file::files_to_load(&modules_dep, module).unwrap_or_default() {
-                if !files.contains(&file) {
-                    files.push(file);
-                }
-            }
-        }
-        if files.is_empty() {
-            return;
-        }
-        // Without /proc/keys (CONFIG_KEYS off) no key is known: every signer is unknown.
-        let keys = procfs.read_text_file("keys", MAX_LIST_BYTES);
-        let keys = self
-            .out
-            .optional(keys)
-            .map_or_else(Keys::unknown, |text| keys::parse_proc_keys(&text));
-        let signatures = self.collector.signatures.read(&modules_dir, &files);
-        for (file, signature) in files.into_iter().zip(signatures) {
-            let Some(signature) = self.out.reported(signature) else {
-                continue;
-            };
-            let module = module_file::Compression::of(&file).map(|(_, name)| name);
-            let path = modules_dir.path(&file);
-            let mut labels = vec![
-                ("module", module.unwrap_or_default().into()),
-                ("file", file.into()),
-            ];
-            let (trust, signer) = match &signature {
-                Signature::Unsigned => {
-                    self.push(&MODULE_FILE_SIGNED, labels, 0);
-                    continue;
-                }
-                Signature::Signed(signers) => {
-                    let first = signers.first().map(ToString::to_string);
-                    (keys.trust(signers), first.unwrap_or_default())
-                }
-                Signature::Malformed(reason) => {
-                    self.error(SysfsError::parse(&path, reason, ""));
-                    (Trust::Unknown, String::new())
-                }
-            };
-            self.push(&MODULE_FILE_SIGNED, labels.clone(), 1);
-            labels.extend([("signer", signer.into()), ("state", trust.label().into())]);
-            self.push(&MODULE_FILE_SIGNER_TRUST, labels, 1);
-        }
-    }
-
-    fn signing(&mut self) {
-        let sysfs = self.collector.sysfs.clone();
-        // Kernels without CONFIG_MODULE_SIG have no such parameter: no series, not an error.
-        if let Some(params) = self.dir(&sysfs, "module/module/parameters") {
-            let path = params.path("sig_enforce");
-            let enforce =
-                params
-                    .read("sig_enforce", &mut self.reader)
-                    .and_then(|text| match text {
-                        "Y" => Ok(1),
-                        "N" => Ok(0),
-                        _ => Err(SysfsError::parse(&path, "expected Y or N", text)),
-                    });
-            if let Some(enforce) = self.out.optional(enforce) {
-                self.push(&SIG_ENFORCE, Vec::new(), enforce);
-            }
-        }
-
-        // Absent before Linux 5.4 or with securityfs unmounted: no series, not an error.
-        if let Some(security) = self.dir(&sysfs, "kernel/security") {
-            let path = security.path("lockdown");
-            let modes = security
-                .read("lockdown", &mut self.reader)
-                .and_then(|text| {
-                    let reason = "expected modes with one in [brackets]";
-                    parse_lockdown(text).ok_or_else(|| SysfsError::parse(&path, reason, text))
-                });
-            for (mode, active) in self.out.optional(modes).unwrap_or_default() {
-                let labels = vec![("mode", mode.into())];
-                self.push(&LOCKDOWN_MODE, labels, u64::from(active));
-            }
-        }
-    }
-
-    fn secure_boot(&mut self) {
-        let sysfs = self.collector.sysfs.clone();
-        if let Some(enabled) = self.secure_boot_enabled(&sysfs) {
-            self.push(&SECURE_BOOT, Vec::new(), enabled);
-        }
-    }
-
-    /// Secure Boot from the EFI variable: 4 attribute bytes, then 1 data byte (1 = on). No EFI
-    /// (BIOS boot), or efivarfs not mounted: unknown, no series. EFI without the variable:
-    /// firmware without Secure Boot, so off.
-    fn secure_boot_enabled(&mut self, sysfs: &Path) -> Option<u64> {
-        let efi = self.dir(sysfs, "firmware/efi")?;
-        let efivars = self.out.optional(efi.subdir("efivars"))?;
-        let path = efivars.path(SECURE_BOOT_VARIABLE);
-        let enabled = efivars
-            .read_bytes(SECURE_BOOT_VARIABLE, &mut self.reader)
-            .and_then(|bytes| match bytes {
-                [_, _, _, _, data @ (0 | 1)] => Ok(u64::from(*data)),
-                _ => Err(SysfsError::parse(
-                    &path,
-                    "expected 4 attribute bytes and a 0 or 1",
-                    &format!("{bytes:02x?}"),
-                )),
-            });
-        match enabled {
-            // An empty efivars directory is an unmounted efivarfs, not a firmware fact.
-            Err(err) if err.is_absent() => {
-                let entries = self.out.reported(efivars.entries())?;
-                for entry in &entries {
-                    if let Err(err) = entry.name() {
-                        self.error(err);
-                    }
-                }
-                (!entries.is_empty()).then_some(0)
-            }
-            enabled => self.out.reported(enabled),
-        }
-    }
-}
-
-#[derive(Debug, PartialEq, Eq, PartialOrd, Ord)]
-struct ModprobeRule {
-    module: String,
-    rule: &'static str,
-    /// Where the rule is, as a path on the node (`/etc/modprobe.d/mlx5.conf`, `/proc/cmdline`).
-    file: String,
 }
 
 /// Parses `/proc/modules`: `name size refcount deps state address [(taints)]`, one module a
@@ -789,94 +454,12 @@ fn parse_module_line(line: &str) -> Option<LoadedModule> {
     })
 }
 
-/// `kernel/drivers/vfio/pci/vfio-pci.ko` -> `vfio_pci`, the name the kernel uses.
-pub(crate) fn parse_builtin_index(text: &str) -> HashSet<String> {
-    text.lines()
-        .filter_map(|line| line.trim().rsplit('/').next())
-        .filter_map(|file| file.strip_suffix(".ko"))
-        .map(modprobe::module_key)
-        .collect()
-}
-
-/// The modules in `modprobe.blacklist=a,b` and `module_blacklist=a,b` on the kernel command
-/// line, with the rule that names them.
-pub(crate) fn parse_cmdline_blacklists(text: &str) -> Vec<(String, &'static str)> {
-    let mut rules = Vec::new();
-    for parameter in cmdline::parameters(text) {
-        let rule = if parameter.is("modprobe.blacklist") {
-            "blacklist"
-        } else if parameter.is("module_blacklist") {
-            "module_blacklist"
-        } else {
-            continue;
-        };
-        let list = parameter.value.unwrap_or_default();
-        for module in list.split(',').filter(|m| !m.is_empty()) {
-            rules.push((modprobe::module_key(module), rule));
-        }
-    }
-    rules
-}
-
-/// `none [integrity] confidentiality` -> each mode and whether it is the active one; `None`
-/// unless exactly one mode is in brackets.
-pub(crate) fn parse_lockdown(text: &str) -> Option<Vec<(String, bool)>> {
-    let modes: Vec<(String, bool)> = text
-        .split_whitespace()
-        .map(
-            |word| match word.strip_prefix('[').and_then(|w| w.strip_suffix(']')) {
-                Some(active) => (active.to_string(), true),
-                None => (word.to_string(), false),
-            },
-        )
-        .collect();
-    let valid = modes.iter().filter(|(_, active)| *active).count() == 1
-        && modes
-            .iter()
-            .all(|(mode, _)| !mode.is_empty() && mode.chars().all(|c| c.is_ascii_lowercase()));
-    valid.then_some(modes)
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
 
     fn settings(args: &[&str]) -> Result<ModulesSettings, ConfigError> {
         ModulesSettings::from_flags(&Flags::parse((REGISTRATION.flags)(), args)?)
-    }
-
-    /// An install pattern names every expected module it matches, as kmod's fnmatch does; a
-    /// blacklist entry only the module of that exact name.
-    #[test]
-    fn install_patterns_match_as_kmod_matches_them() {
-        let root = tempfile::tempdir().unwrap();
-        let conf = root.path().join("etc/modprobe.d/ofed.conf");
-        std::fs::create_dir_all(conf.parent().unwrap()).unwrap();
-        std::fs::write(&conf, "install mlx[4-5]-ib /bin/false\nblacklist mlx5*\n").unwrap();
-        let collector = ModulesCollector {
-            procfs: root.path().join("proc"),
-            sysfs: root.path().join("sys"),
-            rootfs: root.path().to_path_buf(),
-            expected: vec!["mlx5_ib".into(), "mlx5_core".into(), "mlx4_ib".into()],
-            max_modules: 10,
-            signatures: SignatureCache::default(),
-        };
-        let mut out = Output::default();
-        let mut read = Read {
-            collector: &collector,
-            reader: AttributeReader::default(),
-            out: &mut out,
-        };
-        let rules: Vec<(String, &str)> = (read.modprobe_rules(&collector.expected).into_iter())
-            .map(|rule| (rule.module, rule.rule))
-            .collect();
-        assert_eq!(
-            rules,
-            [
-                ("mlx4_ib".to_string(), "install_disabled"),
-                ("mlx5_ib".to_string(), "install_disabled")
-            ]
-        );
     }
 
     /// RHEL 8 and later ship the image in the modules directory (kernel-install copies it to
