@@ -571,11 +571,37 @@ def pci_panels():
     ]
 
 
+def vfio_holder_panels():
+    """Which process, and for QEMU which guest, holds each device bound to vfio-pci; idle devices;
+    processes holding a device that left vfio-pci; holders the exporter could not see."""
+    return [
+        stat("Idle passthrough devices", "Devices bound to vfio-pci that no process holds open (hpcnode_pci_vfio_device_holders == 0): free for the next VM.",
+             [target(f'count(hpcnode_pci_vfio_device_holders{{{NODE}}} == 0) or vector(0)', "devices", instant=True)], "none"),
+        stat("Devices in use by a VM", "Devices bound to vfio-pci that a process (a VM) holds open (hpcnode_pci_vfio_device_holders > 0).",
+             [target(f'count(hpcnode_pci_vfio_device_holders{{{NODE}}} > 0) or vector(0)', "devices", instant=True)], "none"),
+        stat("Stale holders", "Processes holding a vfio group or device node whose device is no longer on vfio-pci: removed or rebound under a running VM (hpcnode_pci_vfio_stale_holder_info). Alert: HpcnodeVfioStaleHolder.",
+             [target(f'count(hpcnode_pci_vfio_stale_holder_info{{{NODE}}}) or vector(0)', "processes", instant=True)], "none",
+             thresholds=[{"color": "green", "value": None}, {"color": "orange", "value": 1}]),
+        stat("Processes not inspected", "Processes whose open files the exporter could not read (hpcnode_pci_vfio_holder_unreadable_processes: another user's, without CAP_SYS_PTRACE): holders among them are missing from the tables.",
+             [target(f'max(hpcnode_pci_vfio_holder_unreadable_processes{{{NODE}}})', "processes", instant=True)], "none",
+             thresholds=[{"color": "green", "value": None}, {"color": "orange", "value": 1}]),
+        table("Passthrough devices and their VMs", "One row per device bound to vfio-pci and process holding it: pid, command and, for QEMU, the guest name and UUID from its command line (libvirt and Nova: instance-<id> and the instance UUID), with the device's identity (hpcnode_pci_vfio_holder_info).",
+              [target(f'hpcnode_pci_vfio_holder_info{{{NODE}}}\n* on (job, instance, device) group_left (vendor_id, device_id, iommu_group)\n  hpcnode_pci_device_info{{{NODE}}}', ref="A", instant=True, table=True)], "none",
+              [column("A", "Held", "none")],
+              hide=["job", "__name__", "Value #A"], order=["instance", "device", "guest", "uuid", "pid", "comm", "vendor_id", "device_id", "iommu_group"], w=16, h=7),
+        table("Stale holders", "Processes holding a vfio node (node) whose device left vfio-pci (hpcnode_pci_vfio_stale_holder_info): the VM lost its device.",
+              [target(f'hpcnode_pci_vfio_stale_holder_info{{{NODE}}}', ref="A", instant=True, table=True)], "none",
+              [column("A", "Held", "none")],
+              hide=["job", "__name__", "Value #A"], order=["instance", "node", "guest", "uuid", "pid", "comm"], w=8, h=7),
+    ]
+
+
 def collapsed_rows():
     """The hardware-specific rows, collapsed: most nodes have only some of this hardware."""
     return [
         row("Xeon Phi (MIC) cards", mic_panels(), collapsed=True),
         row("GPU passthrough", pci_panels(), collapsed=True),
+        row("Passthrough devices and their VMs", vfio_holder_panels(), collapsed=True),
     ]
 
 

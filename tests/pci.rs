@@ -54,6 +54,12 @@ fn passthrough_host_with_kolla_nova_config() {
             "hpcnode_iommu_kernel_parameter_info{parameter=\"intel_iommu\",value=\"on\"} 1",
             "hpcnode_iommu_group_devices{group=\"40\",type=\"DMA-FQ\"} 3",
             "hpcnode_vfio_module_loaded{module=\"vfio_pci\"} 1",
+            // libvirt's QEMU holds the active Radeon's group; nobody holds the idle one; a
+            // second QEMU holds a group whose device is gone.
+            "hpcnode_pci_vfio_device_holders{device=\"0000:07:00.0\"} 1",
+            "hpcnode_pci_vfio_device_holders{device=\"0000:06:00.0\"} 0",
+            "hpcnode_pci_vfio_holder_info{device=\"0000:07:00.0\",pid=\"4211\",comm=\"qemu-system-x86\",guest=\"instance-0000002a\",uuid=\"8f0c6a3e-5b0e-4f6b-9d2a-1c3e5f7a9b0d\"} 1",
+            "hpcnode_pci_vfio_stale_holder_info{node=\"/dev/vfio/77\",pid=\"5120\",comm=\"qemu-system-x86\",guest=\"instance-00000031\",uuid=\"1d7c0b52-33a4-4c0e-8e0f-6a2b9c4d5e61\"} 1",
             // Idle on vfio-pci: decode off, IRQ 255, D3hot, MSI off, and still ready.
             "hpcnode_pci_memory_decode_enabled{device=\"0000:06:00.0\"} 0",
             "hpcnode_pci_irq{device=\"0000:06:00.0\"} 255",
@@ -595,4 +601,49 @@ fn iommu_faults_from_the_kernel_log() {
         );
         std::thread::sleep(std::time::Duration::from_millis(100));
     }
+}
+
+/// A QEMU whose open files the exporter may not read (another user's, without CAP_SYS_PTRACE)
+/// is counted as unreadable and said once in the log, never guessed at; the scrape still
+/// succeeds.
+#[test]
+fn holders_the_exporter_may_not_see_are_counted_not_guessed() {
+    use std::os::unix::fs::PermissionsExt;
+    let tmp = tempfile::tempdir().unwrap();
+    let root = tmp.path().join("pci_host");
+    let copied = Command::new("cp")
+        .args(["-a", &format!("{FIXTURES}/pci_host")])
+        .arg(&root)
+        .status()
+        .unwrap();
+    assert!(copied.success());
+    let fds = root.join("proc/4211/fd");
+    std::fs::set_permissions(&fds, std::fs::Permissions::from_mode(0o000)).unwrap();
+    // Root reads anything: run as nobody so the permission bits bite.
+    let uid = util::is_root().then(|| {
+        std::fs::set_permissions(tmp.path(), std::fs::Permissions::from_mode(0o755)).unwrap();
+        65534
+    });
+    let args = [
+        "--collector.disable-defaults".to_string(),
+        "--collector.pci".to_string(),
+        format!("--path.procfs={}", root.join("proc").display()),
+        format!("--path.sysfs={}", root.join("sys").display()),
+        format!("--path.rootfs={}", root.display()),
+    ];
+    let args: Vec<&str> = args.iter().map(String::as_str).collect();
+    let exporter = Exporter::start_as(&args, uid);
+    let text = scrape(&exporter);
+    scrape(&exporter);
+    assert_lines(
+        &text,
+        &[
+            "hpcnode_pci_vfio_holder_unreadable_processes 1",
+            "hpcnode_pci_vfio_device_holders{device=\"0000:07:00.0\"} 0",
+            "hpcnode_scrape_collector_success{collector=\"pci\"} 1",
+        ],
+    );
+    let log = exporter.log_with("vfio holders");
+    assert_eq!(log.matches("vfio holders").count(), 1, "{log}");
+    assert!(log.contains("CAP_SYS_PTRACE"), "{log}");
 }

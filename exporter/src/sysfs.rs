@@ -80,6 +80,12 @@ impl SysfsError {
             || matches!(self, SysfsError::Io { source, .. } if source.raw_os_error() == Some(libc::ENOTDIR))
     }
 
+    /// True when the kernel refused access (another user's `/proc/<pid>/fd` without ptrace
+    /// access, a file only root may read).
+    pub fn is_permission_denied(&self) -> bool {
+        matches!(self, SysfsError::Io { source, .. } if source.kind() == std::io::ErrorKind::PermissionDenied)
+    }
+
     pub fn parse(path: &Path, reason: &'static str, content: &str) -> Self {
         SysfsError::Parse {
             path: path.to_path_buf(),

@@ -154,6 +154,7 @@ mod tests {
             passthrough: Vec::new(),
             nova_configs: Vec::new(),
             nova_scheduler_configs: Vec::new(),
+            logged_unreadable: Default::default(),
         };
         let mut out = Output::default();
         let mut read = Read {

@@ -19,14 +19,17 @@ pub(crate) mod identity;
 pub(crate) mod modules;
 pub(crate) mod nova;
 mod nova_check;
+mod vfio_holders;
 
 use std::fmt;
 use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicBool, Ordering};
 
 use crate::collector::{
     CollectError, Collector, Host, Output, Registration, Settings, StartError, Started,
 };
 use crate::flags::{repeated, ConfigError, Flags};
+use crate::logging::{self, Level};
 use crate::metrics::{Desc, Labels, Value};
 use crate::sysfs::{AttributeReader, Entry, SysDir, SysfsError};
 
@@ -112,6 +115,7 @@ impl Settings for PciSettings {
             passthrough: self.passthrough,
             nova_configs: self.nova_configs,
             nova_scheduler_configs: self.nova_scheduler_configs,
+            logged_unreadable: AtomicBool::new(false),
         }))
     }
 }
@@ -156,9 +160,22 @@ struct PciCollector {
     passthrough: Vec<DeviceSelector>,
     nova_configs: Vec<PathBuf>,
     nova_scheduler_configs: Vec<PathBuf>,
+    /// Whether the vfio holder scan has logged that some processes were unreadable.
+    logged_unreadable: AtomicBool,
 }
 
 impl PciCollector {
+    /// Says once, in the log, that holders may be missing and what would show them.
+    fn log_unreadable_processes(&self, count: u64) {
+        if !self.logged_unreadable.swap(true, Ordering::Relaxed) {
+            logging::log(
+                Level::Warn,
+                "vfio holders: some processes' open files are unreadable; their holds are not reported (needs CAP_SYS_PTRACE or root)",
+                &[("processes", &count.to_string())],
+            );
+        }
+    }
+
     /// Every Nova config file given, once, in the order given: each is checked the same way.
     fn nova_files(&self) -> Vec<&Path> {
         let mut files: Vec<&Path> = Vec::new();
@@ -296,6 +313,26 @@ const IOMMU_GROUP_DEVICES: Desc = Desc::gauge(
     "Devices in each IOMMU group, with the group's domain type.",
     None,
 );
+const VFIO_DEVICE_HOLDERS: Desc = Desc::gauge(
+    "hpcnode_pci_vfio_device_holders",
+    "Processes holding a device bound to vfio-pci open (its vfio group or cdev): 0 is a device waiting for a VM.",
+    None,
+);
+const VFIO_HOLDER_INFO: Desc = Desc::gauge(
+    "hpcnode_pci_vfio_holder_info",
+    "A process holding a device bound to vfio-pci: pid, command name and, for QEMU, the guest name and UUID from its command line.",
+    None,
+);
+const VFIO_STALE_HOLDER_INFO: Desc = Desc::gauge(
+    "hpcnode_pci_vfio_stale_holder_info",
+    "A process holding a vfio group or device node whose device is no longer bound to vfio-pci (removed, or rebound to a host driver).",
+    None,
+);
+const VFIO_UNREADABLE_PROCESSES: Desc = Desc::gauge(
+    "hpcnode_pci_vfio_holder_unreadable_processes",
+    "Processes whose open files the exporter could not read while looking for vfio holders (another user's, without CAP_SYS_PTRACE): their holds are not reported.",
+    None,
+);
 const VFIO_MODULE_LOADED: Desc = Desc::gauge(
     "hpcnode_vfio_module_loaded",
     "1 when the vfio module is loaded (or built in with parameters), from /sys/module.",
@@ -338,7 +375,7 @@ const NOVA_SCHEDULER_PCI_FILTER: Desc = Desc::gauge(
 );
 
 /// Every metric this collector emits (for the METRICS.md check).
-pub const METRICS: [Desc; 33] = [
+pub const METRICS: [Desc; 37] = [
     DEVICE_INFO,
     DRIVER_BOUND,
     MEMORY_DECODE,
@@ -365,6 +402,10 @@ pub const METRICS: [Desc; 33] = [
     IOMMU_KERNEL_PARAMETER,
     IOMMU_GROUP_DEVICES,
     VFIO_MODULE_LOADED,
+    VFIO_DEVICE_HOLDERS,
+    VFIO_HOLDER_INFO,
+    VFIO_STALE_HOLDER_INFO,
+    VFIO_UNREADABLE_PROCESSES,
     NOVA_CONFIG_VALID,
     NOVA_CONFIG_ERRORS,
     NOVA_SPEC_DEVICES,
@@ -406,6 +447,8 @@ enum Unit {
     RootPort {
         address: String,
     },
+    /// The processes holding vfio devices: those bound to vfio-pci (listed), and any other.
+    VfioHolders(Vec<String>),
     /// An entry of `bus/pci/devices` whose name is not UTF-8: reported, never read.
     Unnamed(Entry),
 }
@@ -415,6 +458,7 @@ impl fmt::Display for Unit {
         match self {
             Unit::Host => f.write_str("host"),
             Unit::Nova => f.write_str("nova"),
+            Unit::VfioHolders(_) => f.write_str("vfio_holders"),
             Unit::Device { address, .. } | Unit::RootPort { address } => f.write_str(address),
             Unit::Unnamed(entry) => entry.fmt(f),
         }
@@ -455,6 +499,7 @@ impl Collector for PciCollector {
         let mut reader = AttributeReader::default();
         let mut units = Vec::new();
         let mut root_ports: Vec<String> = Vec::new();
+        let mut vfio_bound = Vec::new();
         for address in &addresses {
             // A device that vanished or cannot be identified is not one of interest; a
             // device named by address that is absent is still listed (to report it absent).
@@ -472,13 +517,17 @@ impl Collector for PciCollector {
                 .iter()
                 .chain(&self.passthrough)
                 .any(|s| s.matches(address, identity.vendor, identity.device));
+            let on_vfio = dir
+                .link_target_name("driver")
+                .is_ok_and(|d| d == VFIO_DRIVER);
+            if on_vfio {
+                vfio_bound.push(address.clone());
+            }
             let interesting = by_nova
                 || named
+                || on_vfio
                 || CLASSES_OF_INTEREST.contains(&(identity.class >> 8))
-                || RDMA_VENDORS.contains(&identity.vendor)
-                || dir
-                    .link_target_name("driver")
-                    .is_ok_and(|d| d == VFIO_DRIVER);
+                || RDMA_VENDORS.contains(&identity.vendor);
             if interesting {
                 units.push(Unit::Device {
                     address: address.clone(),
@@ -517,6 +566,11 @@ impl Collector for PciCollector {
         if !units.is_empty() {
             units.insert(0, Unit::Host);
         }
+        // Scanning every process's open files costs: only where vfio is loaded (a process
+        // may still hold a group whose device left vfio-pci).
+        if !vfio_bound.is_empty() || SysDir::open(&self.sysfs, "module/vfio").is_ok() {
+            units.push(Unit::VfioHolders(vfio_bound));
+        }
         units.extend(
             root_ports
                 .into_iter()
@@ -540,6 +594,7 @@ impl Collector for PciCollector {
                 nova_selected,
             } => read.device(address, *nova_selected),
             Unit::RootPort { address } => read.root_port(address),
+            Unit::VfioHolders(devices) => read.vfio_holders(devices),
             Unit::Unnamed(entry) => {
                 if let Err(err) = entry.name() {
                     read.error(err);

@@ -1,0 +1,74 @@
+# Who holds a device bound to vfio-pci: edu on vfio-pci behind the emulated Intel IOMMU, its
+# group held open by a process that calls itself QEMU (a script named qemu-system-x86_64 with
+# libvirt's -name and -uuid options: the kernel names a script's process after the script),
+# then released; then held by a process after its device left vfio-pci (a stale holder).
+# lab: machine=q35-iommu
+# lab: modules=vfio-pci vfio_iommu_type1
+# lab: collectors=pci
+# lab: timeout=60
+
+holders=hpcnode_pci_vfio_device_holders
+edu=
+for dir in /sys/bus/pci/devices/*; do
+  [ "$(cat "$dir/vendor"):$(cat "$dir/device")" = 0x1234:0x11e8 ] && edu=$dir
+done
+lab_scenario setup
+lab_check "edu device present" test -n "$edu" || exit 1
+address=$(basename "$edu")
+group=$(basename "$(readlink "$edu/iommu_group")")
+lab_check "modprobe vfio-pci" modprobe vfio-pci
+echo vfio-pci > "$edu/driver_override"
+[ -e "$edu/driver" ] || echo "$address" > /sys/bus/pci/drivers_probe
+lab_check "edu bound to vfio-pci" lab_wait_until 10 test -e "/sys/bus/pci/drivers/vfio-pci/$address"
+lab_check "/dev/vfio/$group exists" test -e "/dev/vfio/$group"
+
+# The holder: holds the group on fd 9 while it waits; its sleep does not inherit it.
+mkdir -p /tmp/vm
+cat > /tmp/vm/qemu-system-x86_64 <<EOF
+#!/bin/sh
+exec 9< /dev/vfio/$group
+touch /tmp/vm/holding
+sleep 300 9<&- &
+wait
+EOF
+chmod +x /tmp/vm/qemu-system-x86_64
+
+lab_exporter_start --collector.disable-defaults --collector.pci || exit 1
+
+lab_scenario idle
+lab_scrape idle
+lab_expect "bound, held by nobody" "$(lab_value idle "$holders{device=\"$address\"}")" == 0
+lab_expect "no holder series" "$(lab_series idle hpcnode_pci_vfio_holder_info)" == 0
+lab_expect "root reads every process" "$(lab_value idle hpcnode_pci_vfio_holder_unreadable_processes)" == 0
+
+lab_scenario held_by_a_vm
+/tmp/vm/qemu-system-x86_64 -name guest=instance-0000002a,debug-threads=on \
+  -uuid 8f0c6a3e-5b0e-4f6b-9d2a-1c3e5f7a9b0d &
+vm=$!
+lab_check "the VM holds /dev/vfio/$group" lab_wait_until 10 test -e /tmp/vm/holding
+lab_scrape held
+lab_expect "held by one process" "$(lab_value held "$holders{device=\"$address\"}")" == 1
+lab_expect "the holder: pid, comm, guest and uuid" "$(lab_series held \
+  "hpcnode_pci_vfio_holder_info{device=\"$address\",pid=\"$vm\",comm=\"qemu-system-x86\",guest=\"instance-0000002a\",uuid=\"8f0c6a3e-5b0e-4f6b-9d2a-1c3e5f7a9b0d\"}")" == 1
+lab_expect "nothing stale" "$(lab_series held hpcnode_pci_vfio_stale_holder_info)" == 0
+
+lab_scenario device_left_vfio
+echo "$address" > /sys/bus/pci/drivers/vfio-pci/unbind
+lab_check "edu unbound" lab_wait_until 10 sh -c "! test -e $edu/driver"
+lab_scrape left
+lab_expect "the VM is a stale holder of /dev/vfio/$group" "$(lab_series left \
+  "hpcnode_pci_vfio_stale_holder_info{node=\"/dev/vfio/$group\",pid=\"$vm\",guest=\"instance-0000002a\"}")" == 1
+lab_expect "no device holder series" "$(lab_series left hpcnode_pci_vfio_device_holders)" == 0
+
+lab_scenario released
+kill "$vm"
+lab_check "the VM exited" lab_wait_until 10 sh -c "! kill -0 $vm 2>/dev/null"
+pkill -f "sleep 300" 2>/dev/null
+echo "$address" > /sys/bus/pci/drivers_probe
+lab_check "edu bound again" lab_wait_until 10 test -e "/sys/bus/pci/drivers/vfio-pci/$address"
+lab_scrape released
+lab_expect "released: held by nobody" "$(lab_value released "$holders{device=\"$address\"}")" == 0
+lab_expect "no stale holder" "$(lab_series released hpcnode_pci_vfio_stale_holder_info)" == 0
+lab_exporter_stop
+echo "$address" > /sys/bus/pci/drivers/vfio-pci/unbind
+echo > "$edu/driver_override"
