@@ -211,10 +211,13 @@ fn holder_labels(holder: Holder) -> Vec<(&'static str, crate::metrics::LabelValu
     ]
 }
 
-/// The vfio node an open file is, when it names a device: a group or a device cdev.
+/// The vfio node an open file is, when it names a device: a group or a device cdev. A node
+/// removed while held (its group gone with its last device) reads `/dev/vfio/12 (deleted)`:
+/// kept whole, so it never matches a device's node and shows as stale.
 fn vfio_device_node(target: &Path) -> Option<String> {
     let target = target.to_str()?;
     let name = target.strip_prefix("/dev/vfio/")?;
+    let name = name.strip_suffix(" (deleted)").unwrap_or(name);
     let group = name.strip_prefix("noiommu-").unwrap_or(name);
     let is_group = !group.is_empty() && group.bytes().all(|b| b.is_ascii_digit());
     let is_cdev = name
@@ -348,7 +351,8 @@ mod tests {
             ("/dev/iommu", false),
             ("/dev/vfio/", false),
             ("/dev/vfio/devices/vfio", false),
-            ("/dev/vfio/12 (deleted)", false),
+            ("/dev/vfio/12 (deleted)", true),
+            ("/dev/vfio/vfio (deleted)", false),
             ("socket:[1234]", false),
         ] {
             assert_eq!(
