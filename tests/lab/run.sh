@@ -8,11 +8,11 @@
 # per group to a shared folder; this script reads only those (never qemu's exit code), prints every
 # check, and exits non-zero on any failed check, missing result or timeout. Downloads are cached in
 # tests/lab/.cache (or $HPCNODE_LAB_CACHE); tests/setup.sh installs the host tools. The kernels
-# boot side by side, N at a time (--jobs, default every kernel); their outputs print in order at the end.
+# boot side by side, N at a time (--jobs, default one per core); their outputs print in order at the end.
 set -euo pipefail
 lab=$(cd "$(dirname "$0")" && pwd)
 repo=$(cd "$lab/../.." && pwd)
-work=$repo/target/lab
+work=${HPCNODE_LAB_WORK:-$repo/target/lab} # results and logs
 binary=$repo/target/debug/hpcnode_exporter
 all_kernels=(6.12 6.1 5.10)
 kernels=("${all_kernels[@]}")
@@ -269,7 +269,8 @@ run_kernel() {
 
 lab_start=$SECONDS
 if ((${#runnable[@]})); then
-  ((parallel)) || parallel=${#kernels[@]}
+  # A boot keeps about one core busy (the guest runs one group at a time): one per core.
+  ((parallel)) || parallel=$(nproc)
   mkdir -p "$work"
   pids=()
   trap 'kill -TERM "${pids[@]}" 2> /dev/null; wait; echo "lab: interrupted" >&2; exit 130' INT TERM

@@ -5,7 +5,7 @@
 # (module_signatures).
 # lab: collectors=ebpf
 # lab: variants=pcspkr
-# lab: timeout=300
+# lab: timeout=600
 
 . /lab/guest/hooks.sh
 lab_module_events_setup

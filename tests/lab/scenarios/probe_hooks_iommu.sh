@@ -3,7 +3,7 @@
 # iommu:io_page_fault attached on tp_btf and raw_tp, where Intel VT-d reports nothing.
 # lab: machine=q35-iommu
 # lab: collectors=ebpf
-# lab: timeout=200
+# lab: timeout=300
 
 . /lab/guest/hooks.sh
 . /lab/guest/edu.sh

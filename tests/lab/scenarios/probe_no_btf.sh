@@ -5,7 +5,7 @@
 # After module_signatures, as probe_hooks: it loads an unsigned module.
 # lab: collectors=ebpf
 # lab: variants=pcspkr
-# lab: timeout=120
+# lab: timeout=480
 
 . /lab/guest/hooks.sh
 lab_module_events_setup
