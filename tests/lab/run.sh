@@ -263,8 +263,10 @@ run_kernel() {
     for group in "${boot_groups[@]}"; do report_group "$kernel" "$group" "$dir/share/results/$group.result" "$serial"; done
   done <<< "$boots"
   # CPU time of this kernel's processes (qemu above all) against its wall time: how much of
-  # it TCG spends computing rather than waiting for a core.
-  echo "lab: kernel $kver done in $((SECONDS - kernel_start)) s, CPU (user system) $(times | tail -n1)"
+  # it TCG spends computing rather than waiting for a core. times runs in this shell (in a
+  # pipe or $(...) it would count a fresh subshell's children: none).
+  times > "$dir/times"
+  echo "lab: kernel $kver done in $((SECONDS - kernel_start)) s, CPU (user system) $(tail -n1 "$dir/times")"
 }
 
 lab_start=$SECONDS
