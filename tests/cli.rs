@@ -258,3 +258,28 @@ fn missing_sysfs_tree_is_not_an_error() {
     assert!(text.contains("hpcnode_scrape_collector_success{collector=\"rdma\"} 1\n"));
     assert!(!text.contains("hpcnode_rdma_"));
 }
+
+/// `--ebpf.hooks` takes only probes and hooks that exist: a wrong one is one line naming what
+/// exists, exit 2, before anything is attached.
+#[test]
+fn ebpf_hooks_refuses_a_hook_the_probe_lacks_naming_its_hooks() {
+    for (arg, reason) in [
+        (
+            "--ebpf.hooks=module_load:fexit",
+            "module_load has no hook \"fexit\"; its hooks: tp_btf, raw_tp, tracepoint, perf, none",
+        ),
+        (
+            "--ebpf.hooks=kernel_log",
+            "\"kernel_log\" is not PROBE:HOOK",
+        ),
+    ] {
+        let (code, stdout, stderr) = run(&[arg]);
+        assert_eq!(code, 2, "{arg}: {stderr}");
+        assert!(stdout.is_empty());
+        let value = arg.split_once('=').unwrap().1;
+        assert_eq!(
+            stderr.trim_end(),
+            format!("hpcnode_exporter: error: invalid --ebpf.hooks {value:?}: {reason}")
+        );
+    }
+}

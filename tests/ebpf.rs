@@ -130,6 +130,48 @@ fn kernel_log_lines_are_counted_exactly() {
     );
 }
 
+/// `--ebpf.hooks` forces the kernel log probe off its preferred BPF hook onto the /dev/kmsg
+/// reader, which counts the same lines; the probes left out with `none` say so.
+#[test]
+fn a_forced_hook_counts_the_same_kernel_log_lines() {
+    if !require_bpf("a_forced_hook_counts_the_same_kernel_log_lines") {
+        return;
+    }
+    let mut args = EBPF_ONLY.to_vec();
+    args.push("--ebpf.hooks=kernel_log:kmsg,module_load:none");
+    let exporter = Exporter::start(&args);
+    let before = exporter.get("/metrics").text();
+    assert_eq!(
+        attached(&before, "kernel_log", "kmsg"),
+        Some(1.0),
+        "{before}"
+    );
+    assert_eq!(
+        failure_reason(&before, "module_load"),
+        "left out by --ebpf.hooks=module_load:none\"} 1"
+    );
+    let module = format!("hpcnode_forced{}", std::process::id());
+    let series = format!(
+        "hpcnode_kernel_log_events_total{{event=\"module_verification_failed\",source=\"kernel_log\",module=\"{module}\"}}"
+    );
+    const LINES: usize = 20;
+    for _ in 0..LINES {
+        write_kmsg(&format!("{module}: module verification failed: signature and/or required key missing - tainting kernel"));
+    }
+    let deadline = Instant::now() + Duration::from_secs(10);
+    loop {
+        let text = exporter.get("/metrics").text();
+        if value(&text, &series) == Some(LINES as f64) {
+            break;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "expected {LINES} for {series}:\n{text}"
+        );
+        std::thread::sleep(Duration::from_millis(100));
+    }
+}
+
 /// Waits until the exporter has read the kernel log from before its start, and returns the
 /// scrape that shows it.
 fn read_before_start(exporter: &Exporter) -> String {

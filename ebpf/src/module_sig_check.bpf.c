@@ -25,13 +25,15 @@ int sig_check_fexit(__u64 *ctx)
 	return 0;
 }
 
-/* x86-64 only: the return value register. */
-struct pt_regs {
-	unsigned long ax;
-} __attribute__((preserve_access_index));
+/* x86-64 only: the registers up to the return value one, in the order of x86-64's struct
+ * pt_regs, which user space sees too (uapi asm/ptrace.h) and so never changes. A fixed layout,
+ * not a CO-RE one: the program needs no kernel BTF and loads where there is none. */
+struct pt_regs_x86_64 {
+	unsigned long r15, r14, r13, r12, bp, bx, r11, r10, r9, r8, ax;
+};
 
 SEC("kretprobe/module_sig_check")
-int sig_check_kretprobe(struct pt_regs *regs)
+int sig_check_kretprobe(struct pt_regs_x86_64 *regs)
 {
 	record_return((__s32)regs->ax);
 	return 0;

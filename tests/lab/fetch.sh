@@ -8,15 +8,27 @@
 set -euo pipefail
 cache=${HPCNODE_LAB_CACHE:-"$(cd "$(dirname "$0")" && pwd)/.cache"}
 mkdir -p "$cache/debs"
+# apt options: none for the host's own suite (bookworm); a private sources list, package lists
+# and cache under $cache for another suite (bullseye's 5.10), leaving the host's apt untouched.
+apt_options=()
+use_suite() {
+  local suite=$1 state=$cache/apt-$1 keyring=/usr/share/keyrings/debian-archive-keyring.gpg
+  mkdir -p "$state/lists/partial" "$state/archives/partial"
+  printf 'deb [signed-by=%s] http://deb.debian.org/debian %s main\ndeb [signed-by=%s] http://deb.debian.org/debian-security %s-security main\n' \
+    "$keyring" "$suite" "$keyring" "$suite" > "$state/sources.list"
+  apt_options=(-o Dir::Etc::sourcelist="$state/sources.list" -o Dir::Etc::sourceparts=/nonexistent
+    -o Dir::State::Lists="$state/lists" -o Dir::Cache="$state" -o Dir::Cache::archives="$state/archives"
+    -o Dir::State::status=/dev/null)
+}
 
 # The package a meta package depends on, e.g. linux-image-6.12-amd64 -> linux-image-6.12.117+deb12-amd64.
 resolve_meta() {
   local meta=$1 target
-  target=$(apt-cache depends "$meta" 2>/dev/null | awk '/Depends: linux-image-/ {print $2; exit}')
+  target=$(apt-cache "${apt_options[@]}" depends "$meta" 2>/dev/null | awk '/Depends: linux-image-/ {print $2; exit}')
   if [ -z "$target" ]; then
     echo "lab: $meta unknown to apt, running apt-get update" >&2
-    apt-get update -qq >&2
-    target=$(apt-cache depends "$meta" | awk '/Depends: linux-image-/ {print $2; exit}')
+    apt-get "${apt_options[@]}" -o APT::Sandbox::User=root update -qq >&2
+    target=$(apt-cache "${apt_options[@]}" depends "$meta" | awk '/Depends: linux-image-/ {print $2; exit}')
   fi
   [ -n "$target" ] || { echo "lab: cannot resolve $meta" >&2; return 1; }
   echo "$target"
@@ -26,14 +38,14 @@ resolve_meta() {
 # .deb paths. One apt-cache call for all: each costs half a second.
 download() {
   local package version deb
-  apt-cache policy "$@" | awk '/^[^ ].*:$/ {package = substr($0, 1, length($0) - 1)} /Candidate:/ {print package, $2}' |
+  apt-cache "${apt_options[@]}" policy "$@" | awk '/^[^ ].*:$/ {package = substr($0, 1, length($0) - 1)} /Candidate:/ {print package, $2}' |
     while read -r package version; do
       [ "$version" != "(none)" ] || { echo "lab: no candidate for $package" >&2; return 1; }
       # apt-get download names the file with the version's ':' escaped as %3a.
       deb="$cache/debs/${package}_${version//:/%3a}_amd64.deb"
       if [ ! -s "$deb" ]; then
         echo "lab: downloading $package $version" >&2
-        (cd "$cache/debs" && apt-get download -q -o APT::Sandbox::User=root "$package=$version" >&2)
+        (cd "$cache/debs" && apt-get "${apt_options[@]}" download -q -o APT::Sandbox::User=root "$package=$version" >&2)
       fi
       [ -s "$deb" ] || { echo "lab: download of $package left no $deb" >&2; return 1; }
       echo "$deb"
@@ -58,7 +70,8 @@ case ${1:-} in
     case $series in
       6.12) meta=linux-image-6.12-amd64 ;;
       6.1) meta=linux-image-amd64 ;; # bookworm's default kernel is the 6.1 series
-      *) echo "lab: unknown kernel series $series (6.12 or 6.1)" >&2; exit 2 ;;
+      5.10) meta=linux-image-amd64; use_suite bullseye ;; # and bullseye's the 5.10 series
+      *) echo "lab: unknown kernel series $series (6.12, 6.1 or 5.10)" >&2; exit 2 ;;
     esac
     package=$(resolve_meta "$meta")
     case $package in linux-image-"$series"*) ;; *) echo "lab: $meta resolved to $package, not $series" >&2; exit 1 ;; esac
@@ -79,5 +92,5 @@ case ${1:-} in
     unpack "$root" "${debs[@]}"
     echo "$root"
     ;;
-  *) echo "usage: fetch.sh kernel 6.12|6.1 | fetch.sh userspace" >&2; exit 2 ;;
+  *) echo "usage: fetch.sh kernel 6.12|6.1|5.10 | fetch.sh userspace" >&2; exit 2 ;;
 esac

@@ -13,10 +13,7 @@
 
 attached=hpcnode_ebpf_probe_attached
 faults=hpcnode_iommu_faults_total
-edu=
-for dir in /sys/bus/pci/devices/*; do
-  [ "$(cat "$dir/vendor"):$(cat "$dir/device")" = 0x1234:0x11e8 ] && edu=$dir
-done
+. /lab/guest/edu.sh
 lab_scenario setup
 lab_check "edu device present" test -n "$edu" || exit 1
 address=$(basename "$edu")
@@ -60,19 +57,7 @@ lab_expect "group $group has one device" \
 lab_expect "IOMMU enabled" "$(lab_value bound hpcnode_iommu_enabled)" == 1
 
 lab_scenario dmar_faults
-# edu's DMA registers (qemu docs/specs/edu.rst): 0x80 source, 0x88 destination, 0x90 count,
-# 0x98 command (bit 0 start, bit 1 edu to RAM). Its own buffer is at 0x40000.
-bar0=$(awk 'NR == 1 { print $1; exit }' "$edu/resource")
-edu_dma() { # SOURCE DESTINATION COMMAND
-  devmem $((bar0 + 0x80)) 32 "$1" && devmem $((bar0 + 0x88)) 32 "$2" &&
-    devmem $((bar0 + 0x90)) 32 4 && devmem $((bar0 + 0x98)) 32 "$3"
-}
-dma_done() { [ $(($(devmem $((bar0 + 0x98)) 32) & 1)) = 0 ]; }
-echo 1 > "$edu/enable"
-command=$(dd if="$edu/config" bs=1 skip=4 count=1 2>/dev/null | od -An -tu1)
-# shellcheck disable=SC2059 # the format is the octal escape of the byte to write
-printf "\\$(printf %o $((command | 6)))" | dd of="$edu/config" bs=1 seek=4 count=1 conv=notrunc 2>/dev/null
-command=$(dd if="$edu/config" bs=1 skip=4 count=1 2>/dev/null | od -An -tu1)
+command=$(edu_enable_dma)
 lab_expect "memory decode and bus mastering on" $((command & 6)) == 6
 lab_scrape before_read
 lab_check "DMA read from unmapped IOVA 0x300000" edu_dma 0x300000 0x40000 1

@@ -21,13 +21,13 @@ use std::sync::{Arc, Mutex};
 use crate::collector::{
     CollectError, Collector, ErrorKind, Host, Output, Registration, Settings, StartError, Started,
 };
-use crate::flags::switch;
+use crate::flags::{optional, switch};
 use crate::logging::{self, Level};
 use crate::metrics::{Desc, LabelValue, Labels, Value};
 use crate::sysfs::{AttributeReader, SysDir};
 use kernel_log::{EventKey, KernelLogCounts};
 use module_events::ModuleNames;
-use probes::{attach_first, KernelFeatures, Outcome, Probe};
+use probes::{attach_first, HookChoice, KernelFeatures, Outcome, Probe};
 use sys::Attachment;
 
 const PROBE_ATTACHED: Desc = Desc::gauge(
@@ -143,29 +143,42 @@ pub const REGISTRATION: Registration = Registration {
     help: "Kernel probes (eBPF, perf, /dev/kmsg): module loads and taints, signature verdicts, failed load syscalls, kernel log events",
     metrics: &METRICS,
     flags: || {
-        vec![switch(STRICT, "Exit with an error at startup if any module or kernel-log eBPF probe attaches to no hook (for CI); the IOMMU and vfio probes are not required.")]
+        vec![
+            switch(STRICT, "Exit with an error at startup if any module or kernel-log eBPF probe attaches to no hook (for CI); the IOMMU and vfio probes are not required."),
+            optional(HOOKS, "PROBE:HOOK,...", "Restrict the named probes to the named hooks (e.g. module_sig_check:kretprobe,kernel_log:kmsg; PROBE:none leaves a probe out); the other probes try all of theirs, cheapest first."),
+            optional(BTF_PATH, "FILE", "Kernel BTF to use instead of /sys/kernel/btf/vmlinux (e.g. a BTFHub file for a kernel built without BTF); tp_btf, fentry and fexit still need the kernel's own BTF."),
+        ]
     },
     configure: |flags| {
+        let hooks = flags.value(HOOKS).unwrap_or_default();
         Ok(Box::new(EbpfSettings {
             strict: flags.is_set(STRICT),
+            hooks: HookChoice::parse(&hooks)
+                .map_err(|err| flags.invalid(HOOKS, &hooks, err.to_string()))?,
+            btf_path: flags.path(BTF_PATH)?,
         }))
     },
     probe: None,
 };
 
 const STRICT: &str = "ebpf.strict";
+const HOOKS: &str = "ebpf.hooks";
+const BTF_PATH: &str = "ebpf.btf-path";
 
 #[derive(Debug)]
 struct EbpfSettings {
     /// A probe that attaches to no hook is a startup error.
     strict: bool,
+    hooks: HookChoice,
+    /// BTF read from this file instead of the kernel's.
+    btf_path: Option<std::path::PathBuf>,
 }
 
 impl Settings for EbpfSettings {
     /// Attaches every probe, before serving, so `--ebpf.strict` fails the start and not a
     /// later scrape.
     fn start(self: Box<Self>, host: &Host) -> Result<Started, StartError> {
-        let probes = Probes::attach(&host.procfs);
+        let probes = Probes::attach(&host.procfs, &self.hooks, self.btf_path.as_deref());
         if self.strict {
             probes.require_all_attached().map_err(|err| StartError {
                 collector: REGISTRATION.name,
@@ -196,7 +209,7 @@ pub struct Probes {
 }
 
 impl Probes {
-    fn attach(procfs: &Path) -> Probes {
+    fn attach(procfs: &Path, choice: &HookChoice, btf_path: Option<&Path>) -> Probes {
         let proc = SysDir::open(procfs, "").ok();
         let mut reader = AttributeReader::default();
         let mut proc_value = |name: &str| {
@@ -204,7 +217,10 @@ impl Probes {
                 .and_then(|dir| dir.read(name, &mut reader).ok().map(str::to_string))
         };
         let release = proc_value("sys/kernel/osrelease");
-        let btf = sys::kernel_btf();
+        let btf = match btf_path {
+            Some(path) => sys::btf_file(path),
+            None => sys::kernel_btf(),
+        };
         let features = KernelFeatures {
             btf: btf.as_ref().map(drop).map_err(Clone::clone),
             x86_64: cfg!(target_arch = "x86_64"),
@@ -239,7 +255,7 @@ impl Probes {
         let probes = Probe::ALL
             .into_iter()
             .map(|probe| {
-                let outcome = attach_first(&mut kernel, &features, probe);
+                let outcome = attach_first(&mut kernel, &features, choice, probe);
                 match &outcome {
                     Outcome::Attached { hook, .. } => logging::log(
                         Level::Info,

@@ -44,6 +44,10 @@ impl Probe {
         }
     }
 
+    pub fn from_name(name: &str) -> Option<Probe> {
+        Probe::ALL.into_iter().find(|probe| probe.name() == name)
+    }
+
     /// Whether `--ebpf.strict` requires the probe. The IOMMU and vfio probes hook code that a
     /// node may rightly lack (no IOMMU support, an AMD or ARM IOMMU, vfio modules not loaded
     /// when the exporter starts), so their absence is reported but is not an error.
@@ -78,6 +82,22 @@ pub enum Hook {
 }
 
 impl Hook {
+    pub const ALL: [Hook; 9] = [
+        Hook::TpBtf,
+        Hook::RawTp,
+        Hook::Tracepoint,
+        Hook::Fentry,
+        Hook::Fexit,
+        Hook::Kprobe,
+        Hook::Kretprobe,
+        Hook::Perf,
+        Hook::Kmsg,
+    ];
+
+    pub fn from_name(name: &str) -> Option<Hook> {
+        Hook::ALL.into_iter().find(|hook| hook.name() == name)
+    }
+
     pub fn name(self) -> &'static str {
         match self {
             Hook::TpBtf => "tp_btf",
@@ -101,6 +121,8 @@ pub enum Needs {
     Btf,
     /// Kernel BTF and x86-64: reads `struct pt_regs` registers.
     BtfOnX86_64,
+    /// x86-64: reads `struct pt_regs` registers at their fixed offsets, no BTF.
+    X86_64,
     /// `printk:console` firing for every record (5.19+), not only console-printed ones.
     ConsoleForEveryRecord,
 }
@@ -151,13 +173,13 @@ const MODULE_SIG_CHECK: &[Attempt] = &[
         Kretprobe,
         "sig_check_kretprobe",
         &["module_sig_check"],
-        Needs::BtfOnX86_64,
+        Needs::X86_64,
     ),
     attempt(
         Kretprobe,
         "sig_check_kretprobe",
         &["mod_verify_sig"],
-        Needs::BtfOnX86_64,
+        Needs::X86_64,
     ),
 ];
 
@@ -262,6 +284,77 @@ pub fn attempts(probe: Probe) -> &'static [Attempt] {
     }
 }
 
+/// The hooks each probe may use (`--ebpf.hooks=PROBE:HOOK,...`): a probe named there tries only
+/// the named hooks, in its usual order (`PROBE:none`: none, the probe is left out); the others
+/// try all of theirs.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct HookChoice(Vec<(Probe, Option<Hook>)>);
+
+/// The hook name that leaves a probe out.
+const NO_HOOK: &str = "none";
+
+#[derive(Debug, thiserror::Error, PartialEq, Eq)]
+pub enum HookChoiceError {
+    #[error("{0:?} is not PROBE:HOOK")]
+    NotAPair(String),
+    #[error("no probe {0:?}; probes: {1}")]
+    UnknownProbe(String, String),
+    #[error("{probe} has no hook {hook:?}; its hooks: {hooks}")]
+    UnknownHook {
+        probe: &'static str,
+        hook: String,
+        hooks: String,
+    },
+}
+
+impl HookChoice {
+    pub fn parse(value: &str) -> Result<HookChoice, HookChoiceError> {
+        let mut chosen = Vec::new();
+        for pair in value
+            .split(',')
+            .map(str::trim)
+            .filter(|pair| !pair.is_empty())
+        {
+            let (probe_name, hook_name) = pair
+                .split_once(':')
+                .ok_or_else(|| HookChoiceError::NotAPair(pair.to_string()))?;
+            let probe = Probe::from_name(probe_name).ok_or_else(|| {
+                let names: Vec<_> = Probe::ALL.iter().map(|probe| probe.name()).collect();
+                HookChoiceError::UnknownProbe(probe_name.to_string(), names.join(", "))
+            })?;
+            let mut hooks: Vec<&str> = attempts(probe).iter().map(|a| a.hook.name()).collect();
+            hooks.dedup();
+            hooks.push(NO_HOOK);
+            let hook = Hook::from_name(hook_name)
+                .filter(|hook| hooks.contains(&hook.name()))
+                .map(Some)
+                .or((hook_name == NO_HOOK).then_some(None))
+                .ok_or_else(|| HookChoiceError::UnknownHook {
+                    probe: probe.name(),
+                    hook: hook_name.to_string(),
+                    hooks: hooks.join(", "),
+                })?;
+            chosen.push((probe, hook));
+        }
+        Ok(HookChoice(chosen))
+    }
+
+    fn allows(&self, probe: Probe, hook: Hook) -> bool {
+        let mut named = self
+            .0
+            .iter()
+            .filter(|(named, _)| *named == probe)
+            .peekable();
+        named.peek().is_none() || named.any(|(_, chosen)| *chosen == Some(hook))
+    }
+
+    fn leaves_out(&self, probe: Probe) -> bool {
+        !attempts(probe)
+            .iter()
+            .any(|attempt| self.allows(probe, attempt.hook))
+    }
+}
+
 /// What the running kernel offers, found once at startup.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct KernelFeatures {
@@ -286,10 +379,11 @@ impl KernelFeatures {
         match needs {
             Needs::Nothing => None,
             Needs::Btf => btf(),
-            Needs::BtfOnX86_64 if !self.x86_64 => {
+            Needs::BtfOnX86_64 | Needs::X86_64 if !self.x86_64 => {
                 Some("reads x86-64 registers; this is not x86-64".into())
             }
             Needs::BtfOnX86_64 => btf(),
+            Needs::X86_64 => None,
             Needs::ConsoleForEveryRecord => match self.release {
                 Some(release) if release < (5, 19) => {
                     Some("printk:console fires only for console-printed lines before 5.19".into())
@@ -325,6 +419,7 @@ impl fmt::Display for Failures {
 pub fn attach_first<K: Kernel>(
     kernel: &mut K,
     features: &KernelFeatures,
+    choice: &HookChoice,
     probe: Probe,
 ) -> Outcome<K::Attachment> {
     if probe.needs_modules() && !features.modules {
@@ -332,8 +427,16 @@ pub fn attach_first<K: Kernel>(
             reason: "kernel without module support (no /proc/modules)".into(),
         };
     }
+    if choice.leaves_out(probe) {
+        return Outcome::Missed {
+            reason: format!("left out by --ebpf.hooks={}:{NO_HOOK}", probe.name()),
+        };
+    }
     let mut failures = Failures(Vec::new());
-    for attempt in attempts(probe) {
+    for attempt in attempts(probe)
+        .iter()
+        .filter(|attempt| choice.allows(probe, attempt.hook))
+    {
         let what = match attempt.targets.first() {
             Some(target) => format!("{}({target})", attempt.hook.name()),
             None => attempt.hook.name().to_string(),
@@ -424,7 +527,12 @@ mod tests {
             ],
             "EPERM",
         );
-        let outcome = attach_first(&mut fake, &modern(), Probe::KernelLog);
+        let outcome = attach_first(
+            &mut fake,
+            &modern(),
+            &HookChoice::default(),
+            Probe::KernelLog,
+        );
         assert_eq!(hook(&outcome), Some(Hook::TpBtf));
         assert_eq!(fake.tried, [(Probe::KernelLog, Hook::TpBtf, "console")]);
     }
@@ -434,7 +542,12 @@ mod tests {
         // A 6.x kernel where only kretprobes work (fexit refused): both fexit targets, then
         // the kretprobe on module_sig_check.
         let mut fake = kernel(&[(Probe::ModuleSigCheck, Hook::Kretprobe)], "EPERM");
-        let outcome = attach_first(&mut fake, &modern(), Probe::ModuleSigCheck);
+        let outcome = attach_first(
+            &mut fake,
+            &modern(),
+            &HookChoice::default(),
+            Probe::ModuleSigCheck,
+        );
         assert_eq!(hook(&outcome), Some(Hook::Kretprobe));
         assert_eq!(
             fake.tried,
@@ -446,7 +559,12 @@ mod tests {
         );
         // BPF refused altogether: module loads are still counted, by perf.
         let mut refused = kernel(&[(Probe::ModuleLoad, Hook::Perf)], "EPERM");
-        let outcome = attach_first(&mut refused, &modern(), Probe::ModuleLoad);
+        let outcome = attach_first(
+            &mut refused,
+            &modern(),
+            &HookChoice::default(),
+            Probe::ModuleLoad,
+        );
         assert_eq!(hook(&outcome), Some(Hook::Perf));
         let hooks: Vec<_> = refused.tried.iter().map(|t| t.1).collect();
         assert_eq!(
@@ -458,7 +576,12 @@ mod tests {
     #[test]
     fn nothing_works_gives_one_reason_naming_every_attempt() {
         let mut fake = kernel(&[], "No such file or directory");
-        let outcome = attach_first(&mut fake, &modern(), Probe::ModuleLoadSyscall);
+        let outcome = attach_first(
+            &mut fake,
+            &modern(),
+            &HookChoice::default(),
+            Probe::ModuleLoadSyscall,
+        );
         assert_eq!(
             reason(&outcome),
             "tracepoint(syscalls/sys_exit_finit_module): No such file or directory; \
@@ -477,15 +600,20 @@ mod tests {
             modules: true,
         };
         let mut fake = kernel(&[(Probe::KernelLog, Hook::Kmsg)], "ENOENT");
-        let outcome = attach_first(&mut fake, &old, Probe::ModuleLoad);
+        let outcome = attach_first(&mut fake, &old, &HookChoice::default(), Probe::ModuleLoad);
         let hooks: Vec<_> = fake.tried.iter().map(|t| t.1).collect();
         assert_eq!(hooks, [Hook::Tracepoint, Hook::Perf]);
         assert!(reason(&outcome).starts_with(
             "tp_btf(module_load): needs kernel BTF (no /sys/kernel/btf/vmlinux); raw_tp"
         ));
-        let log = attach_first(&mut fake, &old, Probe::KernelLog);
+        let log = attach_first(&mut fake, &old, &HookChoice::default(), Probe::KernelLog);
         assert_eq!(hook(&log), Some(Hook::Kmsg));
-        let sig = attach_first(&mut fake, &old, Probe::ModuleSigCheck);
+        let sig = attach_first(
+            &mut fake,
+            &old,
+            &HookChoice::default(),
+            Probe::ModuleSigCheck,
+        );
         assert!(reason(&sig).contains("kretprobe(module_sig_check): reads x86-64 registers"));
     }
 
@@ -496,14 +624,86 @@ mod tests {
             ..modern()
         };
         let mut fake = kernel(&[(Probe::ModuleLoadSyscall, Hook::RawTp)], "ENOENT");
-        let outcome = attach_first(&mut fake, &features, Probe::ModuleLoadSyscall);
+        let outcome = attach_first(
+            &mut fake,
+            &features,
+            &HookChoice::default(),
+            Probe::ModuleLoadSyscall,
+        );
         assert_eq!(
             reason(&outcome),
             "kernel without module support (no /proc/modules)"
         );
         assert!(fake.tried.is_empty());
         // The other module probes try their hooks and report what the kernel said.
-        let outcome = attach_first(&mut fake, &features, Probe::ModuleLoad);
+        let outcome = attach_first(
+            &mut fake,
+            &features,
+            &HookChoice::default(),
+            Probe::ModuleLoad,
+        );
         assert!(reason(&outcome).starts_with("tp_btf(module_load): ENOENT"));
+    }
+
+    #[test]
+    fn a_hook_choice_restricts_the_named_probes_only() {
+        let choice =
+            HookChoice::parse("module_sig_check:kretprobe, kernel_log:kmsg,kernel_log:raw_tp")
+                .unwrap();
+        let mut fake = kernel(
+            &[
+                (Probe::ModuleSigCheck, Hook::Fexit),
+                (Probe::ModuleSigCheck, Hook::Kretprobe),
+                (Probe::KernelLog, Hook::TpBtf),
+                (Probe::KernelLog, Hook::Kmsg),
+                (Probe::ModuleLoad, Hook::TpBtf),
+            ],
+            "EPERM",
+        );
+        let sig = attach_first(&mut fake, &modern(), &choice, Probe::ModuleSigCheck);
+        assert_eq!(hook(&sig), Some(Hook::Kretprobe));
+        // Two hooks named: tried in the probe's own order, raw_tp before kmsg.
+        let log = attach_first(&mut fake, &modern(), &choice, Probe::KernelLog);
+        assert_eq!(hook(&log), Some(Hook::Kmsg));
+        let load = attach_first(&mut fake, &modern(), &choice, Probe::ModuleLoad);
+        assert_eq!(hook(&load), Some(Hook::TpBtf));
+        let hooks: Vec<_> = fake.tried.iter().map(|t| (t.0, t.1)).collect();
+        assert_eq!(
+            hooks,
+            [
+                (Probe::ModuleSigCheck, Hook::Kretprobe),
+                (Probe::KernelLog, Hook::RawTp),
+                (Probe::KernelLog, Hook::Kmsg),
+                (Probe::ModuleLoad, Hook::TpBtf),
+            ]
+        );
+        // A chosen hook that fails is reported; the probe does not fall back to another.
+        let choice = HookChoice::parse("module_load:perf,kernel_log:none").unwrap();
+        let load = attach_first(&mut fake, &modern(), &choice, Probe::ModuleLoad);
+        assert_eq!(reason(&load), "perf(module/module_load): EPERM");
+        // `none` leaves the probe out without a kernel call.
+        let tried = fake.tried.len();
+        let log = attach_first(&mut fake, &modern(), &choice, Probe::KernelLog);
+        assert_eq!(reason(&log), "left out by --ebpf.hooks=kernel_log:none");
+        assert_eq!(fake.tried.len(), tried);
+    }
+
+    #[test]
+    fn a_bad_hook_choice_names_what_exists() {
+        assert_eq!(HookChoice::parse(""), Ok(HookChoice::default()));
+        assert_eq!(
+            HookChoice::parse("module_load"),
+            Err(HookChoiceError::NotAPair("module_load".into()))
+        );
+        let unknown = HookChoice::parse("module_loads:perf")
+            .unwrap_err()
+            .to_string();
+        assert!(unknown.starts_with("no probe \"module_loads\"; probes: module_load, "));
+        assert_eq!(
+            HookChoice::parse("module_sig_check:kprobe")
+                .unwrap_err()
+                .to_string(),
+            "module_sig_check has no hook \"kprobe\"; its hooks: fexit, kretprobe, none"
+        );
     }
 }

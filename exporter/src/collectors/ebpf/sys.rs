@@ -301,6 +301,12 @@ pub fn kernel_btf() -> Result<Btf, String> {
     Btf::from_sys_fs().map_err(|err| one_line(&err))
 }
 
+/// BTF from a file (`--ebpf.btf-path`), or why it cannot be used.
+pub fn btf_file(path: &Path) -> Result<Btf, String> {
+    Btf::parse_file(path, aya::Endianness::default())
+        .map_err(|err| format!("--ebpf.btf-path {}: {}", path.display(), one_line(&err)))
+}
+
 /// Gives back to the system the heap that parsing the kernel's BTF (several MiB) used at
 /// startup; without it the freed pages stay in the process's RSS for good.
 pub fn release_startup_memory() {

@@ -1,0 +1,48 @@
+# Without kernel BTF (/sys/kernel/btf hidden under a tmpfs): every module and kernel-log probe
+# attaches through a hook that needs none and counts what the preferred hooks count; the
+# others say they need BTF. Then --ebpf.btf-path with a copy of the kernel's BTF brings the
+# preferred hooks back, and a path that does not exist is named in the failure reasons.
+# After module_signatures, as probe_hooks: it loads an unsigned module.
+# lab: collectors=ebpf
+# lab: variants=pcspkr
+# lab: timeout=480
+
+. /lab/guest/hooks.sh
+lab_module_events_setup
+attached=hpcnode_ebpf_probe_attached
+failure_info=hpcnode_ebpf_probe_failure_info
+flags="--collector.disable-defaults --collector.ebpf"
+
+lab_scenario hide_btf
+lab_check "copy of the kernel's BTF" cp /sys/kernel/btf/vmlinux "$LAB_TMP/vmlinux.btf" || exit 1
+lab_check "kernel BTF hidden" mount -t tmpfs none /sys/kernel/btf || exit 1
+lab_check "no /sys/kernel/btf/vmlinux" test ! -e /sys/kernel/btf/vmlinux
+
+# The IOMMU and vfio probes stay in: they need BTF, and say so without a kernel call.
+lab_hook_matrix no_btf lab_module_events "$LAB_MODULE_EVENTS" "" "$flags" ""
+lab_scenario no_btf_hooks
+lab_expect "module_load on the classic tracepoint" "$(lab_value after_1 "$attached{probe=\"module_load\",hook=\"tracepoint\"}")" == 1
+lab_expect "module_sig_check on kretprobe (fixed x86-64 registers, no CO-RE)" \
+  "$(lab_value after_1 "$attached{probe=\"module_sig_check\",hook=\"kretprobe\"}")" == 1
+lab_expect "module_load_syscall on the syscall tracepoints" \
+  "$(lab_value after_1 "$attached{probe=\"module_load_syscall\",hook=\"tracepoint\"}")" == 1
+lab_expect "every probe not attached says it needs kernel BTF" \
+  "$(lab_series after_1 "$failure_info{reason=~\".*needs kernel BTF.*\"}")" == "$(lab_series after_1 "$failure_info")"
+lab_record_series after_1 "$failure_info"
+
+lab_hook_matrix btf_path lab_module_events "$LAB_MODULE_EVENTS" "" \
+  "$flags --ebpf.btf-path=$LAB_TMP/vmlinux.btf" "$LAB_NOT_MODULE_PROBES"
+lab_scenario btf_path_hooks
+lab_expect "module_load on tp_btf again" "$(lab_value after_1 "$attached{probe=\"module_load\",hook=\"tp_btf\"}")" == 1
+lab_expect "module_sig_check on fexit again" "$(lab_value after_1 "$attached{probe=\"module_sig_check\",hook=\"fexit\"}")" == 1
+
+lab_scenario btf_path_missing
+# shellcheck disable=SC2086 # flags are words
+lab_exporter_start $flags --ebpf.btf-path=/lab/no-such.btf || exit 1
+lab_scrape missing
+lab_expect "the exporter serves; probes that need BTF name the file" \
+  "$(lab_series missing "$failure_info{reason=~\".*--ebpf.btf-path /lab/no-such.btf.*\"}")" ">=" 1
+lab_expect "module_load still attached, on the classic tracepoint" \
+  "$(lab_value missing "$attached{probe=\"module_load\",hook=\"tracepoint\"}")" == 1
+lab_exporter_stop
+umount /sys/kernel/btf
