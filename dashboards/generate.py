@@ -187,8 +187,8 @@ def query_variable(name, label, query, multi=True, include_all=True):
     v = {"name": name, "label": label, "type": "query", "datasource": DS,
          "query": {"qryType": 1, "query": query,
                    "refId": "PrometheusVariableQueryEditor-VariableQuery"},
-         "definition": query, "refresh": 2, "regex": "", "sort": 1,
-         "multi": multi, "includeAll": include_all, "current": {}, "options": [],
+         "refresh": 2, "regex": "", "sort": 1,
+         "multi": multi, "includeAll": include_all, "options": [],
          "hide": 0}
     if include_all:
         v["allValue"] = ".*"
@@ -197,7 +197,7 @@ def query_variable(name, label, query, multi=True, include_all=True):
 
 def datasource_variable():
     return {"name": "datasource", "label": "Data source", "type": "datasource",
-            "query": "prometheus", "regex": "", "current": {}, "options": [],
+            "query": "prometheus", "regex": "", "options": [],
             "refresh": 1, "hide": 0, "multi": False, "includeAll": False}
 
 

@@ -11,6 +11,7 @@ cargo build --locked --bins
 cargo test --locked --workspace
 tests/rules/check.sh
 tests/rules/prometheus_e2e.sh target/debug/hpcnode_exporter
+tests/grafana_schema/check.sh
 tests/packaging/run.sh
 if [ "$(id -u)" = 0 ]; then
   tests/lab/run.sh
