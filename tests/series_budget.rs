@@ -23,7 +23,11 @@ fn readme_budget() -> usize {
         .lines()
         .find_map(|l| l.split_once(BUDGET_LINE).map(|(_, rest)| rest))
         .unwrap_or_else(|| panic!("README.md has no line with {BUDGET_LINE:?}"));
-    line.split("**").next().unwrap().parse().expect("the budget is a number")
+    line.split("**")
+        .next()
+        .unwrap()
+        .parse()
+        .expect("the budget is a number")
 }
 
 #[test]
@@ -53,7 +57,10 @@ fn typical_node_stays_within_its_series_budget() {
     }
     let series = sample_lines(&text);
     let budget = readme_budget();
-    let (low, high) = (budget as f64 * (1.0 - TOLERANCE), budget as f64 * (1.0 + TOLERANCE));
+    let (low, high) = (
+        budget as f64 * (1.0 - TOLERANCE),
+        budget as f64 * (1.0 + TOLERANCE),
+    );
     println!("typical node: {series} series, budget {budget} (allowed {low:.0} to {high:.0})");
     assert!(
         series as f64 <= high,

@@ -113,6 +113,20 @@ def substitute(expr, values=None):
     return re.sub(r"\$\{(\w+)(?::\w+)?\}|\$(\w+)|\[\[(\w+)\]\]", repl, expr)
 
 
+def e2e_dashboard_queries(values):
+    """[(file name, where, panel title, query)] for every query of every dashboard, the
+    variables replaced by `values`, GRAFANA_SUBSTITUTIONS, or match-anything: what the
+    end-to-end tests run against a real server."""
+    out = []
+    for path in dashboard_files():
+        d = json.loads(path.read_text())
+        names = {v["name"] for v in d["templating"]["list"]}
+        for where, expr in dashboard_queries(d):
+            title = where.split('"')[1] if '"' in where else where
+            out.append((path.name, where, title, substitute(expr, dict(other_variables(names), **values))))
+    return out
+
+
 def other_variables(names):
     """A dashboard's own variables that GRAFANA_SUBSTITUTIONS does not know: match anything."""
     return {v: ".*" for v in names if v not in GRAFANA_SUBSTITUTIONS}
