@@ -187,8 +187,8 @@ def query_variable(name, label, query, multi=True, include_all=True):
     v = {"name": name, "label": label, "type": "query", "datasource": DS,
          "query": {"qryType": 1, "query": query,
                    "refId": "PrometheusVariableQueryEditor-VariableQuery"},
-         "definition": query, "refresh": 2, "regex": "", "sort": 1,
-         "multi": multi, "includeAll": include_all, "current": {}, "options": [],
+         "refresh": 2, "regex": "", "sort": 1,
+         "multi": multi, "includeAll": include_all, "options": [],
          "hide": 0}
     if include_all:
         v["allValue"] = ".*"
@@ -197,7 +197,7 @@ def query_variable(name, label, query, multi=True, include_all=True):
 
 def datasource_variable():
     return {"name": "datasource", "label": "Data source", "type": "datasource",
-            "query": "prometheus", "regex": "", "current": {}, "options": [],
+            "query": "prometheus", "regex": "", "options": [],
             "refresh": 1, "hide": 0, "multi": False, "includeAll": False}
 
 
@@ -709,9 +709,110 @@ def capacity_dashboard():
         time_from="now-24h")
 
 
+# ---------------------------------------------------------------- fleet
+
+# The site's target labels (alerts/fleet.rules.yml): a fleet rule carries job and cluster, a
+# node rule every target label.
+CLUSTER = 'job=~"$job", cluster=~"$cluster"'
+FLEET_NODE = CLUSTER + ', instance=~"$instance"'
+READINESS_CHECKS = ("rdma_port_active", "pci_link_width", "pci_passthrough_ready",
+                    "mic_card_online", "modules_expected_loaded", "modules_signed")
+
+
+def node_dashboard_link(title="Node driver stack: ${__field.labels.instance}"):
+    """A data link from a series with an instance label to its node's driver-stack dashboard."""
+    return {"title": title, "targetBlank": False,
+            "url": "/d/hpcnode-driver-stack/node-driver-stack?var-job=${__field.labels.job}"
+                   "&var-instance=${__field.labels.instance}&${__url_time_range}"}
+
+
+def with_links(p, links):
+    p["fieldConfig"]["defaults"]["links"] = links
+    return p
+
+
+def fleet_dashboard():
+    variables = [
+        datasource_variable(),
+        query_variable("job", "Job", "label_values(hpcnode_build_info, job)"),
+        query_variable("cluster", "Cluster", 'label_values(hpcnode_build_info{job=~"$job"}, cluster)'),
+        query_variable("instance", "Node", 'label_values(hpcnode_build_info{job=~"$job", cluster=~"$cluster"}, instance)'),
+        query_variable("device", "RDMA device",
+                       'label_values(hpcnode_rdma_port_state_id{job=~"$job", cluster=~"$cluster", instance=~"$instance"}, device)'),
+        query_variable("port", "Port",
+                       'label_values(hpcnode_rdma_port_state_id{job=~"$job", cluster=~"$cluster", instance=~"$instance", device=~"$device"}, port)'),
+        {"name": "topn", "label": "Top N", "type": "custom", "query": "5,10,20,50",
+         "current": {"text": "10", "value": "10"}, "multi": False, "includeAll": False,
+         "options": [{"text": n, "value": n, "selected": n == "10"} for n in ("5", "10", "20", "50")],
+         "hide": 0},
+    ]
+    check_list = ", ".join(READINESS_CHECKS)
+    grid_options = {"reduceOptions": {"calcs": ["lastNotNull"], "fields": "", "values": False},
+                    "colorMode": "background", "graphMode": "none", "textMode": "value_and_name",
+                    "justifyMode": "center", "orientation": "auto", "wideLayout": True}
+    readiness = [
+        stat("Nodes ready", "Nodes that pass every readiness check (hpcnode:node_readiness:failing_checks == 0).",
+             [target(f'count(hpcnode:node_readiness:failing_checks{{{FLEET_NODE}}} == 0) or vector(0)', "ready", instant=True)], "none",
+             w=6, thresholds=[{"color": "green", "value": None}]),
+        stat("Nodes failing a check", "Nodes that fail at least one readiness check; the grid below names them.",
+             [target(f'count(hpcnode:node_readiness:failing_checks{{{FLEET_NODE}}} > 0) or vector(0)', "failing", instant=True)], "none",
+             w=6, thresholds=[{"color": "green", "value": None}, {"color": "red", "value": 1}]),
+        stat("Exporters down", "Targets whose last scrape failed (up == 0): their nodes' state is unknown. Alert: HpcnodeExporterDown.",
+             [target(f'count(up{{{FLEET_NODE}}} == 0) or vector(0)', "down", instant=True)], "none",
+             w=6, thresholds=[{"color": "green", "value": None}, {"color": "red", "value": 1}]),
+        stat("Degraded PCIe links", "PCIe links trained below the width threshold, over all selected clusters, racks and switches (cluster_rack_switch:hpcnode_pci_links_degraded:count). Alert: HpcnodePciLinkDegraded.",
+             [target(f'sum(cluster_rack_switch:hpcnode_pci_links_degraded:count{{{CLUSTER}}}) or vector(0)', "links", instant=True)], "none",
+             w=6, thresholds=[{"color": "green", "value": None}, {"color": "orange", "value": 1}]),
+        with_links(stat("Node grid", f"One tile per node: the number of readiness checks it fails ({check_list}; hpcnode:node_readiness:failing_checks, alerts/fleet.rules.yml); green is ready. A tile opens the node's driver-stack dashboard.",
+                        [target(f'hpcnode:node_readiness:failing_checks{{{FLEET_NODE}}}', "{{instance}}", instant=True)], "none",
+                        w=24, h=8, options=grid_options,
+                        mappings=[{"type": "value", "options": {"0": {"text": "ready", "color": "green", "index": 0}}}],
+                        thresholds=[{"color": "green", "value": None}, {"color": "red", "value": 1}]),
+                   [node_dashboard_link()]),
+        panel("bargauge", "Nodes failing each check", "Per cluster, the nodes that fail each readiness check now (cluster:hpcnode_node_readiness_check_failing:sum): which check to fix first across the fleet.",
+              [target(f'cluster:hpcnode_node_readiness_check_failing:sum{{{CLUSTER}}}', "{{cluster}} {{check}}", instant=True)], "none",
+              w=12, h=8, thresholds=[{"color": "green", "value": None}, {"color": "red", "value": 1}],
+              options={"reduceOptions": {"calcs": ["lastNotNull"], "fields": "", "values": False},
+                       "orientation": "horizontal", "displayMode": "basic", "showUnfilled": True,
+                       "valueMode": "color", "namePlacement": "auto", "sizing": "auto", "minVizHeight": 16,
+                       "minVizWidth": 8, "maxVizHeight": 300}),
+        with_links(table("Failing checks by node", "Every node and readiness check that fails now (hpcnode:node_readiness_check:failing == 1), with the node's rack and switch. A row opens the node's driver-stack dashboard.",
+                         [target(f'hpcnode:node_readiness_check:failing{{{FLEET_NODE}}} == 1', ref="A", instant=True, table=True)], "none",
+                         [column("A", "Failing", "none")],
+                         hide=["job", "__name__"], order=["cluster", "rack", "switch", "instance", "check", "Value #A"], w=12, h=8),
+                   [node_dashboard_link()]),
+        table("Degraded PCIe links by rack and switch", "PCIe links trained below their width per cluster, rack and switch (cluster_rack_switch:hpcnode_pci_links_degraded:count): many in one rack or behind one switch point at shared hardware or a firmware roll-out.",
+              [target(f'cluster_rack_switch:hpcnode_pci_links_degraded:count{{{CLUSTER}}}', ref="A", instant=True, table=True)], "none",
+              [column("A", "Links", "none")],
+              hide=["job", "__name__"], order=["cluster", "rack", "switch", "Value #A"], w=24, h=6),
+    ]
+    rdma = [
+        timeseries("Cluster RDMA throughput", "Bytes per second over every node of each cluster, by direction (cluster:hpcnode_rdma_data_bytes:sum_rate5m).",
+                   [target(f'cluster:hpcnode_rdma_data_bytes:sum_rate5m{{{CLUSTER}}}', "{{cluster}} {{direction}}")], "Bps"),
+        timeseries("Node throughput p95 per cluster", "The 95th percentile over a cluster's nodes of their RDMA throughput (cluster:hpcnode_rdma_node_data_bytes:p95_rate5m): what a busy node of the cluster carries.",
+                   [target(f'cluster:hpcnode_rdma_node_data_bytes:p95_rate5m{{{CLUSTER}}}', "{{cluster}} {{direction}}")], "Bps"),
+        timeseries("RDMA headroom per cluster", "The share of the ACTIVE ports' data rate that a cluster does not use, by direction (cluster:hpcnode_rdma_headroom:ratio_rate5m); 1 is idle. cluster:hpcnode_rdma_headroom_bytes_per_second:rate5m holds the same in bytes per second.",
+                   [target(f'cluster:hpcnode_rdma_headroom:ratio_rate5m{{{CLUSTER}}}', "{{cluster}} {{direction}}")], "percentunit"),
+        with_links(table("Top $topn nodes by RDMA utilisation", "The nodes using the largest share of their ACTIVE ports' data rate now, either direction (hpcnode:rdma_node_utilisation:ratio_rate5m). A row opens the node's driver-stack dashboard.",
+                         [target(f'topk($topn, hpcnode:rdma_node_utilisation:ratio_rate5m{{{FLEET_NODE}}})', ref="A", instant=True, table=True)],
+                         "percentunit", [column("A", "Utilisation", "percentunit", cell="gauge")],
+                         hide=["job", "__name__"], order=["cluster", "instance", "direction", "Value #A"], w=12, h=8,
+                         sort="Utilisation"),
+                   [node_dashboard_link()]),
+    ]
+    return dashboard(
+        "hpcnode-fleet", "Fleet",
+        "The whole fleet: nodes by readiness, the nodes failing each check, degraded links by rack and switch, "
+        "RDMA throughput, its p95 over nodes and headroom per cluster, and the busiest nodes, each linked to its "
+        "node dashboard. Built on alerts/fleet.rules.yml; nodes are grouped by the target labels cluster, rack and switch.",
+        ["hpcnode", "fleet"], variables,
+        [row("Readiness", readiness), row("RDMA per cluster", rdma)])
+
+
 DASHBOARDS = {
     "hpcnode-driver-stack.json": driver_stack_dashboard,
     "hpcnode-rdma-capacity.json": capacity_dashboard,
+    "hpcnode-fleet.json": fleet_dashboard,
 }
 
 

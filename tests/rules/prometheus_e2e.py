@@ -518,27 +518,22 @@ def check_dashboards(prom):
     needs_rdma_device = {"hpcnode_verbs_probe_bandwidth_bytes_per_second",
                          "hpcnode_verbs_probe_efficiency_ratio", "hpcnode_verbs_probe_latency_seconds"}
     values = {"job": "hpcnode", "__rate_interval": "10s", "__range": "1m"}
-    for path in lint.dashboard_files():
-        d = json.loads(path.read_text())
-        names = {v["name"] for v in d["templating"]["list"]}
-        for where, expr in lint.dashboard_queries(d):
-            q = lint.substitute(expr, dict(lint.other_variables(names), **values))
-            title = where.split('"')[1] if '"' in where else where
-            try:
-                res = prom.query(q)
-            except ValueError as e:
-                check(False, f"{path.name}: {where} executes: {e}")
-                continue
-            # A query without a metric name (vector(1)) is a subset of every set: never exempt.
-            names = lint.metric_names(q)
-            if title in needs_history:
-                check(True, f"{path.name}: {where} executes ({len(res)} series; needs hours of history)")
-            elif names and names <= NEEDS_LAB_KERNEL:
-                check(True, f"{path.name}: {where} executes ({len(res)} series; module events, checked in the kernel lab)")
-            elif names and names <= needs_rdma_device:
-                check(True, f"{path.name}: {where} executes ({len(res)} series; needs an RDMA device)")
-            else:
-                check(len(res) > 0, f"{path.name}: {where} executes and returns data ({len(res)} series)")
+    for name, where, title, q in lint.e2e_dashboard_queries(values):
+        try:
+            res = prom.query(q)
+        except ValueError as e:
+            check(False, f"{name}: {where} executes: {e}")
+            continue
+        # A query without a metric name (vector(1)) is a subset of every set: never exempt.
+        names = lint.metric_names(q)
+        if title in needs_history:
+            check(True, f"{name}: {where} executes ({len(res)} series; needs hours of history)")
+        elif names and names <= NEEDS_LAB_KERNEL:
+            check(True, f"{name}: {where} executes ({len(res)} series; module events, checked in the kernel lab)")
+        elif names and names <= needs_rdma_device:
+            check(True, f"{name}: {where} executes ({len(res)} series; needs an RDMA device)")
+        else:
+            check(len(res) > 0, f"{name}: {where} executes and returns data ({len(res)} series)")
 
 
 # The password of the TLS exporter's one user, and its bcrypt hash (cost 4: a test).
