@@ -14,7 +14,7 @@ use super::peer::{self, Cidr};
 use super::{first_device, oob, progress_line, result_table, ProbeError, Target, MAX_DURATION};
 use crate::collector::{ProbeCommand, RunOnce};
 use crate::flags::{optional, parse_listen_address, ConfigError, Flags};
-use crate::sysfs::read_named_file;
+use crate::sysfs::read_private_file;
 
 /// The exporter's flags: when and what to probe, the responder, then the measurement.
 pub(super) fn exporter_flags() -> Vec<Arg> {
@@ -43,7 +43,7 @@ fn measurement_flags(prefix: &str) -> Vec<Arg> {
         flag("port", "N", "Port number to probe (default 1)."),
         flag("gid-index", "N", "GID index on RoCE (default: the first RoCE v2 GID, IPv4-mapped preferred)."),
         flag("peer", "HOST:PORT", "Probe against the responder of another exporter there instead of in loopback."),
-        flag("token-file", "FILE", "File holding the shared token sent to (or required from) the peer."),
+        flag("token-file", "FILE", "File holding the shared token both sides prove they hold (never sent); mode 0600 or stricter."),
         flag("message-size", "BYTES", "RDMA WRITE message size for the bandwidth run (default 65536)."),
         flag("queue-depth", "N", "Writes in flight during the bandwidth run (default 128)."),
         flag("duration", "DURATION", "Length of the bandwidth run (default 2s, at most 60s)."),
@@ -173,11 +173,12 @@ impl VerbsSettings {
 }
 
 /// Reads the shared token: a regular file (never a FIFO or a device, which could block or never
-/// end), trimmed, 1 to [`oob::MAX_TOKEN`] bytes. Errors never quote the file's content.
+/// end) that neither its group nor others may access, trimmed, 1 to [`oob::MAX_TOKEN`] bytes.
+/// Errors never quote the file's content.
 pub(super) fn read_token(path: &Path) -> Result<Vec<u8>, String> {
     let too_long = format!("the token must be 1 to {} bytes", oob::MAX_TOKEN);
     // Room for whitespace around the longest token; anything longer is not a token file.
-    let text = read_named_file(path, 4 * oob::MAX_TOKEN).map_err(|err| match err {
+    let text = read_private_file(path, 4 * oob::MAX_TOKEN).map_err(|err| match err {
         crate::sysfs::SysfsError::Parse { .. } => too_long.clone(),
         err => err.to_string(),
     })?;
@@ -403,28 +404,66 @@ mod tests {
         assert!(read_token(&path).is_err());
     }
 
+    /// Writes `content` to `path`, private to its owner as a token file must be.
+    fn write_private(path: &Path, content: &str) {
+        use std::os::unix::fs::PermissionsExt;
+        std::fs::write(path, content).unwrap();
+        std::fs::set_permissions(path, std::fs::Permissions::from_mode(0o600)).unwrap();
+    }
+
     #[test]
     fn token_file_is_trimmed_bounded_and_never_quoted() {
         let dir = tempfile::tempdir().unwrap();
         let token = dir.path().join("token");
-        std::fs::write(&token, "s3cret\n").unwrap();
+        write_private(&token, "s3cret\n");
         assert_eq!(read_token(&token).unwrap(), b"s3cret");
-        std::fs::write(&token, "x".repeat(65)).unwrap();
+        write_private(&token, &"x".repeat(65));
         assert!(read_token(&token).is_err());
-        std::fs::write(&token, "\n").unwrap();
+        write_private(&token, "\n");
         assert!(read_token(&token).is_err());
-        std::fs::write(&token, "secret".repeat(100)).unwrap();
+        write_private(&token, &"secret".repeat(100));
         let err = read_token(&token).unwrap_err();
         assert!(!err.contains("secret"), "{err}");
         // Neither endless nor blocking: a device and a FIFO are refused without reading.
         assert!(read_token(Path::new("/dev/zero")).is_err());
         let fifo = dir.path().join("fifo");
         assert!(std::process::Command::new("mkfifo")
+            .args(["-m", "600"])
             .arg(&fifo)
             .status()
             .unwrap()
             .success());
-        assert!(read_token(&fifo).is_err());
+        let err = read_token(&fifo).unwrap_err();
+        assert!(err.ends_with("not a regular file"), "{err}");
+    }
+
+    /// Any access for the group or others refuses the file, naming it, its mode and the fix;
+    /// the owner's own bits do not matter.
+    #[test]
+    fn a_token_file_others_may_read_is_refused() {
+        use std::os::unix::fs::PermissionsExt;
+        let dir = tempfile::tempdir().unwrap();
+        let token = dir.path().join("token");
+        write_private(&token, "s3cret\n");
+        for mode in [0o644, 0o640, 0o604, 0o620, 0o602, 0o610, 0o601] {
+            std::fs::set_permissions(&token, std::fs::Permissions::from_mode(mode)).unwrap();
+            let err = read_token(&token).unwrap_err();
+            let path = token.display();
+            assert_eq!(
+                err,
+                format!("read {path}: mode {mode:04o} lets its group or others at it (chmod 600 {path})")
+            );
+        }
+        for mode in [0o600, 0o400] {
+            std::fs::set_permissions(&token, std::fs::Permissions::from_mode(mode)).unwrap();
+            assert_eq!(read_token(&token).unwrap(), b"s3cret", "{mode:o}");
+        }
+        // A link is judged by the file it leads to.
+        let link = dir.path().join("link");
+        std::os::unix::fs::symlink(&token, &link).unwrap();
+        assert_eq!(read_token(&link).unwrap(), b"s3cret");
+        std::fs::set_permissions(&token, std::fs::Permissions::from_mode(0o644)).unwrap();
+        assert!(read_token(&link).unwrap_err().contains("mode 0644"));
     }
 
     #[test]

@@ -8,6 +8,7 @@
 //!   the last results;
 //! - every verbs object is owned ([`resources`]) and released on every path.
 
+pub mod auth;
 mod cli;
 pub mod engine;
 pub mod ffi;
@@ -35,7 +36,7 @@ use crate::sysfs::{Entry, SysDir, SysfsError};
 use cli::VerbsSettings;
 use engine::{Measurement, Params, Progress};
 use ffi::Verbs;
-use oob::{OobError, RejectReason};
+use oob::{DecodeError, OobError, RejectReason};
 use peer::{ResponderSettings, ResponderStats};
 
 /// The longest bandwidth run a probe may be configured for.
@@ -67,6 +68,15 @@ pub enum ProbeError {
     PeerUnreachable(String),
     #[error("peer rejected the probe: {}", .0.as_str())]
     Rejected(RejectReason),
+    #[error(
+        "the responder closed the connection without answering this exporter's protocol version {} hello: an exporter speaking version 1 does so, as does one whose --probe.verbs.allow does not list this node",
+        oob::VERSION
+    )]
+    HelloUnanswered,
+    #[error("the responder could not prove that it holds the token (its proof did not verify)")]
+    ResponderUnproven,
+    #[error(transparent)]
+    Random(#[from] auth::RandomError),
     #[error(transparent)]
     Oob(#[from] OobError),
     #[error("the probe panicked (a bug)")]
@@ -79,7 +89,11 @@ impl ProbeError {
         match self {
             ProbeError::PortNotActive => "port_not_active",
             ProbeError::PeerUnreachable(_) => "peer_unreachable",
-            ProbeError::Rejected(_) => "rejected",
+            ProbeError::Rejected(RejectReason::Version)
+            | ProbeError::Oob(OobError::Decode(DecodeError::Version(_))) => "version_mismatch",
+            ProbeError::Rejected(_)
+            | ProbeError::HelloUnanswered
+            | ProbeError::ResponderUnproven => "rejected",
             ProbeError::Timeout(_) | ProbeError::Oob(OobError::Timeout) => "timeout",
             _ => "error",
         }
@@ -87,11 +101,12 @@ impl ProbeError {
 }
 
 /// Every `result` label value of the runs counter.
-pub const RESULTS: [&str; 6] = [
+pub const RESULTS: [&str; 7] = [
     "success",
     "port_not_active",
     "peer_unreachable",
     "rejected",
+    "version_mismatch",
     "timeout",
     "error",
 ];
@@ -173,7 +188,7 @@ const LAST_SUCCESS: Desc = Desc::gauge(
 );
 const RUNS: Desc = Desc::counter(
     "hpcnode_verbs_probe_runs",
-    "Probe runs by result (success, port_not_active, peer_unreachable, rejected, timeout, error).",
+    "Probe runs by result (success, port_not_active, peer_unreachable, rejected, version_mismatch, timeout, error).",
     None,
 );
 const DURATION: Desc = Desc::gauge(
@@ -183,7 +198,7 @@ const DURATION: Desc = Desc::gauge(
 );
 const RESPONDER_SESSIONS: Desc = Desc::counter(
     "hpcnode_verbs_responder_sessions",
-    "Sessions the responder served or refused, by result (success, denied, busy, bad_message, bad_token, timeout, error).",
+    "Sessions the responder served or refused, by result (success, denied, busy, bad_message, bad_token, version_mismatch, timeout, error).",
     None,
 );
 
