@@ -493,6 +493,125 @@ fn a_token_file_others_may_read_stops_the_start() {
     );
 }
 
+/// A sysfs tree with rxe0's port ACTIVE at 2.5 Gb/sec (a data rate of 312.5 MB/s) and PMA
+/// counters, which a thread moves by 4 MB (in 4-byte words) every 10 ms (400 MB/s, above 5 %)
+/// until the returned flag is set.
+fn busy_port_sysfs() -> (
+    tempfile::TempDir,
+    std::sync::Arc<std::sync::atomic::AtomicBool>,
+) {
+    let root = tempfile::tempdir().unwrap();
+    let port = root.path().join("class/infiniband/rxe0/ports/1");
+    std::fs::create_dir_all(port.join("counters")).unwrap();
+    for (name, content) in [
+        ("state", "4: ACTIVE\n"),
+        ("link_layer", "Ethernet\n"),
+        ("rate", "2.5 Gb/sec (1X SDR)\n"),
+        ("counters/port_xmit_data", "0\n"),
+        ("counters/port_rcv_data", "0\n"),
+    ] {
+        std::fs::write(port.join(name), content).unwrap();
+    }
+    let done = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let stop = done.clone();
+    std::thread::spawn(move || {
+        let mut words = 0u64;
+        while !stop.load(std::sync::atomic::Ordering::Relaxed) {
+            words += 1_000_000;
+            // Replaced whole, so that no read sees a file cut short.
+            let next = port.join("counters/.port_xmit_data");
+            let written = std::fs::write(&next, format!("{words}\n"))
+                .and_then(|()| std::fs::rename(&next, port.join("counters/port_xmit_data")));
+            if written.is_err() {
+                return;
+            }
+            std::thread::sleep(Duration::from_millis(10));
+        }
+    });
+    (root, done)
+}
+
+/// A port moving more than --probe.verbs.busy-share of its data rate is not probed: skipped,
+/// counted, and no run is tried; with the share at 1 the same port is probed (and fails here,
+/// for want of a device).
+#[test]
+fn a_busy_port_is_skipped() {
+    let (sysfs, done) = busy_port_sysfs();
+    let sysfs_flag = format!("--path.sysfs={}", sysfs.path().display());
+    let flags = |share: &'static str| {
+        vec![
+            "--collector.disable-defaults".to_string(),
+            "--collector.verbs".to_string(),
+            real_library(),
+            "--probe.verbs.interval=1s".to_string(),
+            "--probe.verbs.device=rxe0".to_string(),
+            format!("--probe.verbs.busy-share={share}"),
+            sysfs_flag.clone(),
+        ]
+    };
+    let labels = r#"device="rxe0",port="1",mode="loopback",peer="""#;
+    let args = flags("0.05");
+    let exporter = Exporter::start(&args.iter().map(String::as_str).collect::<Vec<_>>());
+    let text = wait_for(
+        &exporter,
+        &format!("hpcnode_verbs_probe_skipped_total{{{labels},reason=\"port_busy\"}} 2"),
+    );
+    assert!(
+        text.contains(&format!(
+            "hpcnode_verbs_probe_runs_total{{{labels},result=\"error\"}} 0"
+        )),
+        "{text}"
+    );
+    drop(exporter);
+    let args = flags("1");
+    let exporter = Exporter::start(&args.iter().map(String::as_str).collect::<Vec<_>>());
+    let text = wait_for(
+        &exporter,
+        &format!("hpcnode_verbs_probe_runs_total{{{labels},result=\"error\"}} 1"),
+    );
+    assert!(
+        text.contains(&format!(
+            "hpcnode_verbs_probe_skipped_total{{{labels},reason=\"port_busy\"}} 0"
+        )),
+        "{text}"
+    );
+    done.store(true, std::sync::atomic::Ordering::Relaxed);
+}
+
+/// While a responder session holds the port, the scheduler does not probe it: skipped as
+/// port_in_use, and probed again once the session ends.
+#[test]
+fn a_scheduled_probe_waits_for_a_responder_session_on_its_port() {
+    let (exporter, address) = responder(
+        "127.0.0.0/8",
+        &["--probe.verbs.interval=1s", "--probe.verbs.timeout=4s"],
+    );
+    let silent = TcpStream::connect(&address).unwrap();
+    let labels = r#"device="rxe0",port="1",mode="loopback",peer="""#;
+    wait_for(
+        &exporter,
+        &format!("hpcnode_verbs_probe_skipped_total{{{labels},reason=\"port_in_use\"}} 2"),
+    );
+    assert_eq!(reply(silent), b"");
+    wait_for(&exporter, &sessions("timeout", 1));
+    let runs = |text: &str| {
+        text.lines()
+            .find(|line| {
+                line.starts_with(&format!(
+                    "hpcnode_verbs_probe_runs_total{{{labels},result=\"error\"}}"
+                ))
+            })
+            .and_then(|line| line.rsplit(' ').next()?.parse::<u64>().ok())
+            .unwrap_or(0)
+    };
+    let before = runs(&exporter.get("/metrics").text());
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while runs(&exporter.get("/metrics").text()) <= before {
+        assert!(Instant::now() < deadline, "no run after the session ended");
+        std::thread::sleep(Duration::from_millis(100));
+    }
+}
+
 #[test]
 fn peers_outside_the_allow_list_are_dropped_unread() {
     let (exporter, address) = responder("10.0.0.0/8", &[]);

@@ -25,6 +25,7 @@ pub(super) fn exporter_flags() -> Vec<Arg> {
         flag("device", "NAMES", "Comma-separated RDMA devices to probe (default: all)."),
         flag("listen", "ADDR:PORT", "Serve other exporters' peer probes here (off by default; requires --probe.verbs.allow)."),
         flag("allow", "CIDRS", "Comma-separated addresses or networks allowed to use the responder."),
+        flag("busy-share", "RATIO", "Skip a scheduled probe when the port moved more than this share of its data rate since the last run (default 0.05; 1: never skip)."),
     ];
     flags.extend(measurement_flags(EXPORTER));
     flags
@@ -114,6 +115,8 @@ pub(super) struct VerbsSettings {
     /// `ADDR:PORT` to serve other exporters' probes on; `None`: no responder.
     pub listen: Option<String>,
     pub allow: Vec<Cidr>,
+    /// A port that moved more than this share of its data rate is busy: no scheduled probe.
+    pub busy_share: f64,
     pub measurement: Measurement,
 }
 
@@ -167,8 +170,20 @@ impl VerbsSettings {
                 .unwrap_or_default(),
             listen,
             allow,
+            busy_share: share(flags, &name("busy-share"))?.unwrap_or(0.05),
             measurement: measurement(flags, EXPORTER)?,
         })
+    }
+}
+
+/// A share from 0 to 1.
+fn share(flags: &Flags, flag: &str) -> Result<Option<f64>, ConfigError> {
+    let Some(value) = flags.value(flag) else {
+        return Ok(None);
+    };
+    match value.parse::<f64>() {
+        Ok(share) if (0.0..=1.0).contains(&share) => Ok(Some(share)),
+        _ => Err(flags.invalid(flag, &value, "must be a number from 0 to 1")),
     }
 }
 
@@ -351,6 +366,9 @@ mod tests {
         assert_eq!(on.measurement.params.message_size, 4096);
         assert_eq!(on.measurement.params.duration, Duration::from_secs(10));
         assert_eq!(on.measurement.params.queue_depth, 128);
+        assert_eq!(on.busy_share, 0.05);
+        let share = settings(&["--probe.verbs.busy-share=0.2"]).unwrap();
+        assert_eq!(share.busy_share, 0.2);
     }
 
     #[test]
@@ -387,6 +405,19 @@ mod tests {
                 "--probe.verbs.queue-depth",
             ),
             (&["--probe.verbs.timeout=0s"], "--probe.verbs.timeout"),
+            (
+                &["--probe.verbs.busy-share=1.5"],
+                "--probe.verbs.busy-share",
+            ),
+            (
+                &["--probe.verbs.busy-share=-0.1"],
+                "--probe.verbs.busy-share",
+            ),
+            (
+                &["--probe.verbs.busy-share=NaN"],
+                "--probe.verbs.busy-share",
+            ),
+            (&["--probe.verbs.busy-share=5%"], "--probe.verbs.busy-share"),
         ] {
             let err = settings(args).unwrap_err().to_string();
             assert!(

@@ -12,7 +12,7 @@ use super::ffi::Verbs;
 use super::oob::{Channel, DecodeError, Message, OobError, RejectReason};
 use super::port;
 use super::resources::ProtectionDomain;
-use super::{ProbeError, Target};
+use super::{PortClaims, ProbeError, Target};
 use crate::collector::{CollectError, ErrorKind, PendingErrors};
 
 /// The largest message a responder accepts to register a buffer for.
@@ -171,6 +171,8 @@ pub struct ResponderSettings {
     pub token: Option<Vec<u8>>,
     pub target: Target,
     pub step_timeout: Duration,
+    /// Shared with the scheduler: a session and a scheduled probe never use one port at once.
+    pub claims: Arc<PortClaims>,
 }
 
 /// Responder session outcomes, the `result` label of its counter.
@@ -297,7 +299,15 @@ pub fn serve(
             stats.record(peer, Err(SessionError::Denied));
             continue;
         }
-        if busy.swap(true, Ordering::AcqRel) {
+        let claim = match busy.swap(true, Ordering::AcqRel) {
+            false => settings.claims.claim(&settings.target).or_else(|| {
+                // A scheduled probe uses the port now.
+                busy.store(false, Ordering::Release);
+                None
+            }),
+            true => None,
+        };
+        let Some(claim) = claim else {
             if let Ok(mut channel) = Channel::new(stream, settings.step_timeout) {
                 let _ = channel.send(&Message::Reject {
                     reason: RejectReason::Busy,
@@ -305,7 +315,7 @@ pub fn serve(
             }
             stats.record(peer, Err(SessionError::Busy));
             continue;
-        }
+        };
         let (verbs, settings, stats, session_busy) =
             (verbs.clone(), settings.clone(), stats.clone(), busy.clone());
         let spawned = std::thread::Builder::new()
@@ -317,6 +327,7 @@ pub fn serve(
                     session(stream, &verbs, &settings)
                 }))
                 .unwrap_or(Err(SessionError::Probe(ProbeError::Panicked)));
+                drop(claim);
                 session_busy.store(false, Ordering::Release);
                 stats.record(peer, outcome);
             });
