@@ -420,14 +420,20 @@ pub fn read_named_file(path: &Path, limit: usize) -> Result<Vec<u8>, SysfsError>
     read_to_end(&fd, path.to_path_buf(), limit)
 }
 
-/// A secret named by a flag, read as [`read_named_file`] reads, refused when its mode gives
-/// its group or others any access (checked on the opened file, so a link is judged by the
+/// A secret named by a flag, read as [`read_named_file`] reads (a regular file only), refused
+/// when its mode gives its group or others any access (checked on the opened file, so a link is judged by the
 /// file it leads to).
 pub fn read_private_file(path: &Path, limit: usize) -> Result<Vec<u8>, SysfsError> {
     let fd = rustix::fs::open(path, read_flags(), Mode::empty())
         .map_err(|errno| SysfsError::io(path.to_path_buf(), errno))?;
     let stat = rustix::fs::fstat(&fd).map_err(|errno| SysfsError::io(path.to_path_buf(), errno))?;
     let mode = stat.st_mode & 0o7777;
+    // A device or FIFO is refused as such, whatever its mode.
+    if FileType::from_raw_mode(stat.st_mode) != FileType::RegularFile {
+        return Err(SysfsError::NotRegularFile {
+            path: path.to_path_buf(),
+        });
+    }
     if mode & 0o077 != 0 {
         return Err(SysfsError::NotPrivate {
             path: path.to_path_buf(),
