@@ -11,9 +11,10 @@ use std::net::{TcpListener, TcpStream};
 use std::process::Command;
 use std::time::{Duration, Instant};
 
+use hpcnode_exporter::collectors::verbs::auth::Transcript;
 use hpcnode_exporter::collectors::verbs::engine::Endpoint;
 use hpcnode_exporter::collectors::verbs::ffi::ABI_LAYOUT;
-use hpcnode_exporter::collectors::verbs::oob::Message;
+use hpcnode_exporter::collectors::verbs::oob::{decode, Message, VERSION};
 use util::{Exporter, BINARY};
 
 /// Exporter flags that load the real library.
@@ -193,22 +194,44 @@ fn free_port() -> u16 {
         .port()
 }
 
-fn hello(token: &[u8]) -> Vec<u8> {
+const CLIENT: Endpoint = Endpoint {
+    qp_num: 0x42,
+    psn: 1,
+    lid: 0,
+    gid: [0; 16],
+    rkey: 1,
+    addr: 0x1000,
+    len: 65536,
+    mtu: 3,
+};
+
+fn hello() -> Vec<u8> {
     Message::Hello {
-        token: token.to_vec(),
-        endpoint: Endpoint {
-            qp_num: 0x42,
-            psn: 1,
-            lid: 0,
-            gid: [0; 16],
-            rkey: 1,
-            addr: 0x1000,
-            len: 65536,
-            mtu: 3,
-        },
+        nonce: [0x5a; 32],
+        endpoint: CLIENT,
         latency_iterations: 10,
     }
     .encode()
+}
+
+/// A client's side of the handshake with `token`, up to its proof: every byte it sent.
+fn prove(stream: &mut TcpStream, token: &[u8]) -> Vec<u8> {
+    let hello = hello();
+    stream.write_all(&hello).unwrap();
+    let mut challenge = [0u8; 8 + 32];
+    stream
+        .set_read_timeout(Some(Duration::from_secs(10)))
+        .unwrap();
+    stream.read_exact(&mut challenge).unwrap();
+    let Ok((Message::Challenge { nonce }, _)) = decode(&challenge) else {
+        panic!("no challenge: {challenge:?}");
+    };
+    let proof = Message::Proof {
+        proof: Transcript::new(&[0x5a; 32], &nonce, &CLIENT, 10).client_proof(token),
+    }
+    .encode();
+    stream.write_all(&proof).unwrap();
+    [hello, proof].concat()
 }
 
 /// What the responder sends before closing (nothing, for a peer it drops). A reset (it closed
@@ -227,7 +250,16 @@ fn reply(mut stream: TcpStream) -> Vec<u8> {
 }
 
 fn reject(code: u8) -> Vec<u8> {
-    vec![b'H', b'P', b'V', b'B', 1, 3, 0, 1, code]
+    vec![b'H', b'P', b'V', b'B', VERSION, 3, 0, 1, code]
+}
+
+/// A token file as it must be: private to its owner.
+fn token_file(dir: &std::path::Path, token: &str) -> std::path::PathBuf {
+    use std::os::unix::fs::PermissionsExt;
+    let path = dir.join("token");
+    std::fs::write(&path, token).unwrap();
+    std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o600)).unwrap();
+    path
 }
 
 fn sessions(result: &str, count: u32) -> String {
@@ -262,9 +294,10 @@ fn responder(allow: &str, extra: &[&str]) -> (Exporter, String) {
 #[test]
 fn hostile_peers_cost_a_counted_failure_and_nothing_else() {
     let dir = tempfile::tempdir().unwrap();
-    let token_file = dir.path().join("token");
-    std::fs::write(&token_file, "right-token\n").unwrap();
-    let token = format!("--probe.verbs.token-file={}", token_file.display());
+    let token = format!(
+        "--probe.verbs.token-file={}",
+        token_file(dir.path(), "right-token\n").display()
+    );
     let (exporter, address) = responder("127.0.0.0/8", &[&token, "--probe.verbs.timeout=1s"]);
     // Session threads by name (the kernel keeps 15 characters of "hpcnode-verbs-responder").
     let session_threads = || {
@@ -290,7 +323,7 @@ fn hostile_peers_cost_a_counted_failure_and_nothing_else() {
 
     // Half a message, then silence: the step timeout ends it.
     let mut half = connect();
-    half.write_all(&hello(b"right-token")[..20]).unwrap();
+    half.write_all(&hello()[..20]).unwrap();
     let started = Instant::now();
     assert_eq!(reply(half), b"");
     assert!(started.elapsed() < Duration::from_secs(5));
@@ -298,7 +331,7 @@ fn hostile_peers_cost_a_counted_failure_and_nothing_else() {
 
     // Wrong token: told so, counted.
     let mut wrong = connect();
-    wrong.write_all(&hello(b"guess")).unwrap();
+    prove(&mut wrong, b"guess");
     assert_eq!(reply(wrong), reject(1));
     wait_for(&exporter, &sessions("bad_token", 1));
 
@@ -316,7 +349,7 @@ fn hostile_peers_cost_a_counted_failure_and_nothing_else() {
     let silent = connect();
     await_sessions(1);
     let mut second = connect();
-    second.write_all(&hello(b"right-token")).unwrap();
+    second.write_all(&hello()).unwrap();
     assert_eq!(reply(second), reject(2));
     assert_eq!(reply(silent), b"");
     wait_for(&exporter, &sessions("busy", 1));
@@ -324,7 +357,7 @@ fn hostile_peers_cost_a_counted_failure_and_nothing_else() {
 
     // The right token: the responder tries its device, which this machine lacks, and says so.
     let mut right = connect();
-    right.write_all(&hello(b"right-token")).unwrap();
+    prove(&mut right, b"right-token");
     assert_eq!(reply(right), reject(4));
     let text = wait_for(&exporter, &sessions("error", 1));
     assert!(text.contains(&sessions("success", 0)));
@@ -345,11 +378,246 @@ fn hostile_peers_cost_a_counted_failure_and_nothing_else() {
     assert!(log.contains("result=bad_token"), "{log}");
 }
 
+/// A recorded session (a client that proved the right token, whose session got as far as the
+/// responder's device) replayed byte for byte: the responder's fresh nonce makes the recorded
+/// proof worthless.
+#[test]
+fn a_replayed_session_is_rejected() {
+    let dir = tempfile::tempdir().unwrap();
+    let token = format!(
+        "--probe.verbs.token-file={}",
+        token_file(dir.path(), "right-token\n").display()
+    );
+    let (exporter, address) = responder("127.0.0.0/8", &[&token, "--probe.verbs.timeout=1s"]);
+    let mut recorded = TcpStream::connect(&address).unwrap();
+    let sent = prove(&mut recorded, b"right-token");
+    // Accepted: the responder went on to its device, which this machine lacks.
+    assert_eq!(reply(recorded), reject(4));
+    wait_for(&exporter, &sessions("error", 1));
+
+    let mut replayed = TcpStream::connect(&address).unwrap();
+    replayed.write_all(&sent).unwrap();
+    let answer = reply(replayed);
+    assert_eq!(answer[..5], *b"HPVB\x02", "{answer:?}");
+    assert_eq!(
+        answer[8 + 32..],
+        reject(1),
+        "a challenge, then the rejection"
+    );
+    let text = wait_for(&exporter, &sessions("bad_token", 1));
+    assert!(text.contains(&sessions("error", 1)), "{text}");
+}
+
+/// An exporter from before the handshake sends its token in a version 1 hello: it is told the
+/// version (in a frame of version 2, which that exporter reports as unsupported version 2),
+/// and the session is counted and logged with both versions.
+#[test]
+fn a_version_1_client_gets_a_version_error() {
+    let (exporter, address) = responder("127.0.0.0/8", &[]);
+    // Version 1's hello: an endpoint (47 bytes), the ping-pong count, the token's length and
+    // the token.
+    let mut v1_hello = b"HPVB\x01\x01\x00\x3a".to_vec();
+    v1_hello.extend_from_slice(&[0; 47]);
+    v1_hello.extend_from_slice(&10u32.to_be_bytes());
+    v1_hello.push(6);
+    v1_hello.extend_from_slice(b"s3cret");
+    let mut stream = TcpStream::connect(&address).unwrap();
+    stream.write_all(&v1_hello).unwrap();
+    assert_eq!(reply(stream), reject(5));
+    wait_for(&exporter, &sessions("version_mismatch", 1));
+    let log = exporter.log_with("result=version_mismatch");
+    assert!(
+        log.contains("peer speaks protocol version 1, this exporter version 2"),
+        "{log}"
+    );
+}
+
+/// The token file is checked when the exporter starts: one others may read stops it with the
+/// path, the mode and the fix.
+#[test]
+fn a_token_file_others_may_read_stops_the_start() {
+    use std::os::unix::fs::PermissionsExt;
+    let dir = tempfile::tempdir().unwrap();
+    let path = token_file(dir.path(), "right-token\n");
+    std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o640)).unwrap();
+    let mut exporter = Command::new(BINARY)
+        .args([
+            "--web.listen-address=127.0.0.1:0",
+            "--collector.disable-defaults",
+            "--collector.verbs",
+            "--probe.verbs.interval=1h",
+            &real_library(),
+            &edge_sysfs(),
+            &format!("--probe.verbs.token-file={}", path.display()),
+        ])
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let deadline = Instant::now() + Duration::from_secs(20);
+    let status = loop {
+        if let Some(status) = exporter.try_wait().unwrap() {
+            break status;
+        }
+        if Instant::now() > deadline {
+            exporter.kill().unwrap();
+            exporter.wait().unwrap();
+            panic!("the exporter started with a token file others may read");
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    };
+    let mut stderr = String::new();
+    exporter
+        .stderr
+        .take()
+        .unwrap()
+        .read_to_string(&mut stderr)
+        .unwrap();
+    assert_ne!(status.code(), Some(0), "{stderr}");
+    assert!(
+        stderr.contains(&format!(
+            "mode 0640 lets its group or others at it (chmod 600 {})",
+            path.display()
+        )),
+        "{stderr}"
+    );
+    let (code, _, stderr) = probe_command(&[
+        "--device=rxe0",
+        &format!("--library={}", util::libibverbs()),
+        &edge_sysfs(),
+        &format!("--token-file={}", path.display()),
+    ]);
+    assert_eq!(code, 1);
+    assert!(
+        stderr.contains("mode 0640") && stderr.contains("chmod 600"),
+        "{stderr}"
+    );
+}
+
+/// A sysfs tree with rxe0's port ACTIVE at 2.5 Gb/sec (a data rate of 312.5 MB/s) and PMA
+/// counters, which a thread moves by 4 MB (in 4-byte words) every 10 ms (400 MB/s, above 5 %)
+/// until the returned flag is set.
+fn busy_port_sysfs() -> (
+    tempfile::TempDir,
+    std::sync::Arc<std::sync::atomic::AtomicBool>,
+) {
+    let root = tempfile::tempdir().unwrap();
+    let port = root.path().join("class/infiniband/rxe0/ports/1");
+    std::fs::create_dir_all(port.join("counters")).unwrap();
+    for (name, content) in [
+        ("state", "4: ACTIVE\n"),
+        ("link_layer", "Ethernet\n"),
+        ("rate", "2.5 Gb/sec (1X SDR)\n"),
+        ("counters/port_xmit_data", "0\n"),
+        ("counters/port_rcv_data", "0\n"),
+    ] {
+        std::fs::write(port.join(name), content).unwrap();
+    }
+    let done = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let stop = done.clone();
+    std::thread::spawn(move || {
+        let mut words = 0u64;
+        while !stop.load(std::sync::atomic::Ordering::Relaxed) {
+            words += 1_000_000;
+            // Replaced whole, so that no read sees a file cut short.
+            let next = port.join("counters/.port_xmit_data");
+            let written = std::fs::write(&next, format!("{words}\n"))
+                .and_then(|()| std::fs::rename(&next, port.join("counters/port_xmit_data")));
+            if written.is_err() {
+                return;
+            }
+            std::thread::sleep(Duration::from_millis(10));
+        }
+    });
+    (root, done)
+}
+
+/// A port moving more than --probe.verbs.busy-share of its data rate is not probed: skipped,
+/// counted, and no run is tried; once the port is quiet it is probed (and fails here, for want
+/// of a device).
+#[test]
+fn a_busy_port_is_skipped() {
+    let (sysfs, done) = busy_port_sysfs();
+    let sysfs_flag = format!("--path.sysfs={}", sysfs.path().display());
+    let flags = |share: &str| {
+        vec![
+            "--collector.disable-defaults".to_string(),
+            "--collector.verbs".to_string(),
+            real_library(),
+            "--probe.verbs.interval=1s".to_string(),
+            "--probe.verbs.device=rxe0".to_string(),
+            format!("--probe.verbs.busy-share={share}"),
+            sysfs_flag.clone(),
+        ]
+    };
+    let labels = r#"device="rxe0",port="1",mode="loopback",peer="""#;
+    let args = flags("0.05");
+    let exporter = Exporter::start(&args.iter().map(String::as_str).collect::<Vec<_>>());
+    let text = wait_for(
+        &exporter,
+        &format!("hpcnode_verbs_probe_skipped_total{{{labels},reason=\"port_busy\"}} 2"),
+    );
+    assert!(
+        text.contains(&format!(
+            "hpcnode_verbs_probe_runs_total{{{labels},result=\"error\"}} 0"
+        )),
+        "{text}"
+    );
+    drop(exporter);
+    // The job ends: the same port, quiet now, is probed.
+    done.store(true, std::sync::atomic::Ordering::Relaxed);
+    let args = flags("0.05");
+    let exporter = Exporter::start(&args.iter().map(String::as_str).collect::<Vec<_>>());
+    let text = wait_for(
+        &exporter,
+        &format!("hpcnode_verbs_probe_runs_total{{{labels},result=\"error\"}} 1"),
+    );
+    assert!(
+        text.contains(&format!(
+            "hpcnode_verbs_probe_skipped_total{{{labels},reason=\"port_busy\"}} 0"
+        )),
+        "{text}"
+    );
+}
+
+/// While a responder session holds the port, the scheduler does not probe it: skipped as
+/// port_in_use, and probed again once the session ends.
+#[test]
+fn a_scheduled_probe_waits_for_a_responder_session_on_its_port() {
+    let (exporter, address) = responder(
+        "127.0.0.0/8",
+        &["--probe.verbs.interval=1s", "--probe.verbs.timeout=4s"],
+    );
+    let silent = TcpStream::connect(&address).unwrap();
+    let labels = r#"device="rxe0",port="1",mode="loopback",peer="""#;
+    wait_for(
+        &exporter,
+        &format!("hpcnode_verbs_probe_skipped_total{{{labels},reason=\"port_in_use\"}} 2"),
+    );
+    assert_eq!(reply(silent), b"");
+    wait_for(&exporter, &sessions("timeout", 1));
+    let runs = |text: &str| {
+        text.lines()
+            .find(|line| {
+                line.starts_with(&format!(
+                    "hpcnode_verbs_probe_runs_total{{{labels},result=\"error\"}}"
+                ))
+            })
+            .and_then(|line| line.rsplit(' ').next()?.parse::<u64>().ok())
+            .unwrap_or(0)
+    };
+    let before = runs(&exporter.get("/metrics").text());
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while runs(&exporter.get("/metrics").text()) <= before {
+        assert!(Instant::now() < deadline, "no run after the session ended");
+        std::thread::sleep(Duration::from_millis(100));
+    }
+}
+
 #[test]
 fn peers_outside_the_allow_list_are_dropped_unread() {
     let (exporter, address) = responder("10.0.0.0/8", &[]);
     let mut stream = TcpStream::connect(&address).unwrap();
-    let _ = stream.write_all(&hello(b""));
+    let _ = stream.write_all(&hello());
     assert_eq!(reply(stream), b"");
     wait_for(&exporter, &sessions("denied", 1));
 }

@@ -50,6 +50,8 @@ pub enum SysfsError {
     },
     #[error("read {path}: not a regular file")]
     NotRegularFile { path: PathBuf },
+    #[error("read {path}: mode {mode:04o} lets its group or others at it (chmod 600 {path})")]
+    NotPrivate { path: PathBuf, mode: u32 },
     #[error("parse {path}: {reason}: {content:?}")]
     Parse {
         path: PathBuf,
@@ -63,7 +65,7 @@ pub enum SysfsError {
 impl SysfsError {
     pub fn kind(&self) -> ErrorKind {
         match self {
-            SysfsError::Io { .. } => ErrorKind::Io,
+            SysfsError::Io { .. } | SysfsError::NotPrivate { .. } => ErrorKind::Io,
             SysfsError::NotRegularFile { .. } => ErrorKind::NotRegularFile,
             SysfsError::Parse { .. } | SysfsError::NameNotUtf8 { .. } => ErrorKind::Parse,
         }
@@ -421,6 +423,29 @@ impl SysDir {
 pub fn read_named_file(path: &Path, limit: usize) -> Result<Vec<u8>, SysfsError> {
     let fd = rustix::fs::open(path, read_flags(), Mode::empty())
         .map_err(|errno| SysfsError::io(path.to_path_buf(), errno))?;
+    read_to_end(&fd, path.to_path_buf(), limit)
+}
+
+/// A secret named by a flag, read as [`read_named_file`] reads (a regular file only), refused
+/// when its mode gives its group or others any access (checked on the opened file, so a link is judged by the
+/// file it leads to).
+pub fn read_private_file(path: &Path, limit: usize) -> Result<Vec<u8>, SysfsError> {
+    let fd = rustix::fs::open(path, read_flags(), Mode::empty())
+        .map_err(|errno| SysfsError::io(path.to_path_buf(), errno))?;
+    let stat = rustix::fs::fstat(&fd).map_err(|errno| SysfsError::io(path.to_path_buf(), errno))?;
+    let mode = stat.st_mode & 0o7777;
+    // A device or FIFO is refused as such, whatever its mode.
+    if FileType::from_raw_mode(stat.st_mode) != FileType::RegularFile {
+        return Err(SysfsError::NotRegularFile {
+            path: path.to_path_buf(),
+        });
+    }
+    if mode & 0o077 != 0 {
+        return Err(SysfsError::NotPrivate {
+            path: path.to_path_buf(),
+            mode,
+        });
+    }
     read_to_end(&fd, path.to_path_buf(), limit)
 }
 

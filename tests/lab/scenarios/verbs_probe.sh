@@ -1,7 +1,9 @@
 # The verbs probe on Soft-RoCE: loopback and peer probes succeed and export their results;
 # ib_write_bw on the same device right after gives the ratio of our bandwidth to perftest's;
 # an unreachable peer, a wrong token, garbage on the out-of-band port and a port taken down are
-# each counted while the exporter keeps serving.
+# each counted while the exporter keeps serving. The peer probe runs the version 2 handshake (each
+# side proves the token by HMAC, the token never sent); a version 1 hello is counted as a version
+# mismatch, and a token file others may read stops the probe command.
 #
 # Peer mode runs both exporters (responder and client, two processes) on rxe0: a second rxe on a
 # second dummy netdev in the same guest does not work as a peer, because the kernel routes
@@ -18,8 +20,10 @@ OOB=127.0.0.1:18515
 # Emulation is 10 to 30 times slower than a real host: short runs, generous step timeouts.
 PROBE="--collector.disable-defaults --collector.verbs --probe.verbs.device=rxe0 --probe.verbs.timeout=20s"
 RUN="--probe.verbs.duration=2s --probe.verbs.latency-iterations=200"
+# Token files must be private to their owner (the exporter refuses any other mode).
 echo "s3cret" > /tmp/verbs.token
 echo "guess" > /tmp/verbs.wrong-token
+chmod 600 /tmp/verbs.token /tmp/verbs.wrong-token
 
 # lab_scrape_at ADDRESS NAME: lab_scrape against another exporter.
 lab_scrape_at() {
@@ -140,6 +144,16 @@ printf 'GET / HTTP/1.1\r\n\r\n' | timeout 20 nc 127.0.0.1 18515 > /dev/null 2>&1
 head -c 4096 /dev/urandom | timeout 20 nc 127.0.0.1 18515 > /dev/null 2>&1
 lab_check "responder counted both" lab_wait_until 30 sh -c \
   "timeout 20 wget -q -O - http://$RESPONDER_ADDRESS/metrics | grep -q 'hpcnode_verbs_responder_sessions_total{result=\"bad_message\"} 2'"
+# What an exporter before the handshake sends: a version 1 hello (endpoint, count, the token).
+{ printf 'HPVB\001\001\000\072'; head -c 51 /dev/zero; printf '\006s3cret'; } |
+  timeout 20 nc 127.0.0.1 18515 > /dev/null 2>&1
+lab_check "responder counted a version 1 hello" lab_wait_until 30 sh -c \
+  "timeout 20 wget -q -O - http://$RESPONDER_ADDRESS/metrics | grep -q 'hpcnode_verbs_responder_sessions_total{result=\"version_mismatch\"} 1'"
+cp /tmp/verbs.token /tmp/verbs.open-token
+chmod 644 /tmp/verbs.open-token
+"$LAB_EXPORTER" probe verbs --device rxe0 --peer $OOB --token-file /tmp/verbs.open-token > /dev/null 2> "$LAB_TMP/open-token.err"
+lab_expect "probe command refuses a token file others may read (exit code)" "$?" == 1
+lab_check "its error names the mode and chmod 600" grep -q "mode 0644 .*chmod 600 /tmp/verbs.open-token" "$LAB_TMP/open-token.err"
 lab_scrape_at $RESPONDER_ADDRESS responder
 lab_expect "responder still serves" "$(lab_value responder 'hpcnode_scrape_collector_success{collector="verbs"}')" == 1
 # A good session after the garbage still works.

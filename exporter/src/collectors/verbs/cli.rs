@@ -14,7 +14,7 @@ use super::peer::{self, Cidr};
 use super::{first_device, oob, progress_line, result_table, ProbeError, Target, MAX_DURATION};
 use crate::collector::{ProbeCommand, RunOnce};
 use crate::flags::{optional, parse_listen_address, ConfigError, Flags};
-use crate::sysfs::read_named_file;
+use crate::sysfs::read_private_file;
 
 /// The exporter's flags: when and what to probe, the responder, then the measurement.
 pub(super) fn exporter_flags() -> Vec<Arg> {
@@ -25,6 +25,7 @@ pub(super) fn exporter_flags() -> Vec<Arg> {
         flag("device", "NAMES", "Comma-separated RDMA devices to probe (default: all)."),
         flag("listen", "ADDR:PORT", "Serve other exporters' peer probes here (off by default; requires --probe.verbs.allow)."),
         flag("allow", "CIDRS", "Comma-separated addresses or networks allowed to use the responder."),
+        flag("busy-share", "RATIO", "Skip a scheduled probe when the port moved more than this share of its data rate since the last run (default 0.05; 1: never skip)."),
     ];
     flags.extend(measurement_flags(EXPORTER));
     flags
@@ -43,7 +44,7 @@ fn measurement_flags(prefix: &str) -> Vec<Arg> {
         flag("port", "N", "Port number to probe (default 1)."),
         flag("gid-index", "N", "GID index on RoCE (default: the first RoCE v2 GID, IPv4-mapped preferred)."),
         flag("peer", "HOST:PORT", "Probe against the responder of another exporter there instead of in loopback."),
-        flag("token-file", "FILE", "File holding the shared token sent to (or required from) the peer."),
+        flag("token-file", "FILE", "File holding the shared token both sides prove they hold (never sent); mode 0600 or stricter."),
         flag("message-size", "BYTES", "RDMA WRITE message size for the bandwidth run (default 65536)."),
         flag("queue-depth", "N", "Writes in flight during the bandwidth run (default 128)."),
         flag("duration", "DURATION", "Length of the bandwidth run (default 2s, at most 60s)."),
@@ -114,6 +115,8 @@ pub(super) struct VerbsSettings {
     /// `ADDR:PORT` to serve other exporters' probes on; `None`: no responder.
     pub listen: Option<String>,
     pub allow: Vec<Cidr>,
+    /// A port that moved more than this share of its data rate is busy: no scheduled probe.
+    pub busy_share: f64,
     pub measurement: Measurement,
 }
 
@@ -167,17 +170,30 @@ impl VerbsSettings {
                 .unwrap_or_default(),
             listen,
             allow,
+            busy_share: share(flags, &name("busy-share"))?.unwrap_or(0.05),
             measurement: measurement(flags, EXPORTER)?,
         })
     }
 }
 
+/// A share from 0 to 1.
+fn share(flags: &Flags, flag: &str) -> Result<Option<f64>, ConfigError> {
+    let Some(value) = flags.value(flag) else {
+        return Ok(None);
+    };
+    match value.parse::<f64>() {
+        Ok(share) if (0.0..=1.0).contains(&share) => Ok(Some(share)),
+        _ => Err(flags.invalid(flag, &value, "must be a number from 0 to 1")),
+    }
+}
+
 /// Reads the shared token: a regular file (never a FIFO or a device, which could block or never
-/// end), trimmed, 1 to [`oob::MAX_TOKEN`] bytes. Errors never quote the file's content.
+/// end) that neither its group nor others may access, trimmed, 1 to [`oob::MAX_TOKEN`] bytes.
+/// Errors never quote the file's content.
 pub(super) fn read_token(path: &Path) -> Result<Vec<u8>, String> {
     let too_long = format!("the token must be 1 to {} bytes", oob::MAX_TOKEN);
     // Room for whitespace around the longest token; anything longer is not a token file.
-    let text = read_named_file(path, 4 * oob::MAX_TOKEN).map_err(|err| match err {
+    let text = read_private_file(path, 4 * oob::MAX_TOKEN).map_err(|err| match err {
         crate::sysfs::SysfsError::Parse { .. } => too_long.clone(),
         err => err.to_string(),
     })?;
@@ -350,6 +366,9 @@ mod tests {
         assert_eq!(on.measurement.params.message_size, 4096);
         assert_eq!(on.measurement.params.duration, Duration::from_secs(10));
         assert_eq!(on.measurement.params.queue_depth, 128);
+        assert_eq!(on.busy_share, 0.05);
+        let share = settings(&["--probe.verbs.busy-share=0.2"]).unwrap();
+        assert_eq!(share.busy_share, 0.2);
     }
 
     #[test]
@@ -386,6 +405,19 @@ mod tests {
                 "--probe.verbs.queue-depth",
             ),
             (&["--probe.verbs.timeout=0s"], "--probe.verbs.timeout"),
+            (
+                &["--probe.verbs.busy-share=1.5"],
+                "--probe.verbs.busy-share",
+            ),
+            (
+                &["--probe.verbs.busy-share=-0.1"],
+                "--probe.verbs.busy-share",
+            ),
+            (
+                &["--probe.verbs.busy-share=NaN"],
+                "--probe.verbs.busy-share",
+            ),
+            (&["--probe.verbs.busy-share=5%"], "--probe.verbs.busy-share"),
         ] {
             let err = settings(args).unwrap_err().to_string();
             assert!(
@@ -403,28 +435,67 @@ mod tests {
         assert!(read_token(&path).is_err());
     }
 
+    /// Writes `content` to `path`, private to its owner as a token file must be.
+    fn write_private(path: &Path, content: &str) {
+        use std::os::unix::fs::PermissionsExt;
+        std::fs::write(path, content).unwrap();
+        std::fs::set_permissions(path, std::fs::Permissions::from_mode(0o600)).unwrap();
+    }
+
     #[test]
     fn token_file_is_trimmed_bounded_and_never_quoted() {
         let dir = tempfile::tempdir().unwrap();
         let token = dir.path().join("token");
-        std::fs::write(&token, "s3cret\n").unwrap();
+        write_private(&token, "s3cret\n");
         assert_eq!(read_token(&token).unwrap(), b"s3cret");
-        std::fs::write(&token, "x".repeat(65)).unwrap();
+        write_private(&token, &"x".repeat(65));
         assert!(read_token(&token).is_err());
-        std::fs::write(&token, "\n").unwrap();
+        write_private(&token, "\n");
         assert!(read_token(&token).is_err());
-        std::fs::write(&token, "secret".repeat(100)).unwrap();
+        write_private(&token, &"secret".repeat(100));
         let err = read_token(&token).unwrap_err();
         assert!(!err.contains("secret"), "{err}");
         // Neither endless nor blocking: a device and a FIFO are refused without reading.
-        assert!(read_token(Path::new("/dev/zero")).is_err());
+        let err = read_token(Path::new("/dev/zero")).unwrap_err();
+        assert!(err.ends_with("not a regular file"), "{err}");
         let fifo = dir.path().join("fifo");
         assert!(std::process::Command::new("mkfifo")
+            .args(["-m", "644"])
             .arg(&fifo)
             .status()
             .unwrap()
             .success());
-        assert!(read_token(&fifo).is_err());
+        let err = read_token(&fifo).unwrap_err();
+        assert!(err.ends_with("not a regular file"), "{err}");
+    }
+
+    /// Any access for the group or others refuses the file, naming it, its mode and the fix;
+    /// the owner's own bits do not matter.
+    #[test]
+    fn a_token_file_others_may_read_is_refused() {
+        use std::os::unix::fs::PermissionsExt;
+        let dir = tempfile::tempdir().unwrap();
+        let token = dir.path().join("token");
+        write_private(&token, "s3cret\n");
+        for mode in [0o644, 0o640, 0o604, 0o620, 0o602, 0o610, 0o601] {
+            std::fs::set_permissions(&token, std::fs::Permissions::from_mode(mode)).unwrap();
+            let err = read_token(&token).unwrap_err();
+            let path = token.display();
+            assert_eq!(
+                err,
+                format!("read {path}: mode {mode:04o} lets its group or others at it (chmod 600 {path})")
+            );
+        }
+        for mode in [0o600, 0o400] {
+            std::fs::set_permissions(&token, std::fs::Permissions::from_mode(mode)).unwrap();
+            assert_eq!(read_token(&token).unwrap(), b"s3cret", "{mode:o}");
+        }
+        // A link is judged by the file it leads to.
+        let link = dir.path().join("link");
+        std::os::unix::fs::symlink(&token, &link).unwrap();
+        assert_eq!(read_token(&link).unwrap(), b"s3cret");
+        std::fs::set_permissions(&token, std::fs::Permissions::from_mode(0o644)).unwrap();
+        assert!(read_token(&link).unwrap_err().contains("mode 0644"));
     }
 
     #[test]

@@ -8,6 +8,7 @@
 //!   the last results;
 //! - every verbs object is owned ([`resources`]) and released on every path.
 
+pub mod auth;
 mod cli;
 pub mod engine;
 pub mod ffi;
@@ -16,7 +17,7 @@ pub mod peer;
 pub mod port;
 pub mod resources;
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::fmt;
 use std::hash::BuildHasher;
 use std::net::TcpListener;
@@ -35,7 +36,7 @@ use crate::sysfs::{Entry, SysDir, SysfsError};
 use cli::VerbsSettings;
 use engine::{Measurement, Params, Progress};
 use ffi::Verbs;
-use oob::{OobError, RejectReason};
+use oob::{DecodeError, OobError, RejectReason};
 use peer::{ResponderSettings, ResponderStats};
 
 /// The longest bandwidth run a probe may be configured for.
@@ -67,6 +68,15 @@ pub enum ProbeError {
     PeerUnreachable(String),
     #[error("peer rejected the probe: {}", .0.as_str())]
     Rejected(RejectReason),
+    #[error(
+        "the responder closed the connection without answering this exporter's protocol version {} hello: an exporter speaking version 1 does so, as does one whose --probe.verbs.allow does not list this node",
+        oob::VERSION
+    )]
+    HelloUnanswered,
+    #[error("the responder could not prove that it holds the token (its proof did not verify)")]
+    ResponderUnproven,
+    #[error(transparent)]
+    Random(#[from] auth::RandomError),
     #[error(transparent)]
     Oob(#[from] OobError),
     #[error("the probe panicked (a bug)")]
@@ -79,7 +89,11 @@ impl ProbeError {
         match self {
             ProbeError::PortNotActive => "port_not_active",
             ProbeError::PeerUnreachable(_) => "peer_unreachable",
-            ProbeError::Rejected(_) => "rejected",
+            ProbeError::Rejected(RejectReason::Version)
+            | ProbeError::Oob(OobError::Decode(DecodeError::Version(_))) => "version_mismatch",
+            ProbeError::Rejected(_)
+            | ProbeError::HelloUnanswered
+            | ProbeError::ResponderUnproven => "rejected",
             ProbeError::Timeout(_) | ProbeError::Oob(OobError::Timeout) => "timeout",
             _ => "error",
         }
@@ -87,14 +101,48 @@ impl ProbeError {
 }
 
 /// Every `result` label value of the runs counter.
-pub const RESULTS: [&str; 6] = [
+pub const RESULTS: [&str; 7] = [
     "success",
     "port_not_active",
     "peer_unreachable",
     "rejected",
+    "version_mismatch",
     "timeout",
     "error",
 ];
+
+/// Every `reason` label value of the skipped counter: the port moved more than
+/// `--probe.verbs.busy-share` of its data rate (a job is using it), or a responder session is
+/// using it now.
+pub const SKIP_REASONS: [&str; 2] = ["port_busy", "port_in_use"];
+
+/// The ports a probe or a responder session uses now: never two on one port at once.
+#[derive(Debug, Default)]
+pub struct PortClaims(Mutex<BTreeSet<(String, u8)>>);
+
+/// A port in use until dropped.
+#[derive(Debug)]
+pub struct PortClaim {
+    claims: Arc<PortClaims>,
+    port: (String, u8),
+}
+
+impl PortClaims {
+    /// The target's port, unless something else uses it now.
+    pub fn claim(self: &Arc<Self>, target: &Target) -> Option<PortClaim> {
+        let port = (target.device.clone(), target.port);
+        lock(&self.0).insert(port.clone()).then(|| PortClaim {
+            claims: self.clone(),
+            port,
+        })
+    }
+}
+
+impl Drop for PortClaim {
+    fn drop(&mut self) {
+        lock(&self.claims.0).remove(&self.port);
+    }
+}
 
 /// One port to probe.
 #[derive(Debug, Clone)]
@@ -173,7 +221,7 @@ const LAST_SUCCESS: Desc = Desc::gauge(
 );
 const RUNS: Desc = Desc::counter(
     "hpcnode_verbs_probe_runs",
-    "Probe runs by result (success, port_not_active, peer_unreachable, rejected, timeout, error).",
+    "Probe runs by result (success, port_not_active, peer_unreachable, rejected, version_mismatch, timeout, error).",
     None,
 );
 const DURATION: Desc = Desc::gauge(
@@ -181,20 +229,26 @@ const DURATION: Desc = Desc::gauge(
     "How long the last probe run took, whatever its result.",
     Some("seconds"),
 );
+const SKIPPED: Desc = Desc::counter(
+    "hpcnode_verbs_probe_skipped",
+    "Scheduled probes skipped by reason (port_busy: the port moved more than --probe.verbs.busy-share of its data rate since the last run; port_in_use: a responder session used it).",
+    None,
+);
 const RESPONDER_SESSIONS: Desc = Desc::counter(
     "hpcnode_verbs_responder_sessions",
-    "Sessions the responder served or refused, by result (success, denied, busy, bad_message, bad_token, timeout, error).",
+    "Sessions the responder served or refused, by result (success, denied, busy, bad_message, bad_token, version_mismatch, timeout, error).",
     None,
 );
 
 /// Every metric this collector emits (for the METRICS.md check).
-pub const METRICS: [Desc; 8] = [
+pub const METRICS: [Desc; 9] = [
     AVAILABLE,
     BANDWIDTH,
     LATENCY,
     EFFICIENCY,
     LAST_SUCCESS,
     RUNS,
+    SKIPPED,
     DURATION,
     RESPONDER_SESSIONS,
 ];
@@ -203,6 +257,7 @@ pub const METRICS: [Desc; 8] = [
 struct Series {
     labels: Labels,
     runs: BTreeMap<&'static str, u64>,
+    skipped: BTreeMap<&'static str, u64>,
     last_report: Option<Report>,
     last_success: Option<f64>,
     last_duration: Option<Duration>,
@@ -225,11 +280,6 @@ impl Service {
         result: Result<Report, ProbeError>,
         took: Duration,
     ) {
-        let (mode, peer_label) = match peer {
-            Some(peer) => ("peer", peer.to_string()),
-            None => ("loopback", String::new()),
-        };
-        let key = format!("{}/{}/{mode}/{peer_label}", target.device, target.port);
         let outcome = match &result {
             Ok(_) => "success",
             Err(err) => err.result(),
@@ -240,35 +290,59 @@ impl Service {
                 _ if outcome == "timeout" => ErrorKind::Timeout,
                 _ => ErrorKind::Io,
             };
+            let key = series_key(target, peer);
             self.failures.push(
                 CollectError::new(kind, format!("verbs probe {key}: {err}"))
-                    .with("target", key.clone())
+                    .with("target", key)
                     .with("result", outcome),
             );
         }
-        let mut series = lock(&self.series);
-        let entry = series.entry(key).or_insert_with(|| Series {
-            labels: vec![
-                ("device", target.device.clone().into()),
-                ("port", target.port.to_string().into()),
-                ("mode", mode.into()),
-                ("peer", peer_label.into()),
-            ],
-            runs: BTreeMap::new(),
-            last_report: None,
-            last_success: None,
-            last_duration: None,
+        self.update(target, peer, |entry| {
+            *entry.runs.entry(outcome).or_default() += 1;
+            entry.last_duration = Some(took);
+            if let Ok(report) = result {
+                entry.last_report = Some(report);
+                entry.last_success = SystemTime::now()
+                    .duration_since(SystemTime::UNIX_EPOCH)
+                    .ok()
+                    .map(|t| t.as_secs_f64());
+            }
         });
-        *entry.runs.entry(outcome).or_default() += 1;
-        entry.last_duration = Some(took);
-        if let Ok(report) = result {
-            entry.last_report = Some(report);
-            entry.last_success = SystemTime::now()
-                .duration_since(SystemTime::UNIX_EPOCH)
-                .ok()
-                .map(|t| t.as_secs_f64());
-        }
     }
+
+    /// A scheduled probe not run, for one of [`SKIP_REASONS`].
+    fn skip(&self, target: &Target, peer: Option<&str>, reason: &'static str) {
+        self.update(target, peer, |entry| {
+            *entry.skipped.entry(reason).or_default() += 1;
+        });
+    }
+
+    fn update(&self, target: &Target, peer: Option<&str>, change: impl FnOnce(&mut Series)) {
+        let mut series = lock(&self.series);
+        let entry = series
+            .entry(series_key(target, peer))
+            .or_insert_with(|| Series {
+                labels: vec![
+                    ("device", target.device.clone().into()),
+                    ("port", target.port.to_string().into()),
+                    ("mode", peer.map_or("loopback", |_| "peer").into()),
+                    ("peer", peer.unwrap_or_default().to_string().into()),
+                ],
+                runs: BTreeMap::new(),
+                skipped: BTreeMap::new(),
+                last_report: None,
+                last_success: None,
+                last_duration: None,
+            });
+        change(entry);
+    }
+}
+
+/// The results store's key of one (device, port, mode, peer).
+fn series_key(target: &Target, peer: Option<&str>) -> String {
+    let mode = peer.map_or("loopback", |_| "peer");
+    let peer = peer.unwrap_or_default();
+    format!("{}/{}/{mode}/{peer}", target.device, target.port)
 }
 
 pub const REGISTRATION: Registration = Registration {
@@ -348,9 +422,10 @@ impl Settings for VerbsSettings {
                 None
             }
         };
+        let claims = Arc::new(PortClaims::default());
         let responder = verbs
             .as_ref()
-            .and_then(|verbs| start_responder(&self, &token, &host.sysfs, verbs, &stop));
+            .and_then(|verbs| start_responder(&self, &token, &host.sysfs, verbs, &claims, &stop));
         let (responder, listener) = responder.unzip();
         let service = Arc::new(Service {
             available: verbs.is_some(),
@@ -362,7 +437,18 @@ impl Settings for VerbsSettings {
             let (service, sysfs, stop) = (service.clone(), host.sysfs.clone(), stop.clone());
             let started = std::thread::Builder::new()
                 .name("hpcnode-verbs-probe".into())
-                .spawn(move || schedule(&service, &verbs, &self, &token, &sysfs, interval, &stop));
+                .spawn(move || {
+                    let scheduler = Scheduler {
+                        service: &service,
+                        verbs: &verbs,
+                        settings: &self,
+                        token: &token,
+                        sysfs: &sysfs,
+                        claims: &claims,
+                        stop: &stop,
+                    };
+                    scheduler.run(interval);
+                });
             if let Err(err) = started {
                 logging::log(
                     Level::Error,
@@ -386,6 +472,7 @@ fn start_responder(
     token: &[u8],
     sysfs: &Path,
     verbs: &Arc<Verbs>,
+    claims: &Arc<PortClaims>,
     stop: &Arc<Stop>,
 ) -> Option<(Arc<ResponderStats>, TcpListener)> {
     let listen = settings.listen.clone()?;
@@ -414,6 +501,7 @@ fn start_responder(
             gid_index: measurement.gid_index,
         },
         step_timeout: measurement.params.step_timeout,
+        claims: claims.clone(),
     });
     let cannot_listen = |err: std::io::Error| {
         logging::log(
@@ -491,64 +579,113 @@ fn random_below(bound: Duration) -> Duration {
     Duration::from_nanos(random % nanos)
 }
 
-/// The scheduler: runs every target in turn, then sleeps the interval plus jitter. The first
-/// round starts after a jitter alone.
-fn schedule(
-    service: &Service,
-    verbs: &Arc<Verbs>,
-    settings: &VerbsSettings,
-    token: &[u8],
-    sysfs: &Path,
-    interval: Duration,
-    stop: &Stop,
-) {
-    let measurement = &settings.measurement;
-    let mut delay = random_below(settings.jitter);
-    loop {
-        if stop.sleep(delay) {
-            return;
-        }
-        let devices = if settings.devices.is_empty() {
-            devices(sysfs)
-        } else {
-            settings.devices.iter().cloned().map(Entry::Name).collect()
-        };
-        for device in devices {
-            // Counted in the next scrape, as a failed run is.
-            let device = match device.into_name() {
-                Ok(device) => device,
-                Err(err) => {
-                    service.failures.push(err.into());
-                    continue;
+/// What the scheduler thread works with.
+struct Scheduler<'a> {
+    service: &'a Service,
+    verbs: &'a Arc<Verbs>,
+    settings: &'a VerbsSettings,
+    token: &'a [u8],
+    sysfs: &'a Path,
+    claims: &'a Arc<PortClaims>,
+    stop: &'a Stop,
+}
+
+/// The shortest window over which a port's traffic is judged: a first run waits this long.
+const TRAFFIC_WINDOW: Duration = Duration::from_secs(1);
+
+impl Scheduler<'_> {
+    /// Runs every target in turn, then sleeps the interval plus jitter. The first round starts
+    /// after a jitter alone.
+    fn run(&self, interval: Duration) {
+        let mut readings = HashMap::new();
+        let mut delay = random_below(self.settings.jitter);
+        loop {
+            if self.stop.sleep(delay) {
+                return;
+            }
+            let devices = if self.settings.devices.is_empty() {
+                devices(self.sysfs)
+            } else {
+                self.settings
+                    .devices
+                    .iter()
+                    .cloned()
+                    .map(Entry::Name)
+                    .collect()
+            };
+            for device in devices {
+                // Counted in the next scrape, as a failed run is.
+                match device.into_name() {
+                    Ok(device) => self.run_target(device, &mut readings),
+                    Err(err) => self.service.failures.push(err.into()),
                 }
-            };
-            let target = Target {
-                sysfs: sysfs.to_path_buf(),
-                device,
-                port: measurement.port,
-                gid_index: measurement.gid_index,
-            };
+            }
+            delay = interval + random_below(self.settings.jitter);
+        }
+    }
+
+    /// One target's turn: skipped while a responder session uses the port or a job does.
+    fn run_target(&self, device: String, readings: &mut HashMap<String, port::TrafficReading>) {
+        let measurement = &self.settings.measurement;
+        let peer = measurement.peer.as_deref();
+        let target = Target {
+            sysfs: self.sysfs.to_path_buf(),
+            device,
+            port: measurement.port,
+            gid_index: measurement.gid_index,
+        };
+        let Some(_claim) = self.claims.claim(&target) else {
+            self.service.skip(&target, peer, "port_in_use");
+            return;
+        };
+        let key = format!("{}/{}", target.device, target.port);
+        if self.port_busy(&target, readings.remove(&key)) {
+            self.service.skip(&target, peer, "port_busy");
+        } else {
             let started = Instant::now();
             // A bug in one run must not end the schedule: it is counted as that run's error.
             let result = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
                 probe(
-                    verbs,
+                    self.verbs,
                     &target,
-                    measurement.peer.as_deref(),
-                    token,
+                    peer,
+                    self.token,
                     &measurement.params,
                     &mut |_| {},
                 )
             }))
             .unwrap_or(Err(ProbeError::Panicked));
-            service.record(
-                &target,
-                measurement.peer.as_deref(),
-                result,
-                started.elapsed(),
-            );
+            self.service
+                .record(&target, peer, result, started.elapsed());
         }
-        delay = interval + random_below(settings.jitter);
+        // The next window starts after this run, so that its own traffic does not count.
+        if let Ok(Some(reading)) = port::read_traffic(self.sysfs, &target.device, target.port) {
+            readings.insert(key, reading);
+        }
+    }
+
+    /// Whether the port moved more than `--probe.verbs.busy-share` of its data rate since
+    /// `since` (the end of the last run), or without one over [`TRAFFIC_WINDOW`]. A port whose
+    /// traffic or data rate is unknown is not busy: the probe runs.
+    fn port_busy(&self, target: &Target, since: Option<port::TrafficReading>) -> bool {
+        let read = || port::read_traffic(self.sysfs, &target.device, target.port);
+        let Ok(state) = port::read_state(self.sysfs, &target.device, target.port) else {
+            return false;
+        };
+        let (Some(rate), Ok(Some(mut before))) = (state.data_rate_bytes_per_second, read()) else {
+            return false;
+        };
+        if let Some(since) = since {
+            before = since;
+        }
+        let waited = before.at.elapsed();
+        if waited < TRAFFIC_WINDOW && self.stop.sleep(TRAFFIC_WINDOW - waited) {
+            return false;
+        }
+        match read() {
+            Ok(Some(now)) => port::busy(before, now, rate, self.settings.busy_share),
+            _ => false,
+        }
     }
 }
 
@@ -638,6 +775,12 @@ fn export_series(series: &Series, out: &mut Output) {
         labeled.push(("result", result.into()));
         let count = series.runs.get(result).copied().unwrap_or(0);
         out.samples.push(&RUNS, labeled, Value::Int(count));
+    }
+    for reason in SKIP_REASONS {
+        let mut labeled = labels();
+        labeled.push(("reason", reason.into()));
+        let count = series.skipped.get(reason).copied().unwrap_or(0);
+        out.samples.push(&SKIPPED, labeled, Value::Int(count));
     }
     if let Some(took) = series.last_duration {
         out.samples
@@ -762,6 +905,42 @@ mod tests {
             stop.sleep(Duration::from_secs(3600)),
             "a stopped schedule slept on"
         );
+    }
+
+    /// One probe or session per port: a second claim fails until the first is dropped; other
+    /// ports are free.
+    #[test]
+    fn a_port_is_claimed_once_at_a_time() {
+        let claims = Arc::new(PortClaims::default());
+        let first = claims.claim(&target()).unwrap();
+        assert!(claims.claim(&target()).is_none());
+        let other_port = Target {
+            port: 2,
+            ..target()
+        };
+        assert!(claims.claim(&other_port).is_some());
+        drop(first);
+        assert!(claims.claim(&target()).is_some());
+    }
+
+    #[test]
+    fn skips_are_exported_by_reason() {
+        let service = service();
+        service.skip(&target(), Some("n2:18515"), "port_busy");
+        service.skip(&target(), Some("n2:18515"), "port_busy");
+        let text = scrape(&VerbsCollector {
+            service: Some(service),
+            stop: Arc::default(),
+            listener: None,
+        });
+        let labels = r#"device="mlx5_0",port="1",mode="peer",peer="n2:18515""#;
+        for line in [
+            format!("hpcnode_verbs_probe_skipped_total{{{labels},reason=\"port_busy\"}} 2"),
+            format!("hpcnode_verbs_probe_skipped_total{{{labels},reason=\"port_in_use\"}} 0"),
+            format!("hpcnode_verbs_probe_runs_total{{{labels},result=\"success\"}} 0"),
+        ] {
+            assert!(text.contains(&line), "{line} missing from\n{text}");
+        }
     }
 
     #[test]

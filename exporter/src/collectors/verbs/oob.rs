@@ -1,13 +1,16 @@
 //! The out-of-band exchange over TCP that lets two exporters connect their queue pairs.
 //!
-//! Every message is one frame: magic `HPVB`, version 1, a kind byte, a big-endian u16 payload
-//! length (at most [`MAX_PAYLOAD`]) and the payload, whose size is fixed per kind (the token
-//! aside). [`decode`] is a pure function over bytes; every read and write is under a timeout,
+//! Every message is one frame: magic `HPVB`, the protocol version ([`VERSION`]), a kind byte, a
+//! big-endian u16 payload length (at most [`MAX_PAYLOAD`]) and the payload, whose size is fixed
+//! per kind. [`decode`] is a pure function over bytes; every read and write is under a timeout,
 //! and a whole frame must arrive within one (a peer dripping a byte at a time gets no longer).
 //!
-//! Session (client C, responder R): C->R `Hello` (token, C's endpoint, ping-pong count);
-//! R->C `Accept` (R's endpoint) or `Reject`; C runs the bandwidth writes; C->R `Latency`;
-//! R echoes the ping-pongs; C->R `Done`.
+//! Session (client C, responder R), version 2: C->R `Hello` (C's nonce, C's endpoint,
+//! ping-pong count); R->C `Challenge` (R's nonce) or `Reject`; C->R `Proof` (HMAC over the
+//! transcript, [`super::auth`]); R->C `Accept` (R's endpoint and R's own proof) or `Reject`;
+//! C runs the bandwidth writes; C->R `Latency`; R echoes the ping-pongs; C->R `Done`. The token
+//! itself never crosses the wire. Version 1 sent the token in its `Hello`; a frame of another
+//! version is a [`DecodeError::Version`], which names both.
 
 use std::io::{Read, Write};
 use std::net::TcpStream;
@@ -16,11 +19,17 @@ use std::time::{Duration, Instant};
 use super::engine::Endpoint;
 
 const MAGIC: &[u8; 4] = b"HPVB";
-const VERSION: u8 = 1;
+/// The protocol version this exporter speaks (and the only one it accepts).
+pub const VERSION: u8 = 2;
 const HEADER: usize = 8;
 pub const MAX_PAYLOAD: usize = 128;
+/// The longest shared token (the HMAC key).
 pub const MAX_TOKEN: usize = 64;
+/// Nonces and proofs: 32 bytes (an HMAC-SHA256 tag).
+pub const NONCE_LEN: usize = 32;
+pub const PROOF_LEN: usize = 32;
 const ENDPOINT_LEN: usize = 4 + 4 + 2 + 16 + 4 + 8 + 8 + 1;
+const HELLO_LEN: usize = NONCE_LEN + ENDPOINT_LEN + 4;
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum RejectReason {
@@ -28,6 +37,7 @@ pub enum RejectReason {
     Busy,
     TooLarge,
     Failed,
+    Version,
 }
 
 impl RejectReason {
@@ -37,6 +47,7 @@ impl RejectReason {
             RejectReason::Busy => 2,
             RejectReason::TooLarge => 3,
             RejectReason::Failed => 4,
+            RejectReason::Version => 5,
         }
     }
 
@@ -46,6 +57,7 @@ impl RejectReason {
             RejectReason::Busy,
             RejectReason::TooLarge,
             RejectReason::Failed,
+            RejectReason::Version,
         ]
         .into_iter()
         .find(|reason| reason.code() == code)
@@ -53,10 +65,11 @@ impl RejectReason {
 
     pub fn as_str(self) -> &'static str {
         match self {
-            RejectReason::BadToken => "wrong token",
+            RejectReason::BadToken => "wrong token (the proof of it did not verify)",
             RejectReason::Busy => "busy with another session",
             RejectReason::TooLarge => "message size above the responder's limit",
             RejectReason::Failed => "responder failed to set up its queue pair",
+            RejectReason::Version => "it speaks another protocol version",
         }
     }
 }
@@ -64,12 +77,19 @@ impl RejectReason {
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Message {
     Hello {
-        token: Vec<u8>,
+        nonce: [u8; NONCE_LEN],
         endpoint: Endpoint,
         latency_iterations: u32,
     },
+    Challenge {
+        nonce: [u8; NONCE_LEN],
+    },
+    Proof {
+        proof: [u8; PROOF_LEN],
+    },
     Accept {
         endpoint: Endpoint,
+        proof: [u8; PROOF_LEN],
     },
     Reject {
         reason: RejectReason,
@@ -84,7 +104,7 @@ pub enum DecodeError {
     Incomplete,
     #[error("not a verbs probe message (bad magic)")]
     Magic,
-    #[error("unsupported protocol version {0}")]
+    #[error("peer speaks protocol version {0}, this exporter version {VERSION}")]
     Version(u8),
     #[error("unknown message kind {0}")]
     Kind(u8),
@@ -102,6 +122,8 @@ impl Message {
             Message::Reject { .. } => 3,
             Message::Latency => 4,
             Message::Done => 5,
+            Message::Challenge { .. } => 6,
+            Message::Proof { .. } => 7,
         }
     }
 
@@ -109,17 +131,20 @@ impl Message {
         let mut payload = Vec::with_capacity(MAX_PAYLOAD);
         match self {
             Message::Hello {
-                token,
+                nonce,
                 endpoint,
                 latency_iterations,
             } => {
+                payload.extend_from_slice(nonce);
                 put_endpoint(&mut payload, endpoint);
                 payload.extend_from_slice(&latency_iterations.to_be_bytes());
-                let token = &token[..token.len().min(MAX_TOKEN)];
-                payload.push(token.len() as u8);
-                payload.extend_from_slice(token);
             }
-            Message::Accept { endpoint } => put_endpoint(&mut payload, endpoint),
+            Message::Challenge { nonce } => payload.extend_from_slice(nonce),
+            Message::Proof { proof } => payload.extend_from_slice(proof),
+            Message::Accept { endpoint, proof } => {
+                put_endpoint(&mut payload, endpoint);
+                payload.extend_from_slice(proof);
+            }
             Message::Reject { reason } => payload.push(reason.code()),
             Message::Latency | Message::Done => {}
         }
@@ -133,7 +158,8 @@ impl Message {
     }
 }
 
-fn put_endpoint(out: &mut Vec<u8>, e: &Endpoint) {
+/// An endpoint's wire form, which the handshake's proofs also cover.
+pub(super) fn put_endpoint(out: &mut Vec<u8>, e: &Endpoint) {
     out.extend_from_slice(&e.qp_num.to_be_bytes());
     out.extend_from_slice(&e.psn.to_be_bytes());
     out.extend_from_slice(&e.lid.to_be_bytes());
@@ -199,31 +225,29 @@ pub fn decode(bytes: &[u8]) -> Result<(Message, usize), DecodeError> {
         .get(HEADER..HEADER + len)
         .ok_or(DecodeError::Incomplete)?;
     let mut fields = Fields(payload);
+    let malformed = |what| move || DecodeError::Payload(what);
     let message = match kind {
-        1 => {
-            let malformed = DecodeError::Payload("hello");
-            let endpoint = fields.endpoint().ok_or(malformed.clone())?;
-            let latency_iterations = u32::from_be_bytes(fields.take().ok_or(malformed.clone())?);
-            let [token_len] = fields.take().ok_or(malformed.clone())?;
-            let token = fields.0;
-            if usize::from(token_len) != token.len() || token.len() > MAX_TOKEN {
-                return Err(malformed);
-            }
-            Message::Hello {
-                token: token.to_vec(),
-                endpoint,
-                latency_iterations,
-            }
-        }
-        2 if len == ENDPOINT_LEN => Message::Accept {
-            endpoint: fields.endpoint().ok_or(DecodeError::Payload("accept"))?,
+        1 if len == HELLO_LEN => Message::Hello {
+            nonce: fields.take().ok_or_else(malformed("hello"))?,
+            endpoint: fields.endpoint().ok_or_else(malformed("hello"))?,
+            latency_iterations: u32::from_be_bytes(fields.take().ok_or_else(malformed("hello"))?),
+        },
+        2 if len == ENDPOINT_LEN + PROOF_LEN => Message::Accept {
+            endpoint: fields.endpoint().ok_or_else(malformed("accept"))?,
+            proof: fields.take().ok_or_else(malformed("accept"))?,
         },
         3 if len == 1 => Message::Reject {
-            reason: RejectReason::from_code(payload[0]).ok_or(DecodeError::Payload("reject"))?,
+            reason: RejectReason::from_code(payload[0]).ok_or_else(malformed("reject"))?,
         },
         4 if len == 0 => Message::Latency,
         5 if len == 0 => Message::Done,
-        2..=5 => return Err(DecodeError::Length(len)),
+        6 if len == NONCE_LEN => Message::Challenge {
+            nonce: fields.take().ok_or_else(malformed("challenge"))?,
+        },
+        7 if len == PROOF_LEN => Message::Proof {
+            proof: fields.take().ok_or_else(malformed("proof"))?,
+        },
+        1..=7 => return Err(DecodeError::Length(len)),
         other => return Err(DecodeError::Kind(other)),
     };
     Ok((message, HEADER + len))
@@ -287,9 +311,24 @@ impl Channel {
         let deadline = Instant::now() + self.timeout;
         let mut frame = [0u8; HEADER + MAX_PAYLOAD];
         self.read_exact(&mut frame[..HEADER], deadline)?;
-        let (_, len) = header(&frame[..HEADER])?;
+        let (_, len) = header(&frame[..HEADER]).inspect_err(|err| {
+            if matches!(err, DecodeError::Version(_)) {
+                self.discard_payload(&frame, deadline);
+            }
+        })?;
         self.read_exact(&mut frame[HEADER..HEADER + len], deadline)?;
         Ok(decode(&frame[..HEADER + len])?.0)
+    }
+
+    /// Reads the payload a frame of another version announces (if within bounds): closing
+    /// with it unread would reset the connection, and the peer might lose the reply that
+    /// names the version.
+    fn discard_payload(&mut self, header: &[u8; HEADER + MAX_PAYLOAD], deadline: Instant) {
+        let len = usize::from(u16::from_be_bytes([header[6], header[7]]));
+        let mut payload = [0u8; MAX_PAYLOAD];
+        if let Some(payload) = payload.get_mut(..len) {
+            let _ = self.read_exact(payload, deadline);
+        }
     }
 
     /// Fills `buf` by `deadline`: each read waits only for what is left of it, so that a peer
@@ -313,16 +352,6 @@ impl Channel {
     }
 }
 
-/// Compares tokens in time independent of where they differ.
-pub fn tokens_match(expected: &[u8], given: &[u8]) -> bool {
-    expected.len() == given.len()
-        && expected
-            .iter()
-            .zip(given)
-            .fold(0u8, |diff, (a, b)| diff | (a ^ b))
-            == 0
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -344,17 +373,19 @@ mod tests {
     fn all_messages() -> Vec<Message> {
         vec![
             Message::Hello {
-                token: b"s3cret".to_vec(),
+                nonce: [7; NONCE_LEN],
                 endpoint: endpoint(),
                 latency_iterations: 1000,
             },
-            Message::Hello {
-                token: Vec::new(),
-                endpoint: endpoint(),
-                latency_iterations: 0,
+            Message::Challenge {
+                nonce: [0xc5; NONCE_LEN],
+            },
+            Message::Proof {
+                proof: [0x9a; PROOF_LEN],
             },
             Message::Accept {
                 endpoint: endpoint(),
+                proof: [1; PROOF_LEN],
             },
             Message::Reject {
                 reason: RejectReason::Busy,
@@ -388,38 +419,41 @@ mod tests {
         assert_eq!(decode(b"GET / HTTP/1.1\r\n"), Err(DecodeError::Magic));
         assert_eq!(decode(b"X"), Err(DecodeError::Magic));
         assert_eq!(
-            decode(b"HPVB\x02\x01\x00\x00"),
-            Err(DecodeError::Version(2))
+            decode(b"HPVB\x03\x01\x00\x00"),
+            Err(DecodeError::Version(3))
         );
         assert_eq!(
-            decode(b"HPVB\x01\x01\xff\xff"),
+            decode(b"HPVB\x02\x01\xff\xff"),
             Err(DecodeError::Length(65535))
         );
-        assert_eq!(decode(b"HPVB\x01\x09\x00\x00"), Err(DecodeError::Kind(9)));
+        assert_eq!(decode(b"HPVB\x02\x09\x00\x00"), Err(DecodeError::Kind(9)));
         assert_eq!(
-            decode(b"HPVB\x01\x05\x00\x01x"),
+            decode(b"HPVB\x02\x05\x00\x01x"),
             Err(DecodeError::Length(1))
         );
         assert_eq!(
-            decode(b"HPVB\x01\x03\x00\x01\x63"),
+            decode(b"HPVB\x02\x07\x00\x01x"),
+            Err(DecodeError::Length(1))
+        );
+        assert_eq!(
+            decode(b"HPVB\x02\x03\x00\x01\x63"),
             Err(DecodeError::Payload("reject"))
         );
     }
 
+    /// A version 1 hello (what exporters before the handshake send, the token in clear) is a
+    /// version error naming both versions, read from the header alone.
     #[test]
-    fn a_token_length_that_lies_is_malformed() {
-        let mut frame = all_messages()[0].encode();
-        let token_len_at = frame.len() - b"s3cret".len() - 1;
-        frame[token_len_at] = 5;
-        assert_eq!(decode(&frame), Err(DecodeError::Payload("hello")));
-    }
-
-    #[test]
-    fn token_comparison() {
-        assert!(tokens_match(b"abc", b"abc"));
-        assert!(!tokens_match(b"abc", b"abd"));
-        assert!(!tokens_match(b"abc", b"ab"));
-        assert!(tokens_match(b"", b""));
+    fn a_version_1_hello_is_a_version_error() {
+        let mut v1_hello = b"HPVB\x01\x01\x00\x3c".to_vec();
+        v1_hello.extend_from_slice(&[0; 0x3c]);
+        let err = decode(&v1_hello).unwrap_err();
+        assert_eq!(err, DecodeError::Version(1));
+        assert_eq!(
+            err.to_string(),
+            "peer speaks protocol version 1, this exporter version 2"
+        );
+        assert_eq!(decode(&v1_hello[..HEADER]), Err(DecodeError::Version(1)));
     }
 
     /// A peer that sends `frame` a byte every `gap`, on a loopback connection.
@@ -473,7 +507,7 @@ mod tests {
             kind in 0u8..8,
             payload in proptest::collection::vec(any::<u8>(), 0..=MAX_PAYLOAD),
         ) {
-            let mut frame = b"HPVB\x01".to_vec();
+            let mut frame = b"HPVB\x02".to_vec();
             frame.push(kind);
             frame.extend_from_slice(&(payload.len() as u16).to_be_bytes());
             frame.extend_from_slice(&payload);
@@ -511,7 +545,7 @@ mod proptests {
             )
     }
 
-    /// Every message a peer may send; tokens up to twice what a frame carries.
+    /// Every message a peer may send.
     fn message() -> impl Strategy<Value = Message> {
         let reason = prop::sample::select(
             &[
@@ -519,43 +553,25 @@ mod proptests {
                 RejectReason::Busy,
                 RejectReason::TooLarge,
                 RejectReason::Failed,
+                RejectReason::Version,
             ][..],
         );
         prop_oneof![
-            (
-                vec(any::<u8>(), 0..=2 * MAX_TOKEN),
-                endpoint(),
-                any::<u32>()
-            )
-                .prop_map(|(token, endpoint, latency_iterations)| Message::Hello {
-                    token,
+            (any::<[u8; NONCE_LEN]>(), endpoint(), any::<u32>()).prop_map(
+                |(nonce, endpoint, latency_iterations)| Message::Hello {
+                    nonce,
                     endpoint,
                     latency_iterations,
-                }),
-            endpoint().prop_map(|endpoint| Message::Accept { endpoint }),
+                }
+            ),
+            any::<[u8; NONCE_LEN]>().prop_map(|nonce| Message::Challenge { nonce }),
+            any::<[u8; PROOF_LEN]>().prop_map(|proof| Message::Proof { proof }),
+            (endpoint(), any::<[u8; PROOF_LEN]>())
+                .prop_map(|(endpoint, proof)| Message::Accept { endpoint, proof }),
             reason.prop_map(|reason| Message::Reject { reason }),
             Just(Message::Latency),
             Just(Message::Done),
         ]
-    }
-
-    /// What a receiver gets for `message`: the token is cut to what a frame carries.
-    fn as_sent(message: Message) -> Message {
-        match message {
-            Message::Hello {
-                mut token,
-                endpoint,
-                latency_iterations,
-            } => {
-                token.truncate(MAX_TOKEN);
-                Message::Hello {
-                    token,
-                    endpoint,
-                    latency_iterations,
-                }
-            }
-            other => other,
-        }
     }
 
     proptest! {
@@ -566,7 +582,7 @@ mod proptests {
             for message in messages {
                 let (decoded, used) = decode(rest).unwrap();
                 prop_assert!(used <= HEADER + MAX_PAYLOAD);
-                prop_assert_eq!(decoded, as_sent(message));
+                prop_assert_eq!(decoded, message);
                 rest = &rest[used..];
             }
             prop_assert!(rest.is_empty());
@@ -586,7 +602,7 @@ mod proptests {
             message in message(),
             at in any::<prop::sample::Index>(),
             value: u8,
-            tail in bytes(&["HPVB", "\x01"]),
+            tail in bytes(&["HPVB", "\x02"]),
         ) {
             let mut frame = message.encode();
             let at = at.index(frame.len());

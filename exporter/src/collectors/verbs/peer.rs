@@ -6,12 +6,13 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use super::auth::{self, Transcript};
 use super::engine::{self, Endpoint, Measurement, Params, Progress, Side};
 use super::ffi::Verbs;
-use super::oob::{tokens_match, Channel, Message, OobError, RejectReason};
+use super::oob::{Channel, DecodeError, Message, OobError, RejectReason};
 use super::port;
 use super::resources::ProtectionDomain;
-use super::{ProbeError, Target};
+use super::{PortClaims, ProbeError, Target};
 use crate::collector::{CollectError, ErrorKind, PendingErrors};
 
 /// The largest message a responder accepts to register a buffer for.
@@ -34,16 +35,12 @@ pub fn run_peer(
     let (device, address) = port::open(verbs, target)?;
     let pd = ProtectionDomain::new(&device)?;
     let side = Side::new(&pd, &device, params, engine::initial_psn())?;
-    channel.send(&Message::Hello {
-        token: token.to_vec(),
-        endpoint: side.endpoint(&address),
-        latency_iterations: params.latency_iterations,
-    })?;
-    let remote = match channel.receive()? {
-        Message::Accept { endpoint } => endpoint,
-        Message::Reject { reason } => return Err(ProbeError::Rejected(reason)),
-        _ => return Err(OobError::Unexpected("reply to hello").into()),
-    };
+    let remote = client_handshake(
+        &mut channel,
+        token,
+        &side.endpoint(&address),
+        params.latency_iterations,
+    )?;
     if remote.len < side.message_size as u64 {
         return Err(ProbeError::Invalid(
             "peer's buffer is smaller than the message size",
@@ -57,6 +54,52 @@ pub fn run_peer(
     let latency = engine::measure_latency(&side, &remote, params, &mut |_| Ok(()), progress)?;
     channel.send(&Message::Done)?;
     Ok(Measurement { bandwidth, latency })
+}
+
+/// The client's side of the handshake: proves the token, and returns the responder's endpoint
+/// once the responder has proved it too (before any write goes to that endpoint).
+pub fn client_handshake(
+    channel: &mut Channel,
+    token: &[u8],
+    endpoint: &Endpoint,
+    latency_iterations: u32,
+) -> Result<Endpoint, ProbeError> {
+    let client_nonce = auth::nonce()?;
+    channel.send(&Message::Hello {
+        nonce: client_nonce,
+        endpoint: *endpoint,
+        latency_iterations,
+    })?;
+    let responder_nonce = match channel.receive() {
+        Ok(Message::Challenge { nonce }) => nonce,
+        Ok(Message::Reject { reason }) => return Err(ProbeError::Rejected(reason)),
+        Ok(_) => return Err(OobError::Unexpected("reply to hello").into()),
+        // A version 1 responder closes with our hello unread: the kernel resets the connection.
+        Err(OobError::Closed) => return Err(ProbeError::HelloUnanswered),
+        Err(OobError::Io(err)) if err.kind() == std::io::ErrorKind::ConnectionReset => {
+            return Err(ProbeError::HelloUnanswered)
+        }
+        Err(err) => return Err(err.into()),
+    };
+    let transcript = Transcript::new(
+        &client_nonce,
+        &responder_nonce,
+        endpoint,
+        latency_iterations,
+    );
+    channel.send(&Message::Proof {
+        proof: transcript.client_proof(token),
+    })?;
+    match channel.receive()? {
+        Message::Accept { endpoint, proof }
+            if transcript.responder_proved(token, &endpoint, &proof) =>
+        {
+            Ok(endpoint)
+        }
+        Message::Accept { .. } => Err(ProbeError::ResponderUnproven),
+        Message::Reject { reason } => Err(ProbeError::Rejected(reason)),
+        _ => Err(OobError::Unexpected("reply to proof").into()),
+    }
 }
 
 fn connect(peer: &str, timeout: Duration) -> Result<TcpStream, ProbeError> {
@@ -128,15 +171,18 @@ pub struct ResponderSettings {
     pub token: Option<Vec<u8>>,
     pub target: Target,
     pub step_timeout: Duration,
+    /// Shared with the scheduler: a session and a scheduled probe never use one port at once.
+    pub claims: Arc<PortClaims>,
 }
 
 /// Responder session outcomes, the `result` label of its counter.
-pub const SESSION_RESULTS: [&str; 7] = [
+pub const SESSION_RESULTS: [&str; 8] = [
     "success",
     "denied",
     "busy",
     "bad_message",
     "bad_token",
+    "version_mismatch",
     "timeout",
     "error",
 ];
@@ -171,7 +217,7 @@ impl ResponderStats {
         let kind = match &err {
             SessionError::Busy => return,
             SessionError::Oob(OobError::Timeout) => ErrorKind::Timeout,
-            SessionError::Oob(_) => ErrorKind::Parse,
+            SessionError::Oob(_) | SessionError::Version(_) => ErrorKind::Parse,
             _ => ErrorKind::Io,
         };
         // One cause per peer and fault, so a hostile peer is logged once, not once a session.
@@ -184,13 +230,17 @@ impl ResponderStats {
 }
 
 #[derive(Debug, thiserror::Error)]
-enum SessionError {
+pub enum SessionError {
     #[error("peer not in --probe.verbs.allow")]
     Denied,
     #[error("another session is running")]
     Busy,
-    #[error("wrong token")]
+    #[error("wrong token (the peer's proof of it did not verify)")]
     BadToken,
+    #[error("{}", DecodeError::Version(*.0))]
+    Version(u8),
+    #[error(transparent)]
+    Random(#[from] auth::RandomError),
     #[error(transparent)]
     Oob(#[from] OobError),
     #[error(transparent)]
@@ -203,12 +253,15 @@ impl SessionError {
             SessionError::Denied => "denied",
             SessionError::Busy => "busy",
             SessionError::BadToken => "bad_token",
+            SessionError::Version(_) => "version_mismatch",
             SessionError::Oob(OobError::Timeout) => "timeout",
             SessionError::Oob(OobError::Decode(_) | OobError::Unexpected(_) | OobError::Closed) => {
                 "bad_message"
             }
             SessionError::Probe(ProbeError::Timeout(_)) => "timeout",
-            SessionError::Oob(OobError::Io(_)) | SessionError::Probe(_) => "error",
+            SessionError::Oob(OobError::Io(_))
+            | SessionError::Probe(_)
+            | SessionError::Random(_) => "error",
         }
     }
 }
@@ -246,7 +299,15 @@ pub fn serve(
             stats.record(peer, Err(SessionError::Denied));
             continue;
         }
-        if busy.swap(true, Ordering::AcqRel) {
+        let claim = match busy.swap(true, Ordering::AcqRel) {
+            false => settings.claims.claim(&settings.target).or_else(|| {
+                // A scheduled probe uses the port now.
+                busy.store(false, Ordering::Release);
+                None
+            }),
+            true => None,
+        };
+        let Some(claim) = claim else {
             if let Ok(mut channel) = Channel::new(stream, settings.step_timeout) {
                 let _ = channel.send(&Message::Reject {
                     reason: RejectReason::Busy,
@@ -254,7 +315,7 @@ pub fn serve(
             }
             stats.record(peer, Err(SessionError::Busy));
             continue;
-        }
+        };
         let (verbs, settings, stats, session_busy) =
             (verbs.clone(), settings.clone(), stats.clone(), busy.clone());
         let spawned = std::thread::Builder::new()
@@ -266,6 +327,7 @@ pub fn serve(
                     session(stream, &verbs, &settings)
                 }))
                 .unwrap_or(Err(SessionError::Probe(ProbeError::Panicked)));
+                drop(claim);
                 session_busy.store(false, Ordering::Release);
                 stats.record(peer, outcome);
             });
@@ -282,22 +344,9 @@ fn session(
     settings: &ResponderSettings,
 ) -> Result<(), SessionError> {
     let mut channel = Channel::new(stream, settings.step_timeout)?;
-    let Message::Hello {
-        token,
-        endpoint: remote,
-        latency_iterations,
-    } = channel.receive()?
-    else {
-        return Err(OobError::Unexpected("first message (not hello)").into());
-    };
-    if let Some(expected) = &settings.token {
-        if !tokens_match(expected, &token) {
-            let _ = channel.send(&Message::Reject {
-                reason: RejectReason::BadToken,
-            });
-            return Err(SessionError::BadToken);
-        }
-    }
+    let token = settings.token.as_deref().unwrap_or_default();
+    let verified = responder_handshake(&mut channel, token)?;
+    let (remote, latency_iterations) = (verified.client, verified.latency_iterations);
     let message_size = usize::try_from(remote.len).unwrap_or(usize::MAX);
     if message_size > MAX_MESSAGE_SIZE {
         channel.send(&Message::Reject {
@@ -323,6 +372,7 @@ fn session(
     };
     channel.send(&Message::Accept {
         endpoint: side.endpoint,
+        proof: verified.transcript.responder_proof(token, &side.endpoint),
     })?;
     // The client writes for its bandwidth run now; the next message starts the ping-pong.
     let bandwidth_window = channel_timeout_for_bandwidth(settings.step_timeout);
@@ -349,6 +399,52 @@ fn session(
         Message::Done => Ok(()),
         _ => Err(OobError::Unexpected("message after ping-pong").into()),
     }
+}
+
+/// A client that proved the token, with what it asked for.
+pub struct Verified {
+    pub client: Endpoint,
+    pub latency_iterations: u32,
+    pub transcript: Transcript,
+}
+
+/// The responder's side of the handshake up to the client's proof, checked before the
+/// responder creates any verbs object. A peer of another protocol version is told so.
+pub fn responder_handshake(channel: &mut Channel, token: &[u8]) -> Result<Verified, SessionError> {
+    let (client_nonce, client, latency_iterations) = match channel.receive() {
+        Ok(Message::Hello {
+            nonce,
+            endpoint,
+            latency_iterations,
+        }) => (nonce, endpoint, latency_iterations),
+        Ok(_) => return Err(OobError::Unexpected("first message (not hello)").into()),
+        Err(OobError::Decode(DecodeError::Version(version))) => {
+            let _ = channel.send(&Message::Reject {
+                reason: RejectReason::Version,
+            });
+            return Err(SessionError::Version(version));
+        }
+        Err(err) => return Err(err.into()),
+    };
+    let responder_nonce = auth::nonce()?;
+    channel.send(&Message::Challenge {
+        nonce: responder_nonce,
+    })?;
+    let Message::Proof { proof } = channel.receive()? else {
+        return Err(OobError::Unexpected("reply to challenge (not proof)").into());
+    };
+    let transcript = Transcript::new(&client_nonce, &responder_nonce, &client, latency_iterations);
+    if !transcript.client_proved(token, &proof) {
+        let _ = channel.send(&Message::Reject {
+            reason: RejectReason::BadToken,
+        });
+        return Err(SessionError::BadToken);
+    }
+    Ok(Verified {
+        client,
+        latency_iterations,
+        transcript,
+    })
 }
 
 /// How long the responder waits for the client's bandwidth run to finish: the longest run the
@@ -380,6 +476,140 @@ fn responder_side(
 #[cfg(test)]
 mod tests {
     use super::*;
+    use std::io::{Read, Write};
+
+    fn endpoint(qp_num: u32) -> Endpoint {
+        Endpoint {
+            qp_num,
+            psn: 5,
+            lid: 0,
+            gid: [0xfe; 16],
+            rkey: 9,
+            addr: 0x1000,
+            len: 65536,
+            mtu: 3,
+        }
+    }
+
+    /// Runs `responder` on one end of a loopback TCP connection and the client's handshake
+    /// with `token` on the other; the client's result and the responder's.
+    fn handshake<T: Send + 'static>(
+        token: &'static [u8],
+        responder: impl FnOnce(TcpStream) -> T + Send + 'static,
+    ) -> (Result<Endpoint, ProbeError>, T) {
+        let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+        let address = listener.local_addr().unwrap();
+        let served = std::thread::spawn(move || responder(listener.accept().unwrap().0));
+        let stream = TcpStream::connect(address).unwrap();
+        let mut channel = Channel::new(stream, Duration::from_secs(5)).unwrap();
+        let client = client_handshake(&mut channel, token, &endpoint(1), 10);
+        drop(channel);
+        (client, served.join().unwrap())
+    }
+
+    /// Our responder's handshake with `token`, accepting with endpoint 2 when the client proved.
+    fn responder(token: &'static [u8]) -> impl FnOnce(TcpStream) -> Result<u32, SessionError> {
+        move |stream| {
+            let mut channel = Channel::new(stream, Duration::from_secs(5))?;
+            let verified = responder_handshake(&mut channel, token)?;
+            channel.send(&Message::Accept {
+                endpoint: endpoint(2),
+                proof: verified.transcript.responder_proof(token, &endpoint(2)),
+            })?;
+            Ok(verified.client.qp_num)
+        }
+    }
+
+    #[test]
+    fn both_sides_prove_the_same_token() {
+        let (client, served) = handshake(b"s3cret", responder(b"s3cret"));
+        assert_eq!(client.unwrap(), endpoint(2));
+        assert_eq!(served.unwrap(), 1);
+        // Neither side with a token is the empty token on both.
+        let (client, served) = handshake(b"", responder(b""));
+        assert_eq!(client.unwrap(), endpoint(2));
+        assert!(served.is_ok());
+    }
+
+    #[test]
+    fn a_wrong_token_is_rejected_before_anything_is_set_up() {
+        for (client_token, responder_token) in [
+            (&b"guess"[..], &b"s3cret"[..]),
+            (b"", b"s3cret"),
+            (b"s3cret", b""),
+        ] {
+            let (client, served) = handshake(client_token, responder(responder_token));
+            assert!(
+                matches!(client, Err(ProbeError::Rejected(RejectReason::BadToken))),
+                "{client:?}"
+            );
+            assert_eq!(served.unwrap_err().result(), "bad_token");
+        }
+    }
+
+    /// A responder that does not hold the token (it answers with another key's proof) is
+    /// refused by the client before its endpoint is used.
+    #[test]
+    fn a_responder_without_the_token_is_refused() {
+        let (client, _) = handshake(b"s3cret", |stream| {
+            let mut channel = Channel::new(stream, Duration::from_secs(5)).unwrap();
+            let Ok(Message::Hello {
+                nonce,
+                endpoint: client,
+                latency_iterations,
+            }) = channel.receive()
+            else {
+                panic!("no hello");
+            };
+            let challenge = [3; crate::collectors::verbs::oob::NONCE_LEN];
+            channel
+                .send(&Message::Challenge { nonce: challenge })
+                .unwrap();
+            let _ = channel.receive();
+            let transcript = Transcript::new(&nonce, &challenge, &client, latency_iterations);
+            channel
+                .send(&Message::Accept {
+                    endpoint: endpoint(2),
+                    proof: transcript.responder_proof(b"guess", &endpoint(2)),
+                })
+                .unwrap();
+        });
+        let err = client.unwrap_err();
+        assert!(matches!(err, ProbeError::ResponderUnproven), "{err}");
+        assert_eq!(err.result(), "rejected");
+    }
+
+    /// A version 1 responder reads the header, finds version 2 and closes without a word.
+    #[test]
+    fn a_version_1_responder_is_named_in_the_error() {
+        let (client, _) = handshake(b"s3cret", |mut stream| {
+            let mut header = [0u8; 8];
+            stream.read_exact(&mut header).unwrap();
+            assert_eq!(&header[..5], b"HPVB\x02");
+        });
+        let err = client.unwrap_err();
+        assert!(matches!(err, ProbeError::HelloUnanswered), "{err}");
+        let text = err.to_string();
+        assert!(
+            text.contains("version 2 hello") && text.contains("version 1"),
+            "{text}"
+        );
+    }
+
+    /// A responder of a later version answers in its own; the client names both versions.
+    #[test]
+    fn a_reply_in_another_version_is_a_version_mismatch() {
+        let (client, _) = handshake(b"s3cret", |mut stream| {
+            let _ = stream.write_all(b"HPVB\x03\x03\x00\x01\x05");
+        });
+        let err = client.unwrap_err();
+        assert_eq!(err.result(), "version_mismatch");
+        assert!(
+            err.to_string()
+                .contains("peer speaks protocol version 3, this exporter version 2"),
+            "{err}"
+        );
+    }
 
     #[test]
     fn cidrs() {

@@ -40,6 +40,61 @@ pub fn read_state(sysfs: &Path, device: &str, port: u8) -> Result<PortState, Pro
     })
 }
 
+/// The bytes the port sent and received so far, from its PMA counters
+/// `counters/port_xmit_data` and `port_rcv_data` (4-byte units); `None` where the port has no
+/// `counters/` (Soft-RoCE, irdma, bnxt_re) or prints `N/A` there (iWARP): its traffic is unknown.
+pub fn read_traffic(
+    sysfs: &Path,
+    device: &str,
+    port: u8,
+) -> Result<Option<TrafficReading>, ProbeError> {
+    let dir = SysDir::open(sysfs, port_dir(device, port))?;
+    let counters = match dir.subdir("counters") {
+        Ok(counters) => counters,
+        Err(err) if err.is_absent() => return Ok(None),
+        Err(err) => return Err(err.into()),
+    };
+    let mut reader = AttributeReader::default();
+    let mut bytes = |name| -> Result<Option<u64>, ProbeError> {
+        let words = counters.read(name, &mut reader)?.parse::<u64>().ok();
+        Ok(words.map(|words| words.saturating_mul(4)))
+    };
+    let (Some(sent), Some(received)) = (bytes("port_xmit_data")?, bytes("port_rcv_data")?) else {
+        return Ok(None);
+    };
+    Ok(Some(TrafficReading {
+        at: std::time::Instant::now(),
+        sent,
+        received,
+    }))
+}
+
+/// A reading of a port's traffic counters.
+#[derive(Debug, Clone, Copy)]
+pub struct TrafficReading {
+    pub at: std::time::Instant,
+    pub sent: u64,
+    pub received: u64,
+}
+
+/// Whether the port moved more than `share` of its data rate in either direction between two
+/// readings: a job is using it. A counter that went back (reset) says nothing, nor does a
+/// window of no length.
+pub fn busy(
+    before: TrafficReading,
+    after: TrafficReading,
+    data_rate_bytes_per_second: f64,
+    share: f64,
+) -> bool {
+    let seconds = after.at.saturating_duration_since(before.at).as_secs_f64();
+    let over = |before: u64, after: u64| {
+        after.checked_sub(before).is_some_and(|moved| {
+            seconds > 0.0 && moved as f64 / seconds > share * data_rate_bytes_per_second
+        })
+    };
+    over(before.sent, after.sent) || over(before.received, after.received)
+}
+
 /// Under `--path.sysfs`.
 fn port_dir(device: &str, port: u8) -> String {
     format!("class/infiniband/{device}/ports/{port}")
@@ -120,6 +175,76 @@ fn resolve_address(
 #[cfg(test)]
 mod tests {
     use super::*;
+    use std::time::{Duration, Instant};
+
+    #[test]
+    fn a_port_moving_more_than_its_share_is_busy() {
+        let start = Instant::now();
+        let reading = |seconds, sent, received| TrafficReading {
+            at: start + Duration::from_secs(seconds),
+            sent,
+            received,
+        };
+        // 12.5 GB/s (EDR): 5 % is 625 MB/s, in either direction.
+        let rate = 12.5e9;
+        let quiet = reading(0, 0, 0);
+        assert!(busy(quiet, reading(10, 6_300_000_000, 0), rate, 0.05));
+        assert!(busy(quiet, reading(10, 0, 6_300_000_000), rate, 0.05));
+        assert!(!busy(
+            quiet,
+            reading(10, 6_200_000_000, 6_200_000_000),
+            rate,
+            0.05
+        ));
+        assert!(
+            !busy(reading(0, 5, 5), reading(10, 4, 4), rate, 0.05),
+            "went back"
+        );
+        assert!(
+            !busy(reading(3, 0, 0), reading(3, 1 << 40, 0), rate, 0.05),
+            "no window"
+        );
+        assert!(
+            busy(quiet, reading(1, 1, 0), rate, 0.0),
+            "share 0: any traffic"
+        );
+        assert!(
+            !busy(quiet, reading(1, 12_000_000_000, 0), rate, 1.0),
+            "share 1: never"
+        );
+    }
+
+    #[test]
+    fn traffic_is_read_from_the_pma_counters_in_4_byte_units() {
+        let root = tempfile::tempdir().unwrap();
+        let port = "class/infiniband/mlx5_0/ports/1";
+        write(
+            root.path(),
+            &format!("{port}/counters/port_xmit_data"),
+            "1000\n",
+        );
+        write(
+            root.path(),
+            &format!("{port}/counters/port_rcv_data"),
+            "24\n",
+        );
+        let reading = read_traffic(root.path(), "mlx5_0", 1).unwrap().unwrap();
+        assert_eq!((reading.sent, reading.received), (4000, 96));
+        write(
+            root.path(),
+            &format!("{port}/counters/port_rcv_data"),
+            "N/A (no PMA)\n",
+        );
+        assert!(read_traffic(root.path(), "mlx5_0", 1).unwrap().is_none());
+        // Soft-RoCE: hw_counters only, no counters/.
+        write(
+            root.path(),
+            "class/infiniband/rxe0/ports/1/hw_counters/sent_pkts",
+            "5\n",
+        );
+        assert!(read_traffic(root.path(), "rxe0", 1).unwrap().is_none());
+        assert!(read_traffic(root.path(), "nosuch", 1).is_err());
+    }
 
     fn write(root: &Path, rel: &str, content: &str) {
         let path = root.join(rel);
