@@ -17,23 +17,23 @@ use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
 use std::os::unix::fs::MetadataExt;
 use std::path::Path;
 
-/// Which load of each of a probe's target modules is in the kernel: the inode number of its
-/// `/sys/module` directory, `None` where it is not loaded.
-#[derive(Debug, Clone, Default, PartialEq, Eq)]
-pub struct Loads(Vec<Option<u64>>);
+/// Which load of a probe's target module is in the kernel: the inode number of the
+/// `/sys/module` directory of the first of its modules that is loaded (they are listed in the
+/// order their functions are tried: loading vfio_pci after vfio_pci_core changes nothing).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Loads(Option<u64>);
 
 impl Loads {
     pub fn read(sysfs: &Path, modules: &[&str]) -> Loads {
         Loads(
             modules
                 .iter()
-                .map(|module| loaded_instance(sysfs, module))
-                .collect(),
+                .find_map(|module| loaded_instance(sysfs, module)),
         )
     }
 
     pub fn any(&self) -> bool {
-        self.0.iter().any(Option::is_some)
+        self.0.is_some()
     }
 }
 
@@ -186,15 +186,11 @@ fn receive_from_kernel(
 mod tests {
     use super::*;
 
-    fn loads(inodes: &[Option<u64>]) -> Loads {
-        Loads(inodes.to_vec())
-    }
-
     #[test]
     fn steps_follow_module_loads() {
-        let absent = loads(&[None, None]);
-        let first = loads(&[Some(4211), Some(4190)]);
-        let reloaded = loads(&[Some(4388), Some(4190)]);
+        let absent = Loads(None);
+        let first = Loads(Some(4211));
+        let reloaded = Loads(Some(4388));
         // Waiting, and still nothing loaded.
         assert_eq!(step(&absent, &absent, false), Step::Stay);
         // The module loads after start.
@@ -221,20 +217,23 @@ mod tests {
         };
         let vfio_pci_core = module("vfio_pci_core", true);
         module("vfio_pci", false); // built in, parameters only
-        let now = Loads::read(sysfs.path(), &["vfio_pci_core", "vfio_pci", "absent"]);
-        assert_eq!(now, loads(&[Some(vfio_pci_core), None, None]));
+        let now = Loads::read(sysfs.path(), &["absent", "vfio_pci", "vfio_pci_core"]);
+        assert_eq!(now, Loads(Some(vfio_pci_core)));
         assert!(now.any());
         assert!(!Loads::read(sysfs.path(), &["vfio_pci"]).any());
+        // The first loaded module of the list decides: another one loading changes nothing.
+        let vfio_pci = module("vfio_pci", true);
+        let both = Loads::read(sysfs.path(), &["vfio_pci_core", "vfio_pci"]);
+        assert_eq!(both, Loads(Some(vfio_pci_core)));
+        let reversed = Loads::read(sysfs.path(), &["vfio_pci", "vfio_pci_core"]);
+        assert_eq!(reversed, Loads(Some(vfio_pci)));
         // Reloaded: a new directory (a new inode, as kernfs gives it).
         let dir = sysfs.path().join("module/vfio_pci_core");
-        let keep = sysfs.path().join("module/old");
-        std::fs::rename(&dir, keep).unwrap();
+        std::fs::rename(&dir, sysfs.path().join("module/old")).unwrap();
         let reloaded = module("vfio_pci_core", true);
         assert_ne!(reloaded, vfio_pci_core);
-        assert_ne!(
-            Loads::read(sysfs.path(), &["vfio_pci_core"]).0[0],
-            Some(vfio_pci_core)
-        );
+        let now = Loads::read(sysfs.path(), &["vfio_pci_core"]);
+        assert_eq!(now, Loads(Some(reloaded)));
     }
 
     #[test]

@@ -257,14 +257,24 @@ fn log_outcome(probe: Probe, outcome: &Outcome<Attachment>, trigger: &str) {
     }
 }
 
-/// The choice of hook for a probe whose module is not loaded: the first hook whose program
-/// loads, to be attached by [`sys::reattach`] when the module comes.
-struct LoadOnly<'a>(&'a sys::AyaKernel);
+/// The choice of hook for a probe into modules, which keeps the first program that loaded but
+/// could not attach (its module is not loaded, yet): [`sys::reattach`] attaches it later.
+struct KeepLoaded<'a> {
+    kernel: &'a sys::AyaKernel,
+    loaded: Option<(probes::Hook, Attachment)>,
+}
 
-impl probes::Kernel for LoadOnly<'_> {
+impl probes::Kernel for KeepLoaded<'_> {
     type Attachment = Attachment;
     fn attach(&mut self, probe: Probe, attempt: &probes::Attempt) -> Result<Attachment, String> {
-        self.0.load_unattached(probe, attempt)
+        let attachment = self.kernel.load_unattached(probe, attempt)?;
+        match sys::attach_loaded(&attachment, attempt) {
+            Ok(()) => Ok(attachment),
+            Err(reason) => {
+                self.loaded.get_or_insert((attempt.hook, attachment));
+                Err(reason)
+            }
+        }
     }
 }
 
@@ -326,15 +336,26 @@ impl Probes {
             .into_iter()
             .map(|probe| {
                 let loads = Loads::read(sysfs, probe.target_modules());
-                let waiting = !probe.target_modules().is_empty() && !loads.any();
-                let (outcome, detached) = if waiting {
-                    // Loaded now, while the kernel's BTF is at hand; attached when the
-                    // module loads.
-                    let mut load_only = LoadOnly(&kernel);
-                    let outcome = attach_first(&mut load_only, &features, probe);
-                    (outcome, Some(waiting_for_module(probe)))
-                } else {
+                let (outcome, detached) = if probe.target_modules().is_empty() {
                     (attach_first(&mut kernel, &features, probe), None)
+                } else {
+                    let mut keep = KeepLoaded {
+                        kernel: &kernel,
+                        loaded: None,
+                    };
+                    let outcome = attach_first(&mut keep, &features, probe);
+                    match (outcome, keep.loaded) {
+                        // Its module is not loaded (its functions are not built in either: the
+                        // attach failed): the program stays loaded, while the kernel's BTF is
+                        // at hand, and is attached when the module loads.
+                        (Outcome::Missed { .. }, Some((hook, attachment)))
+                            if features.modules && !loads.any() =>
+                        {
+                            let waiting = Some(waiting_for_module(probe));
+                            (Outcome::Attached { hook, attachment }, waiting)
+                        }
+                        (outcome, _) => (outcome, None),
+                    }
                 };
                 match (&outcome, &detached) {
                     (Outcome::Attached { .. }, Some(reason)) => logging::log(

@@ -67,9 +67,10 @@ impl AyaKernel {
         AyaKernel { btf, kernel_log }
     }
 
-    /// Loads the attempt's object and program without attaching it: a probe into a module that
-    /// is not loaded yet, attached by [`reattach`] when it loads, without parsing the kernel's
-    /// BTF again (the object's CO-RE relocations are done here).
+    /// Loads the attempt's object and program without attaching it ([`attach_loaded`] does):
+    /// a probe into a module that is not loaded yet stays loaded, to be attached by [`reattach`]
+    /// when the module loads, without parsing the kernel's BTF again (the object's CO-RE
+    /// relocations are done here).
     pub fn load_unattached(&self, probe: Probe, attempt: &Attempt) -> Result<Attachment, String> {
         Ok(Attachment::Bpf {
             ebpf: Mutex::new(self.load_object_and_program(probe, attempt)?),
@@ -195,6 +196,16 @@ fn attach_program(program: &mut Program, attempt: &Attempt) -> Result<(), Box<dy
         Hook::Perf | Hook::Kmsg => return Err("not a BPF hook".into()),
     }
     Ok(())
+}
+
+/// Attaches the program of an attachment from [`AyaKernel::load_unattached`] to the attempt's
+/// targets.
+pub fn attach_loaded(attachment: &Attachment, attempt: &Attempt) -> Result<(), String> {
+    let Attachment::Bpf { ebpf, program } = attachment else {
+        return Err("not a BPF program".into());
+    };
+    let mut ebpf = ebpf.lock().unwrap_or_else(|p| p.into_inner());
+    attach_program(program_of(&mut ebpf, program)?, attempt).map_err(|err| one_line(&*err))
 }
 
 /// Detaches a probe into a module that unloaded: its kprobe links go with its program, its maps
