@@ -19,10 +19,9 @@ fn catalog() -> BTreeSet<String> {
 }
 
 /// Metrics that need a kernel with module support, kprobes or an Intel IOMMU, which the CI
-/// machine's kernel lacks: the kernel lab (Debian kernels in qemu) checks them. Two are not
-/// produced there either: no lab scenario makes `vfio_pci_core_enable` fail or raises an AER
-/// error on an assigned device (edu is conventional PCI); the lab checks that their probes
-/// attach, and that the enable probe runs on a device open.
+/// machine's kernel lacks: the kernel lab (Debian kernels in qemu) checks them. One is not
+/// produced there either: no lab scenario makes `vfio_pci_core_enable` fail; the lab checks
+/// that its probe attaches, and that it runs on a device open.
 const KERNEL_LAB_ONLY: &[&str] = &[
     "hpcnode_module_load_failures_total",
     "hpcnode_module_loads_total",

@@ -40,7 +40,7 @@ done
 #   modules=   modules to load (their dependency closure goes into the initramfs)
 #   collectors= collectors the group's checks need; the group fails when the binary lacks one
 #   cmdline=   extra kernel parameters; machine=pc (default), q35-iommu (intel-iommu + edu) or
-#              q35-pcie (e1000e and edu behind PCIe root ports)
+#              q35-pcie (e1000e and edu behind PCIe root ports), q35-pcie-iommu (the same behind an Intel IOMMU)
 #   tools=verbs  rdma-core userspace (ibverbs, perftest, rdmacm) and iproute2's rdma
 #   variants=  signed modules to provide as /lab/modules/M.{signed,unsigned,badsig,foreign_keyid,foreign_serial}.ko,
 #              and compressed under /lab/modules/root/lib/modules/<release> with a modules.dep
@@ -235,6 +235,12 @@ run_kernel() {
       q35-pcie) machine_args=(-machine q35
         -device pcie-root-port,id=rp1,bus=pcie.0,chassis=1,addr=0x4 -device e1000e,bus=rp1,addr=0
         -device pcie-root-port,id=rp2,bus=pcie.0,chassis=2,addr=0x5 -device edu,bus=rp2,addr=0) ;;
+      # The same behind an Intel IOMMU (no interrupt remapping), for vfio-pci: Debian's kernels
+      # have no vfio no-IOMMU mode (CONFIG_VFIO_NOIOMMU is not set).
+      q35-pcie-iommu) machine_args=(-machine q35 -device intel-iommu
+        -device pcie-root-port,id=rp1,bus=pcie.0,chassis=1,addr=0x4 -device e1000e,bus=rp1,addr=0
+        -device pcie-root-port,id=rp2,bus=pcie.0,chassis=2,addr=0x5 -device edu,bus=rp2,addr=0)
+        cmdline="intel_iommu=on $cmdline" ;;
       *) fail "[$kernel] ${boot_groups[*]}: unknown machine $machine"; continue ;;
     esac
     names=$(IFS=,; echo "${boot_groups[*]}")

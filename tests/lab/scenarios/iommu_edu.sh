@@ -4,12 +4,14 @@
 # the dmar_fault probe and by the kernel-log matcher with the device, access and reason the
 # kernel prints; a VMM's view (helpers/vfio_pin.c): opening the device runs the vfio_enable
 # probe, and pinning 1 MiB over a 64 KiB memlock limit is a vfio pin failure, ENOMEM; unbound,
-# edu is not ready.
+# edu is not ready. The vfio modules load after the exporter started: the vfio probes wait for
+# them, attach on their uevent (before any scrape), detach when they unload (counts kept) and
+# attach again when they reload.
 # lab: machine=q35-iommu
 # lab: modules=vfio-pci vfio_iommu_type1
 # lab: collectors=ebpf pci
 # lab: helpers=vfio_pin
-# lab: timeout=150
+# lab: timeout=480
 
 attached=hpcnode_ebpf_probe_attached
 faults=hpcnode_iommu_faults_total
@@ -21,15 +23,34 @@ short=${address#0000:} # DMAR lines print bus:slot.function without the segment
 group=$(basename "$(readlink "$edu/iommu_group")")
 lab_info "edu at $address, IOMMU group $group"
 lab_check "IOMMU dmar0 present" test -e /sys/class/iommu/dmar0
-# The vfio modules load before the exporter starts: its vfio kprobes need their functions.
-lab_check "modprobe vfio-pci" modprobe vfio-pci
-lab_check "modprobe vfio_iommu_type1" modprobe vfio_iommu_type1
-echo 1234 11e8 > /sys/bus/pci/drivers/vfio-pci/new_id
-lab_check "edu bound to vfio-pci" lab_wait_until 10 test -e "/sys/bus/pci/drivers/vfio-pci/$address"
-lab_check "/dev/vfio/$group exists" test -e "/dev/vfio/$group"
-
+lab_check "vfio_pci_core not loaded yet" test ! -e /sys/module/vfio_pci_core
 lab_exporter_start --collector.disable-defaults --collector.ebpf --collector.pci \
   --collector.pci.passthrough-device=1234:11e8 || exit 1
+
+lab_scenario waiting_for_vfio
+vfio_probes="vfio_enable vfio_pin vfio_aer"
+waiting='hpcnode_ebpf_probe_failure_info{probe="vfio_pin",reason="waiting for module vfio_iommu_type1 to load"}'
+lab_scrape waiting
+for probe in $vfio_probes; do
+  lab_expect "$probe not attached" "$(lab_series waiting "$attached{probe=\"$probe\",hook=\"none\"}")" == 1
+done
+lab_expect "vfio_pin waits for vfio_iommu_type1" "$(lab_series waiting "$waiting")" == 1
+lab_expect "vfio_enable waits for vfio_pci_core or vfio_pci" "$(lab_series waiting \
+  'hpcnode_ebpf_probe_failure_info{probe="vfio_enable",reason="waiting for module vfio_pci_core or vfio_pci to load"}')" == 1
+load_vfio_and_bind() {
+  modprobe vfio-pci && modprobe vfio_iommu_type1 &&
+    echo 1234 11e8 > /sys/bus/pci/drivers/vfio-pci/new_id &&
+    lab_wait_until 10 test -e "/sys/bus/pci/drivers/vfio-pci/$address"
+}
+# The exporter's log says PROBE attached on a module uevent, at least COUNT times.
+attached_on_uevent() { # PROBE COUNT
+  [ "$(grep 'msg="eBPF probe attached"' "$LAB_EXPORTER_LOG" | grep "probe=$1 " | grep -c 'on="module uevent"')" -ge "$2" ]
+}
+lab_check "modprobe vfio-pci vfio_iommu_type1, edu bound to vfio-pci" load_vfio_and_bind
+lab_check "/dev/vfio/$group exists" test -e "/dev/vfio/$group"
+for probe in $vfio_probes; do
+  lab_check "$probe attached on its module's uevent, before any scrape" lab_wait_until 10 attached_on_uevent "$probe" 1
+done
 
 lab_scenario probes
 lab_scrape probes
@@ -42,6 +63,7 @@ for probe in vfio_enable vfio_pin; do
   lab_expect "$probe on kretprobe" "$(lab_value probes "$attached{probe=\"$probe\",hook=\"kretprobe\"}")" == 1
 done
 lab_expect "vfio_aer on kprobe" "$(lab_value probes "$attached{probe=\"vfio_aer\",hook=\"kprobe\"}")" == 1
+lab_expect "one attach after start each" "$(lab_value probes hpcnode_ebpf_probe_module_attaches_total)" == 3
 
 lab_scenario bound_ready
 lab_scrape bound
@@ -90,6 +112,33 @@ lab_expect_delta "vfio_enable ran once, for the device open" before_vfio after_v
 lab_expect "the successful enable is not a failure" \
   "$(lab_series after_vfio hpcnode_vfio_enable_failures_total)" == 0
 lab_info "dmesg: $(dmesg | grep 'RLIMIT_MEMLOCK' | tail -n1)"
+
+lab_scenario vfio_reloaded
+pins='hpcnode_vfio_pin_failures_total{errno="ENOMEM"}'
+unload_vfio() { rmmod vfio_pci && rmmod vfio_pci_core && rmmod vfio_iommu_type1; }
+lab_check "rmmod vfio_pci vfio_pci_core vfio_iommu_type1" unload_vfio
+lab_scrape vfio_unloaded
+for probe in $vfio_probes; do
+  lab_expect "$probe detached" "$(lab_series vfio_unloaded "$attached{probe=\"$probe\",hook=\"none\"}")" == 1
+done
+lab_expect "vfio_pin waits again" "$(lab_series vfio_unloaded "$waiting")" == 1
+lab_expect "the pin failure is still counted" "$(lab_value vfio_unloaded "$pins")" == 1
+lab_check "modprobe again, edu bound" load_vfio_and_bind
+lab_check "vfio_pin attached again on the uevent" lab_wait_until 10 attached_on_uevent vfio_pin 2
+lab_check "vfio_enable attached again on the uevent" lab_wait_until 10 attached_on_uevent vfio_enable 2
+lab_check "vfio_pin: ENOMEM again" /lab/bin/vfio_pin "$group" "$address"
+lab_scrape vfio_reloaded
+lab_expect_delta "second pin failure counted" vfio_unloaded vfio_reloaded "$pins" == 1
+lab_expect "two pin failures in all" "$(lab_value vfio_reloaded "$pins")" == 2
+lab_expect "vfio_enable ran for the open (runs restart with the reattached program)" \
+  "$(lab_value vfio_reloaded 'hpcnode_ebpf_program_runs_total{probe="vfio_enable"}')" == 1
+for probe in vfio_enable vfio_pin; do
+  lab_expect "$probe on kretprobe again" "$(lab_value vfio_reloaded "$attached{probe=\"$probe\",hook=\"kretprobe\"}")" == 1
+  lab_expect "$probe attached twice after start" \
+    "$(lab_value vfio_reloaded "hpcnode_ebpf_probe_module_attaches_total{probe=\"$probe\"}")" == 2
+done
+lab_expect "no collector error" "$(lab_value vfio_reloaded 'hpcnode_collector_errors_total')" == 0
+grep 'probe=vfio_' "$LAB_EXPORTER_LOG" | while read -r line; do lab_info "log: ${line#* }"; done
 
 lab_scenario unbound_not_ready
 echo "$address" > /sys/bus/pci/drivers/vfio-pci/unbind

@@ -1,6 +1,6 @@
 //! The `ebpf` collector: kernel probes for module loads, signature verdicts, failed load
-//! syscalls, kernel log lines, IOMMU faults and vfio failures, attached once at startup and
-//! read at every scrape.
+//! syscalls, kernel log lines, IOMMU faults and vfio failures, attached at startup (the vfio
+//! probes also when their module loads later: [`late_attach`]) and read at every scrape.
 //!
 //! Invariant: nothing a probe does stops the exporter. Each probe loads and attaches on its
 //! own, trying its hooks cheapest first ([`probes::attempts`]); a probe that gets none is
@@ -9,13 +9,14 @@
 //! for the IOMMU and vfio probes, whose hooks a node may rightly lack).
 
 pub mod kernel_log;
+pub mod late_attach;
 pub mod module_events;
 pub mod probes;
 mod sys;
 
 use std::fmt;
 use std::os::fd::OwnedFd;
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
 
 use crate::collector::{
@@ -26,6 +27,7 @@ use crate::logging::{self, Level};
 use crate::metrics::{Desc, LabelValue, Labels, Value};
 use crate::sysfs::{AttributeReader, SysDir};
 use kernel_log::{EventKey, KernelLogCounts};
+use late_attach::{Loads, Step};
 use module_events::ModuleNames;
 use probes::{attach_first, HookChoice, KernelFeatures, Outcome, Probe};
 use sys::Attachment;
@@ -38,6 +40,11 @@ const PROBE_ATTACHED: Desc = Desc::gauge(
 const PROBE_FAILURE_INFO: Desc = Desc::gauge(
     "hpcnode_ebpf_probe_failure_info",
     "Why a kernel probe is not attached: every hook tried and its error.",
+    None,
+);
+const PROBE_MODULE_ATTACHES: Desc = Desc::counter(
+    "hpcnode_ebpf_probe_module_attaches",
+    "Times a probe into a module's functions attached after the exporter started, because the module loaded or reloaded.",
     None,
 );
 const PROGRAM_RUNS: Desc = Desc::counter(
@@ -117,9 +124,10 @@ const VFIO_PIN_FAILURES: Desc = Desc::counter(
     None,
 );
 
-pub const METRICS: [Desc; 17] = [
+pub const METRICS: [Desc; 18] = [
     PROBE_ATTACHED,
     PROBE_FAILURE_INFO,
+    PROBE_MODULE_ATTACHES,
     PROGRAM_RUNS,
     PROGRAM_RUN_TIME,
     EVENTS_LOST,
@@ -178,12 +186,31 @@ impl Settings for EbpfSettings {
     /// Attaches every probe, before serving, so `--ebpf.strict` fails the start and not a
     /// later scrape.
     fn start(self: Box<Self>, host: &Host) -> Result<Started, StartError> {
-        let probes = Probes::attach(&host.procfs, &self.hooks, self.btf_path.as_deref());
+        let probes = Probes::attach(
+            &host.procfs,
+            &host.sysfs,
+            &self.hooks,
+            self.btf_path.as_deref(),
+        );
         if self.strict {
             probes.require_all_attached().map_err(|err| StartError {
                 collector: REGISTRATION.name,
                 reason: err.to_string(),
             })?;
+        }
+        let probes = Arc::new(probes);
+        if probes.module_support {
+            let watcher = probes.clone();
+            let watched = late_attach::watch_module_uevents(move |module| {
+                watcher.modules_changed(module);
+            });
+            if let Err(err) = watched {
+                logging::log(
+                    Level::Warn,
+                    "module uevents unavailable; probes into modules attach at the first scrape after their module loads",
+                    &[("err", &err.to_string())],
+                );
+            }
         }
         Ok(Started::new(EbpfCollector { probes }))
     }
@@ -195,11 +222,85 @@ pub struct StrictError(String);
 
 struct ProbeState {
     probe: Probe,
+    live: Mutex<LiveProbe>,
+}
+
+/// A probe's attachment, which changes after start for probes into modules.
+struct LiveProbe {
     outcome: Outcome<Attachment>,
+    /// Why an attached probe's program is detached now (its module unloaded, or attaching it
+    /// again after a reload failed); its maps, and so its counts, are still read.
+    detached: Option<String>,
+    /// Probes into modules: the loads of their modules last acted on.
+    loads: Loads,
+    /// Probes into modules: attaches after start, on their module's load or reload.
+    module_attaches: u64,
+}
+
+impl LiveProbe {
+    fn attached(&self) -> bool {
+        matches!(self.outcome, Outcome::Attached { .. }) && self.detached.is_none()
+    }
+}
+
+fn lock_live(state: &ProbeState) -> std::sync::MutexGuard<'_, LiveProbe> {
+    state.live.lock().unwrap_or_else(|p| p.into_inner())
+}
+
+/// The reason a probe into modules gives while none of its modules is loaded.
+fn waiting_for_module(probe: Probe) -> String {
+    format!(
+        "waiting for module {} to load",
+        probe.target_modules().join(" or ")
+    )
+}
+
+/// One log line per attach or failure; `trigger` says what started it.
+fn log_outcome(probe: Probe, outcome: &Outcome<Attachment>, trigger: &str) {
+    match outcome {
+        Outcome::Attached { hook, .. } => logging::log(
+            Level::Info,
+            "eBPF probe attached",
+            &[
+                ("probe", probe.name()),
+                ("hook", hook.name()),
+                ("on", trigger),
+            ],
+        ),
+        Outcome::Missed { reason } => logging::log(
+            Level::Warn,
+            "eBPF probe not attached",
+            &[("probe", probe.name()), ("reason", reason), ("on", trigger)],
+        ),
+    }
+}
+
+/// The choice of hook for a probe into modules, which keeps the first program that loaded but
+/// could not attach (its module is not loaded, yet): [`sys::reattach`] attaches it later.
+struct KeepLoaded<'a> {
+    kernel: &'a sys::AyaKernel,
+    loaded: Option<(probes::Hook, Attachment)>,
+}
+
+impl probes::Kernel for KeepLoaded<'_> {
+    type Attachment = Attachment;
+    fn attach(&mut self, probe: Probe, attempt: &probes::Attempt) -> Result<Attachment, String> {
+        let attachment = self.kernel.load_unattached(probe, attempt)?;
+        match sys::attach_loaded(&attachment, attempt) {
+            Ok(()) => Ok(attachment),
+            Err(reason) => {
+                self.loaded.get_or_insert((attempt.hook, attachment));
+                Err(reason)
+            }
+        }
+    }
 }
 
 pub struct Probes {
     probes: Vec<ProbeState>,
+    /// The kernel has loadable modules: module uevents are worth watching.
+    module_support: bool,
+    sysfs: PathBuf,
     kernel_log: Arc<KernelLogCounts>,
     /// Whether run counts and times are being recorded (BPF_ENABLE_STATS held by
     /// `_stats`, or kernel.bpf_stats_enabled set by the operator).
@@ -209,7 +310,12 @@ pub struct Probes {
 }
 
 impl Probes {
-    fn attach(procfs: &Path, choice: &HookChoice, btf_path: Option<&Path>) -> Probes {
+    fn attach(
+        procfs: &Path,
+        sysfs: &Path,
+        choice: &HookChoice,
+        btf_path: Option<&Path>,
+    ) -> Probes {
         let proc = SysDir::open(procfs, "").ok();
         let mut reader = AttributeReader::default();
         let mut proc_value = |name: &str| {
@@ -255,26 +361,54 @@ impl Probes {
         let probes = Probe::ALL
             .into_iter()
             .map(|probe| {
-                let outcome = attach_first(&mut kernel, &features, choice, probe);
-                match &outcome {
-                    Outcome::Attached { hook, .. } => logging::log(
+                let loads = Loads::read(sysfs, probe.target_modules());
+                let (outcome, detached) = if probe.target_modules().is_empty() {
+                    (attach_first(&mut kernel, &features, choice, probe), None)
+                } else {
+                    let mut keep = KeepLoaded {
+                        kernel: &kernel,
+                        loaded: None,
+                    };
+                    let outcome = attach_first(&mut keep, &features, choice, probe);
+                    match (outcome, keep.loaded) {
+                        // Its module is not loaded (its functions are not built in either: the
+                        // attach failed): the program stays loaded, while the kernel's BTF is
+                        // at hand, and is attached when the module loads.
+                        (Outcome::Missed { .. }, Some((hook, attachment)))
+                            if features.modules && !loads.any() =>
+                        {
+                            let waiting = Some(waiting_for_module(probe));
+                            (Outcome::Attached { hook, attachment }, waiting)
+                        }
+                        (outcome, _) => (outcome, None),
+                    }
+                };
+                match (&outcome, &detached) {
+                    (Outcome::Attached { .. }, Some(reason)) => logging::log(
                         Level::Info,
-                        "eBPF probe attached",
-                        &[("probe", probe.name()), ("hook", hook.name())],
-                    ),
-                    Outcome::Missed { reason } => logging::log(
-                        Level::Warn,
-                        "eBPF probe not attached",
+                        "eBPF probe loaded, not attached",
                         &[("probe", probe.name()), ("reason", reason)],
                     ),
+                    _ => log_outcome(probe, &outcome, "start"),
                 }
-                ProbeState { probe, outcome }
+                let live = LiveProbe {
+                    outcome,
+                    detached,
+                    loads,
+                    module_attaches: 0,
+                };
+                ProbeState {
+                    probe,
+                    live: Mutex::new(live),
+                }
             })
             .collect();
         drop(kernel);
         sys::release_startup_memory();
         Probes {
             probes,
+            module_support: features.modules,
+            sysfs: sysfs.to_path_buf(),
             kernel_log,
             run_stats,
             _stats: stats,
@@ -288,7 +422,7 @@ impl Probes {
             .probes
             .iter()
             .filter(|state| state.probe.required_by_strict())
-            .filter_map(|state| match &state.outcome {
+            .filter_map(|state| match &lock_live(state).outcome {
                 Outcome::Missed { reason } => Some(format!("{} ({reason})", state.probe.name())),
                 Outcome::Attached { .. } => None,
             })
@@ -300,26 +434,110 @@ impl Probes {
         }
     }
 
-    fn collect(&self, state: &ProbeState, out: &mut Output) {
-        let probe_label = || -> Labels { vec![("probe", state.probe.name().into())] };
-        let attachment = match &state.outcome {
-            Outcome::Missed { reason } => {
-                let mut labels = probe_label();
-                labels.push(("hook", "none".into()));
-                out.samples.push(&PROBE_ATTACHED, labels, Value::Int(0));
-                let mut labels = probe_label();
-                labels.push(("reason", LabelValue::composed(reason.clone())));
-                out.samples.push(&PROBE_FAILURE_INFO, labels, Value::Int(1));
-                return;
+    /// Called on a module uevent (`None`: uevents were lost) with the probes into that module.
+    fn modules_changed(&self, module: Option<&str>) {
+        for state in &self.probes {
+            if module.is_none_or(|module| state.probe.target_modules().contains(&module)) {
+                self.follow_modules(state, "module uevent");
             }
-            Outcome::Attached { hook, attachment } => {
+        }
+    }
+
+    /// Attaches a probe into modules when one of its modules loaded or reloaded since the last
+    /// call, and detaches it when they are all gone; nothing for other probes.
+    fn follow_modules(&self, state: &ProbeState, trigger: &str) {
+        let probe = state.probe;
+        if probe.target_modules().is_empty() {
+            return;
+        }
+        let now = Loads::read(&self.sysfs, probe.target_modules());
+        let mut live = lock_live(state);
+        match late_attach::step(&live.loads, &now, live.attached()) {
+            Step::Stay => {}
+            Step::Detach => {
+                if let Outcome::Attached { attachment, .. } = &live.outcome {
+                    if let Err(err) = sys::detach(attachment) {
+                        logging::log(
+                            Level::Warn,
+                            "eBPF probe detach failed",
+                            &[("probe", probe.name()), ("err", &err)],
+                        );
+                    }
+                }
+                let reason = waiting_for_module(probe);
+                logging::log(
+                    Level::Info,
+                    "eBPF probe detached",
+                    &[
+                        ("probe", probe.name()),
+                        ("reason", &reason),
+                        ("on", trigger),
+                    ],
+                );
+                live.detached = Some(reason);
+            }
+            Step::Attach => {
+                // A probe whose program never loaded keeps its reason.
+                if let Outcome::Attached { hook, attachment } = &live.outcome {
+                    match sys::reattach(probe, *hook, attachment) {
+                        Ok(()) => {
+                            live.detached = None;
+                            live.module_attaches += 1;
+                            log_outcome(probe, &live.outcome, trigger);
+                        }
+                        Err(reason) => {
+                            logging::log(
+                                Level::Warn,
+                                "eBPF probe not attached to its reloaded module",
+                                &[
+                                    ("probe", probe.name()),
+                                    ("reason", &reason),
+                                    ("on", trigger),
+                                ],
+                            );
+                            live.detached = Some(reason);
+                        }
+                    }
+                }
+            }
+        }
+        live.loads = now;
+    }
+
+    fn collect(&self, state: &ProbeState, out: &mut Output) {
+        self.follow_modules(state, "scrape");
+        let live = lock_live(state);
+        let probe_label = || -> Labels { vec![("probe", state.probe.name().into())] };
+        if !state.probe.target_modules().is_empty() {
+            out.samples.push(
+                &PROBE_MODULE_ATTACHES,
+                probe_label(),
+                Value::Int(live.module_attaches),
+            );
+        }
+        let not_attached = |out: &mut Output, reason: &str| {
+            let mut labels = probe_label();
+            labels.push(("hook", "none".into()));
+            out.samples.push(&PROBE_ATTACHED, labels, Value::Int(0));
+            let mut labels = probe_label();
+            labels.push(("reason", LabelValue::composed(reason.to_string())));
+            out.samples.push(&PROBE_FAILURE_INFO, labels, Value::Int(1));
+        };
+        let attachment = match (&live.outcome, &live.detached) {
+            (Outcome::Missed { reason }, _) => return not_attached(out, reason),
+            (Outcome::Attached { attachment, .. }, Some(reason)) => {
+                not_attached(out, reason);
+                attachment
+            }
+            (Outcome::Attached { hook, attachment }, None) => {
                 let mut labels = probe_label();
                 labels.push(("hook", hook.name().into()));
                 out.samples.push(&PROBE_ATTACHED, labels, Value::Int(1));
                 attachment
             }
         };
-        if self.run_stats {
+        // A detached program is unloaded: no run statistics, but its maps keep the counts.
+        if self.run_stats && live.detached.is_none() {
             match sys::run_stats(attachment) {
                 Some(Ok((runs, time))) => {
                     out.samples
@@ -552,7 +770,7 @@ fn parse_release(release: &str) -> Option<(u32, u32)> {
 }
 
 struct EbpfCollector {
-    probes: Probes,
+    probes: Arc<Probes>,
 }
 
 impl fmt::Display for Probe {

@@ -58,6 +58,18 @@ impl Probe {
         )
     }
 
+    /// The loadable modules whose functions the probe's hooks target: it attaches while one
+    /// of them is loaded ([`super::late_attach`]). vfio_pci_core_enable is in vfio_pci_core
+    /// since 5.15, vfio_pci_enable in vfio_pci before.
+    pub fn target_modules(self) -> &'static [&'static str] {
+        match self {
+            Probe::VfioEnable => &["vfio_pci_core", "vfio_pci"],
+            Probe::VfioAer => &["vfio_pci_core"],
+            Probe::VfioPin => &["vfio_iommu_type1"],
+            _ => &[],
+        }
+    }
+
     /// Whether the probe is pointless on a kernel without module support. Only the syscall
     /// probe is skipped there: its raw `sys_exit` fallback exists on every kernel and would run
     /// for every syscall; the others find their hooks missing and say so.
@@ -237,8 +249,8 @@ const DMAR_FAULT: &[Attempt] = &[
     ),
 ];
 
-/// The vfio functions live in modules: kprobes only (aya attaches fentry/fexit to vmlinux
-/// functions), and only while the module is loaded when the exporter starts.
+/// The vfio functions live in modules: kprobes only (aya 0.14 loads fentry/fexit against
+/// vmlinux BTF, never a module's), attached while the module is loaded ([`super::late_attach`]).
 const VFIO_ENABLE: &[Attempt] = &[
     attempt(
         Kretprobe,

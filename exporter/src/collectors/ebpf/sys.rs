@@ -10,13 +10,15 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use aya::maps::{HashMap as BpfHashMap, MapData, PerCpuArray, RingBuf};
-use aya::programs::{BtfTracePoint, FEntry, FExit, KProbe, Program, RawTracePoint, TracePoint};
+use aya::programs::{
+    BtfTracePoint, FEntry, FExit, KProbe, Program, ProgramError, RawTracePoint, TracePoint,
+};
 use aya::{Btf, Ebpf, EbpfLoader};
 use perf_event::events::Tracepoint as PerfTracepoint;
 use perf_event::Counter;
 
 use super::kernel_log::{self, KernelLogCounts};
-use super::probes::{Attempt, Hook, Kernel, Probe};
+use super::probes::{attempts, Attempt, Hook, Kernel, Probe};
 use crate::sysfs::{AttributeReader, SysDir};
 
 /// The compiled probes (ebpf/*.bpf.o, rebuilt by ebpf/build.sh), aligned for the ELF parser.
@@ -65,16 +67,30 @@ impl AyaKernel {
         AyaKernel { btf, kernel_log }
     }
 
-    fn attach_bpf(&self, probe: Probe, attempt: &Attempt) -> Result<Attachment, String> {
+    /// Loads the attempt's object and program without attaching it ([`attach_loaded`] does):
+    /// a probe into a module that is not loaded yet stays loaded, to be attached by [`reattach`]
+    /// when the module loads, without parsing the kernel's BTF again (the object's CO-RE
+    /// relocations are done here).
+    pub fn load_unattached(&self, probe: Probe, attempt: &Attempt) -> Result<Attachment, String> {
+        Ok(Attachment::Bpf {
+            ebpf: Mutex::new(self.load_object_and_program(probe, attempt)?),
+            program: attempt.program,
+        })
+    }
+
+    fn load_object_and_program(&self, probe: Probe, attempt: &Attempt) -> Result<Ebpf, String> {
         let mut ebpf = EbpfLoader::new()
             .btf(self.btf.as_ref())
             .load(object(probe))
             .map_err(|err| format!("loading the object: {}", one_line(&err)))?;
-        let program = ebpf
-            .program_mut(attempt.program)
-            .ok_or_else(|| format!("program {} missing from the object", attempt.program))?;
-        load_program(program, attempt, self.btf.as_ref())
-            .and_then(|()| attach_program(program, attempt))
+        let program = program_of(&mut ebpf, attempt.program)?;
+        load_program(program, attempt, self.btf.as_ref()).map_err(|err| one_line(&*err))?;
+        Ok(ebpf)
+    }
+
+    fn attach_bpf(&self, probe: Probe, attempt: &Attempt) -> Result<Attachment, String> {
+        let mut ebpf = self.load_object_and_program(probe, attempt)?;
+        attach_program(program_of(&mut ebpf, attempt.program)?, attempt)
             .map_err(|err| one_line(&*err))?;
         if probe == Probe::KernelLog {
             let ring = ebpf
@@ -116,6 +132,11 @@ impl Kernel for AyaKernel {
         }
         Ok(attachment)
     }
+}
+
+fn program_of<'a>(ebpf: &'a mut Ebpf, name: &str) -> Result<&'a mut Program, String> {
+    ebpf.program_mut(name)
+        .ok_or_else(|| format!("program {name} missing from the object"))
 }
 
 fn spawn(name: &str, body: impl FnOnce() + Send + 'static) -> Result<(), String> {
@@ -175,6 +196,60 @@ fn attach_program(program: &mut Program, attempt: &Attempt) -> Result<(), Box<dy
         Hook::Perf | Hook::Kmsg => return Err("not a BPF hook".into()),
     }
     Ok(())
+}
+
+/// Attaches the program of an attachment from [`AyaKernel::load_unattached`] to the attempt's
+/// targets.
+pub fn attach_loaded(attachment: &Attachment, attempt: &Attempt) -> Result<(), String> {
+    let Attachment::Bpf { ebpf, program } = attachment else {
+        return Err("not a BPF program".into());
+    };
+    let mut ebpf = ebpf.lock().unwrap_or_else(|p| p.into_inner());
+    attach_program(program_of(&mut ebpf, program)?, attempt).map_err(|err| one_line(&*err))
+}
+
+/// Detaches a probe into a module that unloaded: its kprobe links go with its program, its maps
+/// (the counts so far) stay for [`reattach`].
+pub fn detach(attachment: &Attachment) -> Result<(), String> {
+    let Attachment::Bpf { ebpf, program } = attachment else {
+        return Err("not a BPF program".into());
+    };
+    let mut ebpf = ebpf.lock().unwrap_or_else(|p| p.into_inner());
+    unload_kprobe(program_of(&mut ebpf, program)?)
+}
+
+/// Attaches a probe into a module again after the module (re)loaded, with the same maps so its
+/// counts go on: the program is loaded anew (the old one's kprobe died with the old module
+/// text) and attached to the first of the probe's targets for `hook` that exists.
+pub fn reattach(probe: Probe, hook: Hook, attachment: &Attachment) -> Result<(), String> {
+    let Attachment::Bpf { ebpf, program } = attachment else {
+        return Err("not a BPF program".into());
+    };
+    let mut ebpf = ebpf.lock().unwrap_or_else(|p| p.into_inner());
+    let program = program_of(&mut ebpf, program)?;
+    let mut failures = Vec::new();
+    for attempt in attempts(probe).iter().filter(|a| a.hook == hook) {
+        unload_kprobe(program)?;
+        // The object's CO-RE relocations were done at its first load: no BTF needed here.
+        match load_program(program, attempt, None).and_then(|()| attach_program(program, attempt)) {
+            Ok(()) => return Ok(()),
+            Err(err) => failures.push(format!(
+                "{}({}): {}",
+                hook.name(),
+                attempt.targets.first().copied().unwrap_or_default(),
+                one_line(&*err)
+            )),
+        }
+    }
+    Err(failures.join("; "))
+}
+
+fn unload_kprobe(program: &mut Program) -> Result<(), String> {
+    let kprobe = <&mut KProbe>::try_from(program).map_err(|err| one_line(&err))?;
+    match kprobe.unload() {
+        Ok(()) | Err(ProgramError::NotLoaded) => Ok(()),
+        Err(err) => Err(one_line(&err)),
+    }
 }
 
 /// An error and its causes on one line, whitespace (the verifier log's newlines) collapsed,
@@ -480,7 +555,6 @@ pub fn read_counts(probe: Probe, attachment: &Attachment) -> Result<ProbeCounts,
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::collectors::ebpf::probes::attempts;
     use std::os::fd::{AsFd, AsRawFd};
 
     /// Every BPF program the probes can use passes this kernel's verifier, including those
