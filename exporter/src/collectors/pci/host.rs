@@ -154,6 +154,8 @@ mod tests {
             passthrough: Vec::new(),
             nova_configs: Vec::new(),
             nova_scheduler_configs: Vec::new(),
+            aliases: Default::default(),
+            modprobe_rules: Default::default(),
         };
         let mut out = Output::default();
         let mut read = Read {

@@ -28,9 +28,10 @@ use crate::collector::{
 };
 use crate::flags::{repeated, ConfigError, Flags};
 use crate::metrics::{Desc, Labels, Value};
-use crate::sysfs::{AttributeReader, Entry, SysDir, SysfsError};
+use crate::sysfs::{AttributeReader, Entry, FileStamp, SysDir, SysfsError};
 
 use identity::{read_identity, Address};
+use modules::{ModprobeRules, Stamped};
 
 pub const REGISTRATION: Registration = Registration {
     name: "pci",
@@ -112,6 +113,8 @@ impl Settings for PciSettings {
             passthrough: self.passthrough,
             nova_configs: self.nova_configs,
             nova_scheduler_configs: self.nova_scheduler_configs,
+            aliases: Stamped::default(),
+            modprobe_rules: Stamped::default(),
         }))
     }
 }
@@ -156,6 +159,10 @@ struct PciCollector {
     passthrough: Vec<DeviceSelector>,
     nova_configs: Vec<PathBuf>,
     nova_scheduler_configs: Vec<PathBuf>,
+    /// `modules.alias` by kernel release, kept while its stamp stays the same.
+    aliases: Stamped<(String, FileStamp), String>,
+    /// The modprobe.d rules, kept while the stamps of their directories and files stay the same.
+    modprobe_rules: Stamped<Vec<FileStamp>, ModprobeRules>,
 }
 
 impl PciCollector {
