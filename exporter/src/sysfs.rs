@@ -3,8 +3,9 @@
 //!
 //! A scrape reads thousands of small attributes, so every read is relative to an open directory
 //! (one path component to resolve, not ten) and takes three system calls: open, one read,
-//! close. Opens are non-blocking, so a FIFO planted where an attribute belongs returns at once;
-//! whatever is not a regular file is refused. A read that still hangs inside a driver is
+//! close; the counters a collector reads every scrape can be kept open instead and read again
+//! with one `pread` ([`HeldAttributes`]). Opens are non-blocking, so a FIFO planted where an
+//! attribute belongs returns at once; whatever is not a regular file is refused. A read that still hangs inside a driver is
 //! bounded by the collector framework's deadline, not here. The few files longer than a page
 //! (`/proc/modules`, `modules.builtin`) are read to their end under an explicit byte bound.
 //!
