@@ -23,20 +23,37 @@ import scrape_bench  # noqa: E402
 
 
 def context_switches(pid):
-    """Voluntary + involuntary context switches of every thread of `pid`, and the threads."""
-    total, threads = 0, 0
+    """Voluntary + involuntary context switches of each thread of `pid`, by thread id."""
+    switches = {}
     task_dir = "/proc/%d/task" % pid
     for tid in os.listdir(task_dir):
         try:
             with open(os.path.join(task_dir, tid, "status")) as f:
-                for line in f:
-                    if line.startswith(("voluntary_ctxt_switches:",
-                                        "nonvoluntary_ctxt_switches:")):
-                        total += int(line.split()[1])
-            threads += 1
+                switches[tid] = sum(int(line.split()[1]) for line in f
+                                    if line.startswith(("voluntary_ctxt_switches:",
+                                                        "nonvoluntary_ctxt_switches:")))
         except (FileNotFoundError, ProcessLookupError):
             pass  # a thread that ended meanwhile
-    return total, threads
+    return switches
+
+
+def idle_switches(pids, seconds, every=0.25):
+    """Context switches of each process over `seconds`: per thread, its last count seen minus
+    its count at the start (0 for a thread born meanwhile), so threads that end in the window
+    (an idle blocking-pool worker retiring) count too, with one more for the wake-up that ended
+    each (its status is gone by then). Returns {pid: (switches, threads seen)}."""
+    first = {pid: context_switches(pid) for pid in pids}
+    last = {pid: dict(first[pid]) for pid in pids}
+    now = first
+    deadline = time.monotonic() + seconds
+    while time.monotonic() < deadline:
+        time.sleep(min(every, max(0.0, deadline - time.monotonic())))
+        now = {pid: context_switches(pid) for pid in pids}
+        for pid in pids:
+            last[pid].update(now[pid])
+    return {pid: (sum(n - first[pid].get(tid, 0) + (tid not in now[pid])
+                      for tid, n in last[pid].items()),
+                  len(last[pid])) for pid in pids}
 
 
 def main():
@@ -80,16 +97,14 @@ def main():
             t.conn = None
         # Let connection timers and the first scrapes' work settle.
         time.sleep(2)
-        before = {t.label: context_switches(t.proc.pid) for t in targets}
-        time.sleep(args.seconds)
-        after = {t.label: context_switches(t.proc.pid) for t in targets}
+        counted = idle_switches([t.proc.pid for t in targets], args.seconds)
         print("idle wake-ups over %.0f s without scrapes (voluntary + involuntary context "
               "switches, all threads, /proc/PID/task/*/status); %s as uid %d"
               % (args.seconds, os.uname().release, os.getuid()))
         for t in targets:
-            switches = after[t.label][0] - before[t.label][0]
+            switches, threads = counted[t.proc.pid]
             print("  %-14s %6d switches  %6.2f per second  %3d threads  %s"
-                  % (t.label, switches, switches / args.seconds, after[t.label][1],
+                  % (t.label, switches, switches / args.seconds, threads,
                      " ".join(os.path.basename(a) if i == 0 else a
                               for i, a in enumerate(t.argv))))
         ebpf = [line for line in targets[0].log_tail(20000).splitlines() if "ebpf" in line]
