@@ -549,6 +549,52 @@ fn kernel_release_never_leaves_lib_modules() {
     assert_eq!(log.matches("not a kernel release").count(), 1, "{log}");
 }
 
+/// `modules.alias` and the modprobe.d rules are kept between scrapes, and read again when a
+/// file changes: rewritten in place, a new file, a file removed.
+#[test]
+fn kept_aliases_and_modprobe_rules_follow_their_files() {
+    let tree = util::TreeCopy::with_rootfs("pci_failing_host");
+    let release = std::fs::read_to_string(tree.root().join("proc/sys/kernel/osrelease")).unwrap();
+    let aliases = (tree.root()).join(format!("lib/modules/{}/modules.alias", release.trim()));
+    let modprobe_d = tree.root().join("etc/modprobe.d");
+    let exporter = util::start_on_root("pci", tree.root(), &[]);
+    let module = |module: &str, install: &str, blacklisted: u8| {
+        format!(
+            "hpcnode_pci_unbound_device_alias_module{{device=\"0000:5e:00.0\",module=\"{module}\",install=\"{install}\",blacklisted=\"{blacklisted}\"}} 1"
+        )
+    };
+    let text = scrape(&exporter);
+    assert!(
+        has_line(&text, &module("mlx5_core", "/bin/true", 0)),
+        "{text}"
+    );
+    assert!(has_line(&text, &module("mlx5_compat", "", 0)), "{text}");
+
+    // Rewritten in place (the same inode, another size).
+    let text = std::fs::read_to_string(&aliases).unwrap();
+    std::fs::write(&aliases, text.replace(" mlx5_compat", " mlx5_other")).unwrap();
+    std::fs::write(
+        modprobe_d.join("mlnx.conf"),
+        "install mlx5_core /bin/false\n",
+    )
+    .unwrap();
+    let text = scrape(&exporter);
+    assert!(
+        has_line(&text, &module("mlx5_core", "/bin/false", 0)),
+        "{text}"
+    );
+    assert!(has_line(&text, &module("mlx5_other", "", 0)), "{text}");
+
+    // A new file, then the rule's file removed.
+    std::fs::write(modprobe_d.join("local.conf"), "blacklist mlx5_other\n").unwrap();
+    let text = scrape(&exporter);
+    assert!(has_line(&text, &module("mlx5_other", "", 1)), "{text}");
+    std::fs::remove_file(modprobe_d.join("mlnx.conf")).unwrap();
+    let text = scrape(&exporter);
+    assert!(has_line(&text, &module("mlx5_core", "", 0)), "{text}");
+    assert_eq!(errors_total(&text, "pci"), 0, "{text}");
+}
+
 /// IOMMU fault lines in every format the kernel prints, written to /dev/kmsg on this machine's
 /// kernel, are counted by the ebpf collector's kernel-log probe with `source="kernel_log"`.
 #[test]

@@ -33,7 +33,9 @@ static __always_inline void forward_line(const char *text, __u64 len)
 	 * verifier its bound on the copy size. */
 	asm volatile("" : "+r"(len));
 	bpf_probe_read(line->text, len & (LINE_MAX - 1), text);
-	bpf_ringbuf_submit(line, BPF_RB_NO_WAKEUP);
+	/* Wakes the drain thread, which sleeps in poll(2) (the kernel wakes it only when it has
+	 * caught up, so a burst costs one wake-up). */
+	bpf_ringbuf_submit(line, 0);
 }
 
 SEC("tp_btf/console")

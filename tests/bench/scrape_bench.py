@@ -311,6 +311,7 @@ def run_one(n, args, exporter, node_exporter):
         if exporter:
             targets.append(Target(
                 "hpcnode", lambda port: [exporter, "--web.listen-address=127.0.0.1:%d" % port,
+                                         "--collector.disable-defaults", "--collector.rdma",
                                          "--path.sysfs=%s" % sysfs] + args.exporter_arg,
                 workdir, args))
         if node_exporter:
@@ -401,8 +402,13 @@ def print_table(res, args):
         print("  %-26s %12s %14s %18s" % (name, fmt % h if h is not None else "-",
                                            fmt % ne if ne is not None else "-", ratio))
     if res.get("floor_ms") is not None:
+        floor = res["floor_ms"]
         print("  kernel floor: open+read+close of every file in the tree, one thread, C: %.2f ms"
-              % res["floor_ms"])
+              % floor)
+        for k, t in by.items():
+            if t.latencies:
+                print("  %s CPU per scrape / kernel floor: %.2f"
+                      % (k, t.cpu_ticks * tick_ms / args.scrapes / floor))
     for k, t in by.items():
         extra = ", %d reconnects" % t.reconnects if t.reconnects else ""
         print("  %s: %s%s" % (k, t.check, extra))

@@ -4,7 +4,9 @@
 //! the others: each failure is reported and the rest is exported. Every `hw_counters` file is
 //! exported whatever its name, and PMA counters stuck at their width's maximum are flagged.
 
+use std::collections::HashMap;
 use std::path::PathBuf;
+use std::sync::{Arc, Mutex, PoisonError, TryLockError};
 
 use regex::Regex;
 
@@ -14,7 +16,7 @@ use crate::collector::{
 use crate::flags::{optional, ConfigError, Flags};
 use crate::metrics::{Desc, LabelValue, Labels, Value};
 use crate::rdma_port::{parse_rate, parse_state_id, ETHERNET_LINK_LAYER};
-use crate::sysfs::{AttributeReader, Entry, SysDir, SysfsError};
+use crate::sysfs::{AttributeReader, Entry, HeldAttributes, SysDir, SysfsError};
 
 pub const REGISTRATION: Registration = Registration {
     name: "rdma",
@@ -75,16 +77,42 @@ impl RdmaSettings {
 
 impl Settings for RdmaSettings {
     fn start(self: Box<Self>, host: &Host) -> Result<Started, StartError> {
-        Ok(Started::new(RdmaCollector {
-            sysfs: host.sysfs.clone(),
-            devices: self.devices,
-        }))
+        Ok(Started::new(RdmaCollector::new(
+            host.sysfs.clone(),
+            self.devices,
+        )))
     }
 }
 
 struct RdmaCollector {
     sysfs: PathBuf,
     devices: DeviceFilter,
+    /// Per device, the counters' descriptors held open between scrapes. Each device has a
+    /// lock of its own: the scrape claims a unit before reading it, so only one read holds
+    /// it, and a read hung in a driver blocks no other device.
+    held: Mutex<HashMap<String, Arc<Mutex<DeviceHeld>>>>,
+}
+
+/// A device's held descriptors, and which directory they were opened under.
+#[derive(Default)]
+struct DeviceHeld {
+    directory: Option<(u64, u64)>,
+    attributes: HeldAttributes,
+}
+
+impl RdmaCollector {
+    fn new(sysfs: PathBuf, devices: DeviceFilter) -> Self {
+        RdmaCollector {
+            sysfs,
+            devices,
+            held: Mutex::default(),
+        }
+    }
+
+    fn device_held(&self, device: &str) -> Arc<Mutex<DeviceHeld>> {
+        let mut held = self.held.lock().unwrap_or_else(PoisonError::into_inner);
+        held.entry(device.to_string()).or_default().clone()
+    }
 }
 
 /// Where the devices are, under `--path.sysfs`.
@@ -329,6 +357,14 @@ impl Collector for RdmaCollector {
             Ok(mut devices) => {
                 devices
                     .retain(|device| device.name().map_or(true, |name| self.devices.allows(name)));
+                // Devices gone since the last listing close their descriptors.
+                let listed = |name: &String| {
+                    devices
+                        .iter()
+                        .any(|device| device.name().ok() == Some(name))
+                };
+                (self.held.lock().unwrap_or_else(PoisonError::into_inner))
+                    .retain(|name, _| listed(name));
                 Ok(devices)
             }
             // No RDMA stack loaded: nothing to export, and nothing failed.
@@ -347,18 +383,47 @@ impl Collector for RdmaCollector {
         else {
             return;
         };
+        let held = self.device_held(device);
+        // Only the read that claimed the unit locks it; were it still locked, this read holds
+        // descriptors of its own for its length rather than wait.
+        let (mut guard, mut own);
+        let held: &mut DeviceHeld = match held.try_lock() {
+            Ok(locked) => {
+                guard = locked;
+                &mut guard
+            }
+            Err(TryLockError::Poisoned(poisoned)) => {
+                guard = poisoned.into_inner();
+                &mut guard
+            }
+            Err(TryLockError::WouldBlock) => {
+                own = DeviceHeld::default();
+                &mut own
+            }
+        };
+        // The device went and came back (or another took its name): new descriptors.
+        let identity = dir.identity().ok();
+        if held.directory != identity {
+            *held = DeviceHeld {
+                directory: identity,
+                ..DeviceHeld::default()
+            };
+        }
         let mut read = DeviceRead {
             reader: AttributeReader::default(),
+            held: &mut held.attributes,
             out,
             device: device.to_string().into(),
         };
         read.device(&dir);
+        held.attributes.end_round();
     }
 }
 
-/// One device's read: the read buffer and where samples and errors go.
+/// One device's read: the read buffer, the held descriptors and where samples and errors go.
 struct DeviceRead<'a> {
     reader: AttributeReader,
+    held: &'a mut HeldAttributes,
     out: &'a mut Output,
     device: LabelValue,
 }
@@ -388,7 +453,7 @@ impl DeviceRead<'_> {
 
     /// An optional text attribute: "" when absent or broken (then reported).
     fn text(&mut self, dir: &SysDir, name: &str) -> String {
-        let text = self.out.optional(dir.read(name, &mut self.reader));
+        let text = (self.out).optional(dir.read_held(name, self.held, &mut self.reader));
         text.unwrap_or_default().to_string()
     }
 
@@ -445,7 +510,7 @@ impl DeviceRead<'_> {
 
         for (file, desc) in [("state", &PORT_STATE), ("phys_state", &PORT_PHYSICAL_STATE)] {
             let id = dir
-                .read(file, &mut self.reader)
+                .read_held(file, self.held, &mut self.reader)
                 .and_then(|text| parse_state_id(&dir.path(file), text));
             if let Some(id) = self.out.reported(id) {
                 self.push(desc, self.port_labels(port), Value::Int(id));
@@ -453,7 +518,7 @@ impl DeviceRead<'_> {
         }
 
         let rate = dir
-            .read("rate", &mut self.reader)
+            .read_held("rate", self.held, &mut self.reader)
             .and_then(|text| parse_rate(&dir.path("rate"), text));
         if let Some(rate) = self.out.reported(rate) {
             let bytes = Value::Float(rate.bytes_per_second());
@@ -496,10 +561,12 @@ impl DeviceRead<'_> {
             .collect();
         indexes
             .iter()
-            .find_map(|index| match ndevs.read(index, &mut self.reader) {
-                Ok(name) if !name.is_empty() => Some(name.to_string()),
-                _ => None,
-            })
+            .find_map(
+                |index| match ndevs.read_held(index, self.held, &mut self.reader) {
+                    Ok(name) if !name.is_empty() => Some(name.to_string()),
+                    _ => None,
+                },
+            )
             .unwrap_or_default()
     }
 
@@ -574,7 +641,7 @@ impl DeviceRead<'_> {
     /// A counter's value; `None` when absent, `N/A (no PMA)`, or broken (then reported).
     fn counter_value(&mut self, dir: &SysDir, name: &str) -> Option<u64> {
         let value = dir
-            .read(name, &mut self.reader)
+            .read_held(name, self.held, &mut self.reader)
             .and_then(|text| match text {
                 NO_PMA => Ok(None),
                 text => text.parse().map(Some).map_err(|_| {
@@ -668,10 +735,7 @@ mod tests {
         ] {
             std::fs::write(file, content).unwrap();
         }
-        let collector = RdmaCollector {
-            sysfs: tmp.path().to_path_buf(),
-            devices: DeviceFilter::All,
-        };
+        let collector = RdmaCollector::new(tmp.path().to_path_buf(), DeviceFilter::All);
         let mut out = Output::default();
         collector.collect_unit(&Entry::Name("mlx5_0".to_string()), &mut out);
         assert!(out.errors.is_empty(), "{:?}", out.errors);
@@ -687,10 +751,7 @@ mod tests {
         for dir in ["counters", "counters_ext"] {
             std::fs::create_dir_all(port.join(dir)).unwrap();
         }
-        let collector = RdmaCollector {
-            sysfs: tmp.path().to_path_buf(),
-            devices: DeviceFilter::All,
-        };
+        let collector = RdmaCollector::new(tmp.path().to_path_buf(), DeviceFilter::All);
         let mut exported = Vec::new();
         for (basic, extended) in values {
             std::fs::write(port.join("counters/port_rcv_packets"), format!("{basic}\n")).unwrap();
@@ -728,13 +789,54 @@ mod tests {
         assert_eq!(exported_over_scrapes(&saturated), expected.map(Value::Int));
     }
 
+    /// A device that vanishes between scrapes and comes back with other counters (the driver
+    /// reloaded) is read afresh, not through what was held for the one before; a device no
+    /// longer listed closes its descriptors.
+    #[test]
+    fn a_device_that_vanishes_and_returns_is_read_afresh() {
+        let tmp = tempfile::tempdir().unwrap();
+        let device = tmp.path().join(CLASS_DIR).join("rxe0");
+        let make_device = |packets: u64| {
+            let hw = device.join("ports/1/hw_counters");
+            std::fs::create_dir_all(&hw).unwrap();
+            std::fs::write(hw.join("rcvd_pkts"), format!("{packets}\n")).unwrap();
+            for (file, content) in [
+                ("state", "4: ACTIVE"),
+                ("phys_state", "5: LinkUp"),
+                ("rate", "10 Gb/sec (1X QDR)"),
+            ] {
+                std::fs::write(device.join("ports/1").join(file), content).unwrap();
+            }
+        };
+        let collector = RdmaCollector::new(tmp.path().to_path_buf(), DeviceFilter::All);
+        let received = || {
+            assert_eq!(collector.units().unwrap().len(), 1);
+            let mut out = Output::default();
+            collector.collect_unit(&Entry::Name("rxe0".to_string()), &mut out);
+            assert!(out.errors.is_empty(), "{:?}", out.errors);
+            let families = out.samples.families();
+            let hw = families.iter().find(|f| f.desc.name == PORT_HW_STAT.name);
+            hw.map(|family| family.samples[0].1)
+        };
+        make_device(10);
+        assert_eq!(received(), Some(Value::Int(10)));
+        std::fs::write(device.join("ports/1/hw_counters/rcvd_pkts"), "11\n").unwrap();
+        assert_eq!(received(), Some(Value::Int(11)));
+        std::fs::remove_dir_all(&device).unwrap();
+        assert!(collector.units().unwrap().is_empty());
+        assert!(collector.held.lock().unwrap().is_empty());
+        make_device(5);
+        assert_eq!(received(), Some(Value::Int(5)));
+        // Gone and back between two scrapes, never seen missing.
+        std::fs::remove_dir_all(&device).unwrap();
+        make_device(7);
+        assert_eq!(received(), Some(Value::Int(7)));
+    }
+
     #[test]
     fn a_device_gone_since_the_listing_is_no_error() {
         let tmp = tempfile::tempdir().unwrap();
-        let collector = RdmaCollector {
-            sysfs: tmp.path().to_path_buf(),
-            devices: DeviceFilter::All,
-        };
+        let collector = RdmaCollector::new(tmp.path().to_path_buf(), DeviceFilter::All);
         let mut out = Output::default();
         collector.collect_unit(&Entry::Name("mlx5_9".to_string()), &mut out);
         assert!(out.errors.is_empty(), "{:?}", out.errors);

@@ -6,7 +6,7 @@
 use std::collections::BTreeMap;
 use std::path::Path;
 
-use crate::sysfs::{SysDir, SysfsError};
+use crate::sysfs::{FileStamp, SysDir, SysfsError};
 
 /// Where kmod reads modprobe configuration, highest priority first: a file name found in an
 /// earlier directory hides the same name in the later ones (libkmod `default_config_paths`).
@@ -91,6 +91,45 @@ impl Action {
 /// kmod's precedence applies: `*.conf` and `*.alias` files, not hidden ones, a name in an
 /// earlier directory hiding the same name in later ones, and a link to `/dev/null` masking it.
 pub fn read_config(rootfs: &Path, errors: &mut Vec<SysfsError>) -> Vec<ConfigFile> {
+    let (dirs, names) = effective_files(rootfs, errors);
+    let mut files = Vec::new();
+    for (name, index) in names {
+        let (dir_name, dir) = &dirs[index];
+        // systemd's way to disable a vendor file: a link to /dev/null of the same name.
+        if dir
+            .link_target(&name)
+            .is_ok_and(|target| target == Path::new("/dev/null"))
+        {
+            continue;
+        }
+        match dir.read_text_file(&name, MAX_CONFIG_BYTES) {
+            Ok(text) => files.push(ConfigFile {
+                path: format!("/{dir_name}/{name}"),
+                rules: parse_rules(&text),
+            }),
+            Err(err) => errors.push(err),
+        }
+    }
+    files
+}
+
+/// What [`read_config`] would read, stamped: each configuration directory present and each
+/// effective file in it (a link as the link). The same stamps, the same rules.
+pub fn config_stamps(rootfs: &Path, errors: &mut Vec<SysfsError>) -> Vec<FileStamp> {
+    let (dirs, names) = effective_files(rootfs, errors);
+    let dir_stamps = dirs.iter().map(|(_, dir)| dir.stamp("."));
+    let file_stamps = names.iter().map(|(name, index)| dirs[*index].1.stamp(name));
+    (dir_stamps.chain(file_stamps))
+        .filter_map(|stamp| stamp.map_err(|err| errors.push(err)).ok())
+        .collect()
+}
+
+/// The configuration directories present, and each effective file name with the index in
+/// them of the directory whose file wins.
+fn effective_files(
+    rootfs: &Path,
+    errors: &mut Vec<SysfsError>,
+) -> (Vec<(&'static str, SysDir)>, BTreeMap<String, usize>) {
     let mut dirs = Vec::new();
     // File name -> index in `dirs` of the directory whose file wins.
     let mut names: BTreeMap<String, usize> = BTreeMap::new();
@@ -123,25 +162,7 @@ pub fn read_config(rootfs: &Path, errors: &mut Vec<SysfsError>) -> Vec<ConfigFil
         }
         dirs.push((dir_name, dir));
     }
-    let mut files = Vec::new();
-    for (name, index) in names {
-        let (dir_name, dir) = &dirs[index];
-        // systemd's way to disable a vendor file: a link to /dev/null of the same name.
-        if dir
-            .link_target(&name)
-            .is_ok_and(|target| target == Path::new("/dev/null"))
-        {
-            continue;
-        }
-        match dir.read_text_file(&name, MAX_CONFIG_BYTES) {
-            Ok(text) => files.push(ConfigFile {
-                path: format!("/{dir_name}/{name}"),
-                rules: parse_rules(&text),
-            }),
-            Err(err) => errors.push(err),
-        }
-    }
-    files
+    (dirs, names)
 }
 
 /// fnmatch(3) without flags, as modprobe uses it: `*`, `?`, `[...]` with ranges and `!`/`^`.

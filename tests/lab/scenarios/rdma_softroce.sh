@@ -42,3 +42,41 @@ lab_expect "one hw_stat series per hw_counters file ($counters)" \
 lab_expect "hw_counters/rdma_sends as in sysfs" \
   "$(lab_value rxe 'hpcnode_rdma_port_hw_stat_total{device="rxe0",port="1",counter="rdma_sends"}')" == "$(cat $port/hw_counters/rdma_sends)"
 lab_exporter_stop
+
+lab_scenario rdma_held_counters
+# The collector keeps counter files open between scrapes and reads them again with pread: they
+# must move under traffic, and a device deleted and added again is read afresh, not through
+# descriptors of the device before.
+sent='hpcnode_rdma_port_hw_stat_total{device="rxe0",port="1",counter="sent_pkts"}'
+lab_exporter_start --collector.disable-defaults --collector.rdma || exit 1
+lab_scrape held_before
+lab_expect "hw_counters files held open after a scrape" \
+  "$(ls -l "/proc/$(cat /tmp/lab-exporter.pid)/fd" | grep -c /hw_counters/)" ">" 0
+gid=
+for index in $(ls "$port/gid_attrs/types" | sort -n); do
+  [ "$(cat "$port/gid_attrs/types/$index" 2> /dev/null)" = "RoCE v2" ] && gid=$index && break
+done
+timeout 60 ib_write_bw -d rxe0 -x "$gid" -n 100 -s 65536 > "$LAB_TMP/held-server.txt" 2>&1 &
+sleep 2
+lab_check "ib_write_bw on rxe0 (GID index $gid)" \
+  timeout 60 ib_write_bw -d rxe0 -x "$gid" -n 100 -s 65536 127.0.0.1
+wait
+lab_scrape held_after
+lab_expect_delta "sent_pkts moved under ib_write_bw" held_before held_after "$sent" ">=" 100
+lab_expect "sent_pkts as in sysfs" "$(lab_value held_after "$sent")" == "$(cat $port/hw_counters/sent_pkts)"
+lab_check "rdma link delete rxe0" rdma link delete rxe0
+lab_scrape held_gone
+lab_expect "rxe0 deleted: no series of it" "$(lab_series held_gone "$sent")" == 0
+# Deleted and added again between two scrapes: another directory, counters from 0 again.
+rdma link add rxe0 type rxe netdev dummy0
+lab_scrape held_back
+rdma link delete rxe0
+rdma link add rxe0 type rxe netdev dummy0
+lab_check "rxe0 added again becomes ACTIVE" lab_wait_until 20 grep -q ACTIVE "$port/state"
+lab_scrape held_again
+lab_expect "sent_pkts of the new rxe0 as in sysfs" \
+  "$(lab_value held_again "$sent")" == "$(cat $port/hw_counters/sent_pkts)"
+lab_expect "sent_pkts of the new rxe0 below the old one's" \
+  "$(lab_value held_again "$sent")" "<" "$(lab_value held_after "$sent")"
+lab_expect "no collector errors" "$(lab_value held_again hpcnode_collector_errors_total)" == 0
+lab_exporter_stop

@@ -16,6 +16,7 @@ use aya::programs::{
 use aya::{Btf, Ebpf, EbpfLoader};
 use perf_event::events::Tracepoint as PerfTracepoint;
 use perf_event::Counter;
+use rustix::event::{PollFd, PollFlags};
 
 use super::kernel_log::{self, KernelLogCounts};
 use super::probes::{attempts, Attempt, Hook, Kernel, Probe};
@@ -40,8 +41,9 @@ fn object(probe: Probe) -> &'static [u8] {
     }
 }
 
-/// How often the kernel log ring buffer is drained (it holds about a thousand lines).
-const RING_DRAIN_INTERVAL: Duration = Duration::from_millis(500);
+/// How long the kernel log drain waits before it looks again when poll(2) itself fails (it
+/// cannot, short of memory): the ring buffer holds about a thousand lines.
+const RING_POLL_RETRY: Duration = Duration::from_millis(500);
 
 /// An attached probe's kernel side, kept alive for the life of the exporter.
 pub enum Attachment {
@@ -279,6 +281,8 @@ fn one_line(err: &dyn Error) -> String {
     line
 }
 
+/// Drains the kernel log ring buffer each time the kernel reports records in it: between
+/// lines the thread sleeps in poll(2), so a quiet node never wakes it.
 fn drain_ring(mut ring: RingBuf<MapData>, counts: &KernelLogCounts) {
     loop {
         while let Some(record) = ring.next() {
@@ -286,7 +290,11 @@ fn drain_ring(mut ring: RingBuf<MapData>, counts: &KernelLogCounts) {
                 counts.count_line(&text);
             }
         }
-        std::thread::sleep(RING_DRAIN_INTERVAL);
+        let mut ready = [PollFd::new(&ring, PollFlags::IN)];
+        match rustix::event::poll(&mut ready, None) {
+            Ok(_) | Err(rustix::io::Errno::INTR) => {}
+            Err(_) => std::thread::sleep(RING_POLL_RETRY),
+        }
     }
 }
 

@@ -4,6 +4,7 @@
 //! root port unit: the AER counters of a root port above such a device.
 
 use std::collections::BTreeMap;
+use std::sync::Arc;
 
 use crate::kernel::modprobe;
 use crate::kernel::release::checked_release;
@@ -412,7 +413,7 @@ impl Read<'_> {
     }
 
     /// `<rootfs>/lib/modules/<release>/modules.alias`, release from procfs.
-    fn modules_alias(&mut self) -> Option<String> {
+    fn modules_alias(&mut self) -> Option<Arc<String>> {
         let collector = self.collector;
         let kernel = self
             .out
@@ -424,26 +425,43 @@ impl Read<'_> {
         let release = self
             .out
             .reported(checked_release(&kernel.path("osrelease"), &release))?;
-        let dir = format!("lib/modules/{release}");
-        let bytes = self.out.reported(
-            SysDir::open(&collector.rootfs, dir)
-                .and_then(|d| d.read_file("modules.alias", MODULES_ALIAS_LIMIT)),
-        )?;
+        let dir = self.out.reported(SysDir::open(
+            &collector.rootfs,
+            format!("lib/modules/{release}"),
+        ))?;
+        let key = (release, self.out.reported(dir.stamp("modules.alias"))?);
+        if let Some(aliases) = collector.aliases.get(&key) {
+            return Some(aliases);
+        }
+        let bytes = (self.out).reported(dir.read_file("modules.alias", MODULES_ALIAS_LIMIT))?;
         // Valid UTF-8 (as depmod writes it) is kept without a copy.
-        Some(
-            String::from_utf8(bytes)
-                .unwrap_or_else(|invalid| String::from_utf8_lossy(invalid.as_bytes()).into_owned()),
-        )
+        let text = String::from_utf8(bytes)
+            .unwrap_or_else(|invalid| String::from_utf8_lossy(invalid.as_bytes()).into_owned());
+        Some(collector.aliases.keep(key, text))
     }
 
-    /// The rules of the effective modprobe.d files (kmod's precedence and masking).
-    fn modprobe_rules(&mut self) -> modules::ModprobeRules {
+    /// The rules of the effective modprobe.d files (kmod's precedence and masking). Rules read
+    /// with errors are not kept, so that each scrape reports them.
+    fn modprobe_rules(&mut self) -> Arc<modules::ModprobeRules> {
+        let (rootfs, kept) = (&self.collector.rootfs, &self.collector.modprobe_rules);
+        // Errors here are those the read below meets again, and reports.
+        let mut stamp_errors = Vec::new();
+        let stamps = modprobe::config_stamps(rootfs, &mut stamp_errors);
+        if stamp_errors.is_empty() {
+            if let Some(rules) = kept.get(&stamps) {
+                return rules;
+            }
+        }
         let mut errors = Vec::new();
-        let files = modprobe::read_config(&self.collector.rootfs, &mut errors);
+        let files = modprobe::read_config(rootfs, &mut errors);
+        let rules = modules::ModprobeRules::from_config(files);
+        if errors.is_empty() && stamp_errors.is_empty() {
+            return kept.keep(stamps, rules);
+        }
         for err in errors {
             self.error(err);
         }
-        modules::ModprobeRules::from_config(files)
+        Arc::new(rules)
     }
 }
 

@@ -155,6 +155,8 @@ mod tests {
             nova_configs: Vec::new(),
             nova_scheduler_configs: Vec::new(),
             logged_unreadable: Default::default(),
+            aliases: Default::default(),
+            modprobe_rules: Default::default(),
         };
         let mut out = Output::default();
         let mut read = Read {

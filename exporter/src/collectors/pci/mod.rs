@@ -31,9 +31,10 @@ use crate::collector::{
 use crate::flags::{repeated, ConfigError, Flags};
 use crate::logging::{self, Level};
 use crate::metrics::{Desc, Labels, Value};
-use crate::sysfs::{AttributeReader, Entry, SysDir, SysfsError};
+use crate::sysfs::{AttributeReader, Entry, FileStamp, SysDir, SysfsError};
 
 use identity::{read_identity, Address};
+use modules::{ModprobeRules, Stamped};
 
 pub const REGISTRATION: Registration = Registration {
     name: "pci",
@@ -116,6 +117,8 @@ impl Settings for PciSettings {
             nova_configs: self.nova_configs,
             nova_scheduler_configs: self.nova_scheduler_configs,
             logged_unreadable: AtomicBool::new(false),
+            aliases: Stamped::default(),
+            modprobe_rules: Stamped::default(),
         }))
     }
 }
@@ -162,6 +165,10 @@ struct PciCollector {
     nova_scheduler_configs: Vec<PathBuf>,
     /// Whether the vfio holder scan has logged that some processes were unreadable.
     logged_unreadable: AtomicBool,
+    /// `modules.alias` by kernel release, kept while its stamp stays the same.
+    aliases: Stamped<(String, FileStamp), String>,
+    /// The modprobe.d rules, kept while the stamps of their directories and files stay the same.
+    modprobe_rules: Stamped<Vec<FileStamp>, ModprobeRules>,
 }
 
 impl PciCollector {
