@@ -2,9 +2,10 @@
 //! CAP_PERFMON, CAP_DAC_READ_SEARCH and CAP_SYSLOG for the start only: loading and attaching
 //! the probes (tracepoint ids under the root-only tracefs) and opening `/dev/kmsg` under
 //! `kernel.dmesg_restrict`. What is open stays usable without them. One exception: kernels
-//! before 6.5 refuse every `bpf()` call, reading a map included, to a caller without CAP_BPF
-//! while `kernel.unprivileged_bpf_disabled` is set (6.5 moved the check into map and program
-//! creation), so CAP_BPF stays there while the eBPF collector runs. Any other capability (an
+//! before 5.19 refuse every `bpf()` call, reading a map included, to a caller without CAP_BPF
+//! while `kernel.unprivileged_bpf_disabled` is set (5.19, "bpf: refine
+//! kernel.unprivileged_bpf_disabled behaviour", left the check on map and program creation
+//! only), so CAP_BPF stays there while the eBPF collector runs. Any other capability (an
 //! admin's CAP_SYS_ADMIN for PCI config space, CAP_NET_BIND_SERVICE for a low port) is kept.
 //!
 //! Capabilities belong to threads, not processes: the calling thread drops its own, then every
@@ -164,7 +165,7 @@ impl StillNeeded {
         unprivileged_bpf_disabled: Option<&str>,
     ) -> StillNeeded {
         let checked_on_every_call = unprivileged_bpf_disabled != Some("0")
-            && release.is_none_or(|release| release < (6, 5));
+            && release.is_none_or(|release| release < (5, 19));
         StillNeeded {
             bpf_calls_need_cap_bpf: ebpf_enabled && checked_on_every_call,
         }
@@ -439,13 +440,15 @@ mod tests {
 
     #[test]
     fn the_unit_set_is_dropped_whole_where_bpf_checks_only_creation() {
-        let needed = StillNeeded::for_kernel(true, Some((6, 12)), Some("2"));
-        assert_eq!(to_drop(UNIT, needed), UNIT);
+        for release in [(6, 12), (6, 1), (5, 19)] {
+            let needed = StillNeeded::for_kernel(true, Some(release), Some("2"));
+            assert_eq!(to_drop(UNIT, needed), UNIT, "{release:?}");
+        }
     }
 
     #[test]
     fn cap_bpf_stays_where_every_bpf_call_is_checked() {
-        for release in [Some((6, 1)), Some((5, 10)), Some((6, 4)), None] {
+        for release in [Some((5, 18)), Some((5, 10)), Some((4, 18)), None] {
             let needed = StillNeeded::for_kernel(true, release, Some("2"));
             assert_eq!(
                 to_drop(UNIT, needed),
@@ -454,15 +457,15 @@ mod tests {
             );
         }
         // The sysctl unread counts as set.
-        let unknown = StillNeeded::for_kernel(true, Some((6, 1)), None);
+        let unknown = StillNeeded::for_kernel(true, Some((5, 14)), None);
         assert!(!to_drop(UNIT, unknown).contains(CAP_BPF));
     }
 
     #[test]
     fn cap_bpf_goes_where_bpf_is_open_to_all_or_unused() {
-        let open = StillNeeded::for_kernel(true, Some((6, 1)), Some("0"));
+        let open = StillNeeded::for_kernel(true, Some((5, 14)), Some("0"));
         assert_eq!(to_drop(UNIT, open), UNIT);
-        let unused = StillNeeded::for_kernel(false, Some((6, 1)), Some("2"));
+        let unused = StillNeeded::for_kernel(false, Some((5, 14)), Some("2"));
         assert_eq!(to_drop(UNIT, unused), UNIT);
     }
 
