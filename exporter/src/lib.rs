@@ -15,6 +15,7 @@ pub mod http;
 pub mod kernel;
 pub mod logging;
 pub mod metrics;
+pub mod privileges;
 pub mod rdma_port;
 pub mod scrape;
 pub mod sysfs;

@@ -14,6 +14,7 @@ use hpcnode_exporter::collectors;
 use hpcnode_exporter::config::{self, Config, Invocation, ListenAddress};
 use hpcnode_exporter::http::{self, Limits, Server};
 use hpcnode_exporter::logging::{self, Level};
+use hpcnode_exporter::privileges::{self, StillNeeded};
 use hpcnode_exporter::scrape::Scraper;
 use hpcnode_exporter::web_config::WebConfigFile;
 use rustix::process::{getrlimit, setrlimit, Resource, Rlimit};
@@ -143,6 +144,29 @@ fn run(config: Config, web_config: Option<Arc<WebConfigFile>>) -> anyhow::Result
     result
 }
 
+/// Once the collectors have started and the listener is bound, gives up the capabilities that
+/// only the start needed (see `privileges`), and says which it kept.
+fn drop_start_only_capabilities(host: &Host, collectors: &[&str]) {
+    let still_needed = StillNeeded::read(&host.procfs, collectors.contains(&"ebpf"));
+    match privileges::drop_after_start(still_needed) {
+        Ok(outcome) if outcome.dropped.is_empty() => {}
+        Ok(outcome) => logging::log(
+            Level::Info,
+            "dropped the capabilities only the start needed",
+            &[
+                ("dropped", &outcome.dropped.to_string()),
+                ("kept", &outcome.kept.to_string()),
+                ("threads", &outcome.threads.to_string()),
+            ],
+        ),
+        Err(err) => logging::log(
+            Level::Warn,
+            "the capabilities only the start needed are not dropped on every thread",
+            &[("err", &err.to_string())],
+        ),
+    }
+}
+
 /// File descriptors the exporter needs besides its connections: collectors' reads, probes,
 /// libraries, the listener, stdio.
 const FDS_BESIDE_CONNECTIONS: u64 = 64;
@@ -228,6 +252,7 @@ async fn serve(
             ("rootfs", &host.rootfs.display().to_string()),
         ],
     );
+    drop_start_only_capabilities(host, collectors);
     let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
     let serving = server.serve(listener, async {
         let _ = stopped.await;

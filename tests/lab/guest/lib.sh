@@ -79,9 +79,10 @@ lab_exporter_answers() {
 }
 
 # lab_exporter_start ARGS...: starts the exporter under test with the given flags (its log goes
-# to the share) and waits until it answers; records a failed check when it exits or stays silent.
+# to the share) and waits until it answers (LAB_START_SECONDS, default 90); records a failed
+# check when it exits or stays silent.
 lab_exporter_start() {
-  local check="exporter starts with: $*" tries=180
+  local check="exporter starts with: $*" tries=$((${LAB_START_SECONDS:-90} * 2))
   lab_exporter_stop
   LAB_EXPORTER_LOG=/lab/results/$LAB_GROUP.$LAB_SCENARIO.exporter.log
   "$LAB_EXPORTER" --web.listen-address="$LAB_ADDRESS" "$@" > "$LAB_EXPORTER_LOG" 2>&1 &
@@ -94,7 +95,7 @@ lab_exporter_start() {
     fi
     tries=$((tries - 1))
     if [ "$tries" -le 0 ]; then
-      lab_fail "$check" "no answer in 90 s; log: $(tail -c 600 "$LAB_EXPORTER_LOG")"
+      lab_fail "$check" "no answer in ${LAB_START_SECONDS:-90} s; log: $(tail -c 600 "$LAB_EXPORTER_LOG")"
       return 1
     fi
     sleep 0.5

@@ -23,6 +23,7 @@ use crate::collector::{
     CollectError, Collector, ErrorKind, Host, Output, Registration, Settings, StartError, Started,
 };
 use crate::flags::{optional, switch};
+use crate::kernel::release::major_minor;
 use crate::logging::{self, Level};
 use crate::metrics::{Desc, LabelValue, Labels, Value};
 use crate::sysfs::{AttributeReader, SysDir};
@@ -330,7 +331,7 @@ impl Probes {
         let features = KernelFeatures {
             btf: btf.as_ref().map(drop).map_err(Clone::clone),
             x86_64: cfg!(target_arch = "x86_64"),
-            release: release.as_deref().and_then(parse_release),
+            release: release.as_deref().and_then(major_minor),
             modules: procfs.join("modules").exists(),
         };
         match sys::ensure_tracefs() {
@@ -764,11 +765,6 @@ fn syscall_name(nr: u32) -> String {
 }
 
 /// `6.1.0-27-amd64` -> (6, 1).
-fn parse_release(release: &str) -> Option<(u32, u32)> {
-    let mut parts = release.split(|c: char| !c.is_ascii_digit());
-    Some((parts.next()?.parse().ok()?, parts.next()?.parse().ok()?))
-}
-
 struct EbpfCollector {
     probes: Arc<Probes>,
 }
@@ -823,14 +819,6 @@ pub(crate) mod tests {
             .open("/dev/kmsg")
             .unwrap();
         kmsg.write_all(format!("{line}\n").as_bytes()).unwrap();
-    }
-
-    #[test]
-    fn releases() {
-        assert_eq!(parse_release("6.1.0-27-amd64"), Some((6, 1)));
-        assert_eq!(parse_release("3.10.0-1160.el7.x86_64"), Some((3, 10)));
-        assert_eq!(parse_release("6.18.44-fc-v669"), Some((6, 18)));
-        assert_eq!(parse_release("garbage"), None);
     }
 
     /// The exposition lines of what the push functions wrote.

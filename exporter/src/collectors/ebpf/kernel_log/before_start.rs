@@ -48,17 +48,21 @@ struct Outcome {
 
 /// Puts the mark now and reads the records before it on a thread of its own; their events are
 /// in [`KernelLogCounts::before_start`] once read. Call it once the counting of new records
-/// runs. A failure is logged and leaves no events, marked incomplete.
+/// runs. A failure is logged and leaves no events, marked incomplete. Both descriptors are
+/// opened here, during the start: the capabilities that opening needs (CAP_SYSLOG under
+/// `kernel.dmesg_restrict`) are given up once the start is over.
 pub fn read_before_start(counts: Arc<KernelLogCounts>) {
-    let mark = match open_kmsg_nonblocking(SeekFrom::End(0)) {
-        Ok(mark) => mark,
+    let opened = open_kmsg_nonblocking(SeekFrom::End(0))
+        .and_then(|mark| Ok((mark, open_kmsg_nonblocking(SeekFrom::Start(0))?)));
+    let (mark, log) = match opened {
+        Ok(opened) => opened,
         Err(err) => return publish(&counts, EventCounts::default(), failed(err)),
     };
     let spawned = std::thread::Builder::new()
         .name("hpcnode-kmsg-boot".into())
         .spawn({
             let counts = counts.clone();
-            move || read_and_publish(mark, &counts)
+            move || read_and_publish(log, mark, &counts)
         });
     if let Err(err) = spawned {
         let outcome = Outcome {
@@ -69,14 +73,11 @@ pub fn read_before_start(counts: Arc<KernelLogCounts>) {
     }
 }
 
-fn read_and_publish(mut mark: File, counts: &KernelLogCounts) {
+fn read_and_publish(mut log: File, mut mark: File, counts: &KernelLogCounts) {
     let mut events = EventCounts::default();
-    let outcome = match open_kmsg_nonblocking(SeekFrom::Start(0)) {
-        Ok(mut log) => read_records(&mut log, &mut mark, &LIMITS, |text| {
-            counts.count_before_start(&mut events, text)
-        }),
-        Err(err) => failed(err),
-    };
+    let outcome = read_records(&mut log, &mut mark, &LIMITS, |text| {
+        counts.count_before_start(&mut events, text)
+    });
     publish(counts, events, outcome);
 }
 
