@@ -311,12 +311,7 @@ pub struct Probes {
 }
 
 impl Probes {
-    fn attach(
-        procfs: &Path,
-        sysfs: &Path,
-        choice: &HookChoice,
-        btf_path: Option<&Path>,
-    ) -> Probes {
+    fn attach(procfs: &Path, sysfs: &Path, choice: &HookChoice, btf_path: Option<&Path>) -> Probes {
         let proc = SysDir::open(procfs, "").ok();
         let mut reader = AttributeReader::default();
         let mut proc_value = |name: &str| {
