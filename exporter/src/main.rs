@@ -16,6 +16,7 @@ use hpcnode_exporter::http::{self, Limits, Server};
 use hpcnode_exporter::logging::{self, Level};
 use hpcnode_exporter::privileges::{self, StillNeeded};
 use hpcnode_exporter::scrape::Scraper;
+use hpcnode_exporter::sysfs::HeldBudget;
 use hpcnode_exporter::web_config::WebConfigFile;
 use rustix::process::{getrlimit, setrlimit, Resource, Rlimit};
 use tokio::signal::unix::{signal, Signal, SignalKind};
@@ -110,6 +111,9 @@ fn run(config: Config, web_config: Option<Arc<WebConfigFile>>) -> anyhow::Result
             ],
         );
     }
+    // Held sysfs descriptors get what connections and the exporter's own files leave.
+    let connections = config.max_connections as u64 + FDS_BESIDE_CONNECTIONS;
+    HeldBudget::set_process(open_files.map(|limit| limit.saturating_sub(connections)));
     // Collectors start (probes attach, sockets bind, threads start) before serving, so a
     // failure to start fails the process, not a later scrape.
     let mut started = Vec::new();

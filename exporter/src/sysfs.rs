@@ -609,6 +609,8 @@ pub struct HeldBudget {
 /// Most descriptors ever held, whatever the open-file limit: a 64-HCA node holds about 7000.
 const MAX_HELD: usize = 1 << 16;
 
+static PROCESS_BUDGET: OnceLock<HeldBudget> = OnceLock::new();
+
 impl HeldBudget {
     pub const fn new(limit: usize) -> Self {
         HeldBudget {
@@ -617,11 +619,18 @@ impl HeldBudget {
         }
     }
 
-    /// The process's budget: half the soft open-file limit in force at the first read (main
-    /// raises it to the hard limit before collectors start), at most [`MAX_HELD`].
+    /// Sets the process's budget to `spare`, the descriptors the open-file limit leaves beside
+    /// connections and the exporter's own (`None`: no limit), at most [`MAX_HELD`]. main calls
+    /// it before the collectors start; a later call changes nothing.
+    pub fn set_process(spare: Option<u64>) {
+        let spare = spare.map_or(MAX_HELD, |n| usize::try_from(n).unwrap_or(MAX_HELD));
+        PROCESS_BUDGET.get_or_init(|| HeldBudget::new(spare.min(MAX_HELD)));
+    }
+
+    /// The process's budget: as [`HeldBudget::set_process`] set it, else half the soft
+    /// open-file limit in force at the first read, at most [`MAX_HELD`].
     pub fn process() -> &'static HeldBudget {
-        static BUDGET: OnceLock<HeldBudget> = OnceLock::new();
-        BUDGET.get_or_init(|| {
+        PROCESS_BUDGET.get_or_init(|| {
             let soft = rustix::process::getrlimit(rustix::process::Resource::Nofile).current;
             let half = soft.map_or(MAX_HELD, |soft| {
                 usize::try_from(soft / 2).unwrap_or(MAX_HELD)

@@ -248,6 +248,16 @@ impl Exporter {
             .count()
     }
 
+    /// Open descriptors of files under `dir` (the attributes a collector holds open).
+    pub fn open_files_under(&self, dir: &Path) -> usize {
+        let dir = std::fs::canonicalize(dir).unwrap();
+        std::fs::read_dir(format!("/proc/{}/fd", self.pid()))
+            .unwrap()
+            .filter_map(|fd| std::fs::read_link(fd.ok()?.path()).ok())
+            .filter(|target| target.starts_with(&dir))
+            .count()
+    }
+
     /// A client that stops reading: it sends a GET of `path` with a receive buffer of a few KiB,
     /// reads the status line and no more, and keeps the connection open. Returns the status.
     pub fn stalled_get(&self, path: &str) -> (u16, TcpStream) {
