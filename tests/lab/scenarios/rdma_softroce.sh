@@ -2,7 +2,7 @@
 # /sys/class/infiniband, and the verbs userspace sees the device (later issues' probes need it).
 # lab: modules=rdma_rxe ib_uverbs rdma_ucm crc32_generic crc32_pclmul dummy
 # lab: tools=verbs
-# lab: timeout=120
+# lab: timeout=180
 
 port=/sys/class/infiniband/rxe0/ports/1
 
@@ -57,10 +57,12 @@ for index in $(ls "$port/gid_attrs/types" | sort -n); do
   [ "$(cat "$port/gid_attrs/types/$index" 2> /dev/null)" = "RoCE v2" ] && gid=$index && break
 done
 timeout 60 ib_write_bw -d rxe0 -x "$gid" -n 100 -s 65536 > "$LAB_TMP/held-server.txt" 2>&1 &
+server=$!
 sleep 2
 lab_check "ib_write_bw on rxe0 (GID index $gid)" \
   timeout 60 ib_write_bw -d rxe0 -x "$gid" -n 100 -s 65536 127.0.0.1
-wait
+# The server only: a bare wait would also wait for the exporter, in the background too.
+wait "$server"
 lab_scrape held_after
 lab_expect_delta "sent_pkts moved under ib_write_bw" held_before held_after "$sent" ">=" 100
 lab_expect "sent_pkts as in sysfs" "$(lab_value held_after "$sent")" == "$(cat $port/hw_counters/sent_pkts)"
