@@ -3,6 +3,9 @@
 # exactly those events (guest/hooks.sh); the first round has each probe's preferred hook.
 # It loads an unsigned module: after the groups of this boot that need an untainted kernel
 # (module_signatures).
+# Run when named: about 322 s of guest time per kernel (an exporter start per hook, each
+# parsing the kernel BTF in a debug build under TCG), beyond CI's budget for the lab.
+# lab: when=named
 # lab: collectors=ebpf
 # lab: variants=pcspkr
 # lab: timeout=600
