@@ -93,19 +93,7 @@ fn tag(token: &[u8], message: &[u8]) -> [u8; PROOF_LEN] {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    fn endpoint(qp_num: u32) -> Endpoint {
-        Endpoint {
-            qp_num,
-            psn: 9,
-            lid: 0,
-            gid: [0xfe; 16],
-            rkey: 1,
-            addr: 0x1000,
-            len: 65536,
-            mtu: 3,
-        }
-    }
+    use crate::collectors::verbs::engine::test_endpoint as endpoint;
 
     #[test]
     fn proofs_verify_with_the_token_only() {

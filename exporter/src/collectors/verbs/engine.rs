@@ -409,3 +409,18 @@ pub fn initial_psn() -> u32 {
         .subsec_nanos();
     (nanos ^ std::process::id().rotate_left(12)) & 0xff_ffff
 }
+
+/// Tests only: an endpoint as a peer would send it, told apart by its queue pair number.
+#[cfg(test)]
+pub(super) fn test_endpoint(qp_num: u32) -> Endpoint {
+    Endpoint {
+        qp_num,
+        psn: 5,
+        lid: 0,
+        gid: [0xfe; 16],
+        rkey: 9,
+        addr: 0x1000,
+        len: 65536,
+        mtu: 3,
+    }
+}

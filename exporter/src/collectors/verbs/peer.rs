@@ -476,20 +476,8 @@ fn responder_side(
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::collectors::verbs::engine::test_endpoint as endpoint;
     use std::io::{Read, Write};
-
-    fn endpoint(qp_num: u32) -> Endpoint {
-        Endpoint {
-            qp_num,
-            psn: 5,
-            lid: 0,
-            gid: [0xfe; 16],
-            rkey: 9,
-            addr: 0x1000,
-            len: 65536,
-            mtu: 3,
-        }
-    }
 
     /// Runs `responder` on one end of a loopback TCP connection and the client's handshake
     /// with `token` on the other; the client's result and the responder's.
