@@ -924,8 +924,12 @@ mod proptests {
 
         #[test]
         fn arbitrary_bytes_never_panic(bytes in proptest::collection::vec(any::<u8>(), 0..4096), resource in resource()) {
-            let _ = Dump::new(Command::Resources(resource), Some(3), 1).feed(&bytes);
-            let _ = Dump::new(Command::Devices, None, 1).feed(&bytes);
+            for command in [Command::Resources(resource), Command::Devices] {
+                let _ = Dump::new(command, Some(3), 1).feed(&bytes);
+                // The same bytes as the attributes of a reply whose header is right.
+                let message = encode::message(command.message_type(), 0x2, 1, &bytes);
+                let _ = Dump::new(command, Some(3), 1).feed(&message);
+            }
         }
 
         /// A real dump cut short, grown, or with bytes changed: an error or entries, never a
