@@ -6,9 +6,10 @@
 # lab: tools=verbs
 # lab: collectors=rdma_netlink
 # lab: helpers=rdma_nl_capture
-# lab: timeout=180
+# lab: timeout=240
 
-COLLECTOR="--collector.disable-defaults --collector.rdma_netlink"
+# Under TCG, with ib_write_bw polling on both guest CPUs, a scrape can take longer than 5 s.
+COLLECTOR="--collector.disable-defaults --collector.rdma_netlink --scrape.timeout=60s"
 port=/sys/class/infiniband/rxe0/ports/1
 
 lab_scenario netlink_unavailable
@@ -50,7 +51,8 @@ lab_check "fake job cgroup $job" mkdir -p "$job"
 # The server joins the job before it execs, so every resource it creates is the job's.
 sh -c "echo \$\$ > $job/cgroup.procs && exec ib_write_bw -d rxe0 -x $gid -D 30 -s 65536" > "$LAB_TMP/server.txt" 2>&1 &
 server=$!
-sleep 2
+# The server listens on TCP 18515 (0x4853) for the client's connection details.
+lab_check "ib_write_bw server listening" lab_wait_until 30 grep -qi ':4853 00000000:0000 0A' /proc/net/tcp
 ib_write_bw -d rxe0 -x "$gid" -D 30 -s 65536 127.0.0.1 > "$LAB_TMP/client.txt" 2>&1 &
 client=$!
 lab_check "ib_write_bw server in job_4242 ($(cat /proc/$server/cgroup))" grep -q job_4242 "/proc/$server/cgroup"
