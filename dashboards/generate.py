@@ -699,13 +699,30 @@ def capacity_dashboard():
              [target(f'count(hpcnode_verbs_probe_available{{{FLEET}}} == 0) or vector(0)', "exporters", instant=True)], "none", w=6,
              thresholds=[{"color": "green", "value": None}, {"color": "orange", "value": 1}]),
     ]
+    holder = FLEET + ', device=~"$device"'
+    holder_labels = "job, instance, device, holder, pid, comm, slurm_job"
+    holders = [
+        table("Who holds the fabric", "The $topn holders of RDMA resources pinning the most memory now, per node and device (hpcnode_rdma_holder_pinned_bytes, from the kernel's RDMA resource tracking over netlink, as `rdma resource show` lists it), with their queue pairs and memory regions. A process shows its pid, comm and Slurm job; a kernel module (ib_core, ib_ipoib, rdma_cm) its name with holder kernel; holder other sums each node's holders beyond --collector.rdma_netlink.max-holders.",
+              [target(f'topk($topn, hpcnode_rdma_holder_pinned_bytes{{{holder}}})', ref="A", instant=True, table=True),
+               target(f'hpcnode_rdma_holder_resources{{{holder}, resource="qp"}}\nand on ({holder_labels})\ntopk($topn, hpcnode_rdma_holder_pinned_bytes{{{holder}}})', ref="B", instant=True, table=True),
+               target(f'hpcnode_rdma_holder_resources{{{holder}, resource="mr"}}\nand on ({holder_labels})\ntopk($topn, hpcnode_rdma_holder_pinned_bytes{{{holder}}})', ref="C", instant=True, table=True)],
+              "bytes",
+              [column("A", "Pinned", "bytes"), column("B", "QPs", "none"), column("C", "MRs", "none")],
+              hide=["job", "__name__", "resource"], order=["instance", "device", "holder", "slurm_job", "pid", "comm", "Value #A", "Value #B", "Value #C"],
+              w=24, h=8, sort="Pinned"),
+        timeseries("Pinned memory per Slurm job", "Memory registered for RDMA by the $topn Slurm jobs pinning the most, summed over every device of the selected nodes they run on (hpcnode:rdma_slurm_job_pinned_bytes:sum, alerts/rdma.rules.yml; the job from each process's cgroup).",
+                   [target(f'topk($topn, sum by (slurm_job) (hpcnode:rdma_slurm_job_pinned_bytes:sum{{{FLEET}}}))', "job {{slurm_job}}")], "bytes"),
+        timeseries("Queue pairs by state", "Queue pairs on the selected nodes' devices by state (hpcnode_rdma_queue_pairs): connected QPs are RTS; many in ERR mean jobs whose peers went away.",
+                   [target(f'sum by (state) (hpcnode_rdma_queue_pairs{{{holder}}})', "{{state}}")], "none"),
+    ]
     return dashboard(
         "hpcnode-rdma-capacity", "RDMA capacity planning",
         "Fleet-wide RDMA throughput and utilisation of the ports' data rates, the busiest ports, congestion, "
         "and 30-day trends with the date each port's daily p95 is predicted to cross the planning threshold. "
         "Built on the recording rules in alerts/rdma.rules.yml.",
         ["hpcnode", "rdma", "capacity"], variables,
-        [row("Now", now), row("30-day trends", trends), row("Measured capacity (verbs probe)", probe)],
+        [row("Now", now), row("Who holds the fabric", holders), row("30-day trends", trends),
+         row("Measured capacity (verbs probe)", probe)],
         time_from="now-24h")
 
 

@@ -256,7 +256,16 @@ fn missing_sysfs_tree_is_not_an_error() {
     let exporter = Exporter::start(&["--path.sysfs=/nonexistent"]);
     let text = exporter.get("/metrics").text();
     assert!(text.contains("hpcnode_scrape_collector_success{collector=\"rdma\"} 1\n"));
-    assert!(!text.contains("hpcnode_rdma_"));
+    // No RDMA series but the rdma_netlink collector's availability (no class/infiniband: 0).
+    assert!(
+        text.contains("hpcnode_rdma_netlink_available 0\n"),
+        "{text}"
+    );
+    assert!(
+        !text.lines().any(|line| line.starts_with("hpcnode_rdma_")
+            && !line.starts_with("hpcnode_rdma_netlink_available ")),
+        "{text}"
+    );
 }
 
 /// `--ebpf.hooks` takes only probes and hooks that exist: a wrong one is one line naming what

@@ -74,6 +74,7 @@ fn names(text: &str) -> BTreeSet<String> {
 /// per collector, its flags and the fixture trees (under tests/fixtures) it reads.
 const RUNS: &[(&[&str], &[&str])] = &[
     (&["--collector.rdma"], &["procfs", "rdma_edge", "rdma_bad"]),
+    (&["--collector.rdma_netlink"], &["procfs"]),
     (
         &[
             "--collector.mic",
@@ -155,6 +156,20 @@ const NEEDS_RDMA_DEVICE: &[&str] = &[
     "hpcnode_verbs_probe_last_success_timestamp_seconds",
 ];
 
+/// The `rdma_netlink` metrics of a device, which need RDMA netlink and a device in this
+/// machine's kernel (only `hpcnode_rdma_netlink_available` does not). The kernel lab's
+/// `rdma_netlink` group produces them on Soft-RoCE, and `rdma_netlink::tests` checks their
+/// export from decoded dumps; a machine with a device produces them here too.
+const NEEDS_RDMA_NETLINK_DEVICE: &[&str] = &[
+    "hpcnode_rdma_resources",
+    "hpcnode_rdma_queue_pairs",
+    "hpcnode_rdma_pinned_bytes",
+    "hpcnode_rdma_holder_resources",
+    "hpcnode_rdma_holder_pinned_bytes",
+    "hpcnode_rdma_slurm_job_resources",
+    "hpcnode_rdma_slurm_job_pinned_bytes",
+];
+
 /// The verbs probe with the real libibverbs (unpacked by tests/setup.sh) on the `rdma_edge`
 /// tree: its runs happen on a background thread, so this scrapes until both targets have run.
 fn verbs_emitted() -> BTreeSet<String> {
@@ -213,6 +228,17 @@ fn metrics_md_matches_what_fixtures_produce() {
             produced.insert(name.to_string()),
             "{name} is produced here: remove it from NEEDS_RDMA_DEVICE"
         );
+    }
+    let netlink_metrics: BTreeSet<String> = hpcnode_exporter::collectors::rdma_netlink::METRICS
+        .iter()
+        .map(|desc| desc.sample_name())
+        .collect();
+    for name in NEEDS_RDMA_NETLINK_DEVICE {
+        assert!(
+            netlink_metrics.contains(*name),
+            "{name} is not an rdma_netlink metric"
+        );
+        produced.insert(name.to_string());
     }
     let ebpf_metrics: BTreeSet<String> = hpcnode_exporter::collectors::ebpf::METRICS
         .iter()

@@ -11,6 +11,7 @@ use crate::collectors::ebpf::kernel_log::{self, KernelLogCounts};
 use crate::collectors::mic::micras;
 use crate::collectors::pci::identity::{self, Address};
 use crate::collectors::pci::{config_space, modules as pci_modules, nova};
+use crate::collectors::rdma_netlink::message::{self, Command, Dump, Resource};
 use crate::collectors::verbs::oob;
 use crate::kernel::module_file::{Signature, SignatureCache};
 use crate::kernel::{cmdline, keys, modprobe};
@@ -226,6 +227,20 @@ pub fn verbs_oob(data: &[u8]) {
     }
 }
 
+/// A datagram of RDMA netlink replies, decoded as the reply to each dump the collector asks
+/// for: whatever it accepts is bounded by what it was given.
+pub fn rdma_netlink(data: &[u8]) {
+    let commands = Resource::ALL.map(Command::Resources);
+    for command in commands.into_iter().chain([Command::Devices]) {
+        let mut dump = Dump::new(command, Some(0), 1);
+        if dump.feed(data).is_ok() {
+            // Each entry or device takes at least one attribute header.
+            assert!(dump.entries.len() + dump.devices.len() <= data.len() / 4);
+            assert!(dump.entries.len() <= message::MAX_ENTRIES);
+        }
+    }
+}
+
 /// Values of the flags that take durations and listen addresses.
 pub fn flag_values(data: &[u8]) {
     let text = String::from_utf8_lossy(data);
@@ -246,7 +261,7 @@ mod tests {
     #[test]
     fn the_seed_corpus_runs_through_every_target() {
         type Target = (&'static str, fn(&[u8]));
-        let targets: [Target; 13] = [
+        let targets: [Target; 14] = [
             ("sysfs_attribute", sysfs_attribute),
             ("proc_modules", proc_modules),
             ("module_file", module_file),
@@ -259,6 +274,7 @@ mod tests {
             ("pci_config_space", pci_config_space),
             ("pci_identity", pci_identity),
             ("verbs_oob", verbs_oob),
+            ("rdma_netlink", rdma_netlink),
             ("flag_values", flag_values),
         ];
         let seeds = Path::new(env!("CARGO_MANIFEST_DIR")).join("../fuzz/seeds");

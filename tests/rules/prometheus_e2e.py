@@ -513,11 +513,15 @@ def check_dashboards(prom):
     # Panels whose input needs more history than a test has: the crossing prediction fits a
     # line through hourly points of the daily p95, so it needs two hours of recordings.
     needs_history = {"Predicted threshold crossing"}
-    # Series only a successful verbs probe produces, which needs an RDMA device (the kernel lab).
+    # Series only a successful verbs probe or RDMA netlink produces, which need an RDMA device
+    # (the kernel lab).
     # Exempted by the query's metric names, not the panel: a panel's other queries (the
     # efficiency threshold) must still return data.
     needs_rdma_device = {"hpcnode_verbs_probe_bandwidth_bytes_per_second",
-                         "hpcnode_verbs_probe_efficiency_ratio", "hpcnode_verbs_probe_latency_seconds"}
+                         "hpcnode_verbs_probe_efficiency_ratio", "hpcnode_verbs_probe_latency_seconds",
+                         # RDMA netlink's resources: the kernel lab's rdma_netlink group.
+                         "hpcnode_rdma_holder_pinned_bytes", "hpcnode_rdma_holder_resources",
+                         "hpcnode:rdma_slurm_job_pinned_bytes:sum", "hpcnode_rdma_queue_pairs"}
     values = {"job": "hpcnode", "__rate_interval": "10s", "__range": "1m"}
     for name, where, title, q in lint.e2e_dashboard_queries(values):
         try:

@@ -9,10 +9,12 @@ pub mod mic;
 pub mod modules;
 pub mod pci;
 pub mod rdma;
+pub mod rdma_netlink;
 pub mod verbs;
 
-pub static ALL: [Registration; 6] = [
+pub static ALL: [Registration; 7] = [
     rdma::REGISTRATION,
+    rdma_netlink::REGISTRATION,
     mic::REGISTRATION,
     modules::REGISTRATION,
     ebpf::REGISTRATION,

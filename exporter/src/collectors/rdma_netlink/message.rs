@@ -1,0 +1,964 @@
+//! The RDMA netlink protocol (`NETLINK_RDMA`, the `RDMA_NLDEV_*` commands of the kernel's
+//! `include/uapi/rdma/rdma_netlink.h`, what iproute2's `rdma` speaks): dump requests built, and
+//! dump replies decoded. Plain code over bytes, no I/O: every message and attribute length is
+//! checked against what surrounds it, and every attribute the collector reads against the type
+//! and length the kernel gives it, so a truncated, oversized or malformed reply is an error,
+//! never a panic or a wrong number. Attributes the collector does not know are skipped (newer
+//! kernels add them).
+
+/// The netlink protocol number of RDMA (`NETLINK_RDMA`).
+pub const NETLINK_RDMA: i32 = 20;
+
+const NLMSG_HEADER_LEN: usize = 16;
+const NLA_HEADER_LEN: usize = 4;
+const NLMSG_NOOP: u16 = 1;
+const NLMSG_ERROR: u16 = 2;
+const NLMSG_DONE: u16 = 3;
+const NLMSG_OVERRUN: u16 = 4;
+const NLM_F_REQUEST: u16 = 0x1;
+const NLM_F_DUMP: u16 = 0x300;
+/// The two flag bits of an attribute's type (`NLA_F_NESTED`, `NLA_F_NET_BYTEORDER`).
+const NLA_TYPE_MASK: u16 = 0x3fff;
+
+/// `RDMA_NL_NLDEV`: the client every `RDMA_NLDEV_CMD_*` belongs to.
+const RDMA_NL_NLDEV: u16 = 5;
+
+/// The dumps the collector asks for (`enum rdma_nldev_command`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Command {
+    /// `RDMA_NLDEV_CMD_GET`: every device, its index and name.
+    Devices,
+    /// `RDMA_NLDEV_CMD_RES_*_GET` of one device.
+    Resources(Resource),
+}
+
+/// The resource types the kernel tracks per device (`rdma resource show <type>`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub enum Resource {
+    QueuePair,
+    CompletionQueue,
+    MemoryRegion,
+    ProtectionDomain,
+    CmId,
+}
+
+impl Resource {
+    pub const ALL: [Resource; 5] = [
+        Resource::QueuePair,
+        Resource::CompletionQueue,
+        Resource::MemoryRegion,
+        Resource::ProtectionDomain,
+        Resource::CmId,
+    ];
+
+    /// The label value, as `rdma resource show` names the type.
+    pub fn label(self) -> &'static str {
+        match self {
+            Resource::QueuePair => "qp",
+            Resource::CompletionQueue => "cq",
+            Resource::MemoryRegion => "mr",
+            Resource::ProtectionDomain => "pd",
+            Resource::CmId => "cm_id",
+        }
+    }
+
+    /// `RDMA_NLDEV_CMD_RES_{QP,CQ,MR,PD,CM_ID}_GET`.
+    fn command(self) -> u16 {
+        match self {
+            Resource::QueuePair => 10,
+            Resource::CmId => 11,
+            Resource::CompletionQueue => 12,
+            Resource::MemoryRegion => 13,
+            Resource::ProtectionDomain => 14,
+        }
+    }
+
+    /// The reply's table attribute and the attribute of each entry in it
+    /// (`RDMA_NLDEV_ATTR_RES_<TYPE>` and `RDMA_NLDEV_ATTR_RES_<TYPE>_ENTRY`).
+    fn table(self) -> (u16, u16) {
+        match self {
+            Resource::QueuePair => (attr::RES_QP, attr::RES_QP_ENTRY),
+            Resource::CmId => (attr::RES_CM_ID, attr::RES_CM_ID_ENTRY),
+            Resource::CompletionQueue => (attr::RES_CQ, attr::RES_CQ_ENTRY),
+            Resource::MemoryRegion => (attr::RES_MR, attr::RES_MR_ENTRY),
+            Resource::ProtectionDomain => (attr::RES_PD, attr::RES_PD_ENTRY),
+        }
+    }
+}
+
+impl Command {
+    fn code(self) -> u16 {
+        match self {
+            Command::Devices => 1,
+            Command::Resources(resource) => resource.command(),
+        }
+    }
+
+    /// The netlink message type of the request and of each reply (`RDMA_NL_GET_TYPE`).
+    fn message_type(self) -> u16 {
+        (RDMA_NL_NLDEV << 10) + self.code()
+    }
+}
+
+/// `enum rdma_nldev_attr`: the attributes the collector reads.
+mod attr {
+    pub const DEV_INDEX: u16 = 1;
+    pub const DEV_NAME: u16 = 2;
+    pub const PORT_INDEX: u16 = 3;
+    pub const RES_QP: u16 = 19;
+    pub const RES_QP_ENTRY: u16 = 20;
+    pub const RES_TYPE: u16 = 26;
+    pub const RES_STATE: u16 = 27;
+    pub const RES_PID: u16 = 28;
+    pub const RES_KERN_NAME: u16 = 29;
+    pub const RES_CM_ID: u16 = 30;
+    pub const RES_CM_ID_ENTRY: u16 = 31;
+    pub const RES_CQ: u16 = 35;
+    pub const RES_CQ_ENTRY: u16 = 36;
+    pub const RES_MR: u16 = 40;
+    pub const RES_MR_ENTRY: u16 = 41;
+    pub const RES_MRLEN: u16 = 45;
+    pub const RES_PD: u16 = 46;
+    pub const RES_PD_ENTRY: u16 = 47;
+}
+
+/// The most entries one dump may hold before it is refused: far above any real node (a few
+/// thousand QPs per process for the largest MPI jobs), low enough to bound a scrape's memory.
+pub const MAX_ENTRIES: usize = 1 << 20;
+/// The most bytes one dump's replies may hold together.
+pub const MAX_DUMP_BYTES: usize = 256 << 20;
+
+/// Why a reply was refused.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum ReplyError {
+    #[error("netlink message of {length} bytes in a datagram with {available} left")]
+    MessageLength { length: usize, available: usize },
+    #[error("netlink message type {0}, expected another")]
+    UnexpectedType(u16),
+    #[error("netlink reply to sequence {got}, sent {sent}")]
+    Sequence { got: u32, sent: u32 },
+    #[error("kernel error {0} ({errno})", errno = std::io::Error::from_raw_os_error(*.0))]
+    Kernel(i32),
+    #[error("netlink buffer overrun: replies were lost")]
+    Overrun,
+    #[error("attribute {kind} of {length} bytes with {available} left")]
+    AttributeLength {
+        kind: u16,
+        length: usize,
+        available: usize,
+    },
+    #[error("attribute {kind}: {length} bytes, expected {expected}")]
+    AttributeSize {
+        kind: u16,
+        length: usize,
+        expected: &'static str,
+    },
+    #[error("attribute {0}: string not NUL-terminated UTF-8")]
+    BadString(u16),
+    #[error("reply without attribute {0}")]
+    Missing(u16),
+    #[error("reply for device {got}, asked for {asked}")]
+    OtherDevice { got: u32, asked: u32 },
+    #[error("dump larger than {0} entries or {MAX_DUMP_BYTES} bytes")]
+    TooLarge(usize),
+    #[error("datagram of {0} bytes truncated by the receive buffer")]
+    Truncated(usize),
+    #[error("data after the end of the dump")]
+    AfterDone,
+}
+
+/// A dump request for `command`, as one netlink message: header, then the device index for the
+/// per-device resource dumps (the kernel refuses those without one).
+pub fn request(command: Command, device: Option<u32>, sequence: u32) -> Vec<u8> {
+    let mut attributes = Vec::new();
+    if let Some(index) = device {
+        attributes.extend_from_slice(&8u16.to_ne_bytes());
+        attributes.extend_from_slice(&attr::DEV_INDEX.to_ne_bytes());
+        attributes.extend_from_slice(&index.to_ne_bytes());
+    }
+    let length = NLMSG_HEADER_LEN + attributes.len();
+    let mut message = Vec::with_capacity(length);
+    message.extend_from_slice(&(length as u32).to_ne_bytes());
+    message.extend_from_slice(&command.message_type().to_ne_bytes());
+    message.extend_from_slice(&(NLM_F_REQUEST | NLM_F_DUMP).to_ne_bytes());
+    message.extend_from_slice(&sequence.to_ne_bytes());
+    message.extend_from_slice(&0u32.to_ne_bytes()); // port id: the kernel's is 0
+    message.extend_from_slice(&attributes);
+    message
+}
+
+/// An RDMA device as `RDMA_NLDEV_CMD_GET` lists it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Device {
+    pub index: u32,
+    pub name: String,
+}
+
+/// Who holds a resource: a process by id in the exporter's pid namespace, or a kernel module
+/// (`ib_core`, `ib_ipoib`, `rdma_cm`) by name.
+#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub enum Holder {
+    Process(u32),
+    Kernel(String),
+    /// Neither attribute given (a kernel that names no holder).
+    Unknown,
+}
+
+/// One tracked resource: what the collector counts of it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Entry {
+    pub holder: Holder,
+    /// QPs and CM IDs bound to a port (a QP in RESET has none yet).
+    pub port: Option<u32>,
+    /// A QP's type (`enum ib_qp_type`) and state (`enum ib_qp_state`); a CM ID's QP type and
+    /// CM state are not read.
+    pub qp_type: Option<u8>,
+    pub qp_state: Option<u8>,
+    /// An MR's length in bytes: the memory it pins.
+    pub mr_length: Option<u64>,
+}
+
+/// The replies of one dump, fed datagram by datagram as they arrive.
+#[derive(Debug)]
+pub struct Dump {
+    command: Command,
+    device: Option<u32>,
+    sequence: u32,
+    done: bool,
+    bytes: usize,
+    pub devices: Vec<Device>,
+    pub entries: Vec<Entry>,
+}
+
+impl Dump {
+    pub fn new(command: Command, device: Option<u32>, sequence: u32) -> Self {
+        Dump {
+            command,
+            device,
+            sequence,
+            done: false,
+            bytes: 0,
+            devices: Vec::new(),
+            entries: Vec::new(),
+        }
+    }
+
+    pub fn is_done(&self) -> bool {
+        self.done
+    }
+
+    /// Decodes one datagram (one or more netlink messages).
+    pub fn feed(&mut self, mut datagram: &[u8]) -> Result<(), ReplyError> {
+        self.bytes = self.bytes.saturating_add(datagram.len());
+        if self.bytes > MAX_DUMP_BYTES {
+            return Err(ReplyError::TooLarge(MAX_ENTRIES));
+        }
+        while !datagram.is_empty() {
+            if self.done {
+                return Err(ReplyError::AfterDone);
+            }
+            let header = take(datagram, 0, NLMSG_HEADER_LEN).ok_or(ReplyError::MessageLength {
+                length: NLMSG_HEADER_LEN,
+                available: datagram.len(),
+            })?;
+            let length = u32_at(header, 0) as usize;
+            let kind = u16::from_ne_bytes([header[4], header[5]]);
+            let sequence = u32_at(header, 8);
+            if length < NLMSG_HEADER_LEN || length > datagram.len() {
+                return Err(ReplyError::MessageLength {
+                    length,
+                    available: datagram.len(),
+                });
+            }
+            if sequence != self.sequence {
+                return Err(ReplyError::Sequence {
+                    got: sequence,
+                    sent: self.sequence,
+                });
+            }
+            self.message(kind, &datagram[NLMSG_HEADER_LEN..length])?;
+            datagram = &datagram[aligned(length).min(datagram.len())..];
+        }
+        Ok(())
+    }
+
+    fn message(&mut self, kind: u16, payload: &[u8]) -> Result<(), ReplyError> {
+        match kind {
+            NLMSG_NOOP => Ok(()),
+            NLMSG_OVERRUN => Err(ReplyError::Overrun),
+            // An error (negative errno) or, with 0, an acknowledgement.
+            NLMSG_ERROR => match i32_at(payload)? {
+                0 => Ok(()),
+                error => Err(ReplyError::Kernel(error.saturating_neg())),
+            },
+            // A dump's end; since 4.x with the dump's own error, if any, in it.
+            NLMSG_DONE => {
+                self.done = true;
+                match payload.len() {
+                    0 => Ok(()),
+                    _ => match i32_at(payload)? {
+                        error if error < 0 => Err(ReplyError::Kernel(error.saturating_neg())),
+                        _ => Ok(()),
+                    },
+                }
+            }
+            kind if kind == self.command.message_type() => match self.command {
+                Command::Devices => {
+                    let attributes = Attributes::parse(payload)?;
+                    self.devices.push(Device {
+                        index: attributes.u32(attr::DEV_INDEX)?,
+                        name: attributes.string(attr::DEV_NAME)?,
+                    });
+                    Ok(())
+                }
+                Command::Resources(resource) => self.resources(resource, payload),
+            },
+            other => Err(ReplyError::UnexpectedType(other)),
+        }
+    }
+
+    fn resources(&mut self, resource: Resource, payload: &[u8]) -> Result<(), ReplyError> {
+        let attributes = Attributes::parse(payload)?;
+        let index = attributes.u32(attr::DEV_INDEX)?;
+        if let Some(asked) = self.device.filter(|&asked| asked != index) {
+            return Err(ReplyError::OtherDevice { got: index, asked });
+        }
+        let (table, entry_kind) = resource.table();
+        // A device with none of this resource sends no table.
+        let Some(table) = attributes.nested(table)? else {
+            return Ok(());
+        };
+        for (kind, entry) in table.all() {
+            if kind != entry_kind {
+                continue;
+            }
+            if self.entries.len() >= MAX_ENTRIES {
+                return Err(ReplyError::TooLarge(MAX_ENTRIES));
+            }
+            let entry = Attributes::parse(entry)?;
+            let holder = match (
+                entry.optional_u32(attr::RES_PID)?,
+                entry.get(attr::RES_KERN_NAME),
+            ) {
+                (Some(pid), _) => Holder::Process(pid),
+                (None, Some(_)) => Holder::Kernel(entry.string(attr::RES_KERN_NAME)?),
+                (None, None) => Holder::Unknown,
+            };
+            let queue_pair = resource == Resource::QueuePair;
+            self.entries.push(Entry {
+                holder,
+                port: entry.optional_u32(attr::PORT_INDEX)?,
+                qp_type: queue_pair
+                    .then(|| entry.optional_u8(attr::RES_TYPE))
+                    .transpose()?
+                    .flatten(),
+                qp_state: queue_pair
+                    .then(|| entry.optional_u8(attr::RES_STATE))
+                    .transpose()?
+                    .flatten(),
+                mr_length: entry.optional_u64(attr::RES_MRLEN)?,
+            });
+        }
+        Ok(())
+    }
+}
+
+/// The attributes of one level, each checked to lie within it; looked up by type.
+struct Attributes<'a> {
+    list: Vec<(u16, &'a [u8])>,
+}
+
+impl<'a> Attributes<'a> {
+    fn parse(mut bytes: &'a [u8]) -> Result<Self, ReplyError> {
+        let mut list = Vec::new();
+        while !bytes.is_empty() {
+            let header = take(bytes, 0, NLA_HEADER_LEN).ok_or(ReplyError::AttributeLength {
+                kind: 0,
+                length: NLA_HEADER_LEN,
+                available: bytes.len(),
+            })?;
+            let length = usize::from(u16::from_ne_bytes([header[0], header[1]]));
+            let kind = u16::from_ne_bytes([header[2], header[3]]) & NLA_TYPE_MASK;
+            if length < NLA_HEADER_LEN || length > bytes.len() {
+                return Err(ReplyError::AttributeLength {
+                    kind,
+                    length,
+                    available: bytes.len(),
+                });
+            }
+            list.push((kind, &bytes[NLA_HEADER_LEN..length]));
+            // The last attribute's padding may be left out.
+            bytes = &bytes[aligned(length).min(bytes.len())..];
+        }
+        Ok(Attributes { list })
+    }
+
+    fn all(&self) -> impl Iterator<Item = (u16, &'a [u8])> + '_ {
+        self.list.iter().copied()
+    }
+
+    fn get(&self, kind: u16) -> Option<&'a [u8]> {
+        self.list
+            .iter()
+            .find(|(k, _)| *k == kind)
+            .map(|(_, payload)| *payload)
+    }
+
+    fn fixed<const N: usize>(
+        &self,
+        kind: u16,
+        expected: &'static str,
+    ) -> Result<Option<[u8; N]>, ReplyError> {
+        self.get(kind)
+            .map(|payload| {
+                <[u8; N]>::try_from(payload).map_err(|_| ReplyError::AttributeSize {
+                    kind,
+                    length: payload.len(),
+                    expected,
+                })
+            })
+            .transpose()
+    }
+
+    fn optional_u8(&self, kind: u16) -> Result<Option<u8>, ReplyError> {
+        Ok(self.fixed::<1>(kind, "1 (u8)")?.map(|[byte]| byte))
+    }
+
+    fn optional_u32(&self, kind: u16) -> Result<Option<u32>, ReplyError> {
+        Ok(self.fixed::<4>(kind, "4 (u32)")?.map(u32::from_ne_bytes))
+    }
+
+    fn optional_u64(&self, kind: u16) -> Result<Option<u64>, ReplyError> {
+        Ok(self.fixed::<8>(kind, "8 (u64)")?.map(u64::from_ne_bytes))
+    }
+
+    fn u32(&self, kind: u16) -> Result<u32, ReplyError> {
+        self.optional_u32(kind)?.ok_or(ReplyError::Missing(kind))
+    }
+
+    /// A `NLA_NUL_STRING`: text, then a NUL within the attribute.
+    fn string(&self, kind: u16) -> Result<String, ReplyError> {
+        let payload = self.get(kind).ok_or(ReplyError::Missing(kind))?;
+        let end = payload
+            .iter()
+            .position(|&byte| byte == 0)
+            .ok_or(ReplyError::BadString(kind))?;
+        String::from_utf8(payload[..end].to_vec()).map_err(|_| ReplyError::BadString(kind))
+    }
+
+    fn nested(&self, kind: u16) -> Result<Option<Attributes<'a>>, ReplyError> {
+        self.get(kind).map(Attributes::parse).transpose()
+    }
+}
+
+/// Netlink's 4-byte alignment of messages and attributes.
+fn aligned(length: usize) -> usize {
+    length.saturating_add(3) & !3
+}
+
+fn take(bytes: &[u8], start: usize, length: usize) -> Option<&[u8]> {
+    bytes.get(start..start.checked_add(length)?)
+}
+
+fn u32_at(bytes: &[u8], offset: usize) -> u32 {
+    let mut word = [0; 4];
+    word.copy_from_slice(&bytes[offset..offset + 4]);
+    u32::from_ne_bytes(word)
+}
+
+/// The `int` that opens an error or done message's payload.
+fn i32_at(payload: &[u8]) -> Result<i32, ReplyError> {
+    let word = take(payload, 0, 4).ok_or(ReplyError::MessageLength {
+        length: NLMSG_HEADER_LEN + 4,
+        available: NLMSG_HEADER_LEN + payload.len(),
+    })?;
+    Ok(i32::from_ne_bytes([word[0], word[1], word[2], word[3]]))
+}
+
+/// Replies built as the kernel builds them (`nla_put_*`, `nla_nest_start`, `nlmsg_put`), for
+/// the tests here and the collector's.
+#[cfg(test)]
+pub(crate) mod encode {
+    use super::*;
+
+    /// An attribute: header, payload, padding to 4 bytes.
+    pub fn attribute(kind: u16, payload: &[u8]) -> Vec<u8> {
+        let mut bytes = Vec::new();
+        bytes.extend_from_slice(&((NLA_HEADER_LEN + payload.len()) as u16).to_ne_bytes());
+        bytes.extend_from_slice(&kind.to_ne_bytes());
+        bytes.extend_from_slice(payload);
+        bytes.resize(aligned(bytes.len()), 0);
+        bytes
+    }
+
+    pub fn u8(kind: u16, value: u8) -> Vec<u8> {
+        attribute(kind, &[value])
+    }
+
+    pub fn u32(kind: u16, value: u32) -> Vec<u8> {
+        attribute(kind, &value.to_ne_bytes())
+    }
+
+    pub fn u64(kind: u16, value: u64) -> Vec<u8> {
+        attribute(kind, &value.to_ne_bytes())
+    }
+
+    pub fn string(kind: u16, value: &str) -> Vec<u8> {
+        attribute(kind, &[value.as_bytes(), b"\0"].concat())
+    }
+
+    /// A nest, flagged `NLA_F_NESTED` as `nla_nest_start` flags it since 5.2.
+    pub fn nested(kind: u16, attributes: &[Vec<u8>]) -> Vec<u8> {
+        attribute(kind | 0x8000, &attributes.concat())
+    }
+
+    pub fn message(kind: u16, flags: u16, sequence: u32, payload: &[u8]) -> Vec<u8> {
+        let mut bytes = Vec::new();
+        bytes.extend_from_slice(&((NLMSG_HEADER_LEN + payload.len()) as u32).to_ne_bytes());
+        bytes.extend_from_slice(&kind.to_ne_bytes());
+        bytes.extend_from_slice(&flags.to_ne_bytes());
+        bytes.extend_from_slice(&sequence.to_ne_bytes());
+        bytes.extend_from_slice(&4242u32.to_ne_bytes());
+        bytes.extend_from_slice(payload);
+        bytes.resize(aligned(bytes.len()), 0);
+        bytes
+    }
+
+    /// `NLMSG_DONE` with the dump's result.
+    pub fn done(sequence: u32, error: i32) -> Vec<u8> {
+        message(NLMSG_DONE, 0x2, sequence, &error.to_ne_bytes())
+    }
+
+    /// `NLMSG_ERROR` with a negative errno (and the request's header, as the kernel echoes it).
+    pub fn error(sequence: u32, errno: i32) -> Vec<u8> {
+        let request = request(Command::Devices, None, sequence);
+        message(
+            NLMSG_ERROR,
+            0,
+            sequence,
+            &[&(-errno).to_ne_bytes()[..], &request].concat(),
+        )
+    }
+
+    /// One entry's attributes as `fill_res_{qp,cq,mr,pd,cm_id}_entry` puts those read here.
+    pub fn entry(resource: Resource, entry: &Entry) -> Vec<u8> {
+        let mut attributes = Vec::new();
+        if let Some(port) = entry.port {
+            attributes.push(u32(attr::PORT_INDEX, port));
+        }
+        if let Some(qp_type) = entry.qp_type {
+            attributes.push(u8(attr::RES_TYPE, qp_type));
+        }
+        if let Some(state) = entry.qp_state {
+            attributes.push(u8(attr::RES_STATE, state));
+        }
+        if let Some(length) = entry.mr_length {
+            attributes.push(u64(attr::RES_MRLEN, length));
+        }
+        match &entry.holder {
+            Holder::Process(pid) => attributes.push(u32(attr::RES_PID, *pid)),
+            Holder::Kernel(name) => attributes.push(string(attr::RES_KERN_NAME, name)),
+            Holder::Unknown => {}
+        }
+        // Attributes the collector does not read: skipped, whatever their size.
+        attributes.push(u32(33, 0x0a00_0001)); // RDMA_NLDEV_ATTR_RES_SRC_ADDR, cut short
+        attributes.push(u64(200, 7)); // an attribute of a later kernel
+        nested(resource.table().1, &attributes)
+    }
+
+    /// One dump reply message: device index and name, then the table of `entries`.
+    pub fn resources(
+        resource: Resource,
+        device: &Device,
+        sequence: u32,
+        entries: &[Entry],
+    ) -> Vec<u8> {
+        let entries: Vec<Vec<u8>> = entries.iter().map(|item| entry(resource, item)).collect();
+        let payload = [
+            u32(attr::DEV_INDEX, device.index),
+            string(attr::DEV_NAME, &device.name),
+            nested(resource.table().0, &entries),
+        ]
+        .concat();
+        message(
+            Command::Resources(resource).message_type(),
+            0x2,
+            sequence,
+            &payload,
+        )
+    }
+
+    pub fn device(device: &Device, sequence: u32) -> Vec<u8> {
+        let payload = [
+            u32(attr::DEV_INDEX, device.index),
+            string(attr::DEV_NAME, &device.name),
+            string(5, "2.0.0"), // RDMA_NLDEV_ATTR_FW_VERSION
+        ]
+        .concat();
+        message(Command::Devices.message_type(), 0x2, sequence, &payload)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::encode;
+    use super::*;
+
+    fn rxe0() -> Device {
+        Device {
+            index: 3,
+            name: "rxe0".to_string(),
+        }
+    }
+
+    fn qp(holder: Holder, port: Option<u32>, qp_type: u8, state: u8) -> Entry {
+        Entry {
+            holder,
+            port,
+            qp_type: Some(qp_type),
+            qp_state: Some(state),
+            mr_length: None,
+        }
+    }
+
+    #[test]
+    fn a_resource_dump_request_names_command_and_device() {
+        let bytes = request(Command::Resources(Resource::MemoryRegion), Some(3), 7);
+        assert_eq!(bytes.len(), 24);
+        assert_eq!(u32_at(&bytes, 0), 24);
+        assert_eq!(u16::from_ne_bytes([bytes[4], bytes[5]]), (5 << 10) + 13);
+        assert_eq!(u16::from_ne_bytes([bytes[6], bytes[7]]), 0x301);
+        assert_eq!(u32_at(&bytes, 8), 7);
+        assert_eq!(&bytes[16..], &encode::u32(attr::DEV_INDEX, 3)[..]);
+        assert_eq!(request(Command::Devices, None, 1).len(), 16);
+    }
+
+    #[test]
+    fn a_queue_pair_dump_over_two_datagrams_reads_back() {
+        let entries = [
+            qp(Holder::Kernel("ib_core".into()), Some(1), 1, 3),
+            qp(Holder::Process(812), None, 2, 0),
+            qp(Holder::Process(812), Some(1), 2, 3),
+        ];
+        let mut dump = Dump::new(Command::Resources(Resource::QueuePair), Some(3), 9);
+        let first = encode::resources(Resource::QueuePair, &rxe0(), 9, &entries[..2]);
+        let second = [
+            encode::resources(Resource::QueuePair, &rxe0(), 9, &entries[2..]),
+            encode::done(9, 0),
+        ]
+        .concat();
+        dump.feed(&first).unwrap();
+        assert!(!dump.is_done());
+        dump.feed(&second).unwrap();
+        assert!(dump.is_done());
+        assert_eq!(dump.entries, entries);
+    }
+
+    #[test]
+    fn memory_regions_carry_their_length() {
+        let mr = Entry {
+            holder: Holder::Process(5),
+            port: None,
+            qp_type: None,
+            qp_state: None,
+            mr_length: Some(1 << 33),
+        };
+        let mut dump = Dump::new(Command::Resources(Resource::MemoryRegion), Some(3), 1);
+        dump.feed(
+            &[
+                encode::resources(
+                    Resource::MemoryRegion,
+                    &rxe0(),
+                    1,
+                    std::slice::from_ref(&mr),
+                ),
+                encode::done(1, 0),
+            ]
+            .concat(),
+        )
+        .unwrap();
+        assert_eq!(dump.entries, [mr]);
+    }
+
+    #[test]
+    fn the_device_list_reads_back() {
+        let devices = [
+            rxe0(),
+            Device {
+                index: 4,
+                name: "mlx5_0".into(),
+            },
+        ];
+        let mut dump = Dump::new(Command::Devices, None, 2);
+        let bytes: Vec<u8> = devices
+            .iter()
+            .flat_map(|device| encode::device(device, 2))
+            .chain(encode::done(2, 0))
+            .collect();
+        dump.feed(&bytes).unwrap();
+        assert_eq!(dump.devices, devices);
+    }
+
+    fn refused(command: Command, bytes: &[u8]) -> ReplyError {
+        Dump::new(command, Some(3), 1).feed(bytes).unwrap_err()
+    }
+
+    #[test]
+    fn kernel_errors_are_reported_with_their_errno() {
+        let command = Command::Resources(Resource::CmId);
+        assert_eq!(
+            refused(command, &encode::error(1, libc::EOPNOTSUPP)),
+            ReplyError::Kernel(libc::EOPNOTSUPP)
+        );
+        assert_eq!(
+            refused(command, &encode::done(1, -libc::EINTR)),
+            ReplyError::Kernel(libc::EINTR)
+        );
+        // An acknowledgement is no error.
+        assert!(Dump::new(command, Some(3), 1)
+            .feed(&encode::error(1, 0))
+            .is_ok());
+    }
+
+    #[test]
+    fn malformed_replies_are_refused() {
+        let command = Command::Resources(Resource::QueuePair);
+        let good = encode::resources(
+            Resource::QueuePair,
+            &rxe0(),
+            1,
+            &[qp(Holder::Process(1), Some(1), 2, 3)],
+        );
+        // Cut inside the header, inside the message, or with a length beyond the datagram.
+        assert!(matches!(
+            refused(command, &good[..10]),
+            ReplyError::MessageLength { .. }
+        ));
+        assert!(matches!(
+            refused(command, &good[..good.len() - 8]),
+            ReplyError::MessageLength { .. }
+        ));
+        let mut long = good.clone();
+        long[..4].copy_from_slice(&(good.len() as u32 + 4).to_ne_bytes());
+        assert!(matches!(
+            refused(command, &long),
+            ReplyError::MessageLength { .. }
+        ));
+        // An attribute longer than its message.
+        let mut overlong = good.clone();
+        overlong[16..18].copy_from_slice(&200u16.to_ne_bytes());
+        assert!(matches!(
+            refused(command, &overlong),
+            ReplyError::AttributeLength { kind: 1, .. }
+        ));
+        // A u32 of 2 bytes, a u8 of 4, a string without its NUL.
+        let short_index = encode::message(
+            command.message_type(),
+            0,
+            1,
+            &encode::attribute(attr::DEV_INDEX, &[1, 0]),
+        );
+        assert!(matches!(
+            refused(command, &short_index),
+            ReplyError::AttributeSize {
+                kind: 1,
+                length: 2,
+                ..
+            }
+        ));
+        let wide_state = [
+            encode::u32(attr::DEV_INDEX, 3),
+            encode::nested(
+                attr::RES_QP,
+                &[encode::nested(
+                    attr::RES_QP_ENTRY,
+                    &[encode::u32(attr::RES_STATE, 3)],
+                )],
+            ),
+        ]
+        .concat();
+        assert!(matches!(
+            refused(
+                command,
+                &encode::message(command.message_type(), 0, 1, &wide_state)
+            ),
+            ReplyError::AttributeSize {
+                kind: attr::RES_STATE,
+                length: 4,
+                ..
+            }
+        ));
+        let unterminated = [
+            encode::u32(attr::DEV_INDEX, 3),
+            encode::attribute(attr::DEV_NAME, b"rxe0"),
+        ]
+        .concat();
+        let devices = Command::Devices;
+        assert_eq!(
+            Dump::new(devices, None, 1)
+                .feed(&encode::message(
+                    devices.message_type(),
+                    0,
+                    1,
+                    &unterminated
+                ))
+                .unwrap_err(),
+            ReplyError::BadString(attr::DEV_NAME)
+        );
+    }
+
+    #[test]
+    fn replies_of_another_request_are_refused() {
+        let command = Command::Resources(Resource::QueuePair);
+        let entry = [qp(Holder::Process(1), Some(1), 2, 3)];
+        assert_eq!(
+            refused(
+                command,
+                &encode::resources(Resource::QueuePair, &rxe0(), 2, &entry)
+            ),
+            ReplyError::Sequence { got: 2, sent: 1 }
+        );
+        let other = Device {
+            index: 9,
+            name: "mlx5_0".into(),
+        };
+        assert_eq!(
+            refused(
+                command,
+                &encode::resources(Resource::QueuePair, &other, 1, &entry)
+            ),
+            ReplyError::OtherDevice { got: 9, asked: 3 }
+        );
+        assert_eq!(
+            refused(
+                command,
+                &encode::resources(Resource::CompletionQueue, &rxe0(), 1, &[])
+            ),
+            ReplyError::UnexpectedType(
+                Command::Resources(Resource::CompletionQueue).message_type()
+            )
+        );
+        assert_eq!(
+            refused(command, &[encode::done(1, 0), encode::done(1, 0)].concat()),
+            ReplyError::AfterDone
+        );
+    }
+}
+
+#[cfg(test)]
+mod proptests {
+    use super::encode;
+    use super::*;
+    use proptest::prelude::*;
+
+    fn holder() -> impl Strategy<Value = Holder> {
+        prop_oneof![
+            any::<u32>().prop_map(Holder::Process),
+            "[a-z_]{1,20}".prop_map(Holder::Kernel),
+            Just(Holder::Unknown),
+        ]
+    }
+
+    fn entry(resource: Resource) -> impl Strategy<Value = Entry> {
+        let queue_pair = resource == Resource::QueuePair;
+        let memory_region = resource == Resource::MemoryRegion;
+        (
+            holder(),
+            proptest::option::of(1u32..=255),
+            any::<u8>(),
+            any::<u8>(),
+            any::<u64>(),
+        )
+            .prop_map(move |(holder, port, qp_type, state, length)| Entry {
+                holder,
+                port,
+                qp_type: queue_pair.then_some(qp_type),
+                qp_state: queue_pair.then_some(state),
+                mr_length: memory_region.then_some(length),
+            })
+    }
+
+    fn resource() -> impl Strategy<Value = Resource> {
+        proptest::sample::select(Resource::ALL.to_vec())
+    }
+
+    /// A whole dump: entries split over messages, the messages over datagrams, then DONE.
+    fn dump() -> impl Strategy<Value = (Resource, Vec<Entry>, Vec<Vec<u8>>)> {
+        resource()
+            .prop_flat_map(|resource| {
+                (
+                    Just(resource),
+                    proptest::collection::vec(entry(resource), 0..40),
+                    1usize..8,
+                    1usize..4,
+                )
+            })
+            .prop_map(|(resource, entries, per_message, per_datagram)| {
+                let device = Device {
+                    index: 3,
+                    name: "rxe0".into(),
+                };
+                let mut messages: Vec<Vec<u8>> = entries
+                    .chunks(per_message)
+                    .map(|chunk| encode::resources(resource, &device, 1, chunk))
+                    .collect();
+                messages.push(encode::done(1, 0));
+                let datagrams = messages
+                    .chunks(per_datagram)
+                    .map(|chunk| chunk.concat())
+                    .collect();
+                (resource, entries, datagrams)
+            })
+    }
+
+    proptest! {
+        #[test]
+        fn a_written_dump_reads_back((resource, entries, datagrams) in dump()) {
+            let mut read = Dump::new(Command::Resources(resource), Some(3), 1);
+            for datagram in &datagrams {
+                read.feed(datagram).unwrap();
+            }
+            prop_assert!(read.is_done());
+            prop_assert_eq!(read.entries, entries);
+        }
+
+        #[test]
+        fn arbitrary_bytes_never_panic(bytes in proptest::collection::vec(any::<u8>(), 0..4096), resource in resource()) {
+            for command in [Command::Resources(resource), Command::Devices] {
+                let _ = Dump::new(command, Some(3), 1).feed(&bytes);
+                // The same bytes as the attributes of a reply whose header is right.
+                let message = encode::message(command.message_type(), 0x2, 1, &bytes);
+                let _ = Dump::new(command, Some(3), 1).feed(&message);
+            }
+        }
+
+        /// A real dump cut short, grown, or with bytes changed: an error or entries, never a
+        /// panic, and never more entries than were written.
+        #[test]
+        fn damaged_dumps_never_panic(
+            (resource, entries, datagrams) in dump(),
+            cut in any::<proptest::sample::Index>(),
+            flips in proptest::collection::vec((any::<proptest::sample::Index>(), any::<u8>()), 0..6),
+            extra in proptest::collection::vec(any::<u8>(), 0..64),
+        ) {
+            let mut read = Dump::new(Command::Resources(resource), Some(3), 1);
+            for datagram in &datagrams {
+                let mut damaged = datagram[..cut.index(datagram.len() + 1)].to_vec();
+                for (at, byte) in &flips {
+                    if !damaged.is_empty() {
+                        let at = at.index(damaged.len());
+                        damaged[at] ^= byte;
+                    }
+                }
+                damaged.extend_from_slice(&extra);
+                if read.feed(&damaged).is_err() {
+                    break;
+                }
+            }
+            // A flipped length can split one entry's attributes into more entries only
+            // within the bytes written, each at least one attribute header long.
+            let written: usize = datagrams.iter().map(Vec::len).sum::<usize>() + extra.len() * datagrams.len();
+            prop_assert!(read.entries.len() <= entries.len().max(written / NLA_HEADER_LEN));
+        }
+    }
+}

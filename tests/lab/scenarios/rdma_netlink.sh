@@ -1,0 +1,147 @@
+# The rdma_netlink collector on a real kernel: before ib_core loads, RDMA netlink is reported
+# unavailable once (a metric, one log line, no error count); then on Soft-RoCE with ib_write_bw
+# running, one side in a fake Slurm job's cgroup, the QPs, MRs and pinned bytes per pid equal
+# what iproute2's `rdma resource show qp -j` / `mr -j` print at the same moment.
+# lab: modules=rdma_rxe ib_uverbs rdma_ucm crc32_generic crc32_pclmul dummy
+# lab: tools=verbs
+# lab: collectors=rdma_netlink
+# lab: helpers=rdma_nl_capture
+# lab: timeout=240
+
+# Under TCG, with ib_write_bw polling on both guest CPUs, a scrape can take longer than 5 s.
+COLLECTOR="--collector.disable-defaults --collector.rdma_netlink --scrape.timeout=60s"
+port=/sys/class/infiniband/rxe0/ports/1
+
+lab_scenario netlink_unavailable
+# One exporter for the whole group (a start under TCG takes seconds): netlink becomes
+# available to it once ib_core loads.
+# shellcheck disable=SC2086 # a list of flags
+lab_exporter_start $COLLECTOR || exit 1
+if [ -d /sys/module/ib_core ]; then
+  lab_info "ib_core already loaded by an earlier group of this boot: unavailability not checked"
+else
+  lab_scrape absent_1
+  lab_scrape absent_2
+  lab_expect "RDMA netlink unavailable" "$(lab_value absent_2 hpcnode_rdma_netlink_available)" == 0
+  lab_expect "collector succeeds" "$(lab_value absent_2 'hpcnode_scrape_collector_success{collector="rdma_netlink"}')" == 1
+  lab_expect "no error counted" "$(lab_value absent_2 hpcnode_collector_errors_total)" == 0
+  lab_expect "one log line over two scrapes" "$(grep -c 'RDMA netlink unavailable' "$LAB_EXPORTER_LOG")" == 1
+  # A NETLINK_RDMA socket alone would load ib_core (its module alias): the exporter opens none.
+  lab_check_fails "ib_core still not loaded" test -d /sys/module/ib_core
+fi
+
+lab_scenario softroce
+modprobe -a rdma_rxe ib_uverbs rdma_ucm crc32_generic dummy
+modprobe crc32_pclmul 2> /dev/null
+ip link show dummy0 > /dev/null 2>&1 || ip link add dummy0 type dummy
+ip addr add 10.0.0.1/24 dev dummy0 2> /dev/null
+ip link set dummy0 up
+[ -e /sys/class/infiniband/rxe0 ] || rdma link add rxe0 type rxe netdev dummy0
+lab_check "rxe0 port 1 is ACTIVE" lab_wait_until 20 grep -q ACTIVE "$port/state"
+gid=
+for index in $(ls "$port/gid_attrs/types" | sort -n); do
+  [ "$(cat "$port/gid_attrs/types/$index" 2> /dev/null)" = "RoCE v2" ] && gid=$index && break
+done
+
+lab_scenario fake_slurm_job
+# slurmstepd's cgroup v2 layout: the job's processes under .../slurmstepd.scope/job_<N>/.
+mountpoint -q /sys/fs/cgroup || mount -t cgroup2 none /sys/fs/cgroup
+job=/sys/fs/cgroup/system.slice/slurmstepd.scope/job_4242/step_0
+lab_check "fake job cgroup $job" mkdir -p "$job"
+# The server joins the job before it execs, so every resource it creates is the job's.
+sh -c "echo \$\$ > $job/cgroup.procs && exec ib_write_bw -d rxe0 -x $gid -D 30 -s 65536" > "$LAB_TMP/server.txt" 2>&1 &
+server=$!
+# The server listens on TCP 18515 (0x4853) for the client's connection details.
+lab_check "ib_write_bw server listening" lab_wait_until 30 grep -qi ':4853 00000000:0000 0A' /proc/net/tcp
+ib_write_bw -d rxe0 -x "$gid" -D 30 -s 65536 127.0.0.1 > "$LAB_TMP/client.txt" 2>&1 &
+client=$!
+lab_check "ib_write_bw server in job_4242 ($(cat /proc/$server/cgroup))" grep -q job_4242 "/proc/$server/cgroup"
+
+lab_scenario resources_as_rdma_tool
+# Both sides connected: the client's QP in RTS, so every resource of both is created.
+lab_check "ib_write_bw connected (the client's RC QP in RTS)" \
+  lab_wait_until 40 sh -c "rdma resource show qp | grep -q 'RC.*RTS.*ib_write_bw'"
+lab_scrape held
+rdma resource show qp -j > "$LAB_TMP/qp.json"
+rdma resource show mr -j > "$LAB_TMP/mr.json"
+# The kernel's replies byte for byte at the same moment, for the decoder's tests
+# (tests/fixtures/rdma_netlink/ holds a run's files: rdma's JSON and the replies).
+index=$(rdma dev show rxe0 -j | sed -n 's/.*"ifindex":\([0-9]*\).*/\1/p')
+release=$(uname -r | cut -d. -f1,2)
+lab_check "capture RDMA_NLDEV_CMD_GET" /lab/bin/rdma_nl_capture 1 "/lab/results/rdma_nl.$release.devices.bin"
+for dump in qp:10 cm_id:11 cq:12 mr:13 pd:14; do
+  lab_check "capture the ${dump%:*} dump of rxe0 (index $index)" \
+    /lab/bin/rdma_nl_capture "${dump#*:}" "$index" "/lab/results/rdma_nl.$release.${dump%:*}.bin"
+done
+cp "$LAB_TMP/qp.json" "/lab/results/rdma_nl.$release.qp.json"
+cp "$LAB_TMP/mr.json" "/lab/results/rdma_nl.$release.mr.json"
+lab_expect "RDMA netlink available, to the exporter started before ib_core" \
+  "$(lab_value held hpcnode_rdma_netlink_available)" == 1
+lab_expect "no collector errors" "$(lab_value held hpcnode_collector_errors_total)" == 0
+
+# json_records FILE PID: the records of FILE (one JSON array) held by PID, one a line.
+json_records() {
+  sed 's/},{/}\n{/g' "$1" | grep -E "\"pid\":$2[,}]"
+}
+# json_sum FILE PID KEY: the sum of numeric KEY over those records.
+json_sum() {
+  json_records "$1" "$2" | sed -n "s/.*\"$3\":\([0-9]*\).*/\1/p" | awk '{ s += $1 } END { printf "%d\n", s }'
+}
+
+for side in server client; do
+  eval pid=\$$side
+  holder="device=\"rxe0\",holder=\"process\",pid=\"$pid\""
+  qps=$(lab_value held "hpcnode_rdma_holder_resources{$holder,resource=\"qp\"}")
+  pinned=$(lab_value held "hpcnode_rdma_holder_pinned_bytes{$holder}")
+  lab_info "$side pid $pid: $qps QPs, $pinned bytes pinned"
+  lab_expect "$side: QPs as rdma resource show qp" "$qps" == "$(json_records "$LAB_TMP/qp.json" "$pid" | grep -c .)"
+  lab_expect "$side: at least one QP" "$qps" ">=" 1
+  lab_expect "$side: MRs as rdma resource show mr" \
+    "$(lab_value held "hpcnode_rdma_holder_resources{$holder,resource=\"mr\"}")" == \
+    "$(json_records "$LAB_TMP/mr.json" "$pid" | grep -c .)"
+  lab_expect "$side: pinned bytes as the sum of mrlen" "$pinned" == "$(json_sum "$LAB_TMP/mr.json" "$pid" mrlen)"
+  lab_expect "$side: pinned bytes at least the 64 KiB buffer" "$pinned" ">=" 65536
+  lab_expect "$side: comm ib_write_bw, as rdma prints it" \
+    "$(lab_series held "hpcnode_rdma_holder_pinned_bytes{$holder,comm=\"ib_write_bw\"}")" == \
+    "$(json_records "$LAB_TMP/qp.json" "$pid" | grep -c '"comm":"ib_write_bw"' | grep -q '^[1-9]' && echo 1)"
+done
+lab_expect "server labelled with Slurm job 4242" \
+  "$(lab_series held "hpcnode_rdma_holder_pinned_bytes{pid=\"$server\",slurm_job=\"4242\"}")" == 1
+lab_expect "client outside any job" \
+  "$(lab_series held "hpcnode_rdma_holder_pinned_bytes{pid=\"$client\",slurm_job=\"\"}")" == 1
+lab_expect "job 4242's pinned bytes are the server's" \
+  "$(lab_value held 'hpcnode_rdma_slurm_job_pinned_bytes{device="rxe0",slurm_job="4242"}')" == \
+  "$(lab_value held "hpcnode_rdma_holder_pinned_bytes{pid=\"$server\"}")"
+# rdma names a kernel holder by comm alone, without a pid.
+kernel_qps=$(sed 's/},{/}\n{/g' "$LAB_TMP/qp.json" | grep -vc '"pid":')
+lab_expect "kernel-held QPs as rdma prints them ($kernel_qps)" \
+  "$(lab_value held 'hpcnode_rdma_holder_resources{device="rxe0",holder="kernel",resource="qp"}')" == "$kernel_qps"
+lab_expect "the GSI QP is held by ib_core" \
+  "$(lab_value held 'hpcnode_rdma_holder_resources{device="rxe0",holder="kernel",comm="ib_core",resource="qp"}')" ">=" 1
+lab_expect "QPs by type and state add up to the QP count" \
+  "$(lab_value held 'hpcnode_rdma_queue_pairs{device="rxe0"}')" == \
+  "$(lab_value held 'hpcnode_rdma_resources{device="rxe0",resource="qp"}')"
+# The client's RC QP is in RTS, the server's (it only receives RDMA WRITEs) stays in RTR.
+for kind in RC:RTS RC:RTR GSI:RTS; do
+  qp_type=${kind%:*} state=${kind#*:}
+  lab_expect "$qp_type QPs in $state as rdma prints them" \
+    "$(lab_value held "hpcnode_rdma_queue_pairs{device=\"rxe0\",port=\"1\",type=\"$qp_type\",state=\"$state\"}")" == \
+    "$(sed 's/},{/}\n{/g' "$LAB_TMP/qp.json" | grep -c "\"type\":\"$qp_type\",\"state\":\"$state\"")"
+done
+lab_expect "the client's QP connected (RTS)" \
+  "$(lab_value held 'hpcnode_rdma_queue_pairs{device="rxe0",port="1",type="RC",state="RTS"}')" ">=" 1
+lab_expect "device pinned bytes: the sum of every MR's mrlen" \
+  "$(lab_value held 'hpcnode_rdma_pinned_bytes{device="rxe0"}')" == \
+  "$(sed 's/},{/}\n{/g' "$LAB_TMP/mr.json" | sed -n 's/.*"mrlen":\([0-9]*\).*/\1/p' | awk '{ s += $1 } END { printf "%d\n", s }')"
+lab_record_series held 'hpcnode_rdma_queue_pairs'
+lab_record_series held 'hpcnode_rdma_holder_pinned_bytes'
+# Ended now rather than at their -D bound: the group stays short.
+kill "$client" "$server" 2> /dev/null
+wait "$client"
+wait "$server"
+cp "$LAB_TMP/server.txt" /lab/results/rdma_netlink.ib_write_bw_server.txt
+cp "$LAB_TMP/client.txt" /lab/results/rdma_netlink.ib_write_bw_client.txt
+lab_scrape released
+lab_expect "ib_write_bw gone: no series of its pid" \
+  "$(lab_series released "hpcnode_rdma_holder_pinned_bytes{pid=\"$server\"}")" == 0
+lab_exporter_stop
