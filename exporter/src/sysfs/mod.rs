@@ -33,7 +33,7 @@ use crate::error::{CollectError, ErrorKind};
 
 mod held;
 
-pub use held::{HeldAttributes, HeldBudget};
+pub use held::{HeldAttributes, HeldBudget, HeldByUnit};
 
 /// sysfs attributes are at most one page; anything longer is not an attribute.
 const MAX_ATTRIBUTE_BYTES: usize = 4096;
@@ -237,15 +237,21 @@ impl SysDir {
     /// link to a sibling, an absolute link) again from the root, so it ends inside the root
     /// or nowhere.
     fn open_entry(&self, name: &str, flags: OFlags) -> Result<OwnedFd, Errno> {
+        self.open_entry_in(name, flags).map(|(fd, _)| fd)
+    }
+
+    /// As [`SysDir::open_entry`], and whether the file opened is an entry of this directory
+    /// itself (a plain name, no link followed).
+    fn open_entry_in(&self, name: &str, flags: OFlags) -> Result<(OwnedFd, bool), Errno> {
         if !name.is_empty() && !name.contains('/') && name != "." && name != ".." {
             let nofollow = flags | OFlags::NOFOLLOW;
             match rustix::fs::openat(&self.fd, name, nofollow, Mode::empty()) {
                 // A link (or a file where a directory belongs): resolved below.
                 Err(Errno::LOOP | Errno::NOTDIR) => {}
-                opened => return opened,
+                opened => return opened.map(|fd| (fd, true)),
             }
         }
-        match resolve(self.fd.as_fd(), Path::new(name), flags, Scope::Beneath) {
+        let opened = match resolve(self.fd.as_fd(), Path::new(name), flags, Scope::Beneath) {
             Err(Errno::XDEV) => resolve(
                 self.root.as_fd(),
                 &self.relative.join(name),
@@ -253,7 +259,8 @@ impl SysDir {
                 Scope::InRoot,
             ),
             opened => opened,
-        }
+        };
+        opened.map(|fd| (fd, false))
     }
 
     /// An attribute's content with surrounding whitespace (the kernel's trailing newline, the
@@ -285,9 +292,30 @@ impl SysDir {
         held: &mut HeldAttributes,
         reader: &'r mut AttributeReader,
     ) -> Result<&'r str, SysfsError> {
-        let len = held.read(self, name, &mut reader.buf[..])?;
-        let content = self.one_page(name, &reader.buf[..len])?;
+        let content = self.read_held_bytes(name, held, reader)?;
         self.text(name, content)
+    }
+
+    /// As [`SysDir::read_bytes`], through a held descriptor (see [`SysDir::read_held`]).
+    pub fn read_held_bytes<'r>(
+        &self,
+        name: &str,
+        held: &mut HeldAttributes,
+        reader: &'r mut AttributeReader,
+    ) -> Result<&'r [u8], SysfsError> {
+        let len = held.read(self, name, &mut reader.buf[..])?;
+        self.one_page(name, &reader.buf[..len])
+    }
+
+    /// As [`SysDir::read_u64`], through a held descriptor (see [`SysDir::read_held`]).
+    pub fn read_held_u64(
+        &self,
+        name: &str,
+        held: &mut HeldAttributes,
+        reader: &mut AttributeReader,
+    ) -> Result<u64, SysfsError> {
+        let text = self.read_held(name, held, reader)?;
+        self.parse_u64(name, text)
     }
 
     /// What one read gave, refused when it filled the buffer (more than a page).
@@ -328,14 +356,6 @@ impl SysDir {
             size: stat.st_size,
             modified: (stat.st_mtime, stat.st_mtime_nsec),
         })
-    }
-
-    /// The directory's device and inode numbers: what tells a directory that was removed and
-    /// made again under the same name from the one seen before.
-    pub fn identity(&self) -> Result<(u64, u64), SysfsError> {
-        let stat = rustix::fs::fstat(&self.fd)
-            .map_err(|errno| SysfsError::io(self.path.clone(), errno))?;
-        Ok((stat.st_dev, stat.st_ino))
     }
 
     /// A text file that spans many pages (procfs seq files such as `/proc/modules`, index files
@@ -407,6 +427,10 @@ impl SysDir {
     /// An unsigned integer attribute (counters, ids).
     pub fn read_u64(&self, name: &str, reader: &mut AttributeReader) -> Result<u64, SysfsError> {
         let text = self.read(name, reader)?;
+        self.parse_u64(name, text)
+    }
+
+    fn parse_u64(&self, name: &str, text: &str) -> Result<u64, SysfsError> {
         text.parse()
             .map_err(|_| SysfsError::parse(&self.path(name), "not an unsigned integer", text))
     }
