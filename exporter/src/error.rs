@@ -1,6 +1,6 @@
 //! What a collector can report as failed: the error kinds counted in
 //! `hpcnode_collector_errors_total`, and one error with its cause. Below everything else in the
-//! crate, so the readers (`sysfs.rs`) and the framework (`collector.rs`) share it without
+//! crate, so the readers (`sysfs/`) and the framework (`collector.rs`) share it without
 //! importing each other.
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]

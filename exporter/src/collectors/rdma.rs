@@ -4,9 +4,7 @@
 //! the others: each failure is reported and the rest is exported. Every `hw_counters` file is
 //! exported whatever its name, and PMA counters stuck at their width's maximum are flagged.
 
-use std::collections::HashMap;
 use std::path::PathBuf;
-use std::sync::{Arc, Mutex, PoisonError, TryLockError};
 
 use regex::Regex;
 
@@ -16,7 +14,7 @@ use crate::collector::{
 use crate::flags::{optional, ConfigError, Flags};
 use crate::metrics::{Desc, LabelValue, Labels, Value};
 use crate::rdma_port::{parse_rate, parse_state_id, ETHERNET_LINK_LAYER};
-use crate::sysfs::{AttributeReader, Entry, HeldAttributes, SysDir, SysfsError};
+use crate::sysfs::{AttributeReader, Entry, HeldAttributes, HeldByUnit, SysDir, SysfsError};
 
 pub const REGISTRATION: Registration = Registration {
     name: "rdma",
@@ -87,17 +85,8 @@ impl Settings for RdmaSettings {
 struct RdmaCollector {
     sysfs: PathBuf,
     devices: DeviceFilter,
-    /// Per device, the counters' descriptors held open between scrapes. Each device has a
-    /// lock of its own: the scrape claims a unit before reading it, so only one read holds
-    /// it, and a read hung in a driver blocks no other device.
-    held: Mutex<HashMap<String, Arc<Mutex<DeviceHeld>>>>,
-}
-
-/// A device's held descriptors, and which directory they were opened under.
-#[derive(Default)]
-struct DeviceHeld {
-    directory: Option<(u64, u64)>,
-    attributes: HeldAttributes,
+    /// Per device, the counters' descriptors held open between scrapes.
+    held: HeldByUnit,
 }
 
 impl RdmaCollector {
@@ -105,13 +94,8 @@ impl RdmaCollector {
         RdmaCollector {
             sysfs,
             devices,
-            held: Mutex::default(),
+            held: HeldByUnit::default(),
         }
-    }
-
-    fn device_held(&self, device: &str) -> Arc<Mutex<DeviceHeld>> {
-        let mut held = self.held.lock().unwrap_or_else(PoisonError::into_inner);
-        held.entry(device.to_string()).or_default().clone()
     }
 }
 
@@ -358,13 +342,11 @@ impl Collector for RdmaCollector {
                 devices
                     .retain(|device| device.name().map_or(true, |name| self.devices.allows(name)));
                 // Devices gone since the last listing close their descriptors.
-                let listed = |name: &String| {
+                self.held.retain(|name| {
                     devices
                         .iter()
                         .any(|device| device.name().ok() == Some(name))
-                };
-                (self.held.lock().unwrap_or_else(PoisonError::into_inner))
-                    .retain(|name, _| listed(name));
+                });
                 Ok(devices)
             }
             // No RDMA stack loaded: nothing to export, and nothing failed.
@@ -383,40 +365,17 @@ impl Collector for RdmaCollector {
         else {
             return;
         };
-        let held = self.device_held(device);
-        // Only the read that claimed the unit locks it; were it still locked, this read holds
-        // descriptors of its own for its length rather than wait.
-        let (mut guard, mut own);
-        let held: &mut DeviceHeld = match held.try_lock() {
-            Ok(locked) => {
-                guard = locked;
-                &mut guard
-            }
-            Err(TryLockError::Poisoned(poisoned)) => {
-                guard = poisoned.into_inner();
-                &mut guard
-            }
-            Err(TryLockError::WouldBlock) => {
-                own = DeviceHeld::default();
-                &mut own
-            }
-        };
-        // The device went and came back (or another took its name): new descriptors.
-        let identity = dir.identity().ok();
-        if held.directory != identity {
-            *held = DeviceHeld {
-                directory: identity,
-                ..DeviceHeld::default()
+        // A device that went and came back (or another that took its name) is other
+        // directories, which hold nothing yet.
+        self.held.read(device, |held| {
+            let mut read = DeviceRead {
+                reader: AttributeReader::default(),
+                held,
+                out,
+                device: device.to_string().into(),
             };
-        }
-        let mut read = DeviceRead {
-            reader: AttributeReader::default(),
-            held: &mut held.attributes,
-            out,
-            device: device.to_string().into(),
-        };
-        read.device(&dir);
-        held.attributes.end_round();
+            read.device(&dir);
+        });
     }
 }
 
@@ -433,19 +392,29 @@ impl DeviceRead<'_> {
         self.out.samples.push(desc, labels, value);
     }
 
-    fn device_labels(&self) -> Labels {
-        vec![("device", self.device.clone())]
+    /// The device's label, with room for `more`.
+    fn device_labels_and(&self, more: usize) -> Labels {
+        let mut labels = Vec::with_capacity(1 + more);
+        labels.push(("device", self.device.clone()));
+        labels
+    }
+
+    /// The device's and the port's labels, with room for `more`.
+    fn port_labels_and(&self, port: &LabelValue, more: usize) -> Labels {
+        let mut labels = self.device_labels_and(1 + more);
+        labels.push(("port", port.clone()));
+        labels
     }
 
     fn port_labels(&self, port: &LabelValue) -> Labels {
-        vec![("device", self.device.clone()), ("port", port.clone())]
+        self.port_labels_and(port, 0)
     }
 
     /// Labels of a per-counter series: device, port when given, counter.
     fn counter_labels(&self, port: Option<&LabelValue>, counter: LabelValue) -> Labels {
         let mut labels = match port {
-            Some(port) => self.port_labels(port),
-            None => self.device_labels(),
+            Some(port) => self.port_labels_and(port, 1),
+            None => self.device_labels_and(1),
         };
         labels.push(("counter", counter));
         labels
@@ -465,7 +434,7 @@ impl DeviceRead<'_> {
     }
 
     fn device(&mut self, dir: &SysDir) {
-        let mut labels = self.device_labels();
+        let mut labels = self.device_labels_and(7);
         labels.extend([
             ("board_id", self.text(dir, "board_id").into()),
             ("firmware_version", self.text(dir, "fw_ver").into()),
@@ -499,7 +468,7 @@ impl DeviceRead<'_> {
             ETHERNET_LINK_LAYER => self.netdev(dir),
             _ => String::new(),
         };
-        let mut info = self.port_labels(port);
+        let mut info = self.port_labels_and(port, 4);
         info.extend([
             ("link_layer", link_layer.clone().into()),
             ("netdev", netdev.into()),
@@ -654,17 +623,17 @@ impl DeviceRead<'_> {
     /// Every file of a `hw_counters/` directory, whatever its name; `lifespan` is a setting.
     /// `port` is `None` for the device-wide directory.
     fn hw_counters(&mut self, dir: &SysDir, port: Option<&LabelValue>) {
-        let Some(names) = self.out.reported(dir.entries()) else {
+        let Some(names) = self.out.reported(self.held.fixed_entries(dir)) else {
             return;
         };
-        for name in names {
-            let Some(name) = self.out.reported(name.into_name()) else {
+        for name in names.iter() {
+            let Some(name) = self.out.reported(name.name()) else {
                 continue;
             };
-            let Some(value) = self.counter_value(dir, &name) else {
+            let Some(value) = self.counter_value(dir, name) else {
                 continue;
             };
-            match (name.as_str(), port) {
+            match (name, port) {
                 ("lifespan", Some(port)) => {
                     let seconds = Value::Float(value as f64 / 1000.0);
                     self.push(&PORT_HW_STATS_LIFESPAN, self.port_labels(port), seconds);
@@ -672,11 +641,11 @@ impl DeviceRead<'_> {
                 // The device-wide lifespan mirrors the ports'; it is not exported twice.
                 ("lifespan", None) => {}
                 (_, Some(port)) => {
-                    let labels = self.counter_labels(Some(port), name.into());
+                    let labels = self.counter_labels(Some(port), name.to_string().into());
                     self.push(&PORT_HW_STAT, labels, Value::Int(value));
                 }
                 (_, None) => {
-                    let labels = self.counter_labels(None, name.into());
+                    let labels = self.counter_labels(None, name.to_string().into());
                     self.push(&DEVICE_HW_STAT, labels, Value::Int(value));
                 }
             }
@@ -824,7 +793,7 @@ mod tests {
         assert_eq!(received(), Some(Value::Int(11)));
         std::fs::remove_dir_all(&device).unwrap();
         assert!(collector.units().unwrap().is_empty());
-        assert!(collector.held.lock().unwrap().is_empty());
+        assert!(collector.held.is_empty());
         make_device(5);
         assert_eq!(received(), Some(Value::Int(5)));
         // Gone and back between two scrapes, never seen missing.

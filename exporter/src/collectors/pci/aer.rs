@@ -93,7 +93,8 @@ impl Read<'_> {
     /// of messages received from itself and the devices below it.
     pub(super) fn aer(&mut self, dir: &SysDir, labels: &Labels) {
         for (file, severity) in DEVICE_FILES {
-            let text = dir.read(file, &mut self.reader).map(str::to_string);
+            let text = dir.read_held(file, self.held, &mut self.reader);
+            let text = text.map(str::to_string);
             let Some(text) = self.out.optional(text) else {
                 continue;
             };
@@ -114,7 +115,10 @@ impl Read<'_> {
             self.push(&AER_MESSAGES, severity_labels, Value::Int(counts.messages));
         }
         for (file, severity) in ROOT_PORT_FILES {
-            if let Some(count) = self.out.optional(dir.read_u64(file, &mut self.reader)) {
+            if let Some(count) =
+                self.out
+                    .optional(dir.read_held_u64(file, self.held, &mut self.reader))
+            {
                 let mut labels = labels.clone();
                 labels.push(("severity", severity.into()));
                 self.push(&AER_ROOT_PORT_MESSAGES, labels, Value::Int(count));

@@ -28,7 +28,6 @@ const IRQ_UNASSIGNED: [u64; 2] = [0, 255];
 /// What `power_state` prints for PCI_UNKNOWN (a device no driver has enabled) and
 /// PCI_POWER_ERROR (drivers/pci/pci.c `pci_power_names`).
 const POWER_STATE_UNKNOWN: [&str; 2] = ["unknown", "error"];
-const CONFIG_SPACE_BYTES: usize = 4096;
 /// Real `modules.alias` files are 1 to 2 MiB, read once per unbound device, by up to four
 /// units at once.
 const MODULES_ALIAS_LIMIT: usize = 16 << 20;
@@ -117,7 +116,8 @@ impl Read<'_> {
     /// Identity, driver, BARs, IRQ, config space, link, power and SR-IOV of one device.
     fn device_attributes(&mut self, dir: &SysDir, labels: &Labels) -> DeviceState {
         let text = |read: &mut Self, name: &str| {
-            let text = dir.read(name, &mut read.reader).map(str::to_string);
+            let text = dir.read_held(name, read.held, &mut read.reader);
+            let text = text.map(str::to_string);
             read.out.optional(text).unwrap_or_default()
         };
         let link = |read: &mut Self, name: &str| {
@@ -127,9 +127,9 @@ impl Read<'_> {
         };
         let driver = link(self, "driver");
         let physical_function = link(self, "physfn");
-        let sysfs_total_vfs = self
-            .out
-            .optional(dir.read_u64("sriov_totalvfs", &mut self.reader));
+        let sysfs_total_vfs =
+            self.out
+                .optional(dir.read_held_u64("sriov_totalvfs", self.held, &mut self.reader));
         let device_type = DeviceType::of(!physical_function.is_empty(), sysfs_total_vfs.is_some());
         let (vendor, device) = (text(self, "vendor"), text(self, "device"));
         let ids = parse_id16(&vendor).zip(parse_id16(&device));
@@ -149,12 +149,12 @@ impl Read<'_> {
         self.push(&DEVICE_INFO, info, Value::Int(1));
         self.flag(&DRIVER_BOUND, labels.clone(), !driver.is_empty());
 
-        let space = self
-            .out
-            .optional(dir.read_file("config", CONFIG_SPACE_BYTES))
-            .map(|bytes| config_space::parse(&bytes))
-            .unwrap_or_default();
-        let resource = dir.read("resource", &mut self.reader).map(str::to_string);
+        // One page at most: sysfs gives all of a 4096-byte config space to one read.
+        let space = dir.read_held_bytes("config", self.held, &mut self.reader);
+        let space = space.map(config_space::parse);
+        let space = self.out.optional(space).unwrap_or_default();
+        let resource = dir.read_held("resource", self.held, &mut self.reader);
+        let resource = resource.map(str::to_string);
         let (bars_implemented, bars_assigned) = match self.out.optional(resource) {
             Some(resource) => match parse_bars(&resource, &space.bars_in_header) {
                 Some(bars) => bars,
@@ -177,7 +177,9 @@ impl Read<'_> {
             labels.push(("state", state.into()));
             self.push(&BARS, labels, Value::Int(count as u64));
         }
-        let irq = self.out.optional(dir.read_u64("irq", &mut self.reader));
+        let irq = self
+            .out
+            .optional(dir.read_held_u64("irq", self.held, &mut self.reader));
         if let Some(irq) = irq {
             self.push(&IRQ, labels.clone(), Value::Int(irq));
         }
@@ -209,7 +211,7 @@ impl Read<'_> {
         self.link_state(dir, labels, &space);
 
         let power_state = dir
-            .read("power_state", &mut self.reader)
+            .read_held("power_state", self.held, &mut self.reader)
             .map(str::to_string);
         let power_state = match self.out.optional(power_state) {
             // The kernel knows no state (a device no driver enabled): the PM capability may.
@@ -238,7 +240,7 @@ impl Read<'_> {
             self.push(&SRIOV_TOTAL_VFS, labels.clone(), Value::Int(total));
             let enabled = self
                 .out
-                .optional(dir.read_u64("sriov_numvfs", &mut self.reader))
+                .optional(dir.read_held_u64("sriov_numvfs", self.held, &mut self.reader))
                 .or(space.sriov.map(|s| s.num_vfs.into()));
             if let Some(enabled) = enabled {
                 self.push(&SRIOV_VFS, labels.clone(), Value::Int(enabled));
@@ -265,13 +267,15 @@ impl Read<'_> {
             let prefix = if which == "current" { "current" } else { "max" };
             let speed_file = format!("{prefix}_link_speed");
             let width_file = format!("{prefix}_link_width");
-            let speed = dir.read(&speed_file, &mut self.reader).map(str::to_string);
+            let speed = dir.read_held(&speed_file, self.held, &mut self.reader);
+            let speed = speed.map(str::to_string);
             let speed = match self.out.optional(speed) {
                 Some(text) => parse_link_speed(&text),
                 None => from_config.and_then(|l| l.speed_gts),
             };
             // The kernel prints the width as a number (0 while the link is down).
-            let width = dir.read(&width_file, &mut self.reader).map(str::to_string);
+            let width = dir.read_held(&width_file, self.held, &mut self.reader);
+            let width = width.map(str::to_string);
             let width = match self.out.optional(width) {
                 Some(text) => match text.parse::<u64>() {
                     Ok(width) => Some(width).filter(|w| *w > 0),
@@ -373,7 +377,8 @@ impl Read<'_> {
     /// For a device without a driver: the modules whose aliases match its modalias, and the
     /// modprobe.d rules on them.
     fn alias_modules(&mut self, dir: &SysDir, labels: &Labels) {
-        let modalias = dir.read("modalias", &mut self.reader).map(str::to_string);
+        let modalias = dir.read_held("modalias", self.held, &mut self.reader);
+        let modalias = modalias.map(str::to_string);
         let Some(modalias) = self.out.optional(modalias) else {
             return;
         };

@@ -157,11 +157,14 @@ mod tests {
             logged_unreadable: Default::default(),
             aliases: Default::default(),
             modprobe_rules: Default::default(),
+            listing_held: Default::default(),
+            held: Default::default(),
         };
         let mut out = Output::default();
         let mut read = Read {
             collector: &collector,
             reader: Default::default(),
+            held: &mut Default::default(),
             out: &mut out,
         };
         let (units, enabled) = read.iommu();

@@ -5,7 +5,7 @@
 
 use std::fmt;
 
-use crate::sysfs::{AttributeReader, SysDir};
+use crate::sysfs::{AttributeReader, HeldAttributes, SysDir};
 
 /// A PCI address split into its four fields.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -76,14 +76,21 @@ pub fn read_identity(
     dir: &SysDir,
     address: &str,
     reader: &mut AttributeReader,
+    mut held: Option<&mut HeldAttributes>,
 ) -> Option<Identity> {
-    let mut id16 = |name: &str| parse_id16(dir.read(name, reader).ok()?);
-    let (vendor, device) = (id16("vendor")?, id16("device")?);
+    let mut id = |name: &str| {
+        let text = match held.as_deref_mut() {
+            Some(held) => dir.read_held(name, held, reader),
+            None => dir.read(name, reader),
+        };
+        parse_id(text.ok()?)
+    };
+    let (vendor, device) = (id("vendor")?, id("device")?);
     Some(Identity {
-        class: read_id(dir, "class", reader)?,
+        class: id("class")?,
         address: Address::parse(address)?,
-        vendor,
-        device,
+        vendor: u16::try_from(vendor).ok()?,
+        device: u16::try_from(device).ok()?,
     })
 }
 
@@ -137,13 +144,13 @@ mod tests {
         }
         let dir = SysDir::open(tmp.path(), "").unwrap();
         let mut reader = AttributeReader::default();
-        let identity = read_identity(&dir, "0000:3b:00.0", &mut reader).unwrap();
+        let identity = read_identity(&dir, "0000:3b:00.0", &mut reader, None).unwrap();
         assert_eq!((identity.vendor, identity.device), (0x10de, 0x1eb8));
         assert_eq!(identity.class >> 8, 0x0302);
         assert_eq!(identity.address.to_string(), "0000:3b:00.0");
-        assert!(read_identity(&dir, "nvidia0", &mut reader).is_none());
+        assert!(read_identity(&dir, "nvidia0", &mut reader, None).is_none());
         std::fs::remove_file(tmp.path().join("class")).unwrap();
-        assert!(read_identity(&dir, "0000:3b:00.0", &mut reader).is_none());
+        assert!(read_identity(&dir, "0000:3b:00.0", &mut reader, None).is_none());
     }
 }
 

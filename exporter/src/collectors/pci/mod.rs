@@ -21,6 +21,7 @@ pub(crate) mod nova;
 mod nova_check;
 mod vfio_holders;
 
+use std::collections::HashSet;
 use std::fmt;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -31,7 +32,9 @@ use crate::collector::{
 use crate::flags::{repeated, ConfigError, Flags};
 use crate::logging::{self, Level};
 use crate::metrics::{Desc, Labels, Value};
-use crate::sysfs::{AttributeReader, Entry, FileStamp, SysDir, SysfsError};
+use crate::sysfs::{
+    AttributeReader, Entry, FileStamp, HeldAttributes, HeldByUnit, SysDir, SysfsError,
+};
 
 use identity::{read_identity, Address};
 use modules::{ModprobeRules, Stamped};
@@ -119,6 +122,8 @@ impl Settings for PciSettings {
             logged_unreadable: AtomicBool::new(false),
             aliases: Stamped::default(),
             modprobe_rules: Stamped::default(),
+            listing_held: HeldByUnit::default(),
+            held: HeldByUnit::default(),
         }))
     }
 }
@@ -169,6 +174,10 @@ struct PciCollector {
     aliases: Stamped<(String, FileStamp), String>,
     /// The modprobe.d rules, kept while the stamps of their directories and files stay the same.
     modprobe_rules: Stamped<Vec<FileStamp>, ModprobeRules>,
+    /// Per PCI device, the identity attributes the listing reads, held open between scrapes.
+    listing_held: HeldByUnit,
+    /// Per device and root port unit, the attributes its read reads, held likewise.
+    held: HeldByUnit,
 }
 
 impl PciCollector {
@@ -513,7 +522,10 @@ impl Collector for PciCollector {
             let Ok(dir) = devices.subdir(address) else {
                 continue;
             };
-            let Some(identity) = read_identity(&dir, address, &mut reader) else {
+            let identity = self.listing_held.read(address, |held| {
+                read_identity(&dir, address, &mut reader, Some(held))
+            });
+            let Some(identity) = identity else {
                 continue;
             };
             // Unusable names under `net` are the nova unit's to report.
@@ -549,6 +561,9 @@ impl Collector for PciCollector {
                 }
             }
         }
+        let listed: HashSet<&str> = addresses.iter().map(String::as_str).collect();
+        self.listing_held.retain(|address| listed.contains(address));
+        self.held.retain(|address| listed.contains(address));
         // A root port that is a device of interest itself is read as one.
         root_ports.retain(|port| {
             !units
@@ -588,25 +603,35 @@ impl Collector for PciCollector {
     }
 
     fn collect_unit(&self, unit: &Unit, out: &mut Output) {
-        let mut read = Read {
-            collector: self,
-            reader: AttributeReader::default(),
-            out,
-        };
-        match unit {
-            Unit::Host => read.host(),
-            Unit::Nova => read.nova(),
-            Unit::Device {
-                address,
-                nova_selected,
-            } => read.device(address, *nova_selected),
-            Unit::RootPort { address } => read.root_port(address),
-            Unit::VfioHolders(devices) => read.vfio_holders(devices),
-            Unit::Unnamed(entry) => {
-                if let Err(err) = entry.name() {
-                    read.error(err);
+        let mut read_unit = |held: &mut HeldAttributes| {
+            let mut read = Read {
+                collector: self,
+                reader: AttributeReader::default(),
+                held,
+                out,
+            };
+            match unit {
+                Unit::Host => read.host(),
+                Unit::Nova => read.nova(),
+                Unit::Device {
+                    address,
+                    nova_selected,
+                } => read.device(address, *nova_selected),
+                Unit::RootPort { address } => read.root_port(address),
+                Unit::VfioHolders(devices) => read.vfio_holders(devices),
+                Unit::Unnamed(entry) => {
+                    if let Err(err) = entry.name() {
+                        read.error(err);
+                    }
                 }
             }
+        };
+        match unit {
+            Unit::Device { address, .. } | Unit::RootPort { address } => {
+                self.held.read(address, read_unit)
+            }
+            // They read nothing through held descriptors.
+            _ => read_unit(&mut HeldAttributes::default()),
         }
     }
 }
@@ -615,6 +640,8 @@ impl Collector for PciCollector {
 struct Read<'a> {
     collector: &'a PciCollector,
     reader: AttributeReader,
+    /// The unit's attributes held open between scrapes.
+    held: &'a mut HeldAttributes,
     out: &'a mut Output,
 }
 

@@ -132,7 +132,7 @@ impl Read<'_> {
             let Ok(dir) = devices.subdir(&address) else {
                 continue;
             };
-            if let Some(identity) = read_identity(&dir, &address, &mut self.reader) {
+            if let Some(identity) = read_identity(&dir, &address, &mut self.reader, None) {
                 let nova = nova_identity(&dir, &identity, true, &mut unnamed);
                 present.push((nova, nova_device_type(&dir, &mut self.reader)));
             }

@@ -1,0 +1,511 @@
+//! Descriptors of sysfs attributes kept open between scrapes and read again with `pread`, within
+//! a process-wide budget.
+
+use std::collections::HashMap;
+use std::os::fd::OwnedFd;
+use std::os::unix::ffi::OsStrExt;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex, OnceLock, PoisonError, TryLockError};
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+use rustix::fs::FileType;
+use rustix::io::Errno;
+
+use super::{read_flags, Entry, SysDir, SysfsError};
+
+/// Attributes read scrape after scrape through descriptors kept open: a `pread` at offset 0 of
+/// a held sysfs attribute runs the driver's `show()` again and costs about a tenth of open,
+/// read and close, which is most of a scrape's CPU when it reads thousands of counters.
+///
+/// An attribute is opened as [`SysDir::read`] opens it (by its path inside the root,
+/// non-blocking) and held only when it is a regular file. A held descriptor is dropped, and the
+/// attribute opened again by its path, when a read fails with `ENODEV` (a sysfs attribute
+/// removed with its device) or `ENOENT`, or when the directory it is in changed.
+///
+/// Each round looks once at each directory read from (one `fstat` of the [`SysDir`] the
+/// caller opened), not at each file: a directory that is another inode, or whose entries
+/// changed (its modification time moved: a file removed, created or renamed over), drops what
+/// was held in it. A file rewritten in place leaves the directory as it was, and `pread` reads
+/// the new content. Outside sysfs (fixture trees), a directory modified less than
+/// [`SETTLING_TIME`] before the look may change again within the same timestamp, so while it
+/// settles each of its files is checked itself: an inode with no name left (`st_nlink` 0:
+/// removed, or replaced by a rename) is opened again. A sysfs attribute is never renamed over,
+/// so sysfs reads need neither.
+///
+/// An attribute not read in a round ([`HeldAttributes::end_round`]) is closed. Descriptors held
+/// by the whole process are bounded ([`HeldBudget`]); beyond the bound attributes are read as
+/// [`SysDir::read`] reads them.
+pub struct HeldAttributes {
+    /// By the directory's path inside its root.
+    dirs: HashMap<Box<[u8]>, HeldDir>,
+    budget: &'static HeldBudget,
+    round: u64,
+}
+
+impl Default for HeldAttributes {
+    fn default() -> Self {
+        HeldAttributes::with_budget(HeldBudget::process())
+    }
+}
+
+/// `SYSFS_MAGIC` of `linux/magic.h`: the `f_type` statfs reports for sysfs.
+const SYSFS_MAGIC: i64 = 0x6265_6572;
+
+/// How long after a directory's last modification its timestamp may still hide another one
+/// (filesystems keep times at a tick's, a second's, or FAT's two seconds' granularity).
+const SETTLING_TIME: Duration = Duration::from_secs(2);
+
+/// Errors of a held descriptor that mean the attribute it read is gone, not broken.
+fn held_attribute_gone(errno: Errno) -> bool {
+    matches!(errno, Errno::NODEV | Errno::NOENT)
+}
+
+/// What tells a directory's entries changed: its inode and modification time.
+#[derive(Clone, Copy, PartialEq, Eq)]
+struct DirStamp {
+    device: u64,
+    inode: u64,
+    modified: (i64, u64),
+}
+
+/// The attributes held in one directory.
+struct HeldDir {
+    stamp: DirStamp,
+    on_sysfs: bool,
+    /// The round the directory was last looked at in.
+    looked_at_in: u64,
+    /// Whether each file must be checked for a name before its read (outside sysfs, while the
+    /// directory settles).
+    check_links: bool,
+    files: HashMap<Box<str>, HeldFile>,
+    /// Its listing, taken when no file needed a check of its own (see
+    /// [`HeldAttributes::fixed_entries`]).
+    entries: Option<Arc<[Entry]>>,
+}
+
+struct HeldFile {
+    fd: OwnedFd,
+    /// An entry of the directory itself, which the directory's look covers; one reached
+    /// through a link or a path is checked itself outside sysfs.
+    in_dir: bool,
+    /// The round it was last read in.
+    read_in: u64,
+    _slot: HeldSlot,
+}
+
+impl HeldFile {
+    /// The attribute's content now; `Ok(None)` when the held inode has no name any more.
+    fn read(&self, buf: &mut [u8], check_links: bool) -> Result<Option<usize>, Errno> {
+        if check_links && rustix::fs::fstat(&self.fd)?.st_nlink == 0 {
+            return Ok(None);
+        }
+        rustix::io::pread(&self.fd, buf, 0).map(Some)
+    }
+}
+
+impl HeldDir {
+    /// `dir` as it is now: `None` when it cannot be looked at (then nothing in it is held).
+    fn look(dir: &SysDir) -> Option<(DirStamp, bool)> {
+        // Taken before the look: a change after it gets this time or a later one.
+        let now = SystemTime::now().duration_since(UNIX_EPOCH).ok()?;
+        let stat = rustix::fs::fstat(&dir.fd).ok()?;
+        let stamp = DirStamp {
+            device: stat.st_dev,
+            inode: stat.st_ino,
+            modified: (stat.st_mtime, stat.st_mtime_nsec),
+        };
+        let modified = Duration::new(
+            u64::try_from(stat.st_mtime).unwrap_or(0),
+            u32::try_from(stat.st_mtime_nsec).unwrap_or(0),
+        );
+        let settled = modified + SETTLING_TIME <= now;
+        Some((stamp, settled))
+    }
+
+    fn new(dir: &SysDir, stamp: DirStamp, round: u64) -> HeldDir {
+        let on_sysfs = rustix::fs::fstatfs(&dir.fd).is_ok_and(|fs| {
+            #[allow(clippy::unnecessary_cast)] // `f_type`'s width differs between targets.
+            let magic = fs.f_type as i64;
+            magic == SYSFS_MAGIC
+        });
+        HeldDir {
+            stamp,
+            on_sysfs,
+            looked_at_in: round,
+            check_links: true,
+            files: HashMap::new(),
+            entries: None,
+        }
+    }
+}
+
+impl HeldAttributes {
+    pub fn with_budget(budget: &'static HeldBudget) -> Self {
+        HeldAttributes {
+            dirs: HashMap::new(),
+            budget,
+            round: 0,
+        }
+    }
+
+    /// What is held in `dir`, looked at once per round; `None` when it cannot be looked at.
+    fn held_dir(&mut self, dir: &SysDir) -> Option<&mut HeldDir> {
+        let key = dir.relative.as_os_str().as_bytes();
+        let round = self.round;
+        let looked_at = self.dirs.get(key).map(|held| held.looked_at_in);
+        if looked_at != Some(round) {
+            let Some((stamp, settled)) = HeldDir::look(dir) else {
+                self.dirs.remove(key);
+                return None;
+            };
+            let held = match self.dirs.get_mut(key) {
+                Some(held) if held.stamp == stamp => held,
+                _ => {
+                    let held = HeldDir::new(dir, stamp, round);
+                    self.dirs.insert(key.into(), held);
+                    self.dirs.get_mut(key)?
+                }
+            };
+            held.looked_at_in = round;
+            held.check_links = !held.on_sysfs && !settled;
+        }
+        self.dirs.get_mut(key)
+    }
+
+    /// Reads `name` under `dir` into `buf` through its held descriptor, opening (and holding)
+    /// it first when there is none or the held one is gone.
+    pub(super) fn read(
+        &mut self,
+        dir: &SysDir,
+        name: &str,
+        buf: &mut [u8],
+    ) -> Result<usize, SysfsError> {
+        let round = self.round;
+        let budget = self.budget;
+        let Some(held) = self.held_dir(dir) else {
+            return dir.open_and_read_first(name, buf);
+        };
+        if let Some(file) = held.files.get_mut(name) {
+            file.read_in = round;
+            let check_links = held.check_links || !(file.in_dir || held.on_sysfs);
+            match file.read(buf, check_links) {
+                Ok(Some(len)) => return Ok(len),
+                Ok(None) => {}
+                Err(errno) if held_attribute_gone(errno) => {}
+                Err(errno) => {
+                    held.files.remove(name);
+                    return Err(SysfsError::io(dir.path(name), errno));
+                }
+            }
+            held.files.remove(name);
+        }
+        let Some(slot) = budget.reserve() else {
+            return dir.open_and_read_first(name, buf);
+        };
+        let io_error = |errno| SysfsError::io(dir.path(name), errno);
+        let (fd, in_dir) = dir.open_entry_in(name, read_flags()).map_err(io_error)?;
+        let stat = rustix::fs::fstat(&fd).map_err(io_error)?;
+        if FileType::from_raw_mode(stat.st_mode) != FileType::RegularFile {
+            return Err(SysfsError::NotRegularFile {
+                path: dir.path(name),
+            });
+        }
+        let len = rustix::io::pread(&fd, &mut *buf, 0).map_err(io_error)?;
+        let file = HeldFile {
+            fd,
+            in_dir,
+            read_in: round,
+            _slot: slot,
+        };
+        held.files.insert(name.into(), file);
+        Ok(len)
+    }
+
+    /// The entries of `dir` as [`SysDir::entries`] lists them, listed again only when the
+    /// directory changed: outside sysfs, when its stamp moved or it had not settled when last
+    /// listed. On sysfs the same directory may gain or lose entries with the same stamp
+    /// (kernfs does not always move a directory's time), so this is only for directories whose
+    /// entries the kernel makes with them: an RDMA device's or port's `hw_counters/`, whose
+    /// counters are registered with the device (a device registered again is new directories).
+    pub fn fixed_entries(&mut self, dir: &SysDir) -> Result<Arc<[Entry]>, SysfsError> {
+        let Some(held) = self.held_dir(dir) else {
+            return dir.entries().map(Arc::from);
+        };
+        if held.check_links {
+            held.entries = None;
+        }
+        if let Some(entries) = &held.entries {
+            return Ok(entries.clone());
+        }
+        let entries: Arc<[Entry]> = dir.entries()?.into();
+        if !held.check_links {
+            held.entries = Some(entries.clone());
+        }
+        Ok(entries)
+    }
+
+    /// Closes the descriptors of attributes not read since the last call (a counter the
+    /// driver no longer has, a port gone), and starts a new round.
+    pub fn end_round(&mut self) {
+        let round = self.round;
+        self.dirs.retain(|_, held| {
+            held.files.retain(|_, file| file.read_in == round);
+            held.looked_at_in == round
+        });
+        self.round = round.wrapping_add(1);
+    }
+
+    /// Descriptors held now.
+    pub fn len(&self) -> usize {
+        self.dirs.values().map(|held| held.files.len()).sum()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+}
+
+/// One [`HeldAttributes`] per unit of a collector (an RDMA device, a PCI device), each with a
+/// lock of its own: the scrape claims a unit before reading it, so only one read locks it, and
+/// a read hung in a driver blocks no other unit.
+#[derive(Default)]
+pub struct HeldByUnit {
+    units: Mutex<HashMap<String, Arc<Mutex<HeldAttributes>>>>,
+}
+
+impl HeldByUnit {
+    /// Runs `read` with what `unit` holds, then ends its round. Were the unit's set still
+    /// locked (a read of it still running), `read` gets a set of its own for its length rather
+    /// than wait.
+    pub fn read<R>(&self, unit: &str, read: impl FnOnce(&mut HeldAttributes) -> R) -> R {
+        let held = {
+            let mut units = self.units.lock().unwrap_or_else(PoisonError::into_inner);
+            units.entry(unit.to_string()).or_default().clone()
+        };
+        let mut guard = match held.try_lock() {
+            Ok(guard) => guard,
+            Err(TryLockError::Poisoned(poisoned)) => poisoned.into_inner(),
+            Err(TryLockError::WouldBlock) => return read(&mut HeldAttributes::default()),
+        };
+        let result = read(&mut guard);
+        guard.end_round();
+        result
+    }
+
+    /// Closes what the units `keep` refuses held (units gone since the last listing).
+    pub fn retain(&self, keep: impl Fn(&str) -> bool) {
+        let mut units = self.units.lock().unwrap_or_else(PoisonError::into_inner);
+        units.retain(|unit, _| keep(unit));
+    }
+
+    /// Units with a held set.
+    pub fn len(&self) -> usize {
+        self.units
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+}
+
+/// The bound on descriptors held by [`HeldAttributes`] across the process, so that holding
+/// never takes the descriptors connections and other reads need.
+pub struct HeldBudget {
+    limit: usize,
+    held: AtomicUsize,
+}
+
+/// Most descriptors ever held, whatever the open-file limit: a 64-HCA node holds about 7000.
+const MAX_HELD: usize = 1 << 16;
+
+static PROCESS_BUDGET: OnceLock<HeldBudget> = OnceLock::new();
+
+impl HeldBudget {
+    pub const fn new(limit: usize) -> Self {
+        HeldBudget {
+            limit,
+            held: AtomicUsize::new(0),
+        }
+    }
+
+    /// Sets the process's budget to `spare`, the descriptors the open-file limit leaves beside
+    /// connections and the exporter's own (`None`: no limit), at most [`MAX_HELD`]. main calls
+    /// it before the collectors start; a later call changes nothing.
+    pub fn set_process(spare: Option<u64>) {
+        let spare = spare.map_or(MAX_HELD, |n| usize::try_from(n).unwrap_or(MAX_HELD));
+        PROCESS_BUDGET.get_or_init(|| HeldBudget::new(spare.min(MAX_HELD)));
+    }
+
+    /// The process's budget: as [`HeldBudget::set_process`] set it, else half the soft
+    /// open-file limit in force at the first read, at most [`MAX_HELD`].
+    pub fn process() -> &'static HeldBudget {
+        PROCESS_BUDGET.get_or_init(|| {
+            let soft = rustix::process::getrlimit(rustix::process::Resource::Nofile).current;
+            let half = soft.map_or(MAX_HELD, |soft| {
+                usize::try_from(soft / 2).unwrap_or(MAX_HELD)
+            });
+            HeldBudget::new(half.min(MAX_HELD))
+        })
+    }
+
+    fn reserve(&'static self) -> Option<HeldSlot> {
+        self.held
+            .fetch_update(Ordering::Relaxed, Ordering::Relaxed, |held| {
+                (held < self.limit).then_some(held + 1)
+            })
+            .ok()
+            .map(|_| HeldSlot { budget: self })
+    }
+
+    /// Descriptors held now, process-wide.
+    pub fn held(&self) -> usize {
+        self.held.load(Ordering::Relaxed)
+    }
+}
+
+/// One descriptor's share of a [`HeldBudget`], given back when it is dropped.
+struct HeldSlot {
+    budget: &'static HeldBudget,
+}
+
+impl Drop for HeldSlot {
+    fn drop(&mut self) {
+        self.budget.held.fetch_sub(1, Ordering::Relaxed);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::error::ErrorKind;
+    use crate::sysfs::tests::{dir_with, mkfifo};
+    use crate::sysfs::AttributeReader;
+    use std::fs;
+    use std::path::Path;
+
+    /// A held attribute reads what the file holds now: rewritten in place (the same inode,
+    /// read again at offset 0), replaced by a rename (the held inode has no name left), removed
+    /// and made again. One descriptor is held all along.
+    #[test]
+    fn a_held_attribute_reads_the_file_as_it_is_now() {
+        let (tmp, dir) = dir_with(&[("port_rcv_data", "1\n")]);
+        let budget: &'static HeldBudget = Box::leak(Box::new(HeldBudget::new(8)));
+        let mut held = HeldAttributes::with_budget(budget);
+        let mut reader = AttributeReader::default();
+        let mut read = |held: &mut HeldAttributes| {
+            let text = dir.read_held("port_rcv_data", held, &mut reader);
+            text.map(str::to_string)
+        };
+        assert_eq!(read(&mut held).unwrap(), "1");
+        let path = tmp.path().join("port_rcv_data");
+        fs::write(&path, "22\n").unwrap();
+        assert_eq!(read(&mut held).unwrap(), "22");
+        fs::write(tmp.path().join("new"), "333\n").unwrap();
+        fs::rename(tmp.path().join("new"), &path).unwrap();
+        assert_eq!(read(&mut held).unwrap(), "333");
+        assert_eq!((held.len(), budget.held()), (1, 1));
+        fs::remove_file(&path).unwrap();
+        assert!(read(&mut held).unwrap_err().is_not_found());
+        assert_eq!((held.len(), budget.held()), (0, 0));
+        fs::write(&path, "4\n").unwrap();
+        assert_eq!(read(&mut held).unwrap(), "4");
+        assert_eq!((held.len(), budget.held()), (1, 1));
+    }
+
+    /// Sets a directory's modification time an hour back: settled, as a fixture tree is by
+    /// the time it is scraped.
+    fn settle(dir: &Path) {
+        let an_hour_ago = SystemTime::now() - Duration::from_secs(3600);
+        fs::File::open(dir)
+            .unwrap()
+            .set_modified(an_hour_ago)
+            .unwrap();
+    }
+
+    /// In a settled directory no file is checked on its own: the directory's look tells a
+    /// file renamed over, removed or made since the last round (its modification time moves),
+    /// and a file rewritten in place is read fresh by `pread`.
+    #[test]
+    fn a_settled_directory_tells_its_files_changed() {
+        let (tmp, dir) = dir_with(&[("port_rcv_data", "1\n"), ("port_xmit_data", "5\n")]);
+        let budget: &'static HeldBudget = Box::leak(Box::new(HeldBudget::new(8)));
+        let mut held = HeldAttributes::with_budget(budget);
+        let mut reader = AttributeReader::default();
+        let mut round = |held: &mut HeldAttributes| {
+            let mut texts = Vec::new();
+            for name in ["port_rcv_data", "port_xmit_data"] {
+                let text = dir.read_held(name, held, &mut reader);
+                texts.push(text.map_or_else(|err| err.to_string(), str::to_string));
+            }
+            held.end_round();
+            texts
+        };
+        let path = |name: &str| tmp.path().join(name);
+        settle(tmp.path());
+        assert_eq!(round(&mut held), ["1", "5"]);
+        assert!(!held.dirs.values().any(|dir| dir.check_links));
+        fs::write(path("port_rcv_data"), "2\n").unwrap();
+        assert_eq!(round(&mut held), ["2", "5"]);
+        fs::write(path("new"), "3\n").unwrap();
+        fs::rename(path("new"), path("port_rcv_data")).unwrap();
+        assert_eq!(round(&mut held), ["3", "5"]);
+        settle(tmp.path());
+        assert_eq!(round(&mut held), ["3", "5"]);
+        fs::remove_file(path("port_xmit_data")).unwrap();
+        fs::write(path("port_xmit_data"), "6\n").unwrap();
+        settle(tmp.path());
+        assert_eq!(round(&mut held), ["3", "6"]);
+        assert_eq!((held.len(), budget.held()), (2, 2));
+    }
+
+    /// Beyond the budget attributes are read and closed as unheld ones are; what is not a
+    /// regular file is never held; a round closes what it did not read.
+    #[test]
+    fn held_descriptors_stay_within_their_budget_and_their_round() {
+        let (tmp, dir) = dir_with(&[("a", "1\n"), ("b", "2\n")]);
+        mkfifo(&tmp.path().join("fifo"));
+        let budget: &'static HeldBudget = Box::leak(Box::new(HeldBudget::new(1)));
+        let mut held = HeldAttributes::with_budget(budget);
+        let mut reader = AttributeReader::default();
+        let err = dir.read_held("fifo", &mut held, &mut reader).unwrap_err();
+        assert_eq!(err.kind(), ErrorKind::NotRegularFile, "{err}");
+        assert_eq!(budget.held(), 0);
+        for _ in 0..2 {
+            assert_eq!(dir.read_held("a", &mut held, &mut reader).unwrap(), "1");
+            assert_eq!(dir.read_held("b", &mut held, &mut reader).unwrap(), "2");
+            assert_eq!((held.len(), budget.held()), (1, 1));
+            held.end_round();
+        }
+        held.end_round();
+        assert_eq!((held.len(), budget.held()), (0, 0));
+        assert_eq!(dir.read_held("b", &mut held, &mut reader).unwrap(), "2");
+        assert_eq!((held.len(), budget.held()), (1, 1));
+        drop(held);
+        assert_eq!(budget.held(), 0);
+    }
+
+    /// A real sysfs attribute held open is read fresh each time: `/sys/kernel/uevent_seqnum`
+    /// moves when a uevent is sent, as the kernel's `show()` runs again on every pread.
+    #[test]
+    fn a_held_sysfs_attribute_is_read_fresh() {
+        let Ok(dir) = SysDir::open(Path::new("/sys"), "kernel") else {
+            return;
+        };
+        let mut held = HeldAttributes::default();
+        let mut reader = AttributeReader::default();
+        let mut seqnum = || -> u64 {
+            let text = dir.read_held("uevent_seqnum", &mut held, &mut reader);
+            text.unwrap().parse().unwrap()
+        };
+        let before = seqnum();
+        // Writing "change" to a device's uevent sends one; the loopback device is everywhere.
+        if fs::write("/sys/class/net/lo/uevent", "change").is_err() {
+            return;
+        }
+        assert!(seqnum() > before);
+        assert!(!held.is_empty());
+    }
+}
