@@ -15,10 +15,13 @@ lab_expect_kernel_taint() {
 
 # lab_expect_refused_load BEFORE AFTER FILE: insmod FILE is refused with EKEYREJECTED, and the
 # exporter saw exactly that. busybox insmod tries finit_module, then init_module with the image:
-# two refused syscalls, one key_rejected verdict each, and no load. Leaves scrape AFTER.
+# two refused syscalls, one key_rejected verdict each, all naming the module (the file's name up
+# to its first dot), and no load. Leaves scrape AFTER.
 lab_expect_refused_load() {
-  local before="$1" after="$2" file="$3"
+  local before="$1" after="$2" file="$3" module
   local failures=hpcnode_module_load_failures_total verdicts=hpcnode_module_signature_checks_total
+  module=$(basename "$file")
+  module=${module%%.*}
   lab_check_fails "insmod $(basename "$file") is refused" sh -c "insmod $file 2> $LAB_TMP/insmod.err"
   lab_info "insmod said: $(cat "$LAB_TMP/insmod.err")"
   lab_check "refused with EKEYREJECTED (Key was rejected by service)" grep -q "Key was rejected" "$LAB_TMP/insmod.err"
@@ -29,6 +32,8 @@ lab_expect_refused_load() {
   lab_record_changes "$before" "$after" "$verdicts"
   lab_expect_delta "no other verdict" "$before" "$after" "$verdicts{result!=\"key_rejected\"}" == 0
   lab_expect_delta "no other failure" "$before" "$after" "$failures{errno!=\"EKEYREJECTED\"}" == 0
+  lab_expect_delta "both failures name $module" "$before" "$after" "$failures{module=\"$module\"}" == 2
+  lab_expect_delta "both verdicts name $module" "$before" "$after" "$verdicts{module=\"$module\"}" == 2
   lab_expect_delta "no load counted" "$before" "$after" hpcnode_module_loads_total == 0
   lab_expect_delta "no tainted load counted" "$before" "$after" hpcnode_module_tainted_loads_total == 0
 }
