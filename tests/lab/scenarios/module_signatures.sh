@@ -7,7 +7,7 @@
 # lab: collectors=ebpf modules
 # lab: variants=pcspkr
 # lab: helpers=modload
-# lab: timeout=200
+# lab: timeout=240
 
 . /lab/guest/modules.sh
 module=pcspkr
@@ -47,7 +47,6 @@ lab_check "init_module of $module as Debian signed it" /lab/bin/modload init /la
 lab_scrape signed_init
 lab_expect_delta "counted" signed signed_init "$loads" == 1
 lab_expect_delta "verdict ok names $module (from the image)" signed signed_init "$verdicts{module=\"$module\",result=\"ok\"}" == 1
-lab_expect_delta "no other verdict" signed signed_init "$verdicts" == 1
 lab_check "rmmod $module" rmmod $module
 
 lab_scenario corrupted_signature
@@ -84,7 +83,6 @@ lab_check "init_module of $module signed by a key the kernel lacks loads (not en
 lab_scrape foreign
 lab_expect_delta "counted" unsigned foreign "$loads" == 1
 lab_expect_delta "one verdict, naming $module" unsigned foreign "$verdicts{module=\"$module\"}" == 1
-lab_expect_delta "no other verdict" unsigned foreign "$verdicts" == 1
 lab_record_changes unsigned foreign "$verdicts"
 lab_check "rmmod $module" rmmod $module
 
@@ -98,9 +96,7 @@ lab_expect_delta "finit_module failure named by its file (lab-junk.ko: lab_junk)
   "$failures{syscall=\"finit_module\",module=\"lab_junk\"}" == 1
 lab_expect_delta "init_module failure: no name in the image" foreign junk \
   "$failures{syscall=\"init_module\",module=\"unknown\"}" == 1
-lab_expect_delta "no other failure" foreign junk "$failures" == 2
 lab_expect_delta "the verdicts: no name in the image" foreign junk "$verdicts{module=\"unknown\"}" == $((2 * lab_unsigned_verdicts))
-lab_record_changes foreign junk "$failures"
 lab_record_changes foreign junk "$verdicts"
 lab_expect_collectors_clean junk
 lab_exporter_stop

@@ -507,11 +507,16 @@ pub struct ProbeCounts {
     pub dropped: u64,
 }
 
+/// Every (key, count) of a count hash of the kernel side.
+fn read_keyed_counts<K: aya::Pod>(map: &aya::maps::Map) -> Result<Vec<(K, u64)>, String> {
+    let err = |e: aya::maps::MapError| one_line(&e);
+    let counts: BpfHashMap<_, K, u64> = BpfHashMap::try_from(map).map_err(err)?;
+    counts.iter().map(|entry| entry.map_err(err)).collect()
+}
+
 /// An `i32 -> u64` count hash of the kernel side (return values, errnos, unit numbers).
 fn read_i32_counts(map: &aya::maps::Map) -> Result<BTreeMap<i32, u64>, String> {
-    let err = |e: aya::maps::MapError| one_line(&e);
-    let counts: BpfHashMap<_, i32, u64> = BpfHashMap::try_from(map).map_err(err)?;
-    counts.iter().map(|entry| entry.map_err(err)).collect()
+    Ok(read_keyed_counts(map)?.into_iter().collect())
 }
 
 /// Reads a probe's counters from its maps, or its perf counters.
@@ -535,36 +540,28 @@ pub fn read_counts(probe: Probe, attachment: &Attachment) -> Result<ProbeCounts,
             let err = |e: aya::maps::MapError| one_line(&e);
             let dropped_map = match probe {
                 Probe::ModuleLoad => {
-                    let loads: BpfHashMap<_, ModuleLoadKey, u64> =
-                        BpfHashMap::try_from(map("module_loads")?).map_err(err)?;
-                    for entry in loads.iter() {
-                        let (key, count) = entry.map_err(err)?;
-                        counts
-                            .module_loads
-                            .push((c_name(&key.name), key.taints, count));
-                    }
+                    counts.module_loads = read_keyed_counts::<ModuleLoadKey>(map("module_loads")?)?
+                        .into_iter()
+                        .map(|(key, count)| (c_name(&key.name), key.taints, count))
+                        .collect();
                     "module_loads_dropped"
                 }
                 Probe::ModuleSigCheck => {
-                    let checks: BpfHashMap<_, SignatureKey, u64> =
-                        BpfHashMap::try_from(map("signature_checks")?).map_err(err)?;
-                    for entry in checks.iter() {
-                        let (key, count) = entry.map_err(err)?;
-                        counts
-                            .signature_returns
-                            .insert((key.ret, c_name(&key.module)), count);
-                    }
+                    counts.signature_returns =
+                        read_keyed_counts::<SignatureKey>(map("signature_checks")?)?
+                            .into_iter()
+                            .map(|(key, count)| ((key.ret, c_name(&key.module)), count))
+                            .collect();
                     "signature_checks_dropped"
                 }
                 Probe::ModuleLoadSyscall => {
-                    let failures: BpfHashMap<_, LoadFailureKey, u64> =
-                        BpfHashMap::try_from(map("load_failures")?).map_err(err)?;
-                    for entry in failures.iter() {
-                        let (key, count) = entry.map_err(err)?;
-                        counts
-                            .load_failures
-                            .insert((key.syscall_nr, key.errno, c_name(&key.module)), count);
-                    }
+                    counts.load_failures =
+                        read_keyed_counts::<LoadFailureKey>(map("load_failures")?)?
+                            .into_iter()
+                            .map(|(key, count)| {
+                                ((key.syscall_nr, key.errno, c_name(&key.module)), count)
+                            })
+                            .collect();
                     "load_failures_dropped"
                 }
                 Probe::KernelLog => "kernel_log_lost",
@@ -574,14 +571,10 @@ pub fn read_counts(probe: Probe, attachment: &Attachment) -> Result<ProbeCounts,
                     } else {
                         ("vfio_aer_errors", "vfio_aer_errors_dropped")
                     };
-                    let events: BpfHashMap<_, DeviceEventKey, u64> =
-                        BpfHashMap::try_from(map(events)?).map_err(err)?;
-                    for entry in events.iter() {
-                        let (key, count) = entry.map_err(err)?;
-                        counts
-                            .device_events
-                            .push((c_name(&key.device), key.detail, count));
-                    }
+                    counts.device_events = read_keyed_counts::<DeviceEventKey>(map(events)?)?
+                        .into_iter()
+                        .map(|(key, count)| (c_name(&key.device), key.detail, count))
+                        .collect();
                     dropped
                 }
                 Probe::DmarFault => {
