@@ -1,8 +1,5 @@
 /* module:module_load: one count per (module name, taint bits) in a hash the exporter reads. */
-#include "hpcnode_bpf.h"
-
-/* MODULE_NAME_LEN is 64 - sizeof(unsigned long) on every 64-bit kernel. */
-#define MODULE_NAME_LEN 56
+#include "module_name.h"
 
 struct module {
 	unsigned long taints;

@@ -22,7 +22,10 @@ lab_check "kernel BTF hidden" mount -t tmpfs none /sys/kernel/btf || exit 1
 lab_check "no /sys/kernel/btf/vmlinux" test ! -e /sys/kernel/btf/vmlinux
 
 # The IOMMU and vfio probes stay in: they need BTF, and say so without a kernel call.
+# Without BTF the namers do not attach: verdicts and failures are module="unknown".
+LAB_MODULE_NAMED=unknown
 lab_hook_matrix no_btf lab_module_events "$LAB_MODULE_EVENTS" "" "$flags" ""
+LAB_MODULE_NAMED=pcspkr
 lab_scenario no_btf_hooks
 lab_expect "module_load on the classic tracepoint" "$(lab_value after_1 "$attached{probe=\"module_load\",hook=\"tracepoint\"}")" == 1
 lab_expect "module_sig_check on kretprobe (fixed x86-64 registers, no CO-RE)" \

@@ -14,6 +14,7 @@ pub mod module_events;
 pub mod probes;
 mod sys;
 
+use std::collections::BTreeMap;
 use std::fmt;
 use std::os::fd::OwnedFd;
 use std::path::{Path, PathBuf};
@@ -75,12 +76,12 @@ const MODULE_TAINTED_LOADS: Desc = Desc::counter(
 );
 const SIGNATURE_CHECKS: Desc = Desc::counter(
     "hpcnode_module_signature_checks",
-    "Module signature verdicts (return of module_sig_check or mod_verify_sig), by result.",
+    "Module signature verdicts (return of module_sig_check or mod_verify_sig), by module and result; module=\"unknown\" where the probe could not name it, \"other\" past the series cap.",
     None,
 );
 const LOAD_FAILURES: Desc = Desc::counter(
     "hpcnode_module_load_failures",
-    "Failed init_module / finit_module calls, by syscall and errno name.",
+    "Failed init_module / finit_module calls, by syscall, errno name and module; module=\"unknown\" where the probe could not name it, \"other\" past the series cap.",
     None,
 );
 const KERNEL_LOG_EVENTS: Desc = Desc::counter(
@@ -259,15 +260,28 @@ fn waiting_for_module(probe: Probe) -> String {
 /// One log line per attach or failure; `trigger` says what started it.
 fn log_outcome(probe: Probe, outcome: &Outcome<Attachment>, trigger: &str) {
     match outcome {
-        Outcome::Attached { hook, .. } => logging::log(
-            Level::Info,
-            "eBPF probe attached",
-            &[
-                ("probe", probe.name()),
-                ("hook", hook.name()),
-                ("on", trigger),
-            ],
-        ),
+        Outcome::Attached { hook, attachment } => {
+            logging::log(
+                Level::Info,
+                "eBPF probe attached",
+                &[
+                    ("probe", probe.name()),
+                    ("hook", hook.name()),
+                    ("on", trigger),
+                ],
+            );
+            if let Attachment::Bpf {
+                unnamed: Some(reason),
+                ..
+            } = attachment
+            {
+                logging::log(
+                    Level::Warn,
+                    "eBPF probe counts without module names (module=\"unknown\")",
+                    &[("probe", probe.name()), ("reason", reason)],
+                );
+            }
+        }
         Outcome::Missed { reason } => logging::log(
             Level::Warn,
             "eBPF probe not attached",
@@ -558,8 +572,8 @@ impl Probes {
         }
         match state.probe {
             Probe::ModuleLoad => self.push_module_loads(counts, out),
-            Probe::ModuleSigCheck => push_signature_checks(&counts, out),
-            Probe::ModuleLoadSyscall => push_load_failures(&counts, out),
+            Probe::ModuleSigCheck => self.push_signature_checks(&counts, out),
+            Probe::ModuleLoadSyscall => self.push_load_failures(&counts, out),
             Probe::KernelLog => self.push_kernel_log(out),
             Probe::IommuFault => push_tracepoint_iommu_faults(&counts, out),
             Probe::DmarFault => push_fault_interrupts(&counts, out),
@@ -588,6 +602,44 @@ impl Probes {
             out.samples.push(
                 &MODULE_TAINTED_LOADS,
                 vec![("module", module.into()), ("taint", taint.into())],
+                Value::Int(count),
+            );
+        }
+    }
+
+    fn push_signature_checks(&self, counts: &sys::ProbeCounts, out: &mut Output) {
+        let mut names = self.module_names.lock().unwrap_or_else(|p| p.into_inner());
+        let checks = module_events::signature_counts(&counts.signature_returns, &mut names);
+        for ((module, result), count) in checks {
+            out.samples.push(
+                &SIGNATURE_CHECKS,
+                vec![("module", module.into()), ("result", result.into())],
+                Value::Int(count),
+            );
+        }
+    }
+
+    fn push_load_failures(&self, counts: &sys::ProbeCounts, out: &mut Output) {
+        let mut names = self.module_names.lock().unwrap_or_else(|p| p.into_inner());
+        let raw_names = counts.load_failures.keys().map(|(_, _, raw)| raw.as_str());
+        let labels = module_events::module_labels(raw_names, &mut names);
+        let mut failures: BTreeMap<(String, String, String), u64> = BTreeMap::new();
+        for ((syscall_nr, errno, raw), count) in &counts.load_failures {
+            let key = (
+                syscall_name(*syscall_nr),
+                module_events::errno_name(*errno),
+                labels[raw.as_str()].clone(),
+            );
+            *failures.entry(key).or_default() += count;
+        }
+        for ((syscall, errno, module), count) in failures {
+            out.samples.push(
+                &LOAD_FAILURES,
+                vec![
+                    ("syscall", syscall.into()),
+                    ("errno", errno.into()),
+                    ("module", module.into()),
+                ],
                 Value::Int(count),
             );
         }
@@ -630,35 +682,6 @@ impl Probes {
             ];
             out.samples.push(&IOMMU_FAULTS, labels, Value::Int(count));
         }
-    }
-}
-
-fn push_signature_checks(counts: &sys::ProbeCounts, out: &mut Output) {
-    for result in module_events::SIGNATURE_RESULTS {
-        let total = counts
-            .signature_returns
-            .iter()
-            .filter(|(ret, _)| module_events::signature_result(**ret) == result)
-            .map(|(_, count)| count)
-            .sum();
-        out.samples.push(
-            &SIGNATURE_CHECKS,
-            vec![("result", result.into())],
-            Value::Int(total),
-        );
-    }
-}
-
-fn push_load_failures(counts: &sys::ProbeCounts, out: &mut Output) {
-    for ((syscall_nr, errno), count) in &counts.load_failures {
-        out.samples.push(
-            &LOAD_FAILURES,
-            vec![
-                ("syscall", syscall_name(*syscall_nr).into()),
-                ("errno", module_events::errno_name(*errno).into()),
-            ],
-            Value::Int(*count),
-        );
     }
 }
 

@@ -90,8 +90,20 @@ pub const MAX_MODULE_SERIES: usize = 128;
 /// The label value for loads that have no series of their own.
 pub const OTHER_MODULE: &str = "other";
 
+/// The label for verdicts and failures whose module the probe could not name (no kernel BTF, an
+/// image that is not ELF, a call that began before the probe attached). Not subject to the cap.
+pub const UNKNOWN_MODULE: &str = "unknown";
+
+/// A module name as kmod normalizes it (`modname_normalize`): up to the first `.`, so a file
+/// name loses its `.ko`, `.ko.xz`, and every `-` as `_` (`snd-pcsp.ko` is `snd_pcsp`). Names
+/// from a module image are in that form already.
+pub fn normalized_module_name(raw: &str) -> String {
+    raw.split('.').next().unwrap_or_default().replace('-', "_")
+}
+
 /// Module names admitted to their own series, first come first kept, so a series never moves
-/// to `other` once it exists.
+/// to `other` once it exists. One set for loads, signature verdicts and load failures, so a
+/// module has a series in all three or in none.
 #[derive(Debug, Default)]
 pub struct ModuleNames {
     admitted: BTreeSet<String>,
@@ -108,6 +120,43 @@ impl ModuleNames {
             OTHER_MODULE.to_string()
         }
     }
+}
+
+/// The label of each raw name the module probes read (a module name, a file name, or empty),
+/// admitted in sorted order so which names get a series does not depend on the kernel's hash
+/// order.
+pub fn module_labels<'a>(
+    raw_names: impl IntoIterator<Item = &'a str>,
+    names: &mut ModuleNames,
+) -> BTreeMap<&'a str, String> {
+    let raw_names: BTreeSet<&str> = raw_names.into_iter().collect();
+    raw_names
+        .into_iter()
+        .map(|raw| {
+            let normalized = normalized_module_name(raw);
+            let label = if normalized.is_empty() {
+                UNKNOWN_MODULE.to_string()
+            } else {
+                names.label(&normalized)
+            };
+            (raw, label)
+        })
+        .collect()
+}
+
+/// Signature verdicts as exported: the kernel's (return value, module) -> count entries summed
+/// per (module label, result).
+pub fn signature_counts(
+    entries: &BTreeMap<(i32, String), u64>,
+    names: &mut ModuleNames,
+) -> BTreeMap<(String, &'static str), u64> {
+    let labels = module_labels(entries.keys().map(|(_, raw)| raw.as_str()), names);
+    let mut counts = BTreeMap::new();
+    for ((ret, raw), count) in entries {
+        let key = (labels[raw.as_str()].clone(), signature_result(*ret));
+        *counts.entry(key).or_default() += count;
+    }
+    counts
 }
 
 /// Module load counts as exported: loads per module and tainted loads per (module, taint).
@@ -206,6 +255,67 @@ mod tests {
         let again = module_load_counts(vec![("mod005".into(), 8192, 4)], 0, &mut names);
         assert_eq!(again.loads["mod005"], 4);
         assert_eq!(again.tainted[&("mod005".into(), "unsigned_module")], 4);
+    }
+
+    #[test]
+    fn file_names_become_module_names_as_kmod_writes_them() {
+        assert_eq!(normalized_module_name("mlx5_ib.ko"), "mlx5_ib");
+        assert_eq!(normalized_module_name("mlx5_ib.ko.xz"), "mlx5_ib");
+        assert_eq!(normalized_module_name("snd-pcsp.ko.zst"), "snd_pcsp");
+        // The lab's variants: pcspkr.badsig.ko is pcspkr.
+        assert_eq!(normalized_module_name("pcspkr.badsig.ko"), "pcspkr");
+        assert_eq!(normalized_module_name("pcspkr"), "pcspkr");
+        assert_eq!(normalized_module_name(""), "");
+        assert_eq!(normalized_module_name(".ko"), "");
+    }
+
+    #[test]
+    fn verdicts_are_summed_per_module_and_result_under_the_shared_cap() {
+        let mut names = ModuleNames::default();
+        // Loads fill the cap first: mod000..mod127 have series.
+        let loads: Vec<_> = (0..MAX_MODULE_SERIES)
+            .map(|i| (format!("mod{i:03}"), 0, 1))
+            .collect();
+        module_load_counts(loads, 0, &mut names);
+        let entries = BTreeMap::from([
+            ((0, "mod001".to_string()), 2),
+            ((-129, "mod001".to_string()), 1),
+            ((-74, "mod001".to_string()), 1),   // bad_message
+            ((-129, "mlx5_ib".to_string()), 3), // past the cap
+            ((-126, "nvidia".to_string()), 1),  // past the cap
+            ((-129, String::new()), 4),         // not named
+            ((-22, String::new()), 1),
+        ]);
+        let counts = signature_counts(&entries, &mut names);
+        let expected = BTreeMap::from([
+            (("mod001".to_string(), "ok"), 2),
+            (("mod001".to_string(), "key_rejected"), 1),
+            (("mod001".to_string(), "bad_message"), 1),
+            ((OTHER_MODULE.to_string(), "key_rejected"), 3),
+            ((OTHER_MODULE.to_string(), "unknown_key"), 1),
+            ((UNKNOWN_MODULE.to_string(), "key_rejected"), 4),
+            ((UNKNOWN_MODULE.to_string(), "other"), 1),
+        ]);
+        assert_eq!(counts, expected);
+    }
+
+    #[test]
+    fn file_and_image_names_of_one_module_share_its_series() {
+        let mut names = ModuleNames::default();
+        let labels = module_labels(
+            ["pcspkr.badsig.ko", "pcspkr", "snd-pcsp.ko", ""],
+            &mut names,
+        );
+        assert_eq!(labels["pcspkr.badsig.ko"], "pcspkr");
+        assert_eq!(labels["pcspkr"], "pcspkr");
+        assert_eq!(labels["snd-pcsp.ko"], "snd_pcsp");
+        assert_eq!(labels[""], UNKNOWN_MODULE);
+        // Two names admitted, not four: "unknown" does not take a place under the cap.
+        let loads: Vec<_> = (0..MAX_MODULE_SERIES)
+            .map(|i| (format!("mod{i:03}"), 0, 1))
+            .collect();
+        let counts = module_load_counts(loads, 0, &mut names);
+        assert_eq!(counts.loads[OTHER_MODULE], 2);
     }
 
     #[test]

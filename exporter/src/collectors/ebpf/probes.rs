@@ -147,6 +147,11 @@ pub struct Attempt {
     pub program: &'static str,
     pub targets: &'static [&'static str],
     pub needs: Needs,
+    /// A second program of the same object that finds which module an event is about (at the
+    /// syscall's or the function's entry, for the program to read at its exit), attached after
+    /// this one where there is kernel BTF: it reads kernel structs through CO-RE. Without it the
+    /// events are counted with `module="unknown"`.
+    pub namer: Option<&'static Attempt>,
 }
 
 const fn attempt(
@@ -160,6 +165,14 @@ const fn attempt(
         program,
         targets,
         needs,
+        namer: None,
+    }
+}
+
+const fn named(main: Attempt, namer: &'static Attempt) -> Attempt {
+    Attempt {
+        namer: Some(namer),
+        ..main
     }
 }
 
@@ -178,37 +191,78 @@ const MODULE_LOAD: &[Attempt] = &[
     attempt(Perf, "", &["module/module_load"], Needs::Nothing),
 ];
 
+/// fexit reads the image under check from the function's arguments; a kretprobe sees only the
+/// return value, so its namer, a kprobe on the same function, reads it at the call.
 const MODULE_SIG_CHECK: &[Attempt] = &[
     attempt(Fexit, "sig_check_fexit", &["module_sig_check"], Needs::Btf),
-    attempt(Fexit, "sig_check_fexit", &["mod_verify_sig"], Needs::Btf),
-    attempt(
-        Kretprobe,
-        "sig_check_kretprobe",
-        &["module_sig_check"],
-        Needs::X86_64,
+    attempt(Fexit, "verify_sig_fexit", &["mod_verify_sig"], Needs::Btf),
+    named(
+        attempt(
+            Kretprobe,
+            "sig_check_kretprobe",
+            &["module_sig_check"],
+            Needs::X86_64,
+        ),
+        &attempt(
+            Kprobe,
+            "sig_check_kprobe",
+            &["module_sig_check"],
+            Needs::Btf,
+        ),
     ),
-    attempt(
-        Kretprobe,
-        "sig_check_kretprobe",
-        &["mod_verify_sig"],
-        Needs::X86_64,
+    named(
+        attempt(
+            Kretprobe,
+            "sig_check_kretprobe",
+            &["mod_verify_sig"],
+            Needs::X86_64,
+        ),
+        &attempt(Kprobe, "verify_sig_kprobe", &["mod_verify_sig"], Needs::Btf),
     ),
 ];
 
 /// The per-syscall tracepoints run the program for the two module syscalls only; sys_exit
-/// runs it for every syscall on the node, so it comes last here.
+/// runs it for every syscall on the node, so it comes last here. Each exit program's namer is
+/// the matching entry program, which names the module the call is about.
 const MODULE_LOAD_SYSCALL: &[Attempt] = &[
-    attempt(
-        Tracepoint,
-        "syscall_exit_tp",
-        &[
-            "syscalls/sys_exit_finit_module",
-            "syscalls/sys_exit_init_module",
-        ],
-        Needs::Nothing,
+    named(
+        attempt(
+            Tracepoint,
+            "syscall_exit_tp",
+            &[
+                "syscalls/sys_exit_finit_module",
+                "syscalls/sys_exit_init_module",
+            ],
+            Needs::Nothing,
+        ),
+        &attempt(
+            Tracepoint,
+            "syscall_enter_tp",
+            &[
+                "syscalls/sys_enter_finit_module",
+                "syscalls/sys_enter_init_module",
+            ],
+            Needs::Btf,
+        ),
     ),
-    attempt(TpBtf, "syscall_exit_btf", &["sys_exit"], Needs::BtfOnX86_64),
-    attempt(RawTp, "syscall_exit_raw", &["sys_exit"], Needs::BtfOnX86_64),
+    named(
+        attempt(TpBtf, "syscall_exit_btf", &["sys_exit"], Needs::BtfOnX86_64),
+        &attempt(
+            TpBtf,
+            "syscall_enter_btf",
+            &["sys_enter"],
+            Needs::BtfOnX86_64,
+        ),
+    ),
+    named(
+        attempt(RawTp, "syscall_exit_raw", &["sys_exit"], Needs::BtfOnX86_64),
+        &attempt(
+            RawTp,
+            "syscall_enter_raw",
+            &["sys_enter"],
+            Needs::BtfOnX86_64,
+        ),
+    ),
 ];
 
 const KERNEL_LOG: &[Attempt] = &[
