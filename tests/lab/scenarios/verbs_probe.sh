@@ -181,3 +181,68 @@ lab_expect "the last success is still exported" "$(lab_value down 'hpcnode_verbs
 ip link set dummy0 up
 lab_check "rxe0 port 1 ACTIVE again" lab_wait_until 20 grep -q ACTIVE "$port/state"
 lab_exporter_stop
+
+lab_scenario mesh
+# Three exporters on rxe0, nodes m1 to m3 of one peers file, each answering on its own port.
+# With fanout 2 each probes both others and answers both in every round: six probes in the six
+# slots of a 18 s round, none on a port at once, so no responder ever answers busy.
+cat > /tmp/mesh.peers << 'PEERS'
+# the lab's fleet: NAME HOST:PORT
+m1 127.0.0.1:18601
+m2 127.0.0.1:18602   # a comment
+m3 127.0.0.1:18603
+PEERS
+MESH="--probe.verbs.peers=/tmp/mesh.peers --probe.verbs.interval=18s --probe.verbs.duration=500ms
+  --probe.verbs.latency-iterations=20 --probe.verbs.allow=127.0.0.1 --probe.verbs.token-file=/tmp/verbs.token"
+mesh_pids=
+for n in 1 2 3; do
+  # shellcheck disable=SC2086
+  "$LAB_EXPORTER" --web.listen-address=127.0.0.1:1006$n $PROBE $MESH --probe.verbs.listen=127.0.0.1:1860$n \
+    --probe.verbs.node-name=m$n > "/lab/results/$LAB_GROUP.mesh.m$n.log" 2>&1 &
+  mesh_pids="$mesh_pids $!"
+done
+# mesh_scrape N: node mN's metrics as scrape mN (no check recorded: it polls).
+mesh_scrape() {
+  timeout 20 wget -q -O "$LAB_TMP/m$1.prom" "http://127.0.0.1:1006$1/metrics" 2> /dev/null
+}
+# mesh_covered: whether every node probed both others and answered both. Polls 3 s apart: under
+# emulation scrapes take CPU time from the probes.
+mesh_covered() {
+  sleep 2.5
+  for n in 1 2 3; do
+    mesh_scrape $n || return 1
+    lab_compare "$(lab_value m$n 'hpcnode_verbs_probe_runs_total{mode="mesh",result="success"}')" ">=" 2 || return 1
+    lab_compare "$(lab_value m$n 'hpcnode_verbs_responder_sessions_total{result="success"}')" ">=" 2 || return 1
+  done
+}
+started=$(date +%s)
+lab_check "each node probed both others and was probed by both" lab_wait_until 90 mesh_covered
+lab_info "covered after $(($(date +%s) - started)) s"
+for n in 1 2 3; do
+  lab_scrape_at 127.0.0.1:1006$n m$n
+  lab_expect "m$n: the file's nodes" "$(lab_value m$n hpcnode_verbs_probe_mesh_nodes)" == 3
+  lab_expect "m$n: a member" "$(lab_value m$n hpcnode_verbs_probe_mesh_member)" == 1
+  lab_expect "m$n: the file is valid" "$(lab_value m$n hpcnode_verbs_probe_mesh_file_valid)" == 1
+  lab_expect "m$n: one success series per peer of the round" "$(lab_series m$n hpcnode_verbs_probe_mesh_peer_success)" == 2
+  for peer in 1 2 3; do
+    [ "$peer" = "$n" ] && continue
+    lab_expect "m$n: probe of m$peer succeeded" "$(lab_value m$n "hpcnode_verbs_probe_mesh_peer_success{peer=\"m$peer\"}")" == 1
+    lab_expect "m$n: bandwidth to m$peer" "$(lab_value m$n "hpcnode_verbs_probe_bandwidth_bytes_per_second{mode=\"mesh\",peer=\"m$peer\"}")" ">" 0
+  done
+  lab_record_series m$n 'hpcnode_verbs_probe_duration_seconds{mode="mesh"}'
+  lab_record_series m$n 'hpcnode_verbs_probe_runs_total{mode="mesh",result!="success"}'
+  # Each probe in its own slot: no responder was busy, so no probe was refused. (A peer not
+  # listening yet while the three start may count peer_unreachable.)
+  lab_expect "m$n: no responder session refused busy" "$(lab_value m$n 'hpcnode_verbs_responder_sessions_total{result="busy"}')" == 0
+  lab_expect "m$n: no mesh run refused" "$(lab_value m$n 'hpcnode_verbs_probe_runs_total{mode="mesh",result="rejected"}')" == 0
+done
+# A broken rollout: the next round keeps the last good copy and says what is wrong, once.
+echo "m1 127.0.0.1:18601 m2" > /tmp/mesh.peers
+mesh_file_invalid() {
+  mesh_scrape 1 && lab_compare "$(lab_value m1 hpcnode_verbs_probe_mesh_file_valid)" == 0
+}
+lab_check "a broken peers file is noticed at the next round" lab_wait_until 30 mesh_file_invalid
+lab_expect "the last good copy stays in use" "$(lab_value m1 hpcnode_verbs_probe_mesh_nodes)" == 3
+lab_check "the log names the file and the line" grep -q "mesh.peers line 1: expected NAME HOST:PORT" "/lab/results/$LAB_GROUP.mesh.m1.log"
+# shellcheck disable=SC2086 # a list of process ids
+kill $mesh_pids 2> /dev/null
