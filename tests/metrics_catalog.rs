@@ -159,7 +159,10 @@ const NEEDS_RDMA_DEVICE: &[&str] = &[
 /// tree: its runs happen on a background thread, so this scrapes until both targets have run.
 fn verbs_emitted() -> BTreeSet<String> {
     verbs_emitted_with(
-        &["--probe.verbs.interval=1h", "--probe.verbs.device=rxe0,mlx4_1"],
+        &[
+            "--probe.verbs.interval=1h",
+            "--probe.verbs.device=rxe0,mlx4_1",
+        ],
         |text| {
             text.matches("hpcnode_verbs_probe_duration_seconds{")
                 .count()
