@@ -259,7 +259,7 @@ const MESH_FILE_VALID: Desc = Desc::gauge(
 );
 const MESH_PEER_SUCCESS: Desc = Desc::gauge(
     "hpcnode_verbs_probe_mesh_peer_success",
-    "1 when this round's mesh probe of the peer (its name in the peers file) succeeded, 0 when it failed or was skipped; only the current round's peers.",
+    "1 when the last mesh probe of the peer (its name in the peers file) succeeded, 0 when it failed or was skipped; only this round's and the last round's peers.",
     None,
 );
 
@@ -452,8 +452,9 @@ impl Service {
             })
     }
 
-    /// Drops the results of mesh peers other than `peers` (this round's): a node exports
-    /// results for at most `--probe.verbs.mesh-fanout` peers, however large the fleet.
+    /// Drops the results of mesh peers other than `peers` (this round's and the last's, so
+    /// that a peer's results stay until this round's run replaces them): a node exports results
+    /// for at most twice `--probe.verbs.mesh-fanout` peers, however large the fleet.
     fn keep_mesh_peers(&self, target: &Target, peers: &[&mesh::Node]) {
         let keep: BTreeSet<String> = peers
             .iter()
@@ -792,6 +793,7 @@ impl Scheduler<'_> {
     /// its slot; the peers file is read again at each round when it changed.
     fn run_mesh(&self, interval: Duration, mut node: MeshNode) {
         let mut readings = HashMap::new();
+        let mut last_round_peers: Vec<mesh::Node> = Vec::new();
         loop {
             let (round, into) = mesh::round_at(since_epoch(), interval);
             let round_start = since_epoch().saturating_sub(into);
@@ -808,12 +810,16 @@ impl Scheduler<'_> {
             if let Some(device) = device {
                 let target = self.target(device);
                 let peers: Vec<_> = probes.iter().map(|(_, peer)| *peer).collect();
-                self.service.keep_mesh_peers(&target, &peers);
+                let kept: Vec<_> = peers.iter().copied().chain(&last_round_peers).collect();
+                self.service.keep_mesh_peers(&target, &kept);
+                last_round_peers = peers.into_iter().cloned().collect();
                 let fanout = mesh::effective_fanout(node.peers.nodes().len(), node.fanout);
+                let slot_length = mesh::slot_start(interval, fanout, 1);
                 for (slot, peer) in probes {
                     let at = mesh::slot_start(interval, fanout, slot);
-                    if at < into {
-                        // Started or read the file mid-round: this slot has passed.
+                    if at + slot_length <= into {
+                        // Started mid-round: this slot has passed. (A round that starts late
+                        // because the last one overran still runs its first slot, late.)
                         continue;
                     }
                     let delay = (round_start + at).saturating_sub(since_epoch());
