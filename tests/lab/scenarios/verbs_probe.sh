@@ -228,27 +228,41 @@ mesh_covered() {
 started=$(date +%s)
 lab_check "each node probed another and was probed" lab_wait_until 75 mesh_covered
 lab_info "covered after $(($(date +%s) - started)) s"
+longest=0
 for n in 1 2 3; do
   lab_scrape_at 127.0.0.1:1006$n m$n
   lab_expect "m$n: the file's nodes" "$(lab_value m$n hpcnode_verbs_probe_mesh_nodes)" == 3
   lab_expect "m$n: a member" "$(lab_value m$n hpcnode_verbs_probe_mesh_member)" == 1
   lab_expect "m$n: the file is valid" "$(lab_value m$n hpcnode_verbs_probe_mesh_file_valid)" == 1
-  # This round's peer and the last round's: one or two (fanout 1), each probed with success.
+  # This round's peer and the last round's: one or two (fanout 1), never itself.
   results=$(lab_series m$n hpcnode_verbs_probe_mesh_peer_success)
   lab_expect "m$n: results for a peer" "$results" ">=" 1
   lab_expect "m$n: results for at most two peers (fanout 1)" "$results" "<=" 2
-  lab_expect "m$n: every one a success" "$(lab_value m$n hpcnode_verbs_probe_mesh_peer_success)" == "$results"
   lab_expect "m$n: not its own peer" "$(lab_series m$n "hpcnode_verbs_probe_mesh_peer_success{peer=\"m$n\"}")" == 0
-  lab_expect "m$n: bandwidth to its peer" "$(lab_value m$n 'hpcnode_verbs_probe_bandwidth_bytes_per_second{mode="mesh"}')" ">" 0
+  lab_expect "m$n: bandwidth to its peers" "$(lab_value m$n 'hpcnode_verbs_probe_bandwidth_bytes_per_second{mode="mesh"}')" ">" 0
+  lab_expect "m$n: no mesh run timed out or failed" "$(lab_value m$n 'hpcnode_verbs_probe_runs_total{mode="mesh",result=~"timeout|error|version_mismatch"}')" == 0
   lab_record_series m$n 'hpcnode_verbs_probe_duration_seconds{mode="mesh"}'
   lab_record_series m$n 'hpcnode_verbs_probe_mesh_peer_success'
-  lab_record_series m$n 'hpcnode_verbs_probe_runs_total{mode="mesh",result!="success"}'
-  lab_record_series m$n 'hpcnode_verbs_probe_skipped_total{mode="mesh"}'
-  # Each probe in its own slot: no responder was busy, so no probe was refused or skipped.
-  lab_expect "m$n: no responder session refused busy" "$(lab_value m$n 'hpcnode_verbs_responder_sessions_total{result="busy"}')" == 0
-  lab_expect "m$n: no mesh run refused" "$(lab_value m$n 'hpcnode_verbs_probe_runs_total{mode="mesh",result="rejected"}')" == 0
-  lab_expect "m$n: no mesh run skipped" "$(lab_value m$n 'hpcnode_verbs_probe_skipped_total{mode="mesh"}')" == 0
+  lab_record_series m$n 'hpcnode_verbs_responder_sessions_total{result="busy"}'
+  lab_record_series m$n 'hpcnode_verbs_probe_runs_total{mode="mesh",result="rejected"}'
+  lab_record_series m$n 'hpcnode_verbs_probe_skipped_total{mode="mesh",reason="port_in_use"}'
+  longest=$(lab_matching m$n 'hpcnode_verbs_probe_duration_seconds{mode="mesh"}' |
+    awk -F '\t' -v max="$longest" '$2 > max { max = $2 } END { print max }')
 done
+# Each probe in its own slot: when every run fits its 6 s slot, no responder was busy and no
+# scheduled probe found its port in use. A run that overruns (a loaded host slows the guest) is
+# met by the responder's busy answer or the scheduler's port_in_use skip, not by a second probe.
+overlaps() {
+  for n in 1 2 3; do
+    lab_value m$n 'hpcnode_verbs_responder_sessions_total{result="busy"}'
+    lab_value m$n 'hpcnode_verbs_probe_skipped_total{mode="mesh",reason="port_in_use"}'
+  done | awk '{ sum += $1 } END { print sum }'
+}
+if lab_compare "$longest" "<" 6; then
+  lab_expect "runs fit their slots (longest $longest s): no overlap refused or skipped" "$(overlaps)" == 0
+else
+  lab_info "a run overran its 6 s slot (longest $longest s): $(overlaps) overlaps refused or skipped"
+fi
 # A broken rollout: the next round keeps the last good copy and says what is wrong.
 echo "m1 127.0.0.1:18601 m2" > /tmp/mesh.peers
 mesh_file_invalid() {
