@@ -817,13 +817,31 @@ def fleet_dashboard():
                          sort="Utilisation"),
                    [node_dashboard_link()]),
     ]
+    red_from_one = [{"color": "green", "value": None}, {"color": "red", "value": 1}]
+    mesh = [
+        stat("Mesh nodes no prober reached", "Nodes of the verbs probe mesh (--probe.verbs.peers) whose every prober (of the selected nodes) failed or skipped its probe this round (max by peer of hpcnode_verbs_probe_mesh_peer_success == 0): a responder, its link or its port is down. The table names them.",
+             [target(f'count(max by (job, cluster, peer) (hpcnode_verbs_probe_mesh_peer_success{{{FLEET_NODE}}}) == 0) or vector(0)', "nodes", instant=True)], "none",
+             w=8, thresholds=red_from_one),
+        stat("Broken peers files", "Exporters whose peers file did not parse when last read (hpcnode_verbs_probe_mesh_file_valid == 0): they probe on with the last good copy; their log names the file and line.",
+             [target(f'count(hpcnode_verbs_probe_mesh_file_valid{{{FLEET_NODE}}} == 0) or vector(0)', "exporters", instant=True)], "none",
+             w=8, thresholds=red_from_one),
+        stat("Nodes outside the mesh", "Exporters with --probe.verbs.peers whose node name is not in the file (hpcnode_verbs_probe_mesh_member == 0): they probe nobody.",
+             [target(f'count(hpcnode_verbs_probe_mesh_member{{{FLEET_NODE}}} == 0) or vector(0)', "exporters", instant=True)], "none",
+             w=8, thresholds=red_from_one),
+        with_links(table("Mesh probes this round", "Each prober and the peers it probed this round, failed first (hpcnode_verbs_probe_mesh_peer_success: 1 succeeded, 0 failed or skipped): a peer failing from several probers is the suspect; one prober failing to several peers is. A row opens the prober's driver-stack dashboard.",
+                         [target(f'hpcnode_verbs_probe_mesh_peer_success{{{FLEET_NODE}}}', ref="A", instant=True, table=True)], "none",
+                         [column("A", "Succeeded", "none")],
+                         hide=["job", "__name__", "mode"], order=["cluster", "instance", "device", "port", "peer", "Value #A"], w=24, h=8,
+                         sort="Succeeded"),
+                   [node_dashboard_link()]),
+    ]
     return dashboard(
         "hpcnode-fleet", "Fleet",
         "The whole fleet: nodes by readiness, the nodes failing each check, degraded links by rack and switch, "
-        "RDMA throughput, its p95 over nodes and headroom per cluster, and the busiest nodes, each linked to its "
+        "RDMA throughput, its p95 over nodes and headroom per cluster, the busiest nodes, and the verbs probe mesh, each linked to its "
         "node dashboard. Built on alerts/fleet.rules.yml; nodes are grouped by the target labels cluster, rack and switch.",
         ["hpcnode", "fleet"], variables,
-        [row("Readiness", readiness), row("RDMA per cluster", rdma)])
+        [row("Readiness", readiness), row("RDMA per cluster", rdma), row("Verbs probe mesh", mesh)])
 
 
 DASHBOARDS = {

@@ -173,28 +173,58 @@ const NEEDS_RDMA_NETLINK_DEVICE: &[&str] = &[
 /// The verbs probe with the real libibverbs (unpacked by tests/setup.sh) on the `rdma_edge`
 /// tree: its runs happen on a background thread, so this scrapes until both targets have run.
 fn verbs_emitted() -> BTreeSet<String> {
+    verbs_emitted_with(
+        &[
+            "--probe.verbs.interval=1h",
+            "--probe.verbs.device=rxe0,mlx4_1",
+        ],
+        |text| {
+            text.matches("hpcnode_verbs_probe_duration_seconds{")
+                .count()
+                == 2
+        },
+    )
+}
+
+/// The verbs probe mesh on the same tree: this node and one other, probed once a 2 s round.
+fn verbs_mesh_emitted() -> BTreeSet<String> {
+    let dir = tempfile::tempdir().unwrap();
+    let peers = dir.path().join("peers");
+    std::fs::write(&peers, "self 127.0.0.1:1\nother 127.0.0.1:2\n").unwrap();
+    let peers = format!("--probe.verbs.peers={}", peers.display());
+    verbs_emitted_with(
+        &[
+            "--probe.verbs.interval=2s",
+            "--probe.verbs.duration=100ms",
+            "--probe.verbs.mesh-fanout=1",
+            "--probe.verbs.node-name=self",
+            "--probe.verbs.device=rxe0",
+            &peers,
+        ],
+        |text| text.contains("hpcnode_verbs_probe_mesh_peer_success{"),
+    )
+}
+
+/// The names an exporter with the verbs probe (`flags` added) emits once `done` says its
+/// runs are in.
+fn verbs_emitted_with(flags: &[&str], done: impl Fn(&str) -> bool) -> BTreeSet<String> {
     let sysfs = format!("--path.sysfs={}", util::fixture("rdma_edge").display());
     let library = format!("--probe.verbs.library={}", util::libibverbs());
-    let exporter = Exporter::start(&[
+    let mut args = vec![
         "--collector.disable-defaults",
         "--collector.verbs",
-        "--probe.verbs.interval=1h",
-        "--probe.verbs.device=rxe0,mlx4_1",
         "--probe.verbs.listen=127.0.0.1:0",
         "--probe.verbs.allow=127.0.0.1",
         &library,
         &sysfs,
-    ]);
+    ];
+    args.extend(flags);
+    let exporter = Exporter::start(&args);
     let deadline = std::time::Instant::now() + std::time::Duration::from_secs(20);
     loop {
         let text = exporter.get("/metrics").text();
-        let names = names(&text);
-        if text
-            .matches("hpcnode_verbs_probe_duration_seconds{")
-            .count()
-            == 2
-        {
-            return names;
+        if done(&text) {
+            return names(&text);
         }
         assert!(
             std::time::Instant::now() < deadline,
@@ -213,6 +243,7 @@ fn metrics_md_matches_what_fixtures_produce() {
         .flat_map(|(flags, fixtures)| fixtures.iter().map(|f| emitted(flags, f)))
         .flatten()
         .chain(verbs_emitted())
+        .chain(verbs_mesh_emitted())
         .chain(web_emitted())
         .collect();
     let verbs_metrics: BTreeSet<String> = hpcnode_exporter::collectors::verbs::METRICS

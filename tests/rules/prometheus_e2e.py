@@ -509,6 +509,10 @@ def check_alerts(prom, procfs_inst, edge_inst, tree, scratch, exporter_procfs, m
           "exporter killed: HpcnodeExporterDown firing")
 
 
+# Series only a running verbs probe mesh exports (three exporters on Soft-RoCE in the kernel lab).
+NEEDS_MESH = {"hpcnode_verbs_probe_mesh_peer_success"}
+
+
 def check_dashboards(prom):
     # Panels whose input needs more history than a test has: the crossing prediction fits a
     # line through hourly points of the daily p95, so it needs two hours of recordings.
@@ -537,6 +541,8 @@ def check_dashboards(prom):
             check(True, f"{name}: {where} executes ({len(res)} series; module events, checked in the kernel lab)")
         elif names and names <= needs_rdma_device:
             check(True, f"{name}: {where} executes ({len(res)} series; needs an RDMA device)")
+        elif names and names <= NEEDS_MESH:
+            check(True, f"{name}: {where} executes ({len(res)} series; needs a verbs probe mesh, the kernel lab's verbs_probe group)")
         else:
             check(len(res) > 0, f"{name}: {where} executes and returns data ({len(res)} series)")
 

@@ -10,6 +10,7 @@ use clap::Arg;
 
 use super::engine::Params;
 use super::ffi::{self, Verbs};
+use super::mesh;
 use super::peer::{self, Cidr};
 use super::{first_device, oob, progress_line, result_table, ProbeError, Target, MAX_DURATION};
 use crate::collector::{ProbeCommand, RunOnce};
@@ -26,6 +27,9 @@ pub(super) fn exporter_flags() -> Vec<Arg> {
         flag("listen", "ADDR:PORT", "Serve other exporters' peer probes here (off by default; requires --probe.verbs.allow)."),
         flag("allow", "CIDRS", "Comma-separated addresses or networks allowed to use the responder."),
         flag("busy-share", "RATIO", "Skip a scheduled probe when the port moved more than this share of its data rate since the last run (default 0.05; 1: never skip)."),
+        flag("peers", "FILE", "Probe a mesh: the fleet's responders, one `NAME HOST:PORT` a line (# comments), read again when it changes; each node probes --probe.verbs.mesh-fanout of them per interval. Needs --probe.verbs.interval and --probe.verbs.listen; excludes --probe.verbs.peer."),
+        flag("mesh-fanout", "K", "Peers each node probes, and is probed by, per interval in a mesh (default 2)."),
+        flag("node-name", "NAME", "This node's name in --probe.verbs.peers (default: the hostname)."),
     ];
     flags.extend(measurement_flags(EXPORTER));
     flags
@@ -85,10 +89,7 @@ fn measurement(flags: &Flags, prefix: &str) -> Result<Measurement, ConfigError> 
     };
     let peer = flags.value(&name("peer"));
     if let Some(peer) = &peer {
-        if !peer
-            .rsplit_once(':')
-            .is_some_and(|(host, port)| !host.is_empty() && port.parse::<u16>().is_ok())
-        {
+        if !mesh::is_host_port(peer) {
             return Err(flags.invalid(&name("peer"), peer, "expected HOST:PORT"));
         }
     }
@@ -117,8 +118,23 @@ pub(super) struct VerbsSettings {
     pub allow: Vec<Cidr>,
     /// A port that moved more than this share of its data rate is busy: no scheduled probe.
     pub busy_share: f64,
+    /// `None`: loopback or the one `--probe.verbs.peer`.
+    pub mesh: Option<MeshSettings>,
     pub measurement: Measurement,
 }
+
+/// `--probe.verbs.peers` and its companions.
+#[derive(Debug, Clone)]
+pub(super) struct MeshSettings {
+    /// Read when the probe starts and at each round when it changed.
+    pub peers: PathBuf,
+    pub fanout: usize,
+    /// `None`: the hostname, looked up when the probe starts.
+    pub node_name: Option<String>,
+}
+
+/// The most peers a node probes per round.
+const MAX_FANOUT: u64 = 16;
 
 impl VerbsSettings {
     pub(super) fn from_flags(flags: &Flags) -> Result<VerbsSettings, ConfigError> {
@@ -156,9 +172,13 @@ impl VerbsSettings {
                 ));
             }
         }
+        let interval = off_or_duration("interval")?;
+        let jitter = off_or_duration("jitter")?.unwrap_or_default();
+        let measurement = measurement(flags, EXPORTER)?;
+        let mesh = mesh_settings(flags, interval, jitter, listen.is_some(), &measurement)?;
         Ok(VerbsSettings {
-            interval: off_or_duration("interval")?,
-            jitter: off_or_duration("jitter")?.unwrap_or_default(),
+            interval,
+            jitter,
             devices: flags
                 .value(&name("device"))
                 .map(|list| {
@@ -171,9 +191,82 @@ impl VerbsSettings {
             listen,
             allow,
             busy_share: share(flags, &name("busy-share"))?.unwrap_or(0.05),
-            measurement: measurement(flags, EXPORTER)?,
+            mesh,
+            measurement,
         })
     }
+}
+
+/// The mesh flags, checked against the others: a mesh node also answers (`listen`), runs on a
+/// schedule (`interval`) that the clock sets (no jitter), and each slot of a round holds a run.
+fn mesh_settings(
+    flags: &Flags,
+    interval: Option<Duration>,
+    jitter: Duration,
+    listens: bool,
+    measurement: &Measurement,
+) -> Result<Option<MeshSettings>, ConfigError> {
+    let name = |name: &str| format!("{EXPORTER}{name}");
+    let fanout = flags.number(&name("mesh-fanout"), 1, MAX_FANOUT)?;
+    let node_name = flags.value(&name("node-name"));
+    let Some(peers) = flags.path(&name("peers"))? else {
+        for (flag, given) in [
+            ("mesh-fanout", fanout.is_some()),
+            ("node-name", node_name.is_some()),
+        ] {
+            if given {
+                let value = flags.value(&name(flag)).unwrap_or_default();
+                return Err(flags.invalid(&name(flag), &value, "only with --probe.verbs.peers"));
+            }
+        }
+        return Ok(None);
+    };
+    let shown = peers.display().to_string();
+    let conflict = |reason: &str| Err(flags.invalid(&name("peers"), &shown, reason));
+    if measurement.peer.is_some() {
+        return conflict("excludes --probe.verbs.peer (a mesh of the file's nodes, or one peer)");
+    }
+    if !listens {
+        return conflict(
+            "requires --probe.verbs.listen (each node of a mesh answers the others' probes)",
+        );
+    }
+    if !jitter.is_zero() {
+        return conflict(
+            "excludes --probe.verbs.jitter (a mesh's rounds and slots follow the clock)",
+        );
+    }
+    if let Some(node) = &node_name {
+        if !mesh::is_node_name(node) {
+            return Err(flags.invalid(
+                &name("node-name"),
+                node,
+                "expected 1 to 64 of A-Z a-z 0-9 . _ -",
+            ));
+        }
+    }
+    let fanout = fanout.map_or(2, |k| k as usize);
+    let Some(interval) = interval else {
+        return conflict("requires --probe.verbs.interval (the length of a round)");
+    };
+    let slot = interval / mesh::slots(fanout) as u32;
+    let run = measurement.params.duration * 2;
+    if slot < run {
+        let value = flags.value(&name("interval")).unwrap_or_default();
+        return Err(flags.invalid(
+            &name("interval"),
+            &value,
+            format!(
+                "a mesh round has {} slots (3 x --probe.verbs.mesh-fanout) of {slot:?}, shorter than twice --probe.verbs.duration ({run:?}): lengthen the interval",
+                mesh::slots(fanout)
+            ),
+        ));
+    }
+    Ok(Some(MeshSettings {
+        peers,
+        fanout,
+        node_name,
+    }))
 }
 
 /// A share from 0 to 1.
@@ -426,6 +519,65 @@ mod tests {
             );
             assert!(!err.contains('\n'), "{args:?}: {err}");
         }
+    }
+
+    const MESH: [&str; 4] = [
+        "--probe.verbs.peers=/etc/hpcnode/peers",
+        "--probe.verbs.interval=10m",
+        "--probe.verbs.listen=:18515",
+        "--probe.verbs.allow=10.0.0.0/8",
+    ];
+
+    #[test]
+    fn a_mesh_needs_a_responder_and_a_schedule() {
+        let mesh = settings(&MESH).unwrap().mesh.unwrap();
+        assert_eq!(mesh.peers, PathBuf::from("/etc/hpcnode/peers"));
+        assert_eq!(mesh.fanout, 2);
+        assert_eq!(mesh.node_name, None);
+        let named = settings(
+            &[
+                &MESH[..],
+                &[
+                    "--probe.verbs.mesh-fanout=3",
+                    "--probe.verbs.node-name=n1.rack4",
+                ],
+            ]
+            .concat(),
+        )
+        .unwrap()
+        .mesh
+        .unwrap();
+        assert_eq!(
+            (named.fanout, named.node_name.as_deref()),
+            (3, Some("n1.rack4"))
+        );
+        assert!(settings(&[]).unwrap().mesh.is_none());
+        for (args, flag, reason) in [
+            (vec![MESH[0], MESH[1], MESH[2], MESH[3], "--probe.verbs.peer=n2:18515"], "peers", "excludes --probe.verbs.peer"),
+            (vec![MESH[0], MESH[1]], "peers", "requires --probe.verbs.listen"),
+            (vec![MESH[0], MESH[2], MESH[3]], "peers", "requires --probe.verbs.interval"),
+            (vec![MESH[0], MESH[1], MESH[2], MESH[3], "--probe.verbs.jitter=1m"], "peers", "excludes --probe.verbs.jitter"),
+            (vec![MESH[0], "--probe.verbs.interval=10s", MESH[2], MESH[3]], "interval", "6 slots (3 x --probe.verbs.mesh-fanout) of 1.666666666s, shorter than twice --probe.verbs.duration (4s)"),
+            (vec!["--probe.verbs.mesh-fanout=2"], "mesh-fanout", "only with --probe.verbs.peers"),
+            (vec!["--probe.verbs.node-name=n1"], "node-name", "only with --probe.verbs.peers"),
+            (vec![MESH[0], MESH[1], MESH[2], MESH[3], "--probe.verbs.node-name=n 1"], "node-name", "expected 1 to 64"),
+            (vec![MESH[0], MESH[1], MESH[2], MESH[3], "--probe.verbs.mesh-fanout=0"], "mesh-fanout", ""),
+            (vec![MESH[0], MESH[1], MESH[2], MESH[3], "--probe.verbs.mesh-fanout=17"], "mesh-fanout", ""),
+        ] {
+            let err = settings(&args).unwrap_err().to_string();
+            assert!(err.starts_with(&format!("invalid --probe.verbs.{flag} ")), "{args:?}: {err}");
+            assert!(err.contains(reason), "{args:?}: {err}");
+        }
+        // Three slots of 1 s hold a run of 500 ms twice over.
+        let short = settings(&[
+            MESH[0],
+            "--probe.verbs.interval=3s",
+            MESH[2],
+            MESH[3],
+            "--probe.verbs.mesh-fanout=1",
+            "--probe.verbs.duration=500ms",
+        ]);
+        assert!(short.is_ok(), "{short:?}");
     }
 
     #[test]

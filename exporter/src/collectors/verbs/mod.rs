@@ -12,6 +12,7 @@ pub mod auth;
 mod cli;
 pub mod engine;
 pub mod ffi;
+pub mod mesh;
 pub mod oob;
 pub mod peer;
 pub mod port;
@@ -36,6 +37,7 @@ use crate::sysfs::{Entry, SysDir, SysfsError};
 use cli::VerbsSettings;
 use engine::{Measurement, Params, Progress};
 use ffi::Verbs;
+use mesh::{MeshNode, MeshState};
 use oob::{DecodeError, OobError, RejectReason};
 use peer::{ResponderSettings, ResponderStats};
 
@@ -240,8 +242,29 @@ const RESPONDER_SESSIONS: Desc = Desc::counter(
     None,
 );
 
+const MESH_NODES: Desc = Desc::gauge(
+    "hpcnode_verbs_probe_mesh_nodes",
+    "Nodes in the mesh's peers file (--probe.verbs.peers), in the last copy that parsed.",
+    None,
+);
+const MESH_MEMBER: Desc = Desc::gauge(
+    "hpcnode_verbs_probe_mesh_member",
+    "1 when this node (--probe.verbs.node-name) is in the peers file in use and so probes its peers, 0 when it is not and probes nobody.",
+    None,
+);
+const MESH_FILE_VALID: Desc = Desc::gauge(
+    "hpcnode_verbs_probe_mesh_file_valid",
+    "1 when the peers file parsed when last read, 0 when it did not and the last good copy is in use (the log and hpcnode_collector_errors_total say why).",
+    None,
+);
+const MESH_PEER_SUCCESS: Desc = Desc::gauge(
+    "hpcnode_verbs_probe_mesh_peer_success",
+    "1 when the last mesh probe of the peer (its name in the peers file) succeeded, 0 when it failed or was skipped; only this round's and the last round's peers.",
+    None,
+);
+
 /// Every metric this collector emits (for the METRICS.md check).
-pub const METRICS: [Desc; 9] = [
+pub const METRICS: [Desc; 13] = [
     AVAILABLE,
     BANDWIDTH,
     LATENCY,
@@ -251,11 +274,64 @@ pub const METRICS: [Desc; 9] = [
     SKIPPED,
     DURATION,
     RESPONDER_SESSIONS,
+    MESH_NODES,
+    MESH_MEMBER,
+    MESH_FILE_VALID,
+    MESH_PEER_SUCCESS,
 ];
+
+/// What a run measures against, and so the `mode` and `peer` labels of its results.
+#[derive(Debug, Clone, Copy)]
+enum RunMode<'a> {
+    Loopback,
+    /// `--probe.verbs.peer`, labelled by its address.
+    Peer(&'a str),
+    /// A node of the mesh: its results labelled by its name, its runs counted with every
+    /// other mesh peer's (`peer=""`), so that a node's counters do not grow with the fleet.
+    Mesh(&'a mesh::Node),
+}
+
+impl<'a> RunMode<'a> {
+    fn address(self) -> Option<&'a str> {
+        match self {
+            RunMode::Loopback => None,
+            RunMode::Peer(address) => Some(address),
+            RunMode::Mesh(node) => Some(&node.address),
+        }
+    }
+
+    fn mode(self) -> &'static str {
+        match self {
+            RunMode::Loopback => "loopback",
+            RunMode::Peer(_) => "peer",
+            RunMode::Mesh(_) => "mesh",
+        }
+    }
+
+    /// The `peer` label of the run and skip counters.
+    fn counted_as(self) -> &'a str {
+        match self {
+            RunMode::Peer(address) => address,
+            RunMode::Loopback | RunMode::Mesh(_) => "",
+        }
+    }
+
+    /// The `peer` label of the last run's results.
+    fn measured_as(self) -> &'a str {
+        match self {
+            RunMode::Mesh(node) => &node.name,
+            run => run.counted_as(),
+        }
+    }
+}
 
 /// The results of one (device, port, mode, peer).
 struct Series {
     labels: Labels,
+    /// One mesh peer's results, without counters (those are the mesh's, `peer=""`).
+    mesh_peer: bool,
+    /// A mesh peer's: whether this round's run succeeded.
+    last_ok: Option<bool>,
     runs: BTreeMap<&'static str, u64>,
     skipped: BTreeMap<&'static str, u64>,
     last_report: Option<Report>,
@@ -268,6 +344,8 @@ struct Service {
     available: bool,
     series: Mutex<BTreeMap<String, Series>>,
     responder: Option<Arc<ResponderStats>>,
+    /// `None` unless `--probe.verbs.peers` is set.
+    mesh: Option<Mutex<MeshState>>,
     /// Run failures since the last scrape, for `hpcnode_collector_errors_total` and the log.
     failures: PendingErrors,
 }
@@ -276,7 +354,7 @@ impl Service {
     fn record(
         &self,
         target: &Target,
-        peer: Option<&str>,
+        run: RunMode,
         result: Result<Report, ProbeError>,
         took: Duration,
     ) {
@@ -290,58 +368,110 @@ impl Service {
                 _ if outcome == "timeout" => ErrorKind::Timeout,
                 _ => ErrorKind::Io,
             };
-            let key = series_key(target, peer);
+            let key = series_key(target, run.mode(), run.measured_as());
             self.failures.push(
                 CollectError::new(kind, format!("verbs probe {key}: {err}"))
                     .with("target", key)
                     .with("result", outcome),
             );
         }
-        self.update(target, peer, |entry| {
-            *entry.runs.entry(outcome).or_default() += 1;
-            entry.last_duration = Some(took);
-            if let Ok(report) = result {
-                entry.last_report = Some(report);
-                entry.last_success = SystemTime::now()
-                    .duration_since(SystemTime::UNIX_EPOCH)
-                    .ok()
-                    .map(|t| t.as_secs_f64());
-            }
-        });
+        let mut series = lock(&self.series);
+        *Service::counters(&mut series, target, run)
+            .runs
+            .entry(outcome)
+            .or_default() += 1;
+        let entry = Service::results(&mut series, target, run);
+        entry.last_duration = Some(took);
+        if entry.mesh_peer {
+            entry.last_ok = Some(result.is_ok());
+        }
+        if let Ok(report) = result {
+            entry.last_report = Some(report);
+            entry.last_success = SystemTime::now()
+                .duration_since(SystemTime::UNIX_EPOCH)
+                .ok()
+                .map(|t| t.as_secs_f64());
+        }
     }
 
     /// A scheduled probe not run, for one of [`SKIP_REASONS`].
-    fn skip(&self, target: &Target, peer: Option<&str>, reason: &'static str) {
-        self.update(target, peer, |entry| {
-            *entry.skipped.entry(reason).or_default() += 1;
-        });
+    fn skip(&self, target: &Target, run: RunMode, reason: &'static str) {
+        let mut series = lock(&self.series);
+        *Service::counters(&mut series, target, run)
+            .skipped
+            .entry(reason)
+            .or_default() += 1;
+        let entry = Service::results(&mut series, target, run);
+        if entry.mesh_peer {
+            entry.last_ok = Some(false);
+        }
     }
 
-    fn update(&self, target: &Target, peer: Option<&str>, change: impl FnOnce(&mut Series)) {
-        let mut series = lock(&self.series);
-        let entry = series
-            .entry(series_key(target, peer))
+    /// Where a run of `run` is counted.
+    fn counters<'s>(
+        series: &'s mut BTreeMap<String, Series>,
+        target: &Target,
+        run: RunMode,
+    ) -> &'s mut Series {
+        Service::entry(series, target, run.mode(), run.counted_as(), false)
+    }
+
+    /// Where the results of a run of `run` are kept.
+    fn results<'s>(
+        series: &'s mut BTreeMap<String, Series>,
+        target: &Target,
+        run: RunMode,
+    ) -> &'s mut Series {
+        let mesh_peer = matches!(run, RunMode::Mesh(_));
+        Service::entry(series, target, run.mode(), run.measured_as(), mesh_peer)
+    }
+
+    fn entry<'s>(
+        series: &'s mut BTreeMap<String, Series>,
+        target: &Target,
+        mode: &'static str,
+        peer: &str,
+        mesh_peer: bool,
+    ) -> &'s mut Series {
+        series
+            .entry(series_key(target, mode, peer))
             .or_insert_with(|| Series {
                 labels: vec![
                     ("device", target.device.clone().into()),
                     ("port", target.port.to_string().into()),
-                    ("mode", peer.map_or("loopback", |_| "peer").into()),
-                    ("peer", peer.unwrap_or_default().to_string().into()),
+                    ("mode", mode.into()),
+                    ("peer", peer.to_string().into()),
                 ],
+                mesh_peer,
+                last_ok: None,
                 runs: BTreeMap::new(),
                 skipped: BTreeMap::new(),
                 last_report: None,
                 last_success: None,
                 last_duration: None,
-            });
-        change(entry);
+            })
+    }
+
+    /// Drops the results of mesh peers other than `peers` (this round's and the last's, so
+    /// that a peer's results stay until this round's run replaces them): a node exports results
+    /// for at most twice `--probe.verbs.mesh-fanout` peers, however large the fleet.
+    fn keep_mesh_peers(&self, target: &Target, peers: &[&mesh::Node]) {
+        let keep: BTreeSet<String> = peers
+            .iter()
+            .map(|node| series_key(target, "mesh", &node.name))
+            .collect();
+        lock(&self.series).retain(|key, series| !series.mesh_peer || keep.contains(key));
+    }
+
+    fn set_mesh(&self, state: MeshState) {
+        if let Some(mesh) = &self.mesh {
+            *lock(mesh) = state;
+        }
     }
 }
 
 /// The results store's key of one (device, port, mode, peer).
-fn series_key(target: &Target, peer: Option<&str>) -> String {
-    let mode = peer.map_or("loopback", |_| "peer");
-    let peer = peer.unwrap_or_default();
+fn series_key(target: &Target, mode: &str, peer: &str) -> String {
     format!("{}/{}/{mode}/{peer}", target.device, target.port)
 }
 
@@ -393,8 +523,8 @@ impl Stop {
 
 impl Settings for VerbsSettings {
     /// Starts what the flags ask for (scheduler, responder); the collector reads their
-    /// results. Unconfigured, it does nothing and exports nothing. An unreadable token file
-    /// fails the start; a missing libibverbs does not (the node may rightly lack it).
+    /// results. Unconfigured, it does nothing and exports nothing. An unreadable token file or
+    /// peers file fails the start; a missing libibverbs does not (the node may rightly lack it).
     fn start(self: Box<Self>, host: &Host) -> Result<Started, StartError> {
         let stop = Arc::new(Stop::default());
         if self.interval.is_none() && self.listen.is_none() {
@@ -411,6 +541,15 @@ impl Settings for VerbsSettings {
                 reason: format!("--probe.verbs.token-file {path:?}: {reason}"),
             })?,
         };
+        let start_error = |reason: String| StartError {
+            collector: REGISTRATION.name,
+            reason,
+        };
+        let mesh = self
+            .mesh
+            .as_ref()
+            .map(|settings| MeshNode::start(settings).map_err(start_error))
+            .transpose()?;
         let verbs = match Verbs::load(&self.measurement.library) {
             Ok(verbs) => Some(Arc::new(verbs)),
             Err(err) => {
@@ -431,6 +570,7 @@ impl Settings for VerbsSettings {
             available: verbs.is_some(),
             series: Mutex::default(),
             responder,
+            mesh: mesh.as_ref().map(|node| Mutex::new(node.state())),
             failures: PendingErrors::default(),
         });
         if let (Some(verbs), Some(interval)) = (verbs, self.interval) {
@@ -447,7 +587,10 @@ impl Settings for VerbsSettings {
                         claims: &claims,
                         stop: &stop,
                     };
-                    scheduler.run(interval);
+                    match mesh {
+                        Some(node) => scheduler.run_mesh(interval, node),
+                        None => scheduler.run(interval),
+                    }
                 });
             if let Err(err) = started {
                 logging::log(
@@ -579,6 +722,13 @@ fn random_below(bound: Duration) -> Duration {
     Duration::from_nanos(random % nanos)
 }
 
+/// Now, since the epoch: a mesh's rounds follow the wall clock, the same on every node.
+fn since_epoch() -> Duration {
+    SystemTime::now()
+        .duration_since(SystemTime::UNIX_EPOCH)
+        .unwrap_or_default()
+}
+
 /// What the scheduler thread works with.
 struct Scheduler<'a> {
     service: &'a Service,
@@ -613,10 +763,14 @@ impl Scheduler<'_> {
                     .map(Entry::Name)
                     .collect()
             };
+            let run = match &self.settings.measurement.peer {
+                Some(address) => RunMode::Peer(address),
+                None => RunMode::Loopback,
+            };
             for device in devices {
                 // Counted in the next scrape, as a failed run is.
                 match device.into_name() {
-                    Ok(device) => self.run_target(device, &mut readings),
+                    Ok(device) => self.run_target(&self.target(device), run, &mut readings),
                     Err(err) => self.service.failures.push(err.into()),
                 }
             }
@@ -624,39 +778,94 @@ impl Scheduler<'_> {
         }
     }
 
-    /// One target's turn: skipped while a responder session uses the port or a job does.
-    fn run_target(&self, device: String, readings: &mut HashMap<String, port::TrafficReading>) {
+    /// The configured port of `device`.
+    fn target(&self, device: String) -> Target {
         let measurement = &self.settings.measurement;
-        let peer = measurement.peer.as_deref();
-        let target = Target {
+        Target {
             sysfs: self.sysfs.to_path_buf(),
             device,
             port: measurement.port,
             gid_index: measurement.gid_index,
-        };
-        let Some(_claim) = self.claims.claim(&target) else {
-            self.service.skip(&target, peer, "port_in_use");
+        }
+    }
+
+    /// Runs the mesh: each round, the probes the schedule gives this node, each at the start of
+    /// its slot; the peers file is read again at each round when it changed.
+    fn run_mesh(&self, interval: Duration, mut node: MeshNode) {
+        let mut readings = HashMap::new();
+        let mut last_round_peers: Vec<mesh::Node> = Vec::new();
+        loop {
+            let (round, into) = mesh::round_at(since_epoch(), interval);
+            let round_start = since_epoch().saturating_sub(into);
+            if let Err(err) = node.refresh() {
+                self.service.failures.push(err.into());
+            }
+            self.service.set_mesh(node.state());
+            if !node.state().member {
+                self.service.failures.push(node.not_member());
+            }
+            let device = self.settings.devices.first().cloned();
+            let device = device.or_else(|| first_device(self.sysfs));
+            let probes = node.probes(round);
+            if let Some(device) = device {
+                let target = self.target(device);
+                let peers: Vec<_> = probes.iter().map(|(_, peer)| *peer).collect();
+                let kept: Vec<_> = peers.iter().copied().chain(&last_round_peers).collect();
+                self.service.keep_mesh_peers(&target, &kept);
+                last_round_peers = peers.into_iter().cloned().collect();
+                let fanout = mesh::effective_fanout(node.peers.nodes().len(), node.fanout);
+                let slot_length = mesh::slot_start(interval, fanout, 1);
+                for (slot, peer) in probes {
+                    let at = mesh::slot_start(interval, fanout, slot);
+                    if at + slot_length <= into {
+                        // Started mid-round: this slot has passed. (A round that starts late
+                        // because the last one overran still runs its first slot, late.)
+                        continue;
+                    }
+                    let delay = (round_start + at).saturating_sub(since_epoch());
+                    if self.stop.sleep(delay) {
+                        return;
+                    }
+                    self.run_target(&target, RunMode::Mesh(peer), &mut readings);
+                }
+            }
+            let next = round_start + interval;
+            if self.stop.sleep(next.saturating_sub(since_epoch())) {
+                return;
+            }
+        }
+    }
+
+    /// One target's turn: skipped while a responder session uses the port or a job does.
+    fn run_target(
+        &self,
+        target: &Target,
+        run: RunMode,
+        readings: &mut HashMap<String, port::TrafficReading>,
+    ) {
+        let measurement = &self.settings.measurement;
+        let Some(_claim) = self.claims.claim(target) else {
+            self.service.skip(target, run, "port_in_use");
             return;
         };
         let key = format!("{}/{}", target.device, target.port);
-        if self.port_busy(&target, readings.remove(&key)) {
-            self.service.skip(&target, peer, "port_busy");
+        if self.port_busy(target, readings.remove(&key)) {
+            self.service.skip(target, run, "port_busy");
         } else {
             let started = Instant::now();
             // A bug in one run must not end the schedule: it is counted as that run's error.
             let result = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
                 probe(
                     self.verbs,
-                    &target,
-                    peer,
+                    target,
+                    run.address(),
                     self.token,
                     &measurement.params,
                     &mut |_| {},
                 )
             }))
             .unwrap_or(Err(ProbeError::Panicked));
-            self.service
-                .record(&target, peer, result, started.elapsed());
+            self.service.record(target, run, result, started.elapsed());
         }
         // The next window starts after this run, so that its own traffic does not count.
         if let Ok(Some(reading)) = port::read_traffic(self.sysfs, &target.device, target.port) {
@@ -695,6 +904,7 @@ impl Scheduler<'_> {
 enum Unit {
     Availability,
     Responder,
+    Mesh,
     Target(String),
 }
 
@@ -703,6 +913,7 @@ impl fmt::Display for Unit {
         match self {
             Unit::Availability => f.write_str("availability"),
             Unit::Responder => f.write_str("responder"),
+            Unit::Mesh => f.write_str("mesh"),
             Unit::Target(key) => f.write_str(key),
         }
     }
@@ -718,6 +929,9 @@ impl Collector for VerbsCollector {
         let mut units = vec![Unit::Availability];
         if service.responder.is_some() {
             units.push(Unit::Responder);
+        }
+        if service.mesh.is_some() {
+            units.push(Unit::Mesh);
         }
         units.extend(lock(&service.series).keys().cloned().map(Unit::Target));
         Ok(units)
@@ -748,6 +962,18 @@ impl Collector for VerbsCollector {
                     out.errors.extend(stats.failures.take());
                 }
             }
+            Unit::Mesh => {
+                if let Some(mesh) = &service.mesh {
+                    let state = *lock(mesh);
+                    for (desc, value) in [
+                        (&MESH_NODES, state.nodes as u64),
+                        (&MESH_MEMBER, u64::from(state.member)),
+                        (&MESH_FILE_VALID, u64::from(state.file_valid)),
+                    ] {
+                        out.samples.push(desc, Vec::new(), Value::Int(value));
+                    }
+                }
+            }
             Unit::Target(key) => {
                 if let Some(series) = lock(&service.series).get(key) {
                     export_series(series, out);
@@ -768,20 +994,34 @@ impl Collector for VerbsCollector {
     }
 }
 
+/// A series' counters (none for one mesh peer: the mesh's own series counts its runs) and
+/// results.
 fn export_series(series: &Series, out: &mut Output) {
     let labels = || series.labels.clone();
-    for result in RESULTS {
-        let mut labeled = labels();
-        labeled.push(("result", result.into()));
-        let count = series.runs.get(result).copied().unwrap_or(0);
-        out.samples.push(&RUNS, labeled, Value::Int(count));
+    if let Some(ok) = series.last_ok {
+        out.samples
+            .push(&MESH_PEER_SUCCESS, labels(), Value::Int(u64::from(ok)));
     }
-    for reason in SKIP_REASONS {
-        let mut labeled = labels();
-        labeled.push(("reason", reason.into()));
-        let count = series.skipped.get(reason).copied().unwrap_or(0);
-        out.samples.push(&SKIPPED, labeled, Value::Int(count));
+    if !series.mesh_peer {
+        for result in RESULTS {
+            let mut labeled = labels();
+            labeled.push(("result", result.into()));
+            let count = series.runs.get(result).copied().unwrap_or(0);
+            out.samples.push(&RUNS, labeled, Value::Int(count));
+        }
+        for reason in SKIP_REASONS {
+            let mut labeled = labels();
+            labeled.push(("reason", reason.into()));
+            let count = series.skipped.get(reason).copied().unwrap_or(0);
+            out.samples.push(&SKIPPED, labeled, Value::Int(count));
+        }
     }
+    export_results(series, out);
+}
+
+/// The last run's duration and the last successful run's results.
+fn export_results(series: &Series, out: &mut Output) {
+    let labels = || series.labels.clone();
     if let Some(took) = series.last_duration {
         out.samples
             .push(&DURATION, labels(), Value::Float(took.as_secs_f64()));
@@ -885,6 +1125,7 @@ mod tests {
             available: true,
             series: Mutex::default(),
             responder: None,
+            mesh: None,
             failures: PendingErrors::default(),
         })
     }
@@ -926,8 +1167,8 @@ mod tests {
     #[test]
     fn skips_are_exported_by_reason() {
         let service = service();
-        service.skip(&target(), Some("n2:18515"), "port_busy");
-        service.skip(&target(), Some("n2:18515"), "port_busy");
+        service.skip(&target(), RunMode::Peer("n2:18515"), "port_busy");
+        service.skip(&target(), RunMode::Peer("n2:18515"), "port_busy");
         let text = scrape(&VerbsCollector {
             service: Some(service),
             stop: Arc::default(),
@@ -938,6 +1179,70 @@ mod tests {
             format!("hpcnode_verbs_probe_skipped_total{{{labels},reason=\"port_busy\"}} 2"),
             format!("hpcnode_verbs_probe_skipped_total{{{labels},reason=\"port_in_use\"}} 0"),
             format!("hpcnode_verbs_probe_runs_total{{{labels},result=\"success\"}} 0"),
+        ] {
+            assert!(text.contains(&line), "{line} missing from\n{text}");
+        }
+    }
+
+    fn node(name: &str) -> mesh::Node {
+        mesh::Node {
+            name: name.into(),
+            address: format!("{name}:18515"),
+        }
+    }
+
+    /// A mesh peer's results carry its name; its runs are counted with every other mesh peer's
+    /// (`peer=""`); a peer not probed this round is dropped, so the series stay as many as the
+    /// fanout.
+    #[test]
+    fn mesh_results_are_per_peer_and_only_for_this_rounds_peers() {
+        let service = service();
+        let (b, c, d) = (node("b"), node("c"), node("d"));
+        service.keep_mesh_peers(&target(), &[&b, &c]);
+        service.record(
+            &target(),
+            RunMode::Mesh(&b),
+            Ok(report()),
+            Duration::from_secs(3),
+        );
+        service.record(
+            &target(),
+            RunMode::Mesh(&c),
+            Err(ProbeError::PeerUnreachable("c:18515: refused".into())),
+            Duration::from_secs(1),
+        );
+        let collector = VerbsCollector {
+            service: Some(service.clone()),
+            stop: Arc::default(),
+            listener: None,
+        };
+        let text = scrape(&collector);
+        let mesh = r#"device="mlx5_0",port="1",mode="mesh""#;
+        for line in [
+            format!("hpcnode_verbs_probe_runs_total{{{mesh},peer=\"\",result=\"success\"}} 1"),
+            format!(
+                "hpcnode_verbs_probe_runs_total{{{mesh},peer=\"\",result=\"peer_unreachable\"}} 1"
+            ),
+            format!("hpcnode_verbs_probe_mesh_peer_success{{{mesh},peer=\"b\"}} 1"),
+            format!("hpcnode_verbs_probe_mesh_peer_success{{{mesh},peer=\"c\"}} 0"),
+            format!(
+                "hpcnode_verbs_probe_bandwidth_bytes_per_second{{{mesh},peer=\"b\"}} 11800000000"
+            ),
+            format!("hpcnode_verbs_probe_duration_seconds{{{mesh},peer=\"c\"}} 1"),
+        ] {
+            assert!(text.contains(&line), "{line} missing from\n{text}");
+        }
+        assert!(!text.contains(r#"peer="b",result"#), "{text}");
+        // The next round probes d (and c again): b's results go, the counters stay.
+        service.keep_mesh_peers(&target(), &[&c, &d]);
+        service.skip(&target(), RunMode::Mesh(&d), "port_busy");
+        let text = scrape(&collector);
+        assert!(!text.contains(r#"peer="b""#), "{text}");
+        for line in [
+            format!("hpcnode_verbs_probe_runs_total{{{mesh},peer=\"\",result=\"success\"}} 1"),
+            format!("hpcnode_verbs_probe_skipped_total{{{mesh},peer=\"\",reason=\"port_busy\"}} 1"),
+            format!("hpcnode_verbs_probe_mesh_peer_success{{{mesh},peer=\"c\"}} 0"),
+            format!("hpcnode_verbs_probe_mesh_peer_success{{{mesh},peer=\"d\"}} 0"),
         ] {
             assert!(text.contains(&line), "{line} missing from\n{text}");
         }
@@ -965,10 +1270,15 @@ mod tests {
     #[test]
     fn results_are_exported_per_target_and_failures_keep_the_last_success() {
         let service = service();
-        service.record(&target(), None, Ok(report()), Duration::from_secs(3));
         service.record(
             &target(),
-            None,
+            RunMode::Loopback,
+            Ok(report()),
+            Duration::from_secs(3),
+        );
+        service.record(
+            &target(),
+            RunMode::Loopback,
             Err(ProbeError::PortNotActive),
             Duration::from_millis(1),
         );
