@@ -257,6 +257,7 @@ async fn serve(
         ],
     );
     drop_start_only_capabilities(host, collectors);
+    privileges::mark_settled();
     let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
     let serving = server.serve(listener, async {
         let _ = stopped.await;

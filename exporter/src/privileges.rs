@@ -15,6 +15,7 @@
 use std::fmt;
 use std::path::Path;
 use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Condvar, Mutex};
 use std::time::{Duration, Instant};
 
 use crate::kernel::release::major_minor;
@@ -214,6 +215,31 @@ pub struct Dropped {
 }
 
 /// Gives up the start-only capabilities that no running feature needs, on every thread.
+/// Whether the capabilities only the start needed are settled: dropped, or kept for good.
+/// Dropping them gives every thread new credentials, and ib_uverbs refuses a `write(2)` on a
+/// descriptor opened under other credentials (`ib_safe_file_access`: EACCES, seen in the lab
+/// as a verbs probe's first `ibv_post_send` failing), so the verbs threads open devices after.
+static SETTLED: (Mutex<bool>, Condvar) = (Mutex::new(false), Condvar::new());
+
+/// Says the start-only capabilities are settled; threads in `wait_until_settled` go on.
+pub fn mark_settled() {
+    let (settled, changed) = &SETTLED;
+    *settled
+        .lock()
+        .unwrap_or_else(|poisoned| poisoned.into_inner()) = true;
+    changed.notify_all();
+}
+
+/// Waits for `mark_settled`, at most `limit` (a caller of the library that drops nothing
+/// never marks it).
+pub fn wait_until_settled(limit: Duration) {
+    let (settled, changed) = &SETTLED;
+    let guard = settled
+        .lock()
+        .unwrap_or_else(|poisoned| poisoned.into_inner());
+    let _ = changed.wait_timeout_while(guard, limit, |settled| !*settled);
+}
+
 pub fn drop_after_start(still_needed: StillNeeded) -> Result<Dropped, PrivilegeError> {
     let held = sys::get().map_err(PrivilegeError::Get)?;
     let drop = to_drop(held.permitted, still_needed);

@@ -145,3 +145,5 @@ lab_scrape released
 lab_expect "ib_write_bw gone: no series of its pid" \
   "$(lab_series released "hpcnode_rdma_holder_pinned_bytes{pid=\"$server\"}")" == 0
 lab_exporter_stop
+# rdma_softroce, in the same boot, adds rxe0 itself and checks that it can.
+rdma link delete rxe0

@@ -33,6 +33,7 @@ use crate::collector::{
 };
 use crate::logging::{self, Level};
 use crate::metrics::{Desc, Labels, Value};
+use crate::privileges;
 use crate::sysfs::{Entry, SysDir, SysfsError};
 use cli::VerbsSettings;
 use engine::{Measurement, Params, Progress};
@@ -578,6 +579,7 @@ impl Settings for VerbsSettings {
             let started = std::thread::Builder::new()
                 .name("hpcnode-verbs-probe".into())
                 .spawn(move || {
+                    privileges::wait_until_settled(SETTLE_LIMIT);
                     let scheduler = Scheduler {
                         service: &service,
                         verbs: &verbs,
@@ -673,7 +675,10 @@ fn start_responder(
     let (verbs, serving, stop) = (verbs.clone(), stats.clone(), stop.clone());
     let started = std::thread::Builder::new()
         .name("hpcnode-verbs-listen".into())
-        .spawn(move || peer::serve(listener, verbs, responder, serving, &|| stop.is_stopped()));
+        .spawn(move || {
+            privileges::wait_until_settled(SETTLE_LIMIT);
+            peer::serve(listener, verbs, responder, serving, &|| stop.is_stopped())
+        });
     if let Err(err) = started {
         logging::log(
             Level::Error,
@@ -739,6 +744,10 @@ struct Scheduler<'a> {
     claims: &'a Arc<PortClaims>,
     stop: &'a Stop,
 }
+
+/// How long the verbs threads wait for the start-only capabilities to be settled before they
+/// open a device (see `privileges::wait_until_settled`).
+const SETTLE_LIMIT: Duration = Duration::from_secs(30);
 
 /// The shortest window over which a port's traffic is judged: a first run waits this long.
 const TRAFFIC_WINDOW: Duration = Duration::from_secs(1);
