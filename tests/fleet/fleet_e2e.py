@@ -87,6 +87,7 @@ NO_INPUT = [
     ({"hpcnode_verbs_probe_bandwidth_bytes_per_second", "hpcnode_verbs_probe_efficiency_ratio",
       "hpcnode_verbs_probe_latency_seconds", "hpcnode_verbs_probe_available"}, "needs an RDMA device (the kernel lab)"),
     (e2e.NEEDS_MESH, "needs a verbs probe mesh (the kernel lab's verbs_probe group)"),
+    (e2e.NEEDS_RDMA_NETLINK, "RDMA netlink's resources need a real RDMA device (the kernel lab's rdma_netlink group)"),
     ({"hpcnode_nova_config_errors", "hpcnode_nova_alias_type_mismatch_devices", "hpcnode_nova_alias_matching_devices",
       "hpcnode_nova_config_valid", "hpcnode_nova_scheduler_pci_filter_enabled", "hpcnode_nova_alias_definitions"},
      "the typical node runs no Nova (prometheus_e2e.sh checks them on pci_host)"),

@@ -509,6 +509,10 @@ def check_alerts(prom, procfs_inst, edge_inst, tree, scratch, exporter_procfs, m
           "exporter killed: HpcnodeExporterDown firing")
 
 
+# RDMA netlink's resources, which need a real RDMA device: the kernel lab's rdma_netlink group.
+NEEDS_RDMA_NETLINK = {"hpcnode_rdma_holder_pinned_bytes", "hpcnode_rdma_holder_resources",
+                      "hpcnode:rdma_slurm_job_pinned_bytes:sum", "hpcnode_rdma_queue_pairs"}
+
 # Series only a running verbs probe mesh exports (three exporters on Soft-RoCE in the kernel lab).
 NEEDS_MESH = {"hpcnode_verbs_probe_mesh_peer_success"}
 
@@ -522,10 +526,8 @@ def check_dashboards(prom):
     # Exempted by the query's metric names, not the panel: a panel's other queries (the
     # efficiency threshold) must still return data.
     needs_rdma_device = {"hpcnode_verbs_probe_bandwidth_bytes_per_second",
-                         "hpcnode_verbs_probe_efficiency_ratio", "hpcnode_verbs_probe_latency_seconds",
-                         # RDMA netlink's resources: the kernel lab's rdma_netlink group.
-                         "hpcnode_rdma_holder_pinned_bytes", "hpcnode_rdma_holder_resources",
-                         "hpcnode:rdma_slurm_job_pinned_bytes:sum", "hpcnode_rdma_queue_pairs"}
+                         "hpcnode_verbs_probe_efficiency_ratio",
+                         "hpcnode_verbs_probe_latency_seconds"} | NEEDS_RDMA_NETLINK
     values = {"job": "hpcnode", "__rate_interval": "10s", "__range": "1m"}
     for name, where, title, q in lint.e2e_dashboard_queries(values):
         try:
