@@ -11,10 +11,10 @@ use crate::collectors::ebpf::kernel_log::{self, KernelLogCounts};
 use crate::collectors::mic::micras;
 use crate::collectors::pci::identity::{self, Address};
 use crate::collectors::pci::{config_space, modules as pci_modules, nova};
-use crate::collectors::rdma_netlink::message::{self, Command, Dump, Resource};
 use crate::collectors::verbs::oob;
 use crate::kernel::module_file::{Signature, SignatureCache};
 use crate::kernel::{cmdline, keys, modprobe};
+use crate::rdma_netlink::message::{self, Command, Dump, Resource};
 use crate::sysfs::{AttributeReader, SysDir};
 use crate::{collectors, flags, rdma_port};
 

@@ -16,6 +16,7 @@ pub mod kernel;
 pub mod logging;
 pub mod metrics;
 pub mod privileges;
+pub mod rdma_netlink;
 pub mod rdma_port;
 pub mod scrape;
 pub mod sysfs;

@@ -4,7 +4,7 @@
 
 use std::collections::BTreeMap;
 
-use super::message::{Entry, Holder, Resource};
+use crate::rdma_netlink::message::{Entry, Holder, Resource};
 
 /// What one holder (or job, or device) has of each resource type, and the bytes its MRs pin.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]

@@ -2,7 +2,7 @@
 //! netlink as `rdma resource show` reads it: per device the queue pairs by port, type and
 //! state, the CQs, MRs and the bytes they pin, PDs and CM IDs; per holder (a process by pid and
 //! `comm`, or a kernel module such as `ib_ipoib`) and per Slurm job, capped to the holders
-//! pinning the most memory. `message.rs` decodes the replies, `socket.rs` makes the calls,
+//! pinning the most memory. `crate::rdma_netlink` decodes the replies and makes the calls,
 //! `holders.rs` sums and names the holders.
 //!
 //! A kernel without RDMA netlink (no `ib_core` loaded) is `hpcnode_rdma_netlink_available 0`
@@ -10,8 +10,6 @@
 //! then, since that alone would load `ib_core`.
 
 mod holders;
-pub(crate) mod message;
-mod socket;
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::fmt;
@@ -28,9 +26,9 @@ use crate::logging::{self, Level};
 use crate::metrics::{Desc, LabelValue, Value};
 use crate::sysfs::{AttributeReader, SysDir};
 
+use crate::rdma_netlink::message::{Command, Device, Entry, Holder, ReplyError, Resource};
+use crate::rdma_netlink::socket::{DumpError, Socket};
 use holders::{by_holder, capped, slurm_job, Process, Usage};
-use message::{Command, Device, Entry, Holder, ReplyError, Resource};
-use socket::{DumpError, Socket};
 
 pub const REGISTRATION: Registration = Registration {
     name: "rdma_netlink",
@@ -457,6 +455,7 @@ fn dump_error(err: &DumpError, what: &str) -> CollectError {
 mod tests {
     use super::*;
     use crate::metrics::{encode, Format};
+    use crate::rdma_netlink::message::Dump;
 
     fn collector(procfs: PathBuf, max_holders: usize) -> NetlinkCollector {
         NetlinkCollector {
@@ -574,9 +573,9 @@ mod tests {
 
     /// One dump as `tests/lab/helpers/rdma_nl_capture.c` wrote it: each datagram after its
     /// length (a native u32), fed to the decoder as the socket would.
-    fn replay(path: &std::path::Path, command: Command, device: Option<u32>) -> message::Dump {
+    fn replay(path: &std::path::Path, command: Command, device: Option<u32>) -> Dump {
         let bytes = std::fs::read(path).unwrap_or_else(|err| panic!("{}: {err}", path.display()));
-        let mut dump = message::Dump::new(command, device, 1);
+        let mut dump = Dump::new(command, device, 1);
         let mut rest = &bytes[..];
         while let Some((length, after)) = rest.split_first_chunk::<4>() {
             let (datagram, after) = after.split_at(u32::from_ne_bytes(*length) as usize);

@@ -1,5 +1,5 @@
-//! The only code of the collector that makes system calls on netlink: one `NETLINK_RDMA`
-//! socket per scrape of a device, a dump request sent and its replies received until the
+//! The only code that makes system calls on netlink: one `NETLINK_RDMA`
+//! socket per dump, a dump request sent and its replies received until the
 //! kernel's `NLMSG_DONE`, each datagram handed to [`Dump::feed`].
 
 use std::io;
