@@ -147,8 +147,8 @@ fn emitted(flags: &[&str], fixture_name: &str) -> BTreeSet<String> {
 
 /// The verbs probe's metrics that only a successful probe produces: it needs an RDMA device,
 /// which this machine lacks. The kernel lab's verbs scenarios produce them on Soft-RoCE, and
-/// `verbs::tests::results_are_exported_per_target_and_failures_keep_the_last_success` checks
-/// their export; every other verbs metric comes from [`verbs_emitted`] here.
+/// `verbs::results::tests::results_are_exported_per_target_and_failures_keep_the_last_success`
+/// checks their export; every other verbs metric comes from [`verbs_emitted`] here.
 const NEEDS_RDMA_DEVICE: &[&str] = &[
     "hpcnode_verbs_probe_bandwidth_bytes_per_second",
     "hpcnode_verbs_probe_latency_seconds",
