@@ -15,7 +15,7 @@ mkdir -p "$LAB_TMP"
 # Names the scenario that the following checks belong to.
 lab_scenario() {
   LAB_SCENARIO=$1
-  echo "== $LAB_GROUP/$1"
+  echo "== $LAB_GROUP/$1 (guest uptime $(cut -d' ' -f1 /proc/uptime) s)" # where a group's time goes
 }
 
 lab_record() {

@@ -23,7 +23,7 @@ short=${address#0000:} # DMAR lines print bus:slot.function without the segment
 group=$(basename "$(readlink "$edu/iommu_group")")
 lab_info "edu at $address, IOMMU group $group"
 lab_check "IOMMU dmar0 present" test -e /sys/class/iommu/dmar0
-lab_check "vfio_pci_core not loaded yet" test ! -e /sys/module/vfio_pci_core
+lab_check "vfio_pci_core and vfio_pci not loaded yet" test ! -e /sys/module/vfio_pci_core -a ! -e /sys/module/vfio_pci
 lab_exporter_start --collector.disable-defaults --collector.ebpf --collector.pci \
   --collector.pci.passthrough-device=1234:11e8 || exit 1
 
@@ -115,8 +115,9 @@ lab_info "dmesg: $(dmesg | grep 'RLIMIT_MEMLOCK' | tail -n1)"
 
 lab_scenario vfio_reloaded
 pins='hpcnode_vfio_pin_failures_total{errno="ENOMEM"}'
-unload_vfio() { rmmod vfio_pci && rmmod vfio_pci_core && rmmod vfio_iommu_type1; }
-lab_check "rmmod vfio_pci vfio_pci_core vfio_iommu_type1" unload_vfio
+# vfio_pci_core exists from 5.15 on (5.10's vfio_pci holds all of it).
+unload_vfio() { rmmod vfio_pci && { [ ! -e /sys/module/vfio_pci_core ] || rmmod vfio_pci_core; } && rmmod vfio_iommu_type1; }
+lab_check "rmmod vfio_pci, vfio_pci_core (5.15+), vfio_iommu_type1" unload_vfio
 lab_scrape vfio_unloaded
 for probe in $vfio_probes; do
   lab_expect "$probe detached" "$(lab_series vfio_unloaded "$attached{probe=\"$probe\",hook=\"none\"}")" == 1

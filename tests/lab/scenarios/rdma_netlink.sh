@@ -122,10 +122,15 @@ lab_expect "QPs by type and state add up to the QP count" \
   "$(lab_value held 'hpcnode_rdma_queue_pairs{device="rxe0"}')" == \
   "$(lab_value held 'hpcnode_rdma_resources{device="rxe0",resource="qp"}')"
 # The client's RC QP is in RTS, the server's (it only receives RDMA WRITEs) stays in RTR.
-for kind in RC:RTS RC:RTR GSI:RTS; do
-  qp_type=${kind%:*} state=${kind#*:}
-  lab_expect "$qp_type QPs in $state as rdma prints them" \
-    "$(lab_value held "hpcnode_rdma_queue_pairs{device=\"rxe0\",port=\"1\",type=\"$qp_type\",state=\"$state\"}")" == \
+# The kernel reports no port for the GSI QP on 5.10 (rxe leaves its port_num 0 there; seen in
+# the lab): rdma prints none, and the exporter's port label is empty as for an unbound QP.
+gsi_port=$(sed 's/},{/}\n{/g' "$LAB_TMP/qp.json" | grep '"type":"GSI"' | sed -n 's/.*"port":\([0-9]*\).*/\1/p' | head -n1)
+lab_info "the GSI QP's port as rdma prints it: '$gsi_port'"
+for kind in RC:RTS:1 RC:RTR:1 GSI:RTS:$gsi_port; do
+  qp_type=${kind%%:*} state=${kind#*:} qp_port=${kind##*:}
+  state=${state%:*}
+  lab_expect "$qp_type QPs in $state as rdma prints them, port '$qp_port'" \
+    "$(lab_value held "hpcnode_rdma_queue_pairs{device=\"rxe0\",port=\"$qp_port\",type=\"$qp_type\",state=\"$state\"}")" == \
     "$(sed 's/},{/}\n{/g' "$LAB_TMP/qp.json" | grep -c "\"type\":\"$qp_type\",\"state\":\"$state\"")"
 done
 lab_expect "the client's QP connected (RTS)" \

@@ -59,12 +59,11 @@ impl Probe {
     }
 
     /// The loadable modules whose functions the probe's hooks target: it attaches while one
-    /// of them is loaded ([`super::late_attach`]). vfio_pci_core_enable is in vfio_pci_core
-    /// since 5.15, vfio_pci_enable in vfio_pci before.
+    /// of them is loaded ([`super::late_attach`]). The vfio-pci functions are in vfio_pci_core
+    /// since 5.15, in vfio_pci before.
     pub fn target_modules(self) -> &'static [&'static str] {
         match self {
-            Probe::VfioEnable => &["vfio_pci_core", "vfio_pci"],
-            Probe::VfioAer => &["vfio_pci_core"],
+            Probe::VfioEnable | Probe::VfioAer => &["vfio_pci_core", "vfio_pci"],
             Probe::VfioPin => &["vfio_iommu_type1"],
             _ => &[],
         }
@@ -319,14 +318,31 @@ const VFIO_ENABLE: &[Attempt] = &[
         &["vfio_pci_enable"],
         Needs::BtfOnX86_64,
     ),
+    // Where vfio_pci_enable is inlined (Debian 11's 5.10: not in vfio-pci.ko's symbols), its
+    // only caller returns its error on the first open (-ENODEV only while vfio_pci unloads).
+    attempt(
+        Kretprobe,
+        "vfio_enable_kretprobe",
+        &["vfio_pci_open"],
+        Needs::BtfOnX86_64,
+    ),
 ];
 
-const VFIO_AER: &[Attempt] = &[attempt(
-    Kprobe,
-    "vfio_aer_kprobe",
-    &["vfio_pci_core_aer_err_detected"],
-    Needs::BtfOnX86_64,
-)];
+const VFIO_AER: &[Attempt] = &[
+    attempt(
+        Kprobe,
+        "vfio_aer_kprobe",
+        &["vfio_pci_core_aer_err_detected"],
+        Needs::BtfOnX86_64,
+    ),
+    // Before 5.15, with the same arguments (pdev, state).
+    attempt(
+        Kprobe,
+        "vfio_aer_kprobe",
+        &["vfio_pci_aer_err_detected"],
+        Needs::BtfOnX86_64,
+    ),
+];
 
 const VFIO_PIN: &[Attempt] = &[attempt(
     Kretprobe,
@@ -530,9 +546,11 @@ pub fn attach_first<K: Kernel>(
 mod tests {
     use super::*;
 
-    /// A kernel where the listed hooks attach and every other attempt fails as given.
+    /// A kernel where the listed hooks attach (on the listed targets only, where given) and
+    /// every other attempt fails as given.
     struct FakeKernel {
         works: Vec<(Probe, Hook)>,
+        targets: Option<Vec<&'static str>>,
         failure: &'static str,
         tried: Vec<(Probe, Hook, &'static str)>,
     }
@@ -540,12 +558,13 @@ mod tests {
     impl Kernel for FakeKernel {
         type Attachment = &'static str;
         fn attach(&mut self, probe: Probe, attempt: &Attempt) -> Result<&'static str, String> {
-            self.tried.push((
-                probe,
-                attempt.hook,
-                attempt.targets.first().copied().unwrap_or(""),
-            ));
-            if self.works.contains(&(probe, attempt.hook)) {
+            let target = attempt.targets.first().copied().unwrap_or("");
+            self.tried.push((probe, attempt.hook, target));
+            let target_exists = self
+                .targets
+                .as_ref()
+                .is_none_or(|targets| targets.contains(&target));
+            if self.works.contains(&(probe, attempt.hook)) && target_exists {
                 Ok(attempt.program)
             } else {
                 Err(self.failure.to_string())
@@ -556,6 +575,7 @@ mod tests {
     fn kernel(works: &[(Probe, Hook)], failure: &'static str) -> FakeKernel {
         FakeKernel {
             works: works.to_vec(),
+            targets: None,
             failure,
             tried: Vec::new(),
         }
@@ -636,6 +656,35 @@ mod tests {
         assert_eq!(
             hooks,
             [Hook::TpBtf, Hook::RawTp, Hook::Tracepoint, Hook::Perf]
+        );
+    }
+
+    #[test]
+    fn vfio_probes_find_the_functions_of_kernels_before_5_15() {
+        // Debian 11's 5.10: no vfio_pci_core; vfio_pci_enable inlined into vfio_pci_open.
+        let mut fake = kernel(
+            &[
+                (Probe::VfioEnable, Hook::Kretprobe),
+                (Probe::VfioAer, Hook::Kprobe),
+            ],
+            "No such file or directory",
+        );
+        fake.targets = Some(vec!["vfio_pci_open", "vfio_pci_aer_err_detected"]);
+        for probe in [Probe::VfioEnable, Probe::VfioAer] {
+            let outcome = attach_first(&mut fake, &modern(), &HookChoice::default(), probe);
+            assert!(hook(&outcome).is_some(), "{}", probe.name());
+            assert_eq!(probe.target_modules(), ["vfio_pci_core", "vfio_pci"]);
+        }
+        let targets: Vec<_> = fake.tried.iter().map(|tried| tried.2).collect();
+        assert_eq!(
+            targets,
+            [
+                "vfio_pci_core_enable",
+                "vfio_pci_enable",
+                "vfio_pci_open",
+                "vfio_pci_core_aer_err_detected",
+                "vfio_pci_aer_err_detected",
+            ]
         );
     }
 
