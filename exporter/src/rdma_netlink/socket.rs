@@ -6,6 +6,8 @@ use std::io;
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
 use std::time::{Duration, Instant};
 
+use crate::error::{CollectError, ErrorKind};
+
 use super::message::{request, Command, Dump, ReplyError, NETLINK_RDMA};
 
 /// Room for the largest datagram a netlink dump sends (the kernel sizes dump messages up to
@@ -25,6 +27,21 @@ pub enum DumpError {
     Timeout,
     #[error("{0}")]
     Reply(#[from] ReplyError),
+}
+
+impl DumpError {
+    /// The scrape error for a failed request about `what`.
+    pub fn collect_error(&self, what: &str) -> CollectError {
+        let kind = match self {
+            DumpError::Reply(ReplyError::Kernel(_))
+            | DumpError::Io(..)
+            | DumpError::Unavailable(_) => ErrorKind::Io,
+            DumpError::Reply(_) => ErrorKind::Parse,
+            DumpError::Timeout => ErrorKind::Timeout,
+        };
+        CollectError::new(kind, format!("RDMA netlink dump of {what}: {self}"))
+            .keyed_by(format!("rdma netlink {what} {kind:?}"))
+    }
 }
 
 /// An open `NETLINK_RDMA` socket.
@@ -51,7 +68,8 @@ impl Socket {
         Ok(Socket { fd, sequence: 0 })
     }
 
-    /// Runs one dump to its end or to `deadline`.
+    /// Runs one request (a dump, or a single reply and its acknowledgement) to its end or to
+    /// `deadline`.
     pub fn dump(
         &mut self,
         command: Command,

@@ -18,8 +18,7 @@ use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
 use crate::collector::{
-    lock, CollectError, Collector, ErrorKind, Host, Output, Registration, Settings, StartError,
-    Started,
+    lock, CollectError, Collector, Host, Output, Registration, Settings, StartError, Started,
 };
 use crate::flags::{flag, ConfigError, Flags};
 use crate::logging::{self, Level};
@@ -206,7 +205,7 @@ impl Collector for NetlinkCollector {
             }
             Err(err) => {
                 *lock(&self.available) = false;
-                Err(dump_error(&err, "listing RDMA devices"))
+                Err(err.collect_error("listing RDMA devices"))
             }
         }
     }
@@ -231,7 +230,7 @@ impl NetlinkCollector {
     fn device(&self, device: &Device, out: &mut Output) {
         let mut socket = match Socket::open() {
             Ok(socket) => socket,
-            Err(err) => return out.errors.push(dump_error(&err, &device.name)),
+            Err(err) => return out.errors.push(err.collect_error(&device.name)),
         };
         let deadline = self.deadline();
         let label = LabelValue::from(device.name.clone());
@@ -266,10 +265,11 @@ impl NetlinkCollector {
                         std::io::Error::from_raw_os_error(errno)
                     ));
                 }
-                Err(err) => out.errors.push(dump_error(
-                    &err,
-                    &format!("{} {}", device.name, resource.label()),
-                )),
+                Err(err) => out.errors.push(err.collect_error(&format!(
+                    "{} {}",
+                    device.name,
+                    resource.label()
+                ))),
             }
         }
         if totals.counts.contains_key(&Resource::MemoryRegion) {
@@ -437,18 +437,6 @@ fn qp_state_name(state: u8) -> LabelValue {
         6 => "ERR".into(),
         other => other.to_string().into(),
     }
-}
-
-fn dump_error(err: &DumpError, what: &str) -> CollectError {
-    let kind = match err {
-        DumpError::Reply(ReplyError::Kernel(_)) | DumpError::Io(..) | DumpError::Unavailable(_) => {
-            ErrorKind::Io
-        }
-        DumpError::Reply(_) => ErrorKind::Parse,
-        DumpError::Timeout => ErrorKind::Timeout,
-    };
-    CollectError::new(kind, format!("RDMA netlink dump of {what}: {err}"))
-        .keyed_by(format!("rdma netlink {what} {kind:?}"))
 }
 
 #[cfg(test)]
