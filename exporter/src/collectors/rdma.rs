@@ -148,9 +148,11 @@ struct RdmaCollector {
     hw_counters: HwCounters,
     /// How long a netlink request may take (the scrape's timeout).
     timeout: Duration,
-    /// The RDMA netlink index of each device, as this scrape's listing gave them, or why the
-    /// listing failed.
-    netlink_indexes: Mutex<Result<HashMap<String, u32>, String>>,
+    /// The RDMA netlink index of each device as the last listing gave them, or why it failed;
+    /// `None`: to be listed again (a device new to it, or a request that failed).
+    netlink_indexes: Mutex<Option<Result<HashMap<String, u32>, String>>>,
+    /// A `NETLINK_RDMA` socket kept between scrapes (one per unit read at a time).
+    netlink_socket: Mutex<Option<Socket>>,
     /// Why netlink failed, per device and cause: logged once, since it repeats every scrape.
     fallbacks_logged: OncePerCause<String>,
 }
@@ -166,25 +168,43 @@ impl RdmaCollector {
             held: HeldByUnit::default(),
             hw_counters: HwCounters::Sysfs,
             timeout: Duration::from_secs(10),
-            netlink_indexes: Mutex::new(Ok(HashMap::new())),
+            netlink_indexes: Mutex::new(None),
+            netlink_socket: Mutex::new(None),
             fallbacks_logged: OncePerCause::new(MAX_LOGGED_FALLBACKS),
         }
     }
 
-    /// The devices' netlink indexes, listed once per scrape (a device added again gets
-    /// another index). Only where devices exist: opening a `NETLINK_RDMA` socket loads
-    /// `ib_core`.
-    fn list_netlink_indexes(&self) {
-        let listed = Socket::open()
+    /// Lists the devices' netlink indexes again when a device is new to the last listing or a
+    /// request failed since (a device deleted and added again has another index). Only where
+    /// devices exist: opening a `NETLINK_RDMA` socket loads `ib_core`.
+    fn list_netlink_indexes(&self, devices: &[Entry]) {
+        let mut indexes = lock(&self.netlink_indexes);
+        if let Some(Ok(known)) = &*indexes {
+            let names = devices.iter().filter_map(|device| device.name().ok());
+            if names.clone().all(|name| known.contains_key(name)) {
+                return;
+            }
+        }
+        let listed = self
+            .socket()
             .and_then(|mut socket| {
-                socket.dump(Command::Devices, None, Instant::now() + self.timeout)
+                let dump = socket.dump(Command::Devices, None, Instant::now() + self.timeout)?;
+                *lock(&self.netlink_socket) = Some(socket);
+                Ok(dump)
             })
             .map(|dump| {
                 let devices = dump.devices.into_iter();
                 devices.map(|device| (device.name, device.index)).collect()
             })
             .map_err(|err| format!("listing devices over RDMA netlink: {err}"));
-        *lock(&self.netlink_indexes) = listed;
+        *indexes = Some(listed);
+    }
+
+    /// The kept socket, or a new one while another unit uses it.
+    fn socket(&self) -> Result<Socket, DumpError> {
+        lock(&self.netlink_socket)
+            .take()
+            .map_or_else(Socket::open, Ok)
     }
 
     /// The netlink side of one device's read, or `None` where its hw counters come from sysfs.
@@ -193,31 +213,51 @@ impl RdmaCollector {
             return None;
         };
         let index = match &*lock(&self.netlink_indexes) {
-            Ok(indexes) => indexes
+            Some(Ok(indexes)) => indexes
                 .get(device)
                 .copied()
                 .ok_or_else(|| "not listed by RDMA netlink".to_string()),
-            Err(cause) => Err(cause.clone()),
+            Some(Err(cause)) => Err(cause.clone()),
+            None => Err("not listed by RDMA netlink".to_string()),
         };
         Some(NetlinkRead {
+            collector: self,
+            device: device.to_string(),
             index,
             fallback,
             socket: None,
             deadline: Instant::now() + self.timeout,
-            logged: &self.fallbacks_logged,
         })
     }
 }
 
-/// One device's port counters over RDMA netlink: its index, and a socket opened at the
-/// first port asked.
+/// One device's port counters over RDMA netlink: its index, and the collector's socket, taken
+/// at the first port asked and given back once the device is read without a failure.
 struct NetlinkRead<'a> {
+    collector: &'a RdmaCollector,
+    device: String,
     /// The device's netlink index, or why there is none.
     index: Result<u32, String>,
     fallback: bool,
     socket: Option<Socket>,
     deadline: Instant,
-    logged: &'a OncePerCause<String>,
+}
+
+impl Drop for NetlinkRead<'_> {
+    fn drop(&mut self) {
+        if let Some(socket) = self.socket.take() {
+            *lock(&self.collector.netlink_socket) = Some(socket);
+        }
+    }
+}
+
+/// How a port's read over netlink went.
+enum NetlinkOutcome {
+    Read,
+    /// Failed where the files may not stand in (`--collector.rdma.hw-counters=netlink`).
+    Failed,
+    /// Failed; the files stand in.
+    FallBack,
 }
 
 /// Why a port's counters did not come over netlink.
@@ -227,20 +267,47 @@ enum NetlinkCountersError {
     NoIndex(String),
     #[error("port {0:?} is not a port number")]
     PortName(String),
+    #[error("its index is now device {0:?}'s")]
+    OtherDevice(String),
     #[error(transparent)]
     Request(#[from] DumpError),
 }
 
+impl NetlinkCountersError {
+    fn collect_error(&self, what: &str) -> CollectError {
+        match self {
+            NetlinkCountersError::Request(err) => err.collect_error(what),
+            err => CollectError::new(ErrorKind::Io, format!("RDMA netlink {what}: {err}"))
+                .keyed_by(format!("rdma netlink {what}")),
+        }
+    }
+}
+
 impl NetlinkRead<'_> {
     fn port_counters(&mut self, port: &str) -> Result<Vec<Counter>, NetlinkCountersError> {
+        let result = self.request(port);
+        if result.is_err() {
+            // A socket that failed may hold a late reply; the index may be another device's.
+            self.socket = None;
+            *lock(&self.collector.netlink_indexes) = None;
+        }
+        result
+    }
+
+    fn request(&mut self, port: &str) -> Result<Vec<Counter>, NetlinkCountersError> {
         let index = (self.index.clone()).map_err(NetlinkCountersError::NoIndex)?;
         let port = (port.parse()).map_err(|_| NetlinkCountersError::PortName(port.to_string()))?;
         let socket = match &mut self.socket {
             Some(socket) => socket,
-            None => self.socket.insert(Socket::open()?),
+            None => self.socket.insert(self.collector.socket()?),
         };
         let reply = socket.dump(Command::PortCounters { port }, Some(index), self.deadline)?;
-        Ok(reply.counters)
+        match reply.devices.first() {
+            Some(device) if device.name == self.device => Ok(reply.counters),
+            other => Err(NetlinkCountersError::OtherDevice(
+                other.map(|device| device.name.clone()).unwrap_or_default(),
+            )),
+        }
     }
 }
 
@@ -499,7 +566,7 @@ impl Collector for RdmaCollector {
                         .any(|device| device.name().ok() == Some(name))
                 });
                 if matches!(self.hw_counters, HwCounters::Netlink { .. }) && !devices.is_empty() {
-                    self.list_netlink_indexes();
+                    self.list_netlink_indexes(&devices);
                 }
                 Ok(devices)
             }
@@ -674,63 +741,51 @@ impl DeviceRead<'_> {
     }
 
     /// A port's `hw_counters`: over netlink where asked, else (or where netlink failed and
-    /// may fall back) from the files.
+    /// may fall back) from the files; and where they came from.
     fn port_hw_counters(&mut self, dir: &SysDir, port: &LabelValue) {
-        let source = match self
-            .netlink
-            .as_mut()
-            .map(|netlink| netlink.port_counters(port.as_str()))
-        {
-            Some(Ok(counters)) => {
-                for Counter { name, value } in counters {
-                    let labels = self.counter_labels(Some(port), name.into());
-                    self.push(&PORT_HW_STAT, labels, Value::Int(value));
+        let source = match self.netlink_hw_counters(port) {
+            Some(NetlinkOutcome::Read) => "netlink",
+            // Netlink forced, and failed: reported, no counters.
+            Some(NetlinkOutcome::Failed) => return,
+            Some(NetlinkOutcome::FallBack) | None => {
+                if let Some(hw) = self.out.optional(dir.subdir("hw_counters")) {
+                    self.hw_counters(&hw, Some(port));
                 }
-                "netlink"
+                "sysfs"
             }
-            Some(Err(err)) => {
-                let fallback = self
-                    .netlink
-                    .as_ref()
-                    .is_some_and(|netlink| netlink.fallback);
-                let what = format!(
-                    "{} port {}: hw counters",
-                    self.device.as_str(),
-                    port.as_str()
-                );
-                if !fallback {
-                    self.out.errors.push(match err {
-                        NetlinkCountersError::Request(err) => err.collect_error(&what),
-                        err => {
-                            CollectError::new(ErrorKind::Io, format!("RDMA netlink {what}: {err}"))
-                                .keyed_by(format!("rdma netlink {what}"))
-                        }
-                    });
-                    return;
-                }
-                let notice =
-                    format!("RDMA netlink failed for {what} read from sysfs instead: {err}");
-                if self
-                    .netlink
-                    .as_ref()
-                    .is_some_and(|netlink| netlink.logged.is_new(notice.clone()))
-                {
-                    logging::log(Level::Info, &notice, &[("collector", "rdma")]);
-                }
-                self.sysfs_hw_counters(dir, port)
-            }
-            None => self.sysfs_hw_counters(dir, port),
         };
         let mut labels = self.port_labels_and(port, 1);
         labels.push(("source", source.into()));
         self.push(&PORT_HW_COUNTERS_SOURCE, labels, Value::Int(1));
     }
 
-    fn sysfs_hw_counters(&mut self, dir: &SysDir, port: &LabelValue) -> &'static str {
-        if let Some(hw) = self.out.optional(dir.subdir("hw_counters")) {
-            self.hw_counters(&hw, Some(port));
+    /// A port's hw counters over netlink; `None` where they come from the files.
+    fn netlink_hw_counters(&mut self, port: &LabelValue) -> Option<NetlinkOutcome> {
+        let netlink = self.netlink.as_mut()?;
+        let err = match netlink.port_counters(port.as_str()) {
+            Ok(counters) => {
+                for Counter { name, value } in counters {
+                    let labels = self.counter_labels(Some(port), name.into());
+                    self.push(&PORT_HW_STAT, labels, Value::Int(value));
+                }
+                return Some(NetlinkOutcome::Read);
+            }
+            Err(err) => err,
+        };
+        let what = format!(
+            "{} port {}: hw counters",
+            self.device.as_str(),
+            port.as_str()
+        );
+        if !netlink.fallback {
+            self.out.errors.push(err.collect_error(&what));
+            return Some(NetlinkOutcome::Failed);
         }
-        "sysfs"
+        let notice = format!("RDMA netlink failed for {what} read from sysfs instead: {err}");
+        if netlink.collector.fallbacks_logged.is_new(notice.clone()) {
+            logging::log(Level::Info, &notice, &[("collector", "rdma")]);
+        }
+        Some(NetlinkOutcome::FallBack)
     }
 
     /// The first network device bound to a GID of a RoCE port. Unused GID entries fail to read
@@ -1068,7 +1123,7 @@ mod tests {
         let mut collector = RdmaCollector::new(tmp.path().to_path_buf(), DeviceFilter::All);
         collector.hw_counters = hw_counters;
         *lock(&collector.netlink_indexes) =
-            Err("listing devices over RDMA netlink: refused".into());
+            Some(Err("listing devices over RDMA netlink: refused".into()));
         let mut out = Output::default();
         collector.collect_unit(&Entry::Name("rxe0".to_string()), &mut out);
         let notice = "RDMA netlink failed for rxe0 port 1: hw counters read from sysfs instead: listing devices over RDMA netlink: refused";

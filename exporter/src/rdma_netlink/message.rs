@@ -16,7 +16,6 @@ const NLMSG_ERROR: u16 = 2;
 const NLMSG_DONE: u16 = 3;
 const NLMSG_OVERRUN: u16 = 4;
 const NLM_F_REQUEST: u16 = 0x1;
-const NLM_F_ACK: u16 = 0x4;
 const NLM_F_DUMP: u16 = 0x300;
 /// The two flag bits of an attribute's type (`NLA_F_NESTED`, `NLA_F_NET_BYTEORDER`).
 const NLA_TYPE_MASK: u16 = 0x3fff;
@@ -99,8 +98,8 @@ impl Command {
         }
     }
 
-    /// Dumps end with `NLMSG_DONE`; a single reply is asked with `NLM_F_ACK`, and ends with
-    /// the acknowledgement the kernel sends after it (`rdma_nl_rcv_skb`).
+    /// Dumps end with `NLMSG_DONE`; a single request is answered with one message, the reply
+    /// or an error (asked without `NLM_F_ACK`, which would cost one more datagram to receive).
     fn is_dump(self) -> bool {
         !matches!(self, Command::PortCounters { .. })
     }
@@ -201,7 +200,7 @@ pub fn request(command: Command, device: Option<u32>, sequence: u32) -> Vec<u8> 
     }
     let flags = match command.is_dump() {
         true => NLM_F_REQUEST | NLM_F_DUMP,
-        false => NLM_F_REQUEST | NLM_F_ACK,
+        false => NLM_F_REQUEST,
     };
     let length = NLMSG_HEADER_LEN + attributes.len();
     let mut message = Vec::with_capacity(length);
@@ -253,8 +252,8 @@ pub struct Counter {
     pub value: u64,
 }
 
-/// The replies of one request (a dump, or one reply and its acknowledgement), fed datagram by
-/// datagram as they arrive.
+/// The replies of one request (a dump, or a single reply), fed datagram by datagram as they
+/// arrive.
 #[derive(Debug)]
 pub struct Dump {
     command: Command,
@@ -324,12 +323,9 @@ impl Dump {
         match kind {
             NLMSG_NOOP => Ok(()),
             NLMSG_OVERRUN => Err(ReplyError::Overrun),
-            // An error (negative errno) or, with 0, an acknowledgement: a single reply's end.
+            // An error (negative errno) or, with 0, an acknowledgement.
             NLMSG_ERROR => match i32_at(payload)? {
-                0 => {
-                    self.done |= !self.command.is_dump();
-                    Ok(())
-                }
+                0 => Ok(()),
                 error => Err(ReplyError::Kernel(error.saturating_neg())),
             },
             // A dump's end; since 4.x with the dump's own error, if any, in it.
@@ -353,7 +349,11 @@ impl Dump {
                     Ok(())
                 }
                 Command::Resources(resource) => self.resources(resource, payload),
-                Command::PortCounters { port } => self.port_counters(port, payload),
+                Command::PortCounters { port } => {
+                    // The one message that answers a single request.
+                    self.done = true;
+                    self.port_counters(port, payload)
+                }
             },
             other => Err(ReplyError::UnexpectedType(other)),
         }
@@ -369,11 +369,16 @@ impl Dump {
         }
     }
 
-    /// `stat_get_doit_default_counter` (drivers/infiniband/core/nldev.c): device index and name,
-    /// port index, then the table of counters, each entry a name and a u64 value
+    /// `stat_get_doit_default_counter` (drivers/infiniband/core/nldev.c): device index and name
+    /// (kept in `devices`), port index, then the table of counters, each entry a name and a u64 value
     /// (`rdma_nl_stat_hwcounter_entry`); counters the driver disabled are left out.
     fn port_counters(&mut self, port: u32, payload: &[u8]) -> Result<(), ReplyError> {
         let attributes = self.of_device(payload)?;
+        // Which device the index is now: one deleted and added again has another.
+        self.devices.push(Device {
+            index: attributes.u32(attr::DEV_INDEX)?,
+            name: attributes.string(attr::DEV_NAME)?,
+        });
         let got = attributes.u32(attr::PORT_INDEX)?;
         if got != port {
             return Err(ReplyError::OtherPort { got, asked: port });
@@ -668,8 +673,7 @@ pub(crate) mod encode {
     /// The reply to `RDMA_NLDEV_CMD_STAT_GET` on a port, as `stat_get_doit_default_counter`
     /// fills it (`fill_nldev_handle`, the port index, then `rdma_nl_stat_hwcounter_entry` per
     /// counter: name, then the value through `nla_put_u64_64bit`, which puts a
-    /// `RDMA_NLDEV_ATTR_PAD` before it where the value would be unaligned), and the
-    /// acknowledgement asked for. Here a pad goes after every name whose attribute ends on
+    /// `RDMA_NLDEV_ATTR_PAD` before it where the value would be unaligned). Here a pad goes after every name whose attribute ends on
     /// 8 bytes, so both forms are read.
     pub fn port_counters(
         device: &Device,
@@ -697,11 +701,30 @@ pub(crate) mod encode {
         ]
         .concat();
         let command = Command::PortCounters { port };
-        [
-            message(command.message_type(), 0, sequence, &payload),
-            error(sequence, 0),
-        ]
-        .concat()
+        message(command.message_type(), 0, sequence, &payload)
+    }
+
+    /// One request's replies as `tests/lab/helpers/rdma_nl_capture.c` wrote them (each
+    /// datagram after its length, a native u32), fed to the decoder as the socket would.
+    pub fn replay(path: &std::path::Path, command: Command, device: Option<u32>) -> Dump {
+        let bytes = std::fs::read(path).unwrap_or_else(|err| panic!("{}: {err}", path.display()));
+        let mut dump = Dump::new(command, device, 1);
+        let mut rest = &bytes[..];
+        while let Some((length, after)) = rest.split_first_chunk::<4>() {
+            let (datagram, after) = after.split_at(u32::from_ne_bytes(*length) as usize);
+            dump.feed(datagram)
+                .unwrap_or_else(|err| panic!("{}: {err}", path.display()));
+            rest = after;
+        }
+        assert!(dump.is_done(), "{}: incomplete", path.display());
+        dump
+    }
+
+    /// The real kernels' captures in `tests/fixtures/rdma_netlink/<release>/`.
+    pub fn fixtures(release: &str) -> std::path::PathBuf {
+        std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+            .join("../tests/fixtures/rdma_netlink")
+            .join(release)
     }
 
     pub fn device(device: &Device, sequence: u32) -> Vec<u8> {
@@ -760,29 +783,32 @@ mod tests {
     }
 
     #[test]
-    fn a_port_counters_request_names_device_and_port_and_asks_an_ack() {
+    fn a_port_counters_request_names_device_and_port() {
         let bytes = request(Command::PortCounters { port: 2 }, Some(3), 7);
         assert_eq!(bytes.len(), 32);
         assert_eq!(u32_at(&bytes, 0), 32);
         assert_eq!(u16::from_ne_bytes([bytes[4], bytes[5]]), (5 << 10) + 17);
-        // NLM_F_REQUEST | NLM_F_ACK: a dump flag would ask the kernel for its counter dump.
-        assert_eq!(u16::from_ne_bytes([bytes[6], bytes[7]]), 0x5);
+        // NLM_F_REQUEST alone: a dump flag would ask the kernel for its counter dump.
+        assert_eq!(u16::from_ne_bytes([bytes[6], bytes[7]]), 0x1);
         assert_eq!(&bytes[16..24], &encode::u32(attr::DEV_INDEX, 3)[..]);
         assert_eq!(&bytes[24..], &encode::u32(attr::PORT_INDEX, 2)[..]);
     }
 
     #[test]
-    fn port_counters_read_back_and_end_with_the_acknowledgement() {
+    fn port_counters_read_back_from_one_message() {
         let written = counters(&[("sent_pkts", 1 << 40), ("rcvd_pkts", 7), ("link_downed", 0)]);
         let command = Command::PortCounters { port: 1 };
         let reply = encode::port_counters(&rxe0(), 1, 4, &written);
-        let (message, ack) = reply.split_at(reply.len() - encode::error(4, 0).len());
         let mut read = Dump::new(command, Some(3), 4);
-        read.feed(message).unwrap();
-        assert!(!read.is_done());
-        read.feed(ack).unwrap();
+        read.feed(&reply).unwrap();
         assert!(read.is_done());
         assert_eq!(read.counters, written);
+        // Anything after the one reply is not of this request.
+        let mut twice = Dump::new(command, Some(3), 4);
+        assert_eq!(
+            twice.feed(&[reply.clone(), reply].concat()).unwrap_err(),
+            ReplyError::AfterDone
+        );
         // A driver without counters sends an empty table.
         let mut empty = Dump::new(command, Some(3), 4);
         empty
@@ -801,6 +827,7 @@ mod tests {
         );
         let handle = [
             encode::u32(attr::DEV_INDEX, 3),
+            encode::string(attr::DEV_NAME, "rxe0"),
             encode::u32(attr::PORT_INDEX, 1),
         ];
         let no_table = encode::message(command.message_type(), 0, 1, &handle.concat());
@@ -850,6 +877,38 @@ mod tests {
             refused(command, &encode::error(1, libc::EINVAL)),
             ReplyError::Kernel(libc::EINVAL)
         );
+    }
+
+    /// Real kernels' replies (Debian 6.12 and 6.1 in the kernel lab, Soft-RoCE's rxe0 after
+    /// ib_write_bw ran), captured with rxe0's `hw_counters/` files read right after: the same
+    /// counters, the same values.
+    #[test]
+    fn captured_port_counters_are_the_hw_counters_files() {
+        for release in ["6.12", "6.1"] {
+            let dir = encode::fixtures(release);
+            let devices = encode::replay(&dir.join("devices.bin"), Command::Devices, None);
+            let rxe0 = devices.devices.iter().find(|device| device.name == "rxe0");
+            let index = rxe0.expect("rxe0 listed").index;
+            let port = Command::PortCounters { port: 1 };
+            let reply = encode::replay(&dir.join("stat_port1.bin"), port, Some(index));
+            assert_eq!(reply.devices[0].name, "rxe0");
+            let mut read: Vec<(String, u64)> = (reply.counters.into_iter())
+                .map(|counter| (counter.name, counter.value))
+                .collect();
+            let text = std::fs::read_to_string(dir.join("hw_counters_port1.txt")).unwrap();
+            let mut files: Vec<(String, u64)> = (text.lines())
+                .map(|line| {
+                    let (name, value) = line.split_once(' ').unwrap();
+                    (name.to_string(), value.parse().unwrap())
+                })
+                .collect();
+            read.sort();
+            files.sort();
+            assert_eq!(read, files, "{release}");
+            assert!(files
+                .iter()
+                .any(|(name, value)| name == "sent_pkts" && *value > 0));
+        }
     }
 
     #[test]
