@@ -12,13 +12,7 @@
 port=/sys/class/infiniband/rxe0/ports/1
 
 lab_scenario rxe0
-modprobe -a rdma_rxe ib_uverbs rdma_ucm crc32_generic dummy
-modprobe crc32_pclmul 2> /dev/null
-ip link show dummy0 > /dev/null 2>&1 || ip link add dummy0 type dummy
-ip addr add 10.0.0.1/24 dev dummy0 2> /dev/null
-ip link set dummy0 up
-[ -e /sys/class/infiniband/rxe0 ] || rdma link add rxe0 type rxe netdev dummy0
-lab_check "rxe0 port 1 is ACTIVE" lab_wait_until 20 grep -q ACTIVE "$port/state"
+lab_softroce_up
 counters=$(find "$port/hw_counters/" -type f ! -name lifespan | wc -l)
 
 lab_scenario cpu_per_scrape

@@ -34,13 +34,7 @@ else
 fi
 
 lab_scenario softroce
-modprobe -a rdma_rxe ib_uverbs rdma_ucm crc32_generic dummy
-modprobe crc32_pclmul 2> /dev/null
-ip link show dummy0 > /dev/null 2>&1 || ip link add dummy0 type dummy
-ip addr add 10.0.0.1/24 dev dummy0 2> /dev/null
-ip link set dummy0 up
-[ -e /sys/class/infiniband/rxe0 ] || rdma link add rxe0 type rxe netdev dummy0
-lab_check "rxe0 port 1 is ACTIVE" lab_wait_until 20 grep -q ACTIVE "$port/state"
+lab_softroce_up
 gid=
 for index in $(ls "$port/gid_attrs/types" | sort -n); do
   [ "$(cat "$port/gid_attrs/types/$index" 2> /dev/null)" = "RoCE v2" ] && gid=$index && break

@@ -443,7 +443,7 @@ fn qp_state_name(state: u8) -> LabelValue {
 mod tests {
     use super::*;
     use crate::metrics::{encode, Format};
-    use crate::rdma_netlink::message::{encode as replies, Dump};
+    use crate::rdma_netlink::message::encode as replies;
 
     fn collector(procfs: PathBuf, max_holders: usize) -> NetlinkCollector {
         NetlinkCollector {
