@@ -1,7 +1,7 @@
 # The CPU per scrape of the rdma collector's two paths for hw counters on Soft-RoCE's rxe0: one
 # RDMA_NLDEV_CMD_STAT_GET request per port against one read per hw_counters file, each in an
 # exporter of its own, and an exporter with no collector for what every scrape costs besides.
-# Under TCG with the debug build a scrape takes about a third of a CPU second: a measurement,
+# Under TCG with the debug build a scrape takes a fifth to a third of a CPU second: a measurement,
 # too long for every run.
 # lab: modules=rdma_rxe ib_uverbs rdma_ucm crc32_generic crc32_pclmul dummy
 # lab: tools=verbs
