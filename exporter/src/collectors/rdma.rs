@@ -3,16 +3,27 @@
 //! Unlike node_exporter's infiniband collector, one unreadable device, port or file never hides
 //! the others: each failure is reported and the rest is exported. Every `hw_counters` file is
 //! exported whatever its name, and PMA counters stuck at their width's maximum are flagged.
+//!
+//! A port's `hw_counters` come in one RDMA netlink request (`RDMA_NLDEV_CMD_STAT_GET`, the
+//! values the files give) where the running kernel answers it, else from the files
+//! (`--collector.rdma.hw-counters`); `hpcnode_rdma_port_hw_counters_source` says which.
 
-use std::path::PathBuf;
+use std::collections::HashMap;
+use std::path::{Path, PathBuf};
+use std::sync::Mutex;
+use std::time::{Duration, Instant};
 
 use regex::Regex;
 
 use crate::collector::{
-    CollectError, Collector, Host, Output, Registration, Settings, StartError, Started,
+    lock, CollectError, Collector, ErrorKind, Host, Output, Registration, Settings, StartError,
+    Started,
 };
-use crate::flags::{optional, ConfigError, Flags};
+use crate::flags::{flag, optional, ConfigError, Flags};
+use crate::logging::{self, Level, OncePerCause};
 use crate::metrics::{Desc, LabelValue, Labels, Value};
+use crate::rdma_netlink::message::{Command, Counter};
+use crate::rdma_netlink::socket::{DumpError, Socket};
 use crate::rdma_port::{parse_rate, parse_state_id, ETHERNET_LINK_LAYER};
 use crate::sysfs::{AttributeReader, Entry, HeldAttributes, HeldByUnit, SysDir, SysfsError};
 
@@ -26,6 +37,7 @@ pub const REGISTRATION: Registration = Registration {
             optional(INCLUDE, "REGEX", "Regexp of RDMA devices to include (mutually exclusive with device-exclude).")
                 .conflicts_with(EXCLUDE),
             optional(EXCLUDE, "REGEX", "Regexp of RDMA devices to exclude (mutually exclusive with device-include)."),
+            flag(HW_COUNTERS, "auto", "Where ports' hw_counters are read: netlink (one RDMA_NLDEV_CMD_STAT_GET per port), sysfs (one file per counter), or auto: netlink with sysfs as the fallback when --path.sysfs is /sys, else sysfs."),
         ]
     },
     configure: |flags| Ok(Box::new(RdmaSettings::from_flags(flags)?)),
@@ -34,6 +46,40 @@ pub const REGISTRATION: Registration = Registration {
 
 const INCLUDE: &str = "collector.rdma.device-include";
 const EXCLUDE: &str = "collector.rdma.device-exclude";
+const HW_COUNTERS: &str = "collector.rdma.hw-counters";
+
+/// `--collector.rdma.hw-counters`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum HwCountersFlag {
+    Auto,
+    Netlink,
+    Sysfs,
+}
+
+/// Where the collector reads ports' `hw_counters`, once `auto` is settled at start.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum HwCounters {
+    Sysfs,
+    /// Over RDMA netlink; where it fails, from the files (`auto`) or not at all (`netlink`:
+    /// the failure is a scrape error).
+    Netlink {
+        fallback: bool,
+    },
+}
+
+impl HwCountersFlag {
+    /// Netlink answers for the running kernel only: a tree under another `--path.sysfs` (a
+    /// fixture, a copy) is read from its files.
+    fn settle(self, sysfs: &Path) -> HwCounters {
+        match self {
+            HwCountersFlag::Auto if sysfs == Path::new("/sys") => {
+                HwCounters::Netlink { fallback: true }
+            }
+            HwCountersFlag::Auto | HwCountersFlag::Sysfs => HwCounters::Sysfs,
+            HwCountersFlag::Netlink => HwCounters::Netlink { fallback: false },
+        }
+    }
+}
 
 /// Which devices the collector exports, by name.
 #[derive(Debug, Clone)]
@@ -56,6 +102,7 @@ impl DeviceFilter {
 #[derive(Debug)]
 struct RdmaSettings {
     devices: DeviceFilter,
+    hw_counters: HwCountersFlag,
 }
 
 impl RdmaSettings {
@@ -69,16 +116,27 @@ impl RdmaSettings {
             (None, Some(exclude)) => DeviceFilter::Exclude(exclude),
             (None, None) => DeviceFilter::All,
         };
-        Ok(RdmaSettings { devices })
+        let hw_counters = match flags.value(HW_COUNTERS).as_deref() {
+            Some("auto") | None => HwCountersFlag::Auto,
+            Some("netlink") => HwCountersFlag::Netlink,
+            Some("sysfs") => HwCountersFlag::Sysfs,
+            Some(other) => {
+                return Err(flags.invalid(HW_COUNTERS, other, "expected auto, netlink or sysfs"))
+            }
+        };
+        Ok(RdmaSettings {
+            devices,
+            hw_counters,
+        })
     }
 }
 
 impl Settings for RdmaSettings {
     fn start(self: Box<Self>, host: &Host) -> Result<Started, StartError> {
-        Ok(Started::new(RdmaCollector::new(
-            host.sysfs.clone(),
-            self.devices,
-        )))
+        let mut collector = RdmaCollector::new(host.sysfs.clone(), self.devices);
+        collector.hw_counters = self.hw_counters.settle(&host.sysfs);
+        collector.timeout = host.scrape_timeout;
+        Ok(Started::new(collector))
     }
 }
 
@@ -87,7 +145,20 @@ struct RdmaCollector {
     devices: DeviceFilter,
     /// Per device, the counters' descriptors held open between scrapes.
     held: HeldByUnit,
+    hw_counters: HwCounters,
+    /// How long a netlink request may take (the scrape's timeout).
+    timeout: Duration,
+    /// The RDMA netlink index of each device as the last listing gave them, or why it failed;
+    /// `None`: to be listed again (a device new to it, or a request that failed).
+    netlink_indexes: Mutex<Option<Result<HashMap<String, u32>, String>>>,
+    /// A `NETLINK_RDMA` socket kept between scrapes (one per unit read at a time).
+    netlink_socket: Mutex<Option<Socket>>,
+    /// Why netlink failed, per device and cause: logged once, since it repeats every scrape.
+    fallbacks_logged: OncePerCause<String>,
 }
+
+/// Fallback causes remembered by the log-once filter: a few per device on any real node.
+const MAX_LOGGED_FALLBACKS: usize = 256;
 
 impl RdmaCollector {
     fn new(sysfs: PathBuf, devices: DeviceFilter) -> Self {
@@ -95,6 +166,147 @@ impl RdmaCollector {
             sysfs,
             devices,
             held: HeldByUnit::default(),
+            hw_counters: HwCounters::Sysfs,
+            timeout: Duration::from_secs(10),
+            netlink_indexes: Mutex::new(None),
+            netlink_socket: Mutex::new(None),
+            fallbacks_logged: OncePerCause::new(MAX_LOGGED_FALLBACKS),
+        }
+    }
+
+    /// Lists the devices' netlink indexes again when a device is new to the last listing or a
+    /// request failed since (a device deleted and added again has another index). Only where
+    /// devices exist: opening a `NETLINK_RDMA` socket loads `ib_core`.
+    fn list_netlink_indexes(&self, devices: &[Entry]) {
+        let mut indexes = lock(&self.netlink_indexes);
+        if let Some(Ok(known)) = &*indexes {
+            let names = devices.iter().filter_map(|device| device.name().ok());
+            if names.clone().all(|name| known.contains_key(name)) {
+                return;
+            }
+        }
+        let listed = self
+            .socket()
+            .and_then(|mut socket| {
+                let dump = socket.dump(Command::Devices, None, Instant::now() + self.timeout)?;
+                *lock(&self.netlink_socket) = Some(socket);
+                Ok(dump)
+            })
+            .map(|dump| {
+                let devices = dump.devices.into_iter();
+                devices.map(|device| (device.name, device.index)).collect()
+            })
+            .map_err(|err| format!("listing devices over RDMA netlink: {err}"));
+        *indexes = Some(listed);
+    }
+
+    /// The kept socket, or a new one while another unit uses it.
+    fn socket(&self) -> Result<Socket, DumpError> {
+        lock(&self.netlink_socket)
+            .take()
+            .map_or_else(Socket::open, Ok)
+    }
+
+    /// The netlink side of one device's read, or `None` where its hw counters come from sysfs.
+    fn netlink_read(&self, device: &str) -> Option<NetlinkRead<'_>> {
+        let HwCounters::Netlink { fallback } = self.hw_counters else {
+            return None;
+        };
+        let index = match &*lock(&self.netlink_indexes) {
+            Some(Ok(indexes)) => indexes
+                .get(device)
+                .copied()
+                .ok_or_else(|| "not listed by RDMA netlink".to_string()),
+            Some(Err(cause)) => Err(cause.clone()),
+            None => Err("not listed by RDMA netlink".to_string()),
+        };
+        Some(NetlinkRead {
+            collector: self,
+            device: device.to_string(),
+            index,
+            fallback,
+            socket: None,
+            deadline: Instant::now() + self.timeout,
+        })
+    }
+}
+
+/// One device's port counters over RDMA netlink: its index, and the collector's socket, taken
+/// at the first port asked and given back once the device is read without a failure.
+struct NetlinkRead<'a> {
+    collector: &'a RdmaCollector,
+    device: String,
+    /// The device's netlink index, or why there is none.
+    index: Result<u32, String>,
+    fallback: bool,
+    socket: Option<Socket>,
+    deadline: Instant,
+}
+
+impl Drop for NetlinkRead<'_> {
+    fn drop(&mut self) {
+        if let Some(socket) = self.socket.take() {
+            *lock(&self.collector.netlink_socket) = Some(socket);
+        }
+    }
+}
+
+/// How a port's read over netlink went.
+enum NetlinkOutcome {
+    Read,
+    /// Failed where the files may not stand in (`--collector.rdma.hw-counters=netlink`).
+    Failed,
+    /// Failed; the files stand in.
+    FallBack,
+}
+
+/// Why a port's counters did not come over netlink.
+#[derive(Debug, thiserror::Error)]
+enum NetlinkCountersError {
+    #[error("{0}")]
+    NoIndex(String),
+    #[error("port {0:?} is not a port number")]
+    PortName(String),
+    #[error("its index is now device {0:?}'s")]
+    OtherDevice(String),
+    #[error(transparent)]
+    Request(#[from] DumpError),
+}
+
+impl NetlinkCountersError {
+    fn collect_error(&self, what: &str) -> CollectError {
+        match self {
+            NetlinkCountersError::Request(err) => err.collect_error(what),
+            err => CollectError::new(ErrorKind::Io, format!("RDMA netlink {what}: {err}"))
+                .keyed_by(format!("rdma netlink {what}")),
+        }
+    }
+}
+
+impl NetlinkRead<'_> {
+    fn port_counters(&mut self, port: &str) -> Result<Vec<Counter>, NetlinkCountersError> {
+        let result = self.request(port);
+        if result.is_err() {
+            // A socket that failed may hold a late reply; the index may be another device's.
+            self.socket = None;
+            *lock(&self.collector.netlink_indexes) = None;
+        }
+        result
+    }
+
+    fn request(&mut self, port: &str) -> Result<Vec<Counter>, NetlinkCountersError> {
+        let index = (self.index.clone()).map_err(NetlinkCountersError::NoIndex)?;
+        let port = (port.parse()).map_err(|_| NetlinkCountersError::PortName(port.to_string()))?;
+        let socket = match &mut self.socket {
+            Some(socket) => socket,
+            None => self.socket.insert(self.collector.socket()?),
+        };
+        let reply = socket.dump(Command::PortCounters { port }, Some(index), self.deadline)?;
+        match reply.devices.first() {
+            Some(device) if device.name == self.device => Ok(reply.counters),
+            other => Err(NetlinkCountersError::OtherDevice(
+                other.map(|device| device.name.clone()).unwrap_or_default(),
+            )),
         }
     }
 }
@@ -202,9 +414,14 @@ const DEVICE_HW_STAT: Desc = Desc::counter(
     "Driver-specific device-wide counters from hw_counters/, by file name.",
     None,
 );
+const PORT_HW_COUNTERS_SOURCE: Desc = Desc::gauge(
+    "hpcnode_rdma_port_hw_counters_source",
+    "Where the port's hw_stat values came from this scrape: source netlink (RDMA_NLDEV_CMD_STAT_GET) or sysfs (hw_counters/ files); always 1.",
+    None,
+);
 
 /// Every metric this collector emits (for the METRICS.md check).
-pub const METRICS: [Desc; 20] = [
+pub const METRICS: [Desc; 21] = [
     DEVICE_INFO,
     PORT_INFO,
     PORT_STATE,
@@ -225,6 +442,7 @@ pub const METRICS: [Desc; 20] = [
     PORT_HW_STAT,
     PORT_HW_STATS_LIFESPAN,
     DEVICE_HW_STAT,
+    PORT_HW_COUNTERS_SOURCE,
 ];
 
 /// What a PMA counter file feeds.
@@ -347,6 +565,9 @@ impl Collector for RdmaCollector {
                         .iter()
                         .any(|device| device.name().ok() == Some(name))
                 });
+                if matches!(self.hw_counters, HwCounters::Netlink { .. }) && !devices.is_empty() {
+                    self.list_netlink_indexes(&devices);
+                }
                 Ok(devices)
             }
             // No RDMA stack loaded: nothing to export, and nothing failed.
@@ -373,6 +594,7 @@ impl Collector for RdmaCollector {
                 held,
                 out,
                 device: device.to_string().into(),
+                netlink: self.netlink_read(device),
             };
             read.device(&dir);
         });
@@ -385,6 +607,8 @@ struct DeviceRead<'a> {
     held: &'a mut HeldAttributes,
     out: &'a mut Output,
     device: LabelValue,
+    /// Where ports' hw counters come over netlink; `None`: from sysfs.
+    netlink: Option<NetlinkRead<'a>>,
 }
 
 impl DeviceRead<'_> {
@@ -513,9 +737,55 @@ impl DeviceRead<'_> {
         // Soft-RoCE, irdma and bnxt_re have no PMA: no counters/ at all.
         let counters = self.out.optional(dir.subdir("counters"));
         self.pma_counters(counters.as_ref(), port, &extended);
-        if let Some(hw) = self.out.optional(dir.subdir("hw_counters")) {
-            self.hw_counters(&hw, Some(port));
+        self.port_hw_counters(dir, port);
+    }
+
+    /// A port's `hw_counters`: over netlink where asked, else (or where netlink failed and
+    /// may fall back) from the files; and where they came from.
+    fn port_hw_counters(&mut self, dir: &SysDir, port: &LabelValue) {
+        let source = match self.netlink_hw_counters(port) {
+            Some(NetlinkOutcome::Read) => "netlink",
+            // Netlink forced, and failed: reported, no counters.
+            Some(NetlinkOutcome::Failed) => return,
+            Some(NetlinkOutcome::FallBack) | None => {
+                if let Some(hw) = self.out.optional(dir.subdir("hw_counters")) {
+                    self.hw_counters(&hw, Some(port));
+                }
+                "sysfs"
+            }
+        };
+        let mut labels = self.port_labels_and(port, 1);
+        labels.push(("source", source.into()));
+        self.push(&PORT_HW_COUNTERS_SOURCE, labels, Value::Int(1));
+    }
+
+    /// A port's hw counters over netlink; `None` where they come from the files.
+    fn netlink_hw_counters(&mut self, port: &LabelValue) -> Option<NetlinkOutcome> {
+        let netlink = self.netlink.as_mut()?;
+        let err = match netlink.port_counters(port.as_str()) {
+            Ok(counters) => {
+                for Counter { name, value } in counters {
+                    let labels = self.counter_labels(Some(port), name.into());
+                    self.push(&PORT_HW_STAT, labels, Value::Int(value));
+                }
+                return Some(NetlinkOutcome::Read);
+            }
+            Err(err) => err,
+        };
+        let what = format!(
+            "{} port {}: hw counters",
+            self.device.as_str(),
+            port.as_str()
+        );
+        if !netlink.fallback {
+            self.out.errors.push(err.collect_error(&what));
+            return Some(NetlinkOutcome::Failed);
         }
+        let notice = format!("RDMA netlink failed for {what} read from sysfs instead: {err}");
+        if netlink.collector.fallbacks_logged.is_new(notice.clone()) {
+            logging::log(Level::Info, &notice, &[("collector", "rdma")]);
+        }
+        Some(NetlinkOutcome::FallBack)
     }
 
     /// The first network device bound to a GID of a RoCE port. Unused GID entries fail to read
@@ -809,6 +1079,93 @@ mod tests {
         let mut out = Output::default();
         collector.collect_unit(&Entry::Name("mlx5_9".to_string()), &mut out);
         assert!(out.errors.is_empty(), "{:?}", out.errors);
+    }
+
+    #[test]
+    fn hw_counters_come_over_netlink_only_from_the_running_kernel() {
+        let flag = |value: &str| settings(&["--collector.rdma.hw-counters", value]);
+        let fixture = Path::new("/work/fixture/sys");
+        let sys = Path::new("/sys");
+        let auto = settings(&[]).unwrap().hw_counters;
+        assert_eq!(auto.settle(sys), HwCounters::Netlink { fallback: true });
+        assert_eq!(auto.settle(fixture), HwCounters::Sysfs);
+        let netlink = flag("netlink").unwrap().hw_counters;
+        assert_eq!(
+            netlink.settle(fixture),
+            HwCounters::Netlink { fallback: false }
+        );
+        assert_eq!(
+            flag("sysfs").unwrap().hw_counters.settle(sys),
+            HwCounters::Sysfs
+        );
+        let err = flag("both").unwrap_err().to_string();
+        assert!(
+            err.starts_with("invalid --collector.rdma.hw-counters \"both\""),
+            "{err}"
+        );
+    }
+
+    /// rxe0 with one hw counter file, read by a collector whose netlink listing failed; and
+    /// whether the fallback's notice would be new after that read (it was not logged).
+    fn read_after_a_failed_listing(hw_counters: HwCounters) -> (Output, bool) {
+        let tmp = tempfile::tempdir().unwrap();
+        let port = tmp.path().join(CLASS_DIR).join("rxe0/ports/1");
+        std::fs::create_dir_all(port.join("hw_counters")).unwrap();
+        std::fs::write(port.join("hw_counters/rcvd_pkts"), "12\n").unwrap();
+        std::fs::write(port.join("hw_counters/lifespan"), "10\n").unwrap();
+        for (file, content) in [
+            ("state", "4: ACTIVE"),
+            ("phys_state", "5: LinkUp"),
+            ("rate", "10 Gb/sec (1X QDR)"),
+        ] {
+            std::fs::write(port.join(file), content).unwrap();
+        }
+        let mut collector = RdmaCollector::new(tmp.path().to_path_buf(), DeviceFilter::All);
+        collector.hw_counters = hw_counters;
+        *lock(&collector.netlink_indexes) =
+            Some(Err("listing devices over RDMA netlink: refused".into()));
+        let mut out = Output::default();
+        collector.collect_unit(&Entry::Name("rxe0".to_string()), &mut out);
+        let notice = "RDMA netlink failed for rxe0 port 1: hw counters read from sysfs instead: listing devices over RDMA netlink: refused";
+        (out, collector.fallbacks_logged.is_new(notice.to_string()))
+    }
+
+    fn text(out: Output) -> String {
+        crate::metrics::encode(out.samples, crate::metrics::Format::PrometheusText).unwrap()
+    }
+
+    #[test]
+    fn where_netlink_fails_auto_reads_the_files_and_says_so() {
+        let (out, logged_again) =
+            read_after_a_failed_listing(HwCounters::Netlink { fallback: true });
+        assert!(out.errors.is_empty(), "{:?}", out.errors);
+        assert!(
+            !logged_again,
+            "the fallback's cause was logged: once per cause"
+        );
+        let text = text(out);
+        for series in [
+            r#"hpcnode_rdma_port_hw_stat_total{device="rxe0",port="1",counter="rcvd_pkts"} 12"#,
+            r#"hpcnode_rdma_port_hw_counters_source{device="rxe0",port="1",source="sysfs"} 1"#,
+        ] {
+            assert!(text.contains(series), "{text}");
+        }
+    }
+
+    #[test]
+    fn where_netlink_is_forced_a_failure_is_an_error_not_the_files() {
+        let (out, logged_again) =
+            read_after_a_failed_listing(HwCounters::Netlink { fallback: false });
+        assert!(logged_again, "no fallback, no notice");
+        assert_eq!(out.errors.len(), 1, "{:?}", out.errors);
+        assert!(
+            format!("{:?}", out.errors[0]).contains("rxe0 port 1"),
+            "{:?}",
+            out.errors
+        );
+        let text = text(out);
+        assert!(!text.contains("hw_stat"), "{text}");
+        assert!(!text.contains("hw_counters_source"), "{text}");
     }
 
     #[test]

@@ -6,6 +6,8 @@ use std::io;
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
 use std::time::{Duration, Instant};
 
+use crate::error::{CollectError, ErrorKind};
+
 use super::message::{request, Command, Dump, ReplyError, NETLINK_RDMA};
 
 /// Room for the largest datagram a netlink dump sends (the kernel sizes dump messages up to
@@ -27,10 +29,27 @@ pub enum DumpError {
     Reply(#[from] ReplyError),
 }
 
+impl DumpError {
+    /// The scrape error for a failed request about `what`.
+    pub fn collect_error(&self, what: &str) -> CollectError {
+        let kind = match self {
+            DumpError::Reply(ReplyError::Kernel(_))
+            | DumpError::Io(..)
+            | DumpError::Unavailable(_) => ErrorKind::Io,
+            DumpError::Reply(_) => ErrorKind::Parse,
+            DumpError::Timeout => ErrorKind::Timeout,
+        };
+        CollectError::new(kind, format!("RDMA netlink dump of {what}: {self}"))
+            .keyed_by(format!("rdma netlink {what} {kind:?}"))
+    }
+}
+
 /// An open `NETLINK_RDMA` socket.
 pub struct Socket {
     fd: OwnedFd,
     sequence: u32,
+    /// The receive buffer, kept with the socket: a socket kept between scrapes allocates it once.
+    buffer: Vec<u8>,
 }
 
 impl Socket {
@@ -48,10 +67,15 @@ impl Socket {
         }
         // SAFETY: fd is a descriptor this call just opened and nothing else owns.
         let fd = unsafe { OwnedFd::from_raw_fd(fd) };
-        Ok(Socket { fd, sequence: 0 })
+        Ok(Socket {
+            fd,
+            sequence: 0,
+            buffer: vec![0; RECEIVE_BUFFER],
+        })
     }
 
-    /// Runs one dump to its end or to `deadline`.
+    /// Runs one request (a dump, or a single reply and its acknowledgement) to its end or to
+    /// `deadline`.
     pub fn dump(
         &mut self,
         command: Command,
@@ -79,35 +103,40 @@ impl Socket {
             return Err(DumpError::Io("send", io::Error::last_os_error()));
         }
         let mut dump = Dump::new(command, device, self.sequence);
-        let mut buffer = vec![0u8; RECEIVE_BUFFER];
         while !dump.is_done() {
-            let left = deadline.saturating_duration_since(Instant::now());
-            if left.is_zero() {
-                return Err(DumpError::Timeout);
-            }
-            self.wait_readable(left)?;
+            // The kernel answers within sendto (netlink runs the request in the sender's
+            // context): the reply is usually queued already, so receive first, poll only when
+            // nothing is.
             // SAFETY: buffer lives across the call and holds the length given; MSG_TRUNC makes
             // the call return the datagram's whole length, so a cut one is seen.
             let received = unsafe {
                 libc::recv(
                     self.fd.as_raw_fd(),
-                    buffer.as_mut_ptr().cast(),
-                    buffer.len(),
+                    self.buffer.as_mut_ptr().cast(),
+                    self.buffer.len(),
                     libc::MSG_TRUNC | libc::MSG_DONTWAIT,
                 )
             };
             if received < 0 {
                 let err = io::Error::last_os_error();
                 match err.kind() {
-                    io::ErrorKind::WouldBlock | io::ErrorKind::Interrupted => continue,
+                    io::ErrorKind::WouldBlock => {
+                        let left = deadline.saturating_duration_since(Instant::now());
+                        if left.is_zero() {
+                            return Err(DumpError::Timeout);
+                        }
+                        self.wait_readable(left)?;
+                        continue;
+                    }
+                    io::ErrorKind::Interrupted => continue,
                     _ => return Err(DumpError::Io("receive", err)),
                 }
             }
             let received = received as usize;
-            if received > buffer.len() {
+            if received > self.buffer.len() {
                 return Err(ReplyError::Truncated(received).into());
             }
-            dump.feed(&buffer[..received])?;
+            dump.feed(&self.buffer[..received])?;
         }
         Ok(dump)
     }

@@ -69,6 +69,18 @@ lab_wait_until() {
   done
 }
 
+# lab_softroce_up: Soft-RoCE's rxe0 on dummy0 (10.0.0.1/24), checked ACTIVE on port 1 (groups
+# declare the modules; crc32_pclmul needs PCLMULQDQ, rxe works with crc32_generic alone).
+lab_softroce_up() {
+  modprobe -a rdma_rxe ib_uverbs rdma_ucm crc32_generic dummy
+  modprobe crc32_pclmul 2> /dev/null
+  ip link show dummy0 > /dev/null 2>&1 || ip link add dummy0 type dummy
+  ip addr add 10.0.0.1/24 dev dummy0 2> /dev/null
+  ip link set dummy0 up
+  [ -e /sys/class/infiniband/rxe0 ] || rdma link add rxe0 type rxe netdev dummy0
+  lab_check "rxe0 port 1 is ACTIVE" lab_wait_until 20 grep -q ACTIVE /sys/class/infiniband/rxe0/ports/1/state
+}
+
 lab_exporter_alive() {
   [ -f /tmp/lab-exporter.pid ] && kill -0 "$(cat /tmp/lab-exporter.pid)" 2>/dev/null
 }

@@ -1,15 +1,18 @@
 # The rdma_netlink collector on a real kernel: before ib_core loads, RDMA netlink is reported
 # unavailable once (a metric, one log line, no error count); then on Soft-RoCE with ib_write_bw
 # running, one side in a fake Slurm job's cgroup, the QPs, MRs and pinned bytes per pid equal
-# what iproute2's `rdma resource show qp -j` / `mr -j` print at the same moment.
+# what iproute2's `rdma resource show qp -j` / `mr -j` print at the same moment. The rdma
+# collector, forced onto RDMA netlink for hw counters, beside the hw_counters files under
+# traffic and after it (rdma_hw_counters_bench measures the two paths' CPU).
 # lab: modules=rdma_rxe ib_uverbs rdma_ucm crc32_generic crc32_pclmul dummy
 # lab: tools=verbs
-# lab: collectors=rdma_netlink
+# lab: collectors=rdma_netlink rdma
 # lab: helpers=rdma_nl_capture
 # lab: timeout=240
 
 # Under TCG, with ib_write_bw polling on both guest CPUs, a scrape can take longer than 5 s.
-COLLECTOR="--collector.disable-defaults --collector.rdma_netlink --scrape.timeout=60s"
+# The rdma collector with netlink forced: a STAT_GET failure is a scrape error, not a fallback.
+COLLECTOR="--collector.disable-defaults --collector.rdma_netlink --collector.rdma --collector.rdma.hw-counters=netlink --scrape.timeout=60s"
 port=/sys/class/infiniband/rxe0/ports/1
 
 lab_scenario netlink_unavailable
@@ -31,13 +34,7 @@ else
 fi
 
 lab_scenario softroce
-modprobe -a rdma_rxe ib_uverbs rdma_ucm crc32_generic dummy
-modprobe crc32_pclmul 2> /dev/null
-ip link show dummy0 > /dev/null 2>&1 || ip link add dummy0 type dummy
-ip addr add 10.0.0.1/24 dev dummy0 2> /dev/null
-ip link set dummy0 up
-[ -e /sys/class/infiniband/rxe0 ] || rdma link add rxe0 type rxe netdev dummy0
-lab_check "rxe0 port 1 is ACTIVE" lab_wait_until 20 grep -q ACTIVE "$port/state"
+lab_softroce_up
 gid=
 for index in $(ls "$port/gid_attrs/types" | sort -n); do
   [ "$(cat "$port/gid_attrs/types/$index" 2> /dev/null)" = "RoCE v2" ] && gid=$index && break
@@ -61,7 +58,15 @@ lab_scenario resources_as_rdma_tool
 # Both sides connected: the client's QP in RTS, so every resource of both is created.
 lab_check "ib_write_bw connected (the client's RC QP in RTS)" \
   lab_wait_until 40 sh -c "rdma resource show qp | grep -q 'RC.*RTS.*ib_write_bw'"
+# hw_counters NAME: every hw_counters file of rxe0 port 1 but lifespan, "name value" a line.
+hw_counters() {
+  for file in "$port"/hw_counters/*; do
+    [ "${file##*/}" = lifespan ] || echo "${file##*/} $(cat "$file")"
+  done > "$LAB_TMP/$1.hw"
+}
+hw_counters before_held
 lab_scrape held
+hw_counters after_held
 rdma resource show qp -j > "$LAB_TMP/qp.json"
 rdma resource show mr -j > "$LAB_TMP/mr.json"
 # The kernel's replies byte for byte at the same moment, for the decoder's tests
@@ -78,6 +83,26 @@ cp "$LAB_TMP/mr.json" "/lab/results/rdma_nl.$release.mr.json"
 lab_expect "RDMA netlink available, to the exporter started before ib_core" \
   "$(lab_value held hpcnode_rdma_netlink_available)" == 1
 lab_expect "no collector errors" "$(lab_value held hpcnode_collector_errors_total)" == 0
+
+# hw_stat_within SCRAPE LOW HIGH: each counter of SCRAPE between the files read in LOW and HIGH.
+hw_stat_within() {
+  local name low high value
+  lab_expect "rxe0 port 1: hw counters over netlink" \
+    "$(lab_value "$1" 'hpcnode_rdma_port_hw_counters_source{device="rxe0",port="1",source="netlink"}')" == 1
+  lab_expect "one hw_stat series per hw_counters file ($(grep -c . "$LAB_TMP/$2.hw"))" \
+    "$(lab_series "$1" 'hpcnode_rdma_port_hw_stat_total{device="rxe0",port="1"}')" == "$(grep -c . "$LAB_TMP/$2.hw")"
+  while read -r name low; do
+    high=$(awk -v name="$name" '$1 == name { print $2 }' "$LAB_TMP/$3.hw")
+    value=$(lab_value "$1" "hpcnode_rdma_port_hw_stat_total{device=\"rxe0\",port=\"1\",counter=\"$name\"}")
+    lab_expect "$name over netlink ($value) not below the file before ($low)" "$value" ">=" "$low"
+    lab_expect "$name over netlink ($value) not above the file after ($high)" "$value" "<=" "$high"
+  done < "$LAB_TMP/$2.hw"
+}
+hw_stat_within held before_held after_held
+# Traffic ran through the scrape's window, so the bounds were not equal.
+lab_expect "rcvd_pkts moved between the files read before and after the scrape" \
+  "$(awk '$1 == "rcvd_pkts" { print $2 }' "$LAB_TMP/after_held.hw")" ">" \
+  "$(awk '$1 == "rcvd_pkts" { print $2 }' "$LAB_TMP/before_held.hw")"
 
 # json_records FILE PID: the records of FILE (one JSON array) held by PID, one a line.
 json_records() {
@@ -146,9 +171,22 @@ wait "$client"
 wait "$server"
 cp "$LAB_TMP/server.txt" /lab/results/rdma_netlink.ib_write_bw_server.txt
 cp "$LAB_TMP/client.txt" /lab/results/rdma_netlink.ib_write_bw_client.txt
+hw_counters before_released
 lab_scrape released
+hw_counters after_released
 lab_expect "ib_write_bw gone: no series of its pid" \
   "$(lab_series released "hpcnode_rdma_holder_pinned_bytes{pid=\"$server\"}")" == 0
+same_counters() { cmp -s "$LAB_TMP/$1.hw" "$LAB_TMP/$2.hw"; }
+lab_check "traffic stopped: the files did not move across the scrape" same_counters before_released after_released
+# Equal, not only between, once nothing moves.
+hw_stat_within released after_released after_released
+# A STAT_GET reply and the files at one moment, for the decoder's tests.
+lab_check "capture RDMA_NLDEV_CMD_STAT_GET of rxe0 port 1" \
+  /lab/bin/rdma_nl_capture 17 "$index" 1 "/lab/results/rdma_nl.$release.stat_port1.bin"
+hw_counters captured
+cp "$LAB_TMP/captured.hw" "/lab/results/rdma_nl.$release.hw_counters_port1.txt"
+lab_check "no traffic: the files as at the last scrape" same_counters after_released captured
 lab_exporter_stop
+
 # rdma_softroce, in the same boot, adds rxe0 itself and checks that it can.
 rdma link delete rxe0

@@ -39,6 +39,8 @@ lab_expect "device info names the rdma_rxe driver's node GUID" \
 counters=$(find $port/hw_counters/ -type f ! -name lifespan | wc -l)
 lab_expect "one hw_stat series per hw_counters file ($counters)" \
   "$(lab_series rxe 'hpcnode_rdma_port_hw_stat_total{device="rxe0",port="1"}')" == "$counters"
+lab_expect "hw counters over netlink, the default on /sys" \
+  "$(lab_series rxe 'hpcnode_rdma_port_hw_counters_source{device="rxe0",port="1",source="netlink"}')" == 1
 lab_expect "hw_counters/rdma_sends as in sysfs" \
   "$(lab_value rxe 'hpcnode_rdma_port_hw_stat_total{device="rxe0",port="1",counter="rdma_sends"}')" == "$(cat $port/hw_counters/rdma_sends)"
 lab_exporter_stop
@@ -46,9 +48,10 @@ lab_exporter_stop
 lab_scenario rdma_held_counters
 # The collector keeps counter files open between scrapes and reads them again with pread: they
 # must move under traffic, and a device deleted and added again is read afresh, not through
-# descriptors of the device before.
+# descriptors of the device before. The hw counters from their files: netlink, the default on
+# /sys, opens none.
 sent='hpcnode_rdma_port_hw_stat_total{device="rxe0",port="1",counter="sent_pkts"}'
-lab_exporter_start --collector.disable-defaults --collector.rdma || exit 1
+lab_exporter_start --collector.disable-defaults --collector.rdma --collector.rdma.hw-counters=sysfs || exit 1
 lab_scrape held_before
 lab_expect "hw_counters files held open after a scrape" \
   "$(ls -l "/proc/$(cat /tmp/lab-exporter.pid)/fd" | grep -c /hw_counters/)" ">" 0

@@ -18,8 +18,7 @@ use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
 use crate::collector::{
-    lock, CollectError, Collector, ErrorKind, Host, Output, Registration, Settings, StartError,
-    Started,
+    lock, CollectError, Collector, Host, Output, Registration, Settings, StartError, Started,
 };
 use crate::flags::{flag, ConfigError, Flags};
 use crate::logging::{self, Level};
@@ -206,7 +205,7 @@ impl Collector for NetlinkCollector {
             }
             Err(err) => {
                 *lock(&self.available) = false;
-                Err(dump_error(&err, "listing RDMA devices"))
+                Err(err.collect_error("listing RDMA devices"))
             }
         }
     }
@@ -231,7 +230,7 @@ impl NetlinkCollector {
     fn device(&self, device: &Device, out: &mut Output) {
         let mut socket = match Socket::open() {
             Ok(socket) => socket,
-            Err(err) => return out.errors.push(dump_error(&err, &device.name)),
+            Err(err) => return out.errors.push(err.collect_error(&device.name)),
         };
         let deadline = self.deadline();
         let label = LabelValue::from(device.name.clone());
@@ -266,10 +265,11 @@ impl NetlinkCollector {
                         std::io::Error::from_raw_os_error(errno)
                     ));
                 }
-                Err(err) => out.errors.push(dump_error(
-                    &err,
-                    &format!("{} {}", device.name, resource.label()),
-                )),
+                Err(err) => out.errors.push(err.collect_error(&format!(
+                    "{} {}",
+                    device.name,
+                    resource.label()
+                ))),
             }
         }
         if totals.counts.contains_key(&Resource::MemoryRegion) {
@@ -439,23 +439,11 @@ fn qp_state_name(state: u8) -> LabelValue {
     }
 }
 
-fn dump_error(err: &DumpError, what: &str) -> CollectError {
-    let kind = match err {
-        DumpError::Reply(ReplyError::Kernel(_)) | DumpError::Io(..) | DumpError::Unavailable(_) => {
-            ErrorKind::Io
-        }
-        DumpError::Reply(_) => ErrorKind::Parse,
-        DumpError::Timeout => ErrorKind::Timeout,
-    };
-    CollectError::new(kind, format!("RDMA netlink dump of {what}: {err}"))
-        .keyed_by(format!("rdma netlink {what} {kind:?}"))
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
     use crate::metrics::{encode, Format};
-    use crate::rdma_netlink::message::Dump;
+    use crate::rdma_netlink::message::encode as replies;
 
     fn collector(procfs: PathBuf, max_holders: usize) -> NetlinkCollector {
         NetlinkCollector {
@@ -571,22 +559,6 @@ mod tests {
         has(r#"hpcnode_rdma_queue_pairs{device="mlx5_0",port="",type="RC",state="RESET"} 1"#);
     }
 
-    /// One dump as `tests/lab/helpers/rdma_nl_capture.c` wrote it: each datagram after its
-    /// length (a native u32), fed to the decoder as the socket would.
-    fn replay(path: &std::path::Path, command: Command, device: Option<u32>) -> Dump {
-        let bytes = std::fs::read(path).unwrap_or_else(|err| panic!("{}: {err}", path.display()));
-        let mut dump = Dump::new(command, device, 1);
-        let mut rest = &bytes[..];
-        while let Some((length, after)) = rest.split_first_chunk::<4>() {
-            let (datagram, after) = after.split_at(u32::from_ne_bytes(*length) as usize);
-            dump.feed(datagram)
-                .unwrap_or_else(|err| panic!("{}: {err}", path.display()));
-            rest = after;
-        }
-        assert!(dump.is_done(), "{}: no NLMSG_DONE", path.display());
-        dump
-    }
-
     fn json_records(path: &std::path::Path) -> Vec<serde_json::Value> {
         let text = std::fs::read_to_string(path).unwrap();
         serde_json::from_str(&text).unwrap_or_else(|err| panic!("{}: {err}", path.display()))
@@ -597,18 +569,16 @@ mod tests {
     /// `mr -j` printed theirs: the decoder reads every entry as rdma does.
     #[test]
     fn captured_kernel_replies_decode_as_rdma_prints_them() {
-        let fixtures =
-            std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../tests/fixtures/rdma_netlink");
         for release in ["6.12", "6.1"] {
-            let dir = fixtures.join(release);
-            let devices = replay(&dir.join("devices.bin"), Command::Devices, None);
+            let dir = replies::fixtures(release);
+            let devices = replies::replay(&dir.join("devices.bin"), Command::Devices, None);
             let rxe0 = devices
                 .devices
                 .iter()
                 .find(|device| device.name == "rxe0")
                 .expect("rxe0 listed");
             let index = Some(rxe0.index);
-            let qps = replay(
+            let qps = replies::replay(
                 &dir.join("qp.bin"),
                 Command::Resources(Resource::QueuePair),
                 index,
@@ -641,7 +611,7 @@ mod tests {
                 .entries
                 .iter()
                 .any(|entry| matches!(entry.holder, Holder::Process(_))));
-            let mrs = replay(
+            let mrs = replies::replay(
                 &dir.join("mr.bin"),
                 Command::Resources(Resource::MemoryRegion),
                 index,
@@ -660,7 +630,7 @@ mod tests {
                 );
             }
             for resource in [Resource::CompletionQueue, Resource::ProtectionDomain] {
-                let dump = replay(
+                let dump = replies::replay(
                     &dir.join(format!("{}.bin", resource.label())),
                     Command::Resources(resource),
                     index,
@@ -671,7 +641,7 @@ mod tests {
                     resource.label()
                 );
             }
-            replay(
+            replies::replay(
                 &dir.join("cm_id.bin"),
                 Command::Resources(Resource::CmId),
                 index,
