@@ -44,7 +44,8 @@ impl Read<'_> {
             }
         }
 
-        let groups = SysDir::open(&collector.sysfs, "kernel/iommu_groups")
+        let groups = collector
+            .sysfs_dir("kernel/iommu_groups")
             .and_then(|d| d.entries().map(|e| (d, e)));
         if let Some((groups, entries)) = self.out.optional(groups) {
             for group in entries {
@@ -56,7 +57,7 @@ impl Read<'_> {
                 };
                 let kind = group_dir.read("type", &mut self.reader).map(str::to_string);
                 let kind = self.out.optional(kind).unwrap_or_default();
-                let members = group_dir.subdir("devices").and_then(|d| d.entries());
+                let members = group_dir.subdir("devices").and_then(SysDir::into_entries);
                 if let Some(members) = self.out.reported(members) {
                     let members = (members.into_iter())
                         .filter(|member| self.out.reported(member.name()).is_some())
@@ -70,7 +71,7 @@ impl Read<'_> {
             }
         }
 
-        let loaded = SysDir::open(&collector.sysfs, "module").and_then(|d| d.entries());
+        let loaded = collector.sysfs_dir("module").and_then(SysDir::into_entries);
         let loaded: Vec<String> = (self.out.optional(loaded).unwrap_or_default().into_iter())
             .filter_map(|module| self.out.reported(module.into_name()))
             .collect();
@@ -97,13 +98,18 @@ impl Read<'_> {
     /// to 3.16 have groups but no `/sys/class/iommu`). Groups that vfio's no-IOMMU mode makes
     /// without one do not count.
     pub(super) fn iommu(&mut self) -> (usize, bool) {
-        let units = SysDir::open(&self.collector.sysfs, "class/iommu").and_then(|d| d.entries());
+        let units = self
+            .collector
+            .sysfs_dir("class/iommu")
+            .and_then(SysDir::into_entries);
         let units = self.out.optional(units).unwrap_or_default().len();
         if units > 0 {
             return (units, true);
         }
         // A listing that fails is reported where the host unit lists the groups, once.
-        let groups = SysDir::open(&self.collector.sysfs, "kernel/iommu_groups")
+        let groups = self
+            .collector
+            .sysfs_dir("kernel/iommu_groups")
             .and_then(|d| d.entries().map(|e| (d, e)));
         let Ok((groups, entries)) = groups else {
             return (0, false);
@@ -159,6 +165,7 @@ mod tests {
             modprobe_rules: Default::default(),
             listing_held: Default::default(),
             held: Default::default(),
+            scrape_sysfs: Default::default(),
         };
         let mut out = Output::default();
         let mut read = Read {
