@@ -125,7 +125,7 @@ impl Settings for PciSettings {
             modprobe_rules: Stamped::default(),
             listing_held: HeldByUnit::default(),
             held: HeldByUnit::default(),
-            scrape_sysfs: Mutex::new(None),
+            scrape: Mutex::default(),
         }))
     }
 }
@@ -180,20 +180,33 @@ struct PciCollector {
     listing_held: HeldByUnit,
     /// Per device and root port unit, the attributes its read reads, held likewise.
     held: HeldByUnit,
-    /// The sysfs root as the last listing opened it: the units' reads open their directories
-    /// from it rather than open the root again for each.
-    scrape_sysfs: Mutex<Option<Arc<SysDir>>>,
+    /// What the last listing opened, and what its units' reads share.
+    scrape: Mutex<ScrapeState>,
+}
+
+/// What the units of one scrape share, reset by its listing.
+#[derive(Default)]
+struct ScrapeState {
+    /// The sysfs root: the units' reads open their directories from it rather than open the
+    /// root again for each.
+    sysfs: Option<Arc<SysDir>>,
+    /// The host's IOMMU hardware units and whether one is active, as the first device read
+    /// that needed them read them without an error.
+    iommu: Option<(usize, bool)>,
 }
 
 impl PciCollector {
     /// `relative` under `--path.sysfs`, from the root the listing opened.
     fn sysfs_dir(&self, relative: &str) -> Result<SysDir, SysfsError> {
-        let root = self.scrape_sysfs.lock();
-        let root = root.unwrap_or_else(PoisonError::into_inner).clone();
+        let root = self.scrape().sysfs.clone();
         match root {
             Some(root) => root.link_dir(relative),
             None => SysDir::open(&self.sysfs, relative),
         }
+    }
+
+    fn scrape(&self) -> std::sync::MutexGuard<'_, ScrapeState> {
+        self.scrape.lock().unwrap_or_else(PoisonError::into_inner)
     }
 
     /// Says once, in the log, that holders may be missing and what would show them.
@@ -500,11 +513,8 @@ impl Collector for PciCollector {
     type Unit = Unit;
 
     fn units(&self) -> Result<Vec<Unit>, CollectError> {
-        let root = SysDir::open(&self.sysfs, "").ok().map(Arc::new);
-        *self
-            .scrape_sysfs
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner) = root;
+        let sysfs = SysDir::open(&self.sysfs, "").ok().map(Arc::new);
+        *self.scrape() = ScrapeState { sysfs, iommu: None };
         let listing = self
             .sysfs_dir(DEVICES_DIR)
             .and_then(|dir| dir.entries().map(|entries| (dir, entries)));
