@@ -87,8 +87,10 @@ struct HeldDir {
     /// Its listing, taken when no file needed a check of its own (see
     /// [`HeldAttributes::fixed_entries`]).
     entries: Option<Arc<[Entry]>>,
-    /// Its subdirectories held open (see [`HeldAttributes::fixed_subdir`]).
-    subdirs: HashMap<Box<str>, (Arc<SysDir>, HeldSlot)>,
+    /// Its subdirectories held open (see [`HeldAttributes::fixed_subdir`]), each with two
+    /// shares of the budget: its descriptor, and the root it keeps open (shared with others
+    /// as a rule, so this counts more than is held, never less).
+    subdirs: HashMap<Box<str>, (Arc<SysDir>, [HeldSlot; 2])>,
 }
 
 struct HeldFile {
@@ -298,8 +300,9 @@ impl HeldAttributes {
                 return Err(err);
             }
         };
-        if let Some(slot) = budget.reserve() {
-            held.subdirs.insert(name.into(), (subdir.clone(), slot));
+        if let Some(slots) = budget.reserve().zip(budget.reserve()) {
+            held.subdirs
+                .insert(name.into(), (subdir.clone(), slots.into()));
         }
         Ok(subdir)
     }
@@ -573,7 +576,8 @@ mod tests {
         let (again, same) = round(&mut held, "counters").unwrap();
         assert_eq!((first.as_str(), again.as_str()), ("1", "1"));
         assert!(Arc::ptr_eq(&counters, &same));
-        assert_eq!((held.len(), budget.held()), (2, 2));
+        // The file, the subdirectory and the root it keeps open.
+        assert_eq!((held.len(), budget.held()), (2, 3));
 
         fs::create_dir(path("new")).unwrap();
         fs::write(path("new/port_rcv_data"), "2\n").unwrap();
