@@ -450,14 +450,19 @@ mod tests {
     use std::fs;
     use std::path::Path;
 
+    /// A set of held attributes with a budget of its own, `limit` descriptors.
+    fn held_within(limit: usize) -> (&'static HeldBudget, HeldAttributes) {
+        let budget: &'static HeldBudget = Box::leak(Box::new(HeldBudget::new(limit)));
+        (budget, HeldAttributes::with_budget(budget))
+    }
+
     /// A held attribute reads what the file holds now: rewritten in place (the same inode,
     /// read again at offset 0), replaced by a rename (the held inode has no name left), removed
     /// and made again. One descriptor is held all along.
     #[test]
     fn a_held_attribute_reads_the_file_as_it_is_now() {
         let (tmp, dir) = dir_with(&[("port_rcv_data", "1\n")]);
-        let budget: &'static HeldBudget = Box::leak(Box::new(HeldBudget::new(8)));
-        let mut held = HeldAttributes::with_budget(budget);
+        let (budget, mut held) = held_within(8);
         let mut reader = AttributeReader::default();
         let mut read = |held: &mut HeldAttributes| {
             let text = dir.read_held("port_rcv_data", held, &mut reader);
@@ -495,8 +500,7 @@ mod tests {
     #[test]
     fn a_settled_directory_tells_its_files_changed() {
         let (tmp, dir) = dir_with(&[("port_rcv_data", "1\n"), ("port_xmit_data", "5\n")]);
-        let budget: &'static HeldBudget = Box::leak(Box::new(HeldBudget::new(8)));
-        let mut held = HeldAttributes::with_budget(budget);
+        let (budget, mut held) = held_within(8);
         let mut reader = AttributeReader::default();
         let mut round = |held: &mut HeldAttributes| {
             let mut texts = Vec::new();
@@ -531,8 +535,7 @@ mod tests {
     #[test]
     fn an_absent_attribute_is_remembered_until_its_directory_changes() {
         let (tmp, dir) = dir_with(&[("vendor", "0x10de\n")]);
-        let budget: &'static HeldBudget = Box::leak(Box::new(HeldBudget::new(8)));
-        let mut held = HeldAttributes::with_budget(budget);
+        let (_, mut held) = held_within(8);
         let mut reader = AttributeReader::default();
         let mut round = |held: &mut HeldAttributes| {
             let text = dir.read_held("sriov_totalvfs", held, &mut reader);
@@ -561,8 +564,7 @@ mod tests {
         fs::write(path("counters/port_rcv_data"), "1\n").unwrap();
         settle(&path("counters"));
         settle(tmp.path());
-        let budget: &'static HeldBudget = Box::leak(Box::new(HeldBudget::new(8)));
-        let mut held = HeldAttributes::with_budget(budget);
+        let (budget, mut held) = held_within(8);
         let mut reader = AttributeReader::default();
         let mut round = |held: &mut HeldAttributes, name: &str| {
             let read = held.fixed_subdir(&dir, name).and_then(|subdir| {
@@ -609,8 +611,7 @@ mod tests {
     fn held_descriptors_stay_within_their_budget_and_their_round() {
         let (tmp, dir) = dir_with(&[("a", "1\n"), ("b", "2\n")]);
         mkfifo(&tmp.path().join("fifo"));
-        let budget: &'static HeldBudget = Box::leak(Box::new(HeldBudget::new(1)));
-        let mut held = HeldAttributes::with_budget(budget);
+        let (budget, mut held) = held_within(1);
         let mut reader = AttributeReader::default();
         let err = dir.read_held("fifo", &mut held, &mut reader).unwrap_err();
         assert_eq!(err.kind(), ErrorKind::NotRegularFile, "{err}");
