@@ -152,8 +152,10 @@ pub struct Samples {
 
 impl Samples {
     pub fn push(&mut self, desc: &Desc, labels: Labels, value: Value) {
-        // Collectors push a metric's samples together, so the last family is nearly always it.
-        let index = match self.families.iter().rposition(|f| f.desc.name == desc.name) {
+        // Collectors push a metric's samples together, so the last family is nearly always it;
+        // a name is nearly always the same constant, told by its address before its bytes.
+        let same = |f: &Family| std::ptr::eq(f.desc.name, desc.name) || f.desc.name == desc.name;
+        let index = match self.families.iter().rposition(same) {
             Some(index) => index,
             None => {
                 self.families.push(Family {

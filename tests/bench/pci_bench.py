@@ -69,7 +69,7 @@ def check(label, status, body, n_devices):
         return "BAD status %d" % status
     text = body.decode("utf-8", "replace")
     samples = sum(1 for line in text.splitlines() if line and not line.startswith("#"))
-    if label == "hpcnode":
+    if label.startswith("hpcnode"):
         devices = len(series_devices(text, "hpcnode_pci_device_info{"))
         ok = 'hpcnode_scrape_collector_success{collector="pci"} 1' in text
     else:
@@ -89,6 +89,8 @@ def main():
     parser.add_argument("--scrapes", type=int, default=200)
     parser.add_argument("--warmup", type=int, default=20)
     parser.add_argument("--keep", action="store_true")
+    parser.add_argument("--compare", metavar="PATH",
+                        help="another hpcnode_exporter build (main's), scraped in the same interleaved run")
     args = parser.parse_args()
     # What scrape_bench.Target reads from its arguments.
     args.start_timeout, args.request_timeout = 20.0, 30.0
@@ -107,6 +109,12 @@ def main():
             "--collector.disable-defaults", "--collector.pci", "--path.sysfs=" + sysfs,
             "--path.procfs=" + os.path.join(root, "proc"), "--path.rootfs=" + root], workdir, args)
         targets.append(hpcnode)
+        if args.compare:
+            targets.append(scrape_bench.Target("hpcnode-compare", lambda port: [
+                args.compare, "--web.listen-address=127.0.0.1:%d" % port,
+                "--collector.disable-defaults", "--collector.pci", "--path.sysfs=" + sysfs,
+                "--path.procfs=" + os.path.join(root, "proc"), "--path.rootfs=" + root],
+                workdir, args))
         if node_exporter_has_pcidevice(args.node_exporter):
             targets.append(scrape_bench.Target("node_exporter", lambda port: [
                 args.node_exporter, "--web.listen-address=127.0.0.1:%d" % port,
@@ -143,6 +151,12 @@ def main():
                 statistics.median(target.latencies) * 1000,
                 scrape_bench.percentile(target.latencies, 0.99) * 1000,
                 cpu_ms, cpu_ms * 1000 / args.devices, target.hwm_kib / 1024, target.body_bytes / 1024))
+        if args.compare:
+            first, second = targets[0], targets[1]
+            print("hpcnode / compare: CPU per scrape %.2f, latency median %.2f, peak RSS %.2f" % (
+                first.cpu_ticks / max(second.cpu_ticks, 1),
+                statistics.median(first.latencies) / statistics.median(second.latencies),
+                first.hwm_kib / second.hwm_kib))
         return 0
     finally:
         for target in targets:

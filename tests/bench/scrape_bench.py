@@ -260,10 +260,12 @@ PORT_SERIES = {
     "hpcnode": re.compile(r'^hpcnode_rdma_port_[a-z_]+\{([^}]*)\}'),
     "node_exporter": re.compile(r'^node_infiniband_[a-z_]+\{([^}]*)\}'),
 }
+PORT_SERIES["hpcnode-compare"] = PORT_SERIES["hpcnode"]
 SUCCESS = {
     "hpcnode": 'hpcnode_scrape_collector_success{collector="rdma"} 1',
     "node_exporter": 'node_scrape_collector_success{collector="infiniband"} 1',
 }
+SUCCESS["hpcnode-compare"] = SUCCESS["hpcnode"]
 LABEL = re.compile(r'(\w+)="((?:[^"\\]|\\.)*)"')
 
 
@@ -313,6 +315,13 @@ def run_one(n, args, exporter, node_exporter):
                 "hpcnode", lambda port: [exporter, "--web.listen-address=127.0.0.1:%d" % port,
                                          "--collector.disable-defaults", "--collector.rdma",
                                          "--path.sysfs=%s" % sysfs] + args.exporter_arg,
+                workdir, args))
+        if args.compare:
+            targets.append(Target(
+                "hpcnode-compare",
+                lambda port: [args.compare, "--web.listen-address=127.0.0.1:%d" % port,
+                              "--collector.disable-defaults", "--collector.rdma",
+                              "--path.sysfs=%s" % sysfs] + args.exporter_arg,
                 workdir, args))
         if node_exporter:
             targets.append(Target(
@@ -409,6 +418,12 @@ def print_table(res, args):
             if t.latencies:
                 print("  %s CPU per scrape / kernel floor: %.2f"
                       % (k, t.cpu_ticks * tick_ms / args.scrapes / floor))
+    compare = by.get("hpcnode-compare")
+    if compare is not None and compare.latencies and by.get("hpcnode") is not None:
+        for name, fn, fmt in rows[:4]:
+            h, c = fn(by["hpcnode"]), fn(compare)
+            print("  %-26s hpcnode-compare %s, hpcnode / hpcnode-compare %s"
+                  % (name, fmt % c, "%.2f" % (h / c) if c else "-"))
     for k, t in by.items():
         extra = ", %d reconnects" % t.reconnects if t.reconnects else ""
         print("  %s: %s%s" % (k, t.check, extra))
@@ -437,6 +452,9 @@ def main():
     ap.add_argument("--node-exporter-arg", action="append", default=[],
                     help="extra argument for node_exporter (repeatable)")
     ap.add_argument("--keep", action="store_true", help="keep the generated trees and logs")
+    ap.add_argument("--compare", metavar="PATH",
+                    help="another hpcnode_exporter build (main's), scraped in the same "
+                         "interleaved run as hpcnode-compare")
     args = ap.parse_args()
 
     exporter = args.exporter

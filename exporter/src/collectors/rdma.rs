@@ -555,7 +555,7 @@ impl Collector for RdmaCollector {
     type Unit = Entry;
 
     fn units(&self) -> Result<Vec<Entry>, CollectError> {
-        match SysDir::open(&self.sysfs, CLASS_DIR).and_then(|dir| dir.entries()) {
+        match SysDir::open(&self.sysfs, CLASS_DIR).and_then(SysDir::into_entries) {
             Ok(mut devices) => {
                 devices
                     .retain(|device| device.name().map_or(true, |name| self.devices.allows(name)));
@@ -669,19 +669,21 @@ impl DeviceRead<'_> {
             ("driver", self.link(dir, "device/driver").into()),
         ]);
         self.push(&DEVICE_INFO, labels, Value::Int(1));
-        if let Some(hw) = self.out.optional(dir.subdir("hw_counters")) {
+        let hw = self.held.fixed_subdir(dir, "hw_counters");
+        if let Some(hw) = self.out.optional(hw) {
             self.hw_counters(&hw, None);
         }
 
-        let Some(ports) = self.out.optional(dir.subdir("ports")) else {
+        let Some(ports) = self.out.optional(self.held.fixed_subdir(dir, "ports")) else {
             return;
         };
-        for port in self.out.reported(ports.entries()).unwrap_or_default() {
-            let Some(port) = self.out.reported(port.into_name()) else {
+        let listing = self.held.fixed_entries(&ports);
+        for port in self.out.reported(listing).unwrap_or_default().iter() {
+            let Some(port) = self.out.reported(port.name()) else {
                 continue;
             };
-            if let Some(port_dir) = self.out.reported(ports.subdir(&port)) {
-                self.port(&port_dir, &port.into());
+            if let Some(port_dir) = self.out.reported(self.held.fixed_subdir(&ports, port)) {
+                self.port(&port_dir, &port.to_string().into());
             }
         }
     }
@@ -730,13 +732,16 @@ impl DeviceRead<'_> {
             }
         }
 
-        let extended = match self.out.optional(dir.subdir("counters_ext")) {
+        let extended = match self
+            .out
+            .optional(self.held.fixed_subdir(dir, "counters_ext"))
+        {
             Some(ext) => self.counters_ext(&ext),
             None => Vec::new(),
         };
         // Soft-RoCE, irdma and bnxt_re have no PMA: no counters/ at all.
-        let counters = self.out.optional(dir.subdir("counters"));
-        self.pma_counters(counters.as_ref(), port, &extended);
+        let counters = self.out.optional(self.held.fixed_subdir(dir, "counters"));
+        self.pma_counters(counters.as_deref(), port, &extended);
         self.port_hw_counters(dir, port);
     }
 
@@ -748,7 +753,10 @@ impl DeviceRead<'_> {
             // Netlink forced, and failed: reported, no counters.
             Some(NetlinkOutcome::Failed) => return,
             Some(NetlinkOutcome::FallBack) | None => {
-                if let Some(hw) = self.out.optional(dir.subdir("hw_counters")) {
+                if let Some(hw) = self
+                    .out
+                    .optional(self.held.fixed_subdir(dir, "hw_counters"))
+                {
                     self.hw_counters(&hw, Some(port));
                 }
                 "sysfs"

@@ -1,7 +1,7 @@
 //! Descriptors of sysfs attributes kept open between scrapes and read again with `pread`, within
 //! a process-wide budget.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::os::fd::OwnedFd;
 use std::os::unix::ffi::OsStrExt;
 use std::sync::atomic::{AtomicUsize, Ordering};
@@ -11,7 +11,7 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 use rustix::fs::FileType;
 use rustix::io::Errno;
 
-use super::{read_flags, Entry, SysDir, SysfsError};
+use super::{is_plain_name, read_flags, Entry, SysDir, SysfsError};
 
 /// Attributes read scrape after scrape through descriptors kept open: a `pread` at offset 0 of
 /// a held sysfs attribute runs the driver's `show()` again and costs about a tenth of open,
@@ -26,7 +26,11 @@ use super::{read_flags, Entry, SysDir, SysfsError};
 /// caller opened), not at each file: a directory that is another inode, or whose entries
 /// changed (its modification time moved: a file removed, created or renamed over), drops what
 /// was held in it. A file rewritten in place leaves the directory as it was, and `pread` reads
-/// the new content. Outside sysfs (fixture trees), a directory modified less than
+/// the new content. An attribute the directory lacks is remembered as absent until the
+/// directory changes, so that an optional attribute (`aer_dev_*` without AER, `sriov_*`
+/// without SR-IOV) costs no failed open per scrape: sysfs creates a device's attributes with
+/// its directory, and a device registered again is a new directory (another inode). Outside
+/// sysfs (fixture trees), a directory modified less than
 /// [`SETTLING_TIME`] before the look may change again within the same timestamp, so while it
 /// settles each of its files is checked itself: an inode with no name left (`st_nlink` 0:
 /// removed, or replaced by a rename) is opened again. A sysfs attribute is never renamed over,
@@ -78,9 +82,15 @@ struct HeldDir {
     /// directory settles).
     check_links: bool,
     files: HashMap<Box<str>, HeldFile>,
+    /// Names of its own entries found absent since it last changed (see [`HeldAttributes`]).
+    absent: HashSet<Box<str>>,
     /// Its listing, taken when no file needed a check of its own (see
     /// [`HeldAttributes::fixed_entries`]).
     entries: Option<Arc<[Entry]>>,
+    /// Its subdirectories held open (see [`HeldAttributes::fixed_subdir`]), each with two
+    /// shares of the budget: its descriptor, and the root it keeps open (shared with others
+    /// as a rule, so this counts more than is held, never less).
+    subdirs: HashMap<Box<str>, (Arc<SysDir>, [HeldSlot; 2])>,
 }
 
 struct HeldFile {
@@ -134,7 +144,9 @@ impl HeldDir {
             looked_at_in: round,
             check_links: true,
             files: HashMap::new(),
+            absent: HashSet::new(),
             entries: None,
+            subdirs: HashMap::new(),
         }
     }
 }
@@ -168,6 +180,10 @@ impl HeldAttributes {
             };
             held.looked_at_in = round;
             held.check_links = !held.on_sysfs && !settled;
+            if held.check_links {
+                held.absent.clear();
+                held.subdirs.clear();
+            }
         }
         self.dirs.get_mut(key)
     }
@@ -185,6 +201,9 @@ impl HeldAttributes {
         let Some(held) = self.held_dir(dir) else {
             return dir.open_and_read_first(name, buf);
         };
+        if held.absent.contains(name) {
+            return Err(SysfsError::io(dir.path(name), Errno::NOENT));
+        }
         if let Some(file) = held.files.get_mut(name) {
             file.read_in = round;
             let check_links = held.check_links || !(file.in_dir || held.on_sysfs);
@@ -203,7 +222,14 @@ impl HeldAttributes {
             return dir.open_and_read_first(name, buf);
         };
         let io_error = |errno| SysfsError::io(dir.path(name), errno);
-        let (fd, in_dir) = dir.open_entry_in(name, read_flags()).map_err(io_error)?;
+        let (fd, in_dir) = match dir.open_entry_in(name, read_flags()) {
+            Ok(opened) => opened,
+            Err(Errno::NOENT) if !held.check_links && is_plain_name(name) => {
+                held.absent.insert(name.into());
+                return Err(io_error(Errno::NOENT));
+            }
+            Err(errno) => return Err(io_error(errno)),
+        };
         let stat = rustix::fs::fstat(&fd).map_err(io_error)?;
         if FileType::from_raw_mode(stat.st_mode) != FileType::RegularFile {
             return Err(SysfsError::NotRegularFile {
@@ -225,8 +251,9 @@ impl HeldAttributes {
     /// directory changed: outside sysfs, when its stamp moved or it had not settled when last
     /// listed. On sysfs the same directory may gain or lose entries with the same stamp
     /// (kernfs does not always move a directory's time), so this is only for directories whose
-    /// entries the kernel makes with them: an RDMA device's or port's `hw_counters/`, whose
-    /// counters are registered with the device (a device registered again is new directories).
+    /// entries the kernel makes with them: an RDMA device's `ports/`, a device's or port's
+    /// `hw_counters/`, whose ports and counters are registered with the device (a device
+    /// registered again is new directories).
     pub fn fixed_entries(&mut self, dir: &SysDir) -> Result<Arc<[Entry]>, SysfsError> {
         let Some(held) = self.held_dir(dir) else {
             return dir.entries().map(Arc::from);
@@ -244,6 +271,42 @@ impl HeldAttributes {
         Ok(entries)
     }
 
+    /// The subdirectory `name` of `dir`, held open from one round to the next while `dir`
+    /// stays the same directory (its look, as for attributes: one `fstat`), so that a scrape
+    /// opens no directory it opened before; one `dir` lacks is remembered as absent likewise.
+    /// As for [`HeldAttributes::fixed_entries`], only for directories the kernel makes with
+    /// `dir` (an RDMA device's `ports/` and `hw_counters/`, a port's `counters/`): on sysfs
+    /// the directory that holds them is another one when they are made again.
+    pub fn fixed_subdir(&mut self, dir: &SysDir, name: &str) -> Result<Arc<SysDir>, SysfsError> {
+        let budget = self.budget;
+        let Some(held) = self.held_dir(dir) else {
+            return dir.subdir(name).map(Arc::new);
+        };
+        if held.check_links {
+            return dir.subdir(name).map(Arc::new);
+        }
+        if held.absent.contains(name) {
+            return Err(SysfsError::io(dir.path(name), Errno::NOENT));
+        }
+        if let Some((subdir, _)) = held.subdirs.get(name) {
+            return Ok(subdir.clone());
+        }
+        let subdir = match dir.subdir(name) {
+            Ok(subdir) => Arc::new(subdir),
+            Err(err) => {
+                if err.is_not_found() && is_plain_name(name) {
+                    held.absent.insert(name.into());
+                }
+                return Err(err);
+            }
+        };
+        if let Some(slots) = budget.reserve().zip(budget.reserve()) {
+            held.subdirs
+                .insert(name.into(), (subdir.clone(), slots.into()));
+        }
+        Ok(subdir)
+    }
+
     /// Closes the descriptors of attributes not read since the last call (a counter the
     /// driver no longer has, a port gone), and starts a new round.
     pub fn end_round(&mut self) {
@@ -257,7 +320,8 @@ impl HeldAttributes {
 
     /// Descriptors held now.
     pub fn len(&self) -> usize {
-        self.dirs.values().map(|held| held.files.len()).sum()
+        let held = self.dirs.values();
+        held.map(|held| held.files.len() + held.subdirs.len()).sum()
     }
 
     pub fn is_empty(&self) -> bool {
@@ -386,14 +450,19 @@ mod tests {
     use std::fs;
     use std::path::Path;
 
+    /// A set of held attributes with a budget of its own, `limit` descriptors.
+    fn held_within(limit: usize) -> (&'static HeldBudget, HeldAttributes) {
+        let budget: &'static HeldBudget = Box::leak(Box::new(HeldBudget::new(limit)));
+        (budget, HeldAttributes::with_budget(budget))
+    }
+
     /// A held attribute reads what the file holds now: rewritten in place (the same inode,
     /// read again at offset 0), replaced by a rename (the held inode has no name left), removed
     /// and made again. One descriptor is held all along.
     #[test]
     fn a_held_attribute_reads_the_file_as_it_is_now() {
         let (tmp, dir) = dir_with(&[("port_rcv_data", "1\n")]);
-        let budget: &'static HeldBudget = Box::leak(Box::new(HeldBudget::new(8)));
-        let mut held = HeldAttributes::with_budget(budget);
+        let (budget, mut held) = held_within(8);
         let mut reader = AttributeReader::default();
         let mut read = |held: &mut HeldAttributes| {
             let text = dir.read_held("port_rcv_data", held, &mut reader);
@@ -431,8 +500,7 @@ mod tests {
     #[test]
     fn a_settled_directory_tells_its_files_changed() {
         let (tmp, dir) = dir_with(&[("port_rcv_data", "1\n"), ("port_xmit_data", "5\n")]);
-        let budget: &'static HeldBudget = Box::leak(Box::new(HeldBudget::new(8)));
-        let mut held = HeldAttributes::with_budget(budget);
+        let (budget, mut held) = held_within(8);
         let mut reader = AttributeReader::default();
         let mut round = |held: &mut HeldAttributes| {
             let mut texts = Vec::new();
@@ -461,14 +529,89 @@ mod tests {
         assert_eq!((held.len(), budget.held()), (2, 2));
     }
 
+    /// An attribute a settled directory lacks is remembered as absent, with no failed open
+    /// per round, until the directory changes: a file made behind its back (the directory's
+    /// time set back) stays absent, and is read once the directory's time moves.
+    #[test]
+    fn an_absent_attribute_is_remembered_until_its_directory_changes() {
+        let (tmp, dir) = dir_with(&[("vendor", "0x10de\n")]);
+        let (_, mut held) = held_within(8);
+        let mut reader = AttributeReader::default();
+        let mut round = |held: &mut HeldAttributes| {
+            let text = dir.read_held("sriov_totalvfs", held, &mut reader);
+            held.end_round();
+            text.map(str::to_string)
+        };
+        settle(tmp.path());
+        assert!(round(&mut held).unwrap_err().is_not_found());
+        let settled = fs::metadata(tmp.path()).unwrap().modified().unwrap();
+        fs::write(tmp.path().join("sriov_totalvfs"), "8\n").unwrap();
+        let directory = fs::File::open(tmp.path()).unwrap();
+        directory.set_modified(settled).unwrap();
+        assert!(round(&mut held).unwrap_err().is_not_found());
+        settle(tmp.path());
+        assert_eq!(round(&mut held).unwrap(), "8");
+    }
+
+    /// A held subdirectory is the one its parent holds now: the same descriptor while the
+    /// parent stays as it was, the new directory once one is renamed in its place; one the
+    /// parent lacks stays absent until the parent changes.
+    #[test]
+    fn a_held_subdirectory_is_the_one_its_parent_holds_now() {
+        let (tmp, dir) = dir_with(&[]);
+        let path = |name: &str| tmp.path().join(name);
+        fs::create_dir(path("counters")).unwrap();
+        fs::write(path("counters/port_rcv_data"), "1\n").unwrap();
+        settle(&path("counters"));
+        settle(tmp.path());
+        let (budget, mut held) = held_within(8);
+        let mut reader = AttributeReader::default();
+        let mut round = |held: &mut HeldAttributes, name: &str| {
+            let read = held.fixed_subdir(&dir, name).and_then(|subdir| {
+                let text = subdir.read_held("port_rcv_data", held, &mut reader)?;
+                Ok((text.to_string(), subdir))
+            });
+            held.end_round();
+            read
+        };
+        let (first, counters) = round(&mut held, "counters").unwrap();
+        let (again, same) = round(&mut held, "counters").unwrap();
+        assert_eq!((first.as_str(), again.as_str()), ("1", "1"));
+        assert!(Arc::ptr_eq(&counters, &same));
+        // The file, the subdirectory and the root it keeps open.
+        assert_eq!((held.len(), budget.held()), (2, 3));
+
+        fs::create_dir(path("new")).unwrap();
+        fs::write(path("new/port_rcv_data"), "2\n").unwrap();
+        fs::rename(path("counters"), path("old")).unwrap();
+        fs::rename(path("new"), path("counters")).unwrap();
+        settle(&path("counters"));
+        settle(tmp.path());
+        let (text, replaced) = round(&mut held, "counters").unwrap();
+        assert_eq!(text, "2");
+        assert!(!Arc::ptr_eq(&counters, &replaced));
+
+        assert!(round(&mut held, "hw_counters").is_err_and(|err| err.is_not_found()));
+        let settled = fs::metadata(tmp.path()).unwrap().modified().unwrap();
+        fs::create_dir(path("hw_counters")).unwrap();
+        fs::write(path("hw_counters/port_rcv_data"), "3\n").unwrap();
+        settle(&path("hw_counters"));
+        fs::File::open(tmp.path())
+            .unwrap()
+            .set_modified(settled)
+            .unwrap();
+        assert!(round(&mut held, "hw_counters").is_err_and(|err| err.is_not_found()));
+        settle(tmp.path());
+        assert_eq!(round(&mut held, "hw_counters").unwrap().0, "3");
+    }
+
     /// Beyond the budget attributes are read and closed as unheld ones are; what is not a
     /// regular file is never held; a round closes what it did not read.
     #[test]
     fn held_descriptors_stay_within_their_budget_and_their_round() {
         let (tmp, dir) = dir_with(&[("a", "1\n"), ("b", "2\n")]);
         mkfifo(&tmp.path().join("fifo"));
-        let budget: &'static HeldBudget = Box::leak(Box::new(HeldBudget::new(1)));
-        let mut held = HeldAttributes::with_budget(budget);
+        let (budget, mut held) = held_within(1);
         let mut reader = AttributeReader::default();
         let err = dir.read_held("fifo", &mut held, &mut reader).unwrap_err();
         assert_eq!(err.kind(), ErrorKind::NotRegularFile, "{err}");

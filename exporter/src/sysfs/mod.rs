@@ -217,12 +217,16 @@ impl SysDir {
         let fd = self
             .open_entry(name, dir_flags())
             .map_err(|errno| SysfsError::io(self.path(name), errno))?;
-        Ok(SysDir {
+        Ok(self.child(fd, name))
+    }
+
+    fn child(&self, fd: OwnedFd, name: &str) -> SysDir {
+        SysDir {
             fd,
             root: self.root.clone(),
             relative: self.relative.join(name),
             path: self.path(name),
-        })
+        }
     }
 
     /// The full path of an entry, for messages.
@@ -243,24 +247,38 @@ impl SysDir {
     /// As [`SysDir::open_entry`], and whether the file opened is an entry of this directory
     /// itself (a plain name, no link followed).
     fn open_entry_in(&self, name: &str, flags: OFlags) -> Result<(OwnedFd, bool), Errno> {
-        if !name.is_empty() && !name.contains('/') && name != "." && name != ".." {
+        if is_plain_name(name) {
             let nofollow = flags | OFlags::NOFOLLOW;
             match rustix::fs::openat(&self.fd, name, nofollow, Mode::empty()) {
-                // A link (or a file where a directory belongs): resolved below.
+                // A link (or a file where a directory belongs). sysfs's links lead out of
+                // their directory (`../../devices/...`): resolved from the root at once, not
+                // first beneath this directory to fail there.
                 Err(Errno::LOOP | Errno::NOTDIR) => {}
                 opened => return opened.map(|fd| (fd, true)),
             }
+            return self.open_from_root(name, flags).map(|fd| (fd, false));
         }
         let opened = match resolve(self.fd.as_fd(), Path::new(name), flags, Scope::Beneath) {
-            Err(Errno::XDEV) => resolve(
-                self.root.as_fd(),
-                &self.relative.join(name),
-                flags,
-                Scope::InRoot,
-            ),
+            Err(Errno::XDEV) => self.open_from_root(name, flags),
             opened => opened,
         };
         opened.map(|fd| (fd, false))
+    }
+
+    /// `name` below this directory, resolved from the root (links inside the root followed).
+    fn open_from_root(&self, name: &str, flags: OFlags) -> Result<OwnedFd, Errno> {
+        let path = self.relative.join(name);
+        resolve(self.root.as_fd(), &path, flags, Scope::InRoot)
+    }
+
+    /// A subdirectory reached through a link, as the entries of `bus/pci/devices` and
+    /// `class/*` are: resolved from the root in one openat2 ([`SysDir::subdir`] tries the
+    /// name as a directory of its own first). A plain directory opens the same way.
+    pub fn link_dir(&self, name: &str) -> Result<SysDir, SysfsError> {
+        let fd = self
+            .open_from_root(name, dir_flags())
+            .map_err(|errno| SysfsError::io(self.path(name), errno))?;
+        Ok(self.child(fd, name))
     }
 
     /// An attribute's content with surrounding whitespace (the kernel's trailing newline, the
@@ -438,29 +456,16 @@ impl SysDir {
     /// The directory's entries, sorted so output order is stable: numeric names (ports, GID
     /// indexes) by value, then the other names, then the names that are not UTF-8.
     pub fn entries(&self) -> Result<Vec<Entry>, SysfsError> {
-        let io_error = |errno| SysfsError::io(self.path.clone(), errno);
-        let listing = rustix::fs::openat(&self.fd, ".", dir_flags(), Mode::empty())
-            .and_then(rustix::fs::Dir::new)
-            .map_err(io_error)?;
-        let mut entries = Vec::new();
-        for entry in listing {
-            let entry = entry.map_err(io_error)?;
-            let name = entry.file_name();
-            if name == c"." || name == c".." {
-                continue;
-            }
-            entries.push(Entry::new(&self.path, name));
-        }
-        // A total order whatever the names.
-        entries.sort_by_cached_key(|entry| match entry {
-            Entry::Name(name) => (
-                name.parse::<u64>().map_or(1, |_| 0),
-                name.parse::<u64>().unwrap_or(0),
-                name.clone(),
-            ),
-            Entry::NotUtf8 { escaped, .. } => (2, 0, escaped.clone()),
-        });
-        Ok(entries)
+        // A descriptor of its own, so that the directory's stays at offset 0 for other readers.
+        let listing = rustix::fs::openat(&self.fd, ".", dir_flags(), Mode::empty());
+        let listing = listing.map_err(|errno| SysfsError::io(self.path.clone(), errno))?;
+        list(listing, &self.path)
+    }
+
+    /// As [`SysDir::entries`], for a directory opened only to be listed: its own descriptor is
+    /// read, not one opened again.
+    pub fn into_entries(self) -> Result<Vec<Entry>, SysfsError> {
+        list(self.fd, &self.path)
     }
 
     /// The last path component of a symlink's target (`device` -> `0000:05:00.0`,
@@ -490,6 +495,31 @@ impl SysDir {
             target.into_bytes(),
         )))
     }
+}
+
+/// The entries of the directory open as `fd` at `path`, sorted as [`SysDir::entries`] says.
+fn list(fd: OwnedFd, path: &Path) -> Result<Vec<Entry>, SysfsError> {
+    let io_error = |errno| SysfsError::io(path.to_path_buf(), errno);
+    let listing = rustix::fs::Dir::new(fd).map_err(io_error)?;
+    let mut entries = Vec::new();
+    for entry in listing {
+        let entry = entry.map_err(io_error)?;
+        let name = entry.file_name();
+        if name == c"." || name == c".." {
+            continue;
+        }
+        entries.push(Entry::new(path, name));
+    }
+    // A total order whatever the names.
+    entries.sort_by_cached_key(|entry| match entry {
+        Entry::Name(name) => (
+            name.parse::<u64>().map_or(1, |_| 0),
+            name.parse::<u64>().unwrap_or(0),
+            name.clone(),
+        ),
+        Entry::NotUtf8 { escaped, .. } => (2, 0, escaped.clone()),
+    });
+    Ok(entries)
 }
 
 /// A file's identity and version as `stat` tells them ([`SysDir::stamp`]).
@@ -570,6 +600,11 @@ fn join(root: &Path, relative: &Path) -> PathBuf {
     } else {
         root.join(relative)
     }
+}
+
+/// One entry of a directory itself: not a path, not `.` or `..`.
+fn is_plain_name(name: &str) -> bool {
+    !name.is_empty() && !name.contains('/') && name != "." && name != ".."
 }
 
 fn dir_flags() -> OFlags {

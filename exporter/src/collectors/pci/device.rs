@@ -51,7 +51,7 @@ impl Read<'_> {
         let collector = self.collector;
         let device: LabelValue = address.to_string().into();
         let labels = || vec![("device", device.clone())];
-        let dir = match SysDir::open(&collector.sysfs, format!("{DEVICES_DIR}/{address}")) {
+        let dir = match collector.sysfs_dir(&format!("{DEVICES_DIR}/{address}")) {
             Ok(dir) => dir,
             Err(err) if err.is_absent() => {
                 // Meant for passthrough but not on the bus (removed, or a wrong address); any
@@ -97,7 +97,7 @@ impl Read<'_> {
 
     /// A root port that was above a device of interest at the listing: gone since, nothing.
     pub(super) fn root_port(&mut self, address: &str) {
-        let dir = SysDir::open(&self.collector.sysfs, format!("{DEVICES_DIR}/{address}"));
+        let dir = (self.collector).sysfs_dir(&format!("{DEVICES_DIR}/{address}"));
         if let Some(dir) = self.out.optional(dir) {
             self.aer(&dir, &vec![("device", address.to_string().into())]);
         }
@@ -351,7 +351,9 @@ impl Read<'_> {
             return false;
         }
         let members_dir = format!("kernel/iommu_groups/{group}/devices");
-        let members = SysDir::open(&self.collector.sysfs, members_dir)
+        let members = self
+            .collector
+            .sysfs_dir(&members_dir)
             .and_then(|d| d.entries().map(|e| (d, e)));
         let Some((members_dir, entries)) = self.out.reported(members) else {
             return false;
@@ -364,7 +366,7 @@ impl Read<'_> {
             .iter()
             .filter(|member| member.as_str() != address)
             .all(|member| {
-                let Ok(member_dir) = members_dir.subdir(member) else {
+                let Ok(member_dir) = members_dir.link_dir(member) else {
                     return false;
                 };
                 let class = read_id(&member_dir, "class", &mut self.reader);

@@ -44,7 +44,8 @@ impl Read<'_> {
             }
         }
 
-        let groups = SysDir::open(&collector.sysfs, "kernel/iommu_groups")
+        let groups = collector
+            .sysfs_dir("kernel/iommu_groups")
             .and_then(|d| d.entries().map(|e| (d, e)));
         if let Some((groups, entries)) = self.out.optional(groups) {
             for group in entries {
@@ -56,7 +57,7 @@ impl Read<'_> {
                 };
                 let kind = group_dir.read("type", &mut self.reader).map(str::to_string);
                 let kind = self.out.optional(kind).unwrap_or_default();
-                let members = group_dir.subdir("devices").and_then(|d| d.entries());
+                let members = group_dir.subdir("devices").and_then(SysDir::into_entries);
                 if let Some(members) = self.out.reported(members) {
                     let members = (members.into_iter())
                         .filter(|member| self.out.reported(member.name()).is_some())
@@ -70,7 +71,7 @@ impl Read<'_> {
             }
         }
 
-        let loaded = SysDir::open(&collector.sysfs, "module").and_then(|d| d.entries());
+        let loaded = collector.sysfs_dir("module").and_then(SysDir::into_entries);
         let loaded: Vec<String> = (self.out.optional(loaded).unwrap_or_default().into_iter())
             .filter_map(|module| self.out.reported(module.into_name()))
             .collect();
@@ -92,18 +93,38 @@ impl Read<'_> {
         }
     }
 
+    /// [`Read::read_iommu`], once per scrape: the host unit and each device meant for
+    /// passthrough ask for it.
+    pub(super) fn iommu(&mut self) -> (usize, bool) {
+        if let Some(iommu) = self.collector.scrape().iommu {
+            return iommu;
+        }
+        // Read once per scrape, unless it met an error, which each read reports then.
+        let errors = self.out.errors.len();
+        let iommu = self.read_iommu();
+        if self.out.errors.len() == errors {
+            self.collector.scrape().iommu = Some(iommu);
+        }
+        iommu
+    }
+
     /// The IOMMU units in `/sys/class/iommu`, and whether an IOMMU is active: a unit there
     /// (kernels since 3.17), else an IOMMU group, which only an IOMMU driver makes (kernels 3.5
     /// to 3.16 have groups but no `/sys/class/iommu`). Groups that vfio's no-IOMMU mode makes
     /// without one do not count.
-    pub(super) fn iommu(&mut self) -> (usize, bool) {
-        let units = SysDir::open(&self.collector.sysfs, "class/iommu").and_then(|d| d.entries());
+    fn read_iommu(&mut self) -> (usize, bool) {
+        let units = self
+            .collector
+            .sysfs_dir("class/iommu")
+            .and_then(SysDir::into_entries);
         let units = self.out.optional(units).unwrap_or_default().len();
         if units > 0 {
             return (units, true);
         }
         // A listing that fails is reported where the host unit lists the groups, once.
-        let groups = SysDir::open(&self.collector.sysfs, "kernel/iommu_groups")
+        let groups = self
+            .collector
+            .sysfs_dir("kernel/iommu_groups")
             .and_then(|d| d.entries().map(|e| (d, e)));
         let Ok((groups, entries)) = groups else {
             return (0, false);
@@ -134,6 +155,7 @@ mod tests {
     use super::super::PciCollector;
     use super::*;
     use crate::collector::Output;
+    use std::path::Path;
 
     /// `hpcnode_iommu_enabled` on a sysfs root with the given IOMMU groups (`None`: unnamed)
     /// and no `/sys/class/iommu`, as kernels before 3.17 have.
@@ -146,20 +168,7 @@ mod tests {
                 std::fs::write(group.join("name"), format!("{name}\n")).unwrap();
             }
         }
-        let collector = PciCollector {
-            sysfs: tmp.path().to_path_buf(),
-            procfs: tmp.path().join("proc"),
-            rootfs: tmp.path().to_path_buf(),
-            devices: Vec::new(),
-            passthrough: Vec::new(),
-            nova_configs: Vec::new(),
-            nova_scheduler_configs: Vec::new(),
-            logged_unreadable: Default::default(),
-            aliases: Default::default(),
-            modprobe_rules: Default::default(),
-            listing_held: Default::default(),
-            held: Default::default(),
-        };
+        let collector = collector(tmp.path());
         let mut out = Output::default();
         let mut read = Read {
             collector: &collector,
@@ -171,6 +180,60 @@ mod tests {
         assert_eq!(units, 0);
         assert!(out.errors.is_empty(), "{:?}", out.errors);
         enabled
+    }
+
+    fn collector(root: &Path) -> PciCollector {
+        PciCollector {
+            sysfs: root.to_path_buf(),
+            procfs: root.join("proc"),
+            rootfs: root.to_path_buf(),
+            devices: Vec::new(),
+            passthrough: Vec::new(),
+            nova_configs: Vec::new(),
+            nova_scheduler_configs: Vec::new(),
+            logged_unreadable: Default::default(),
+            aliases: Default::default(),
+            modprobe_rules: Default::default(),
+            listing_held: Default::default(),
+            held: Default::default(),
+            scrape: Default::default(),
+        }
+    }
+
+    /// What one device read gets of the IOMMU state, and the errors it reports.
+    fn iommu_read(collector: &PciCollector) -> ((usize, bool), usize) {
+        let mut out = Output::default();
+        let mut read = Read {
+            collector,
+            reader: Default::default(),
+            held: &mut Default::default(),
+            out: &mut out,
+        };
+        let iommu = read.iommu();
+        (iommu, out.errors.len())
+    }
+
+    /// The IOMMU state is read once per scrape (each device meant for passthrough asks): a
+    /// unit registered since shows from the next listing on. A read that met an error is not
+    /// kept, so that each read reports it.
+    #[test]
+    fn the_iommu_state_is_read_once_per_scrape() {
+        use crate::collector::Collector;
+        let tmp = tempfile::tempdir().unwrap();
+        let class = tmp.path().join("class/iommu");
+        std::fs::create_dir_all(class.join("dmar0")).unwrap();
+        let collector = collector(tmp.path());
+        assert_eq!(iommu_read(&collector), ((1, true), 0));
+        std::fs::create_dir(class.join("dmar1")).unwrap();
+        assert_eq!(iommu_read(&collector), ((1, true), 0));
+        collector.units().unwrap();
+        assert_eq!(iommu_read(&collector), ((2, true), 0));
+        // A link to itself: ELOOP, an error to report.
+        std::fs::remove_dir_all(&class).unwrap();
+        std::os::unix::fs::symlink("iommu", &class).unwrap();
+        collector.units().unwrap();
+        assert_eq!(iommu_read(&collector), ((0, false), 1));
+        assert_eq!(iommu_read(&collector), ((0, false), 1));
     }
 
     #[test]

@@ -25,6 +25,7 @@ use std::collections::HashSet;
 use std::fmt;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex, PoisonError};
 
 use crate::collector::{
     CollectError, Collector, Host, Output, Registration, Settings, StartError, Started,
@@ -124,6 +125,7 @@ impl Settings for PciSettings {
             modprobe_rules: Stamped::default(),
             listing_held: HeldByUnit::default(),
             held: HeldByUnit::default(),
+            scrape: Mutex::default(),
         }))
     }
 }
@@ -178,9 +180,35 @@ struct PciCollector {
     listing_held: HeldByUnit,
     /// Per device and root port unit, the attributes its read reads, held likewise.
     held: HeldByUnit,
+    /// What the last listing opened, and what its units' reads share.
+    scrape: Mutex<ScrapeState>,
+}
+
+/// What the units of one scrape share, reset by its listing.
+#[derive(Default)]
+struct ScrapeState {
+    /// The sysfs root: the units' reads open their directories from it rather than open the
+    /// root again for each.
+    sysfs: Option<Arc<SysDir>>,
+    /// The host's IOMMU hardware units and whether one is active, as the first device read
+    /// that needed them read them without an error.
+    iommu: Option<(usize, bool)>,
 }
 
 impl PciCollector {
+    /// `relative` under `--path.sysfs`, from the root the listing opened.
+    fn sysfs_dir(&self, relative: &str) -> Result<SysDir, SysfsError> {
+        let root = self.scrape().sysfs.clone();
+        match root {
+            Some(root) => root.link_dir(relative),
+            None => SysDir::open(&self.sysfs, relative),
+        }
+    }
+
+    fn scrape(&self) -> std::sync::MutexGuard<'_, ScrapeState> {
+        self.scrape.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
     /// Says once, in the log, that holders may be missing and what would show them.
     fn log_unreadable_processes(&self, count: u64) {
         if !self.logged_unreadable.swap(true, Ordering::Relaxed) {
@@ -485,7 +513,10 @@ impl Collector for PciCollector {
     type Unit = Unit;
 
     fn units(&self) -> Result<Vec<Unit>, CollectError> {
-        let listing = SysDir::open(&self.sysfs, DEVICES_DIR)
+        let sysfs = SysDir::open(&self.sysfs, "").ok().map(Arc::new);
+        *self.scrape() = ScrapeState { sysfs, iommu: None };
+        let listing = self
+            .sysfs_dir(DEVICES_DIR)
             .and_then(|dir| dir.entries().map(|entries| (dir, entries)));
         let (devices, entries) = match listing {
             Ok(listing) => listing,
@@ -519,7 +550,7 @@ impl Collector for PciCollector {
         for address in &addresses {
             // A device that vanished or cannot be identified is not one of interest; a
             // device named by address that is absent is still listed (to report it absent).
-            let Ok(dir) = devices.subdir(address) else {
+            let Ok(dir) = devices.link_dir(address) else {
                 continue;
             };
             let identity = self.listing_held.read(address, |held| {
@@ -590,7 +621,7 @@ impl Collector for PciCollector {
         }
         // Scanning every process's open files costs: only where vfio is loaded (a process
         // may still hold a group whose device left vfio-pci).
-        if !vfio_bound.is_empty() || SysDir::open(&self.sysfs, "module/vfio").is_ok() {
+        if !vfio_bound.is_empty() || self.sysfs_dir("module/vfio").is_ok() {
             units.push(Unit::VfioHolders(vfio_bound));
         }
         units.extend(

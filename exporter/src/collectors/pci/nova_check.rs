@@ -37,7 +37,7 @@ pub(super) fn nova_identity(
     unnamed: &mut Vec<SysfsError>,
 ) -> PciIdentity {
     let entries = match with_netdevs {
-        true => dir.subdir("net").and_then(|net| net.entries()),
+        true => dir.subdir("net").and_then(SysDir::into_entries),
         false => Ok(Vec::new()),
     };
     let mut netdevs = Vec::new();
@@ -113,10 +113,7 @@ impl Read<'_> {
         self.scheduler_filter(&configs);
         self.alias_definitions(&configs);
         // Every present device with its Nova identity and type.
-        let Some(devices) = self
-            .out
-            .reported(SysDir::open(&collector.sysfs, DEVICES_DIR))
-        else {
+        let Some(devices) = self.out.reported(collector.sysfs_dir(DEVICES_DIR)) else {
             return;
         };
         let Some(entries) = self.out.reported(devices.entries()) else {
@@ -129,7 +126,7 @@ impl Read<'_> {
             let Ok(address) = entry.into_name() else {
                 continue;
             };
-            let Ok(dir) = devices.subdir(&address) else {
+            let Ok(dir) = devices.link_dir(&address) else {
                 continue;
             };
             if let Some(identity) = read_identity(&dir, &address, &mut self.reader, None) {

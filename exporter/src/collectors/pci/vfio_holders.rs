@@ -39,15 +39,12 @@ impl Read<'_> {
     /// a vfio node that names no such device any more (its device removed or rebound).
     pub(super) fn vfio_holders(&mut self, devices: &[String]) {
         let collector = self.collector;
-        let Some(pci) = self
-            .out
-            .reported(SysDir::open(&collector.sysfs, DEVICES_DIR))
-        else {
+        let Some(pci) = self.out.reported(collector.sysfs_dir(DEVICES_DIR)) else {
             return;
         };
         let mut device_of_node: BTreeMap<String, &str> = BTreeMap::new();
         for address in devices {
-            let Some(dir) = self.out.optional(pci.subdir(address)) else {
+            let Some(dir) = self.out.optional(pci.link_dir(address)) else {
                 continue;
             };
             for node in self.device_nodes(&dir) {
@@ -112,7 +109,7 @@ impl Read<'_> {
             nodes.push(format!("/dev/vfio/{group}"));
             nodes.push(format!("/dev/vfio/noiommu-{group}"));
         }
-        let cdevs = dir.subdir("vfio-dev").and_then(|d| d.entries());
+        let cdevs = dir.subdir("vfio-dev").and_then(SysDir::into_entries);
         for cdev in self.out.optional(cdevs).unwrap_or_default() {
             if let Some(name) = self.out.reported(cdev.into_name()) {
                 nodes.push(format!("/dev/vfio/devices/{name}"));
