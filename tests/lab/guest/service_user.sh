@@ -1,7 +1,7 @@
 # Running the exporter as the systemd unit would, for the least_privilege groups (busybox sh,
 # sourced after lib.sh): an unprivileged user holding exactly the capabilities the unit grants
 # (AmbientCapabilities= of packaging/hpcnode_exporter.service, copied into the share when the
-# lab is built), set by util-linux's setpriv (`# lab: tools=setpriv`) as systemd sets them:
+# lab is built) and its memlock limit, set by util-linux's setpriv (`# lab: tools=setpriv`) as systemd sets them:
 # inheritable, ambient and bounding set.
 
 SERVICE_UID=65534
@@ -9,6 +9,15 @@ SERVICE_UID=65534
 UNIT_CAPS=$(sed -n 's/^AmbientCapabilities=//p' /lab/hpcnode_exporter.service | tr 'A-Z' 'a-z' | sed 's/cap_//g')
 # The ambient set must not be empty: an empty one would mean a broken copy of the unit.
 [ -n "$UNIT_CAPS" ] || { lab_fail "the unit grants capabilities" "no AmbientCapabilities= in /lab/hpcnode_exporter.service"; exit 1; }
+
+# The unit's LimitMEMLOCK=, as ulimit -l takes it. Kernels before 5.11 charge BPF maps and
+# programs to the memlock limit of the user (uid 65534 here), so without it the first probes
+# use up the default 64 KiB and the rest fail to load with EPERM (seen on 5.10).
+UNIT_MEMLOCK=$(sed -n 's/^LimitMEMLOCK=//p' /lab/hpcnode_exporter.service)
+case $UNIT_MEMLOCK in
+  infinity) UNIT_MEMLOCK=unlimited ;;
+  *) lab_fail "the unit's memlock limit" "LimitMEMLOCK=$UNIT_MEMLOCK: the lab knows only infinity"; exit 1 ;;
+esac
 
 # unit_caps_without CAP: the unit's capabilities but CAP.
 unit_caps_without() { for cap in $UNIT_CAPS; do [ "$cap" = "$1" ] || echo "$cap"; done; }
@@ -35,7 +44,8 @@ run_exporter() {
     LAB_EXPORTER=/lab/bin/hpcnode_exporter
   else
     LAB_EXPORTER=$LAB_TMP/as-service-user
-    printf '#!/bin/sh\nexec %s /lab/bin/hpcnode_exporter "$@"\n' "$(service_user_prefix "$@")" > "$LAB_EXPORTER"
+    # The limit is set as root, before setpriv drops to the service user, as systemd does.
+    printf '#!/bin/sh\nulimit -l %s\nexec %s /lab/bin/hpcnode_exporter "$@"\n' "$UNIT_MEMLOCK" "$(service_user_prefix "$@")" > "$LAB_EXPORTER"
     chmod +x "$LAB_EXPORTER"
   fi
   started=$(date +%s)
