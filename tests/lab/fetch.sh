@@ -8,6 +8,10 @@
 set -euo pipefail
 cache=${HPCNODE_LAB_CACHE:-"$(cd "$(dirname "$0")" && pwd)/.cache"}
 mkdir -p "$cache/debs"
+# One fetch at a time per cache: kernels are prepared in parallel, and two unpacks of the shared
+# userspace root (one removing what the other extracts) or two apt runs on one lists folder fail.
+exec 9> "$cache/.fetch.lock"
+flock 9
 # apt options: none for the host's own suite (bookworm); a private sources list, package lists
 # and cache under $cache for another suite (bullseye's 5.10), leaving the host's apt untouched.
 apt_options=()
