@@ -1,5 +1,6 @@
 //! ARCHITECTURE.md stays true: every path its code map names exists, and every source module
-//! of the exporter is in the code map (by its own row, or named in its directory's row).
+//! of the exporter is in the code map (by its own row, or named in its directory's row). So
+//! does the kernel lab's README: its tables of groups name the groups of `tests/lab/scenarios/`.
 
 use std::collections::BTreeSet;
 use std::path::{Path, PathBuf};
@@ -108,4 +109,59 @@ fn every_source_module_is_in_the_code_map() {
             "{script} is missing from ARCHITECTURE.md's code map"
         );
     }
+}
+
+/// Every table of tests/lab/README.md whose first column is `group`: its section's title and
+/// the names of its rows (the last row of a table of times, `all`, left out).
+fn lab_group_tables(readme: &str) -> Vec<(String, BTreeSet<String>)> {
+    let mut tables = Vec::new();
+    let mut section = String::new();
+    let mut rows: Option<BTreeSet<String>> = None;
+    for line in readme.lines() {
+        if let Some(title) = line.strip_prefix("## ") {
+            section = title.to_string();
+        }
+        if line.starts_with("| group |") {
+            rows = Some(BTreeSet::new());
+        } else if let Some(names) = rows.as_mut().filter(|_| line.starts_with('|')) {
+            let name = line.split('|').nth(1).unwrap_or_default().trim();
+            if !name.starts_with("---") && name != "all" {
+                names.insert(name.trim_matches('`').to_string());
+            }
+        } else if let Some(names) = rows.take() {
+            tables.push((section.clone(), names));
+        }
+    }
+    tables.extend(rows.map(|names| (section, names)));
+    tables
+}
+
+#[test]
+fn the_lab_readme_names_every_lab_group_and_no_other() {
+    let lab = repository().join("tests/lab");
+    let groups: BTreeSet<String> = std::fs::read_dir(lab.join("scenarios"))
+        .unwrap()
+        .map(|entry| entry.unwrap().path())
+        .filter(|path| path.extension().is_some_and(|e| e == "sh"))
+        .map(|path| path.file_stem().unwrap().to_string_lossy().into_owned())
+        .collect();
+    assert!(groups.len() > 10, "only {} lab groups", groups.len());
+    let readme = std::fs::read_to_string(lab.join("README.md")).unwrap();
+    let tables = lab_group_tables(&readme);
+    for (section, names) in &tables {
+        let unknown: Vec<_> = names.difference(&groups).collect();
+        assert!(
+            unknown.is_empty(),
+            "tests/lab/README.md ({section}) names groups without a scenario file: {unknown:?}"
+        );
+    }
+    let (_, described) = tables
+        .iter()
+        .find(|(section, _)| section == "The groups")
+        .expect("tests/lab/README.md has a group table under '## The groups'");
+    let missing: Vec<_> = groups.difference(described).collect();
+    assert!(
+        missing.is_empty(),
+        "tests/lab/README.md's group table has no row for {missing:?}"
+    );
 }

@@ -9,10 +9,11 @@ use std::path::Path;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use aya::maps::{HashMap as BpfHashMap, MapData, PerCpuArray, RingBuf};
+use aya::maps::{HashMap as BpfHashMap, MapData, MapError, PerCpuArray, RingBuf};
 use aya::programs::{
     BtfTracePoint, FEntry, FExit, KProbe, Program, ProgramError, RawTracePoint, TracePoint,
 };
+use aya::util::KernelVersion;
 use aya::{Btf, Ebpf, EbpfLoader};
 use perf_event::events::Tracepoint as PerfTracepoint;
 use perf_event::Counter;
@@ -88,9 +89,9 @@ impl AyaKernel {
         let mut ebpf = EbpfLoader::new()
             .btf(self.btf.as_ref())
             .load(object(probe))
-            .map_err(|err| format!("loading the object: {}", one_line(&err)))?;
+            .map_err(|err| format!("loading the object: {}", creation_failure(&err)))?;
         let program = program_of(&mut ebpf, attempt.program)?;
-        load_program(program, attempt, self.btf.as_ref()).map_err(|err| one_line(&*err))?;
+        load_program(program, attempt, self.btf.as_ref()).map_err(|err| creation_failure(&*err))?;
         Ok(ebpf)
     }
 
@@ -103,7 +104,7 @@ impl AyaKernel {
         let program = program_of(ebpf, namer.program)?;
         load_program(program, namer, self.btf.as_ref())
             .and_then(|()| attach_program(program, namer))
-            .map_err(|err| format!("{}: {}", namer.program, one_line(&*err)))
+            .map_err(|err| format!("{}: {}", namer.program, creation_failure(&*err)))
     }
 
     fn attach_bpf(&self, probe: Probe, attempt: &Attempt) -> Result<Attachment, String> {
@@ -259,7 +260,7 @@ pub fn reattach(probe: Probe, hook: Hook, attachment: &Attachment) -> Result<(),
                 "{}({}): {}",
                 hook.name(),
                 attempt.targets.first().copied().unwrap_or_default(),
-                one_line(&*err)
+                creation_failure(&*err)
             )),
         }
     }
@@ -299,6 +300,83 @@ fn one_line(err: &dyn Error) -> String {
         line = format!("...{}", &line[cut..]);
     }
     line
+}
+
+/// An error from loading an object or a program on one line, and where the kernel refused to
+/// create a map or program for the memlock limit, that limit named.
+fn creation_failure(err: &(dyn Error + 'static)) -> String {
+    BpfMemoryCharge::now().explain(err)
+}
+
+/// Where the running kernel charges the memory of BPF maps and programs. Before 5.11 it is the
+/// user's RLIMIT_MEMLOCK (memcg accounting replaced it), and a creation past it fails with
+/// EPERM. aya then raises the limit to infinity once, as libbpf (`bump_rlimit_memlock`) and
+/// cilium/ebpf (`rlimit.RemoveMemlock`) do; a limit still finite means that raise failed (no
+/// CAP_SYS_RESOURCE, a finite hard limit), and the operator has to raise it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+struct BpfMemoryCharge {
+    /// BPF memory is charged to RLIMIT_MEMLOCK (before 5.11).
+    to_memlock: bool,
+    /// The soft RLIMIT_MEMLOCK in bytes; `None`: unlimited.
+    memlock_limit: Option<u64>,
+}
+
+/// The release whose BPF memory goes to the memory cgroup instead of RLIMIT_MEMLOCK.
+const MEMCG_ACCOUNTING_SINCE: KernelVersion = KernelVersion::new(5, 11, 0);
+
+impl BpfMemoryCharge {
+    fn now() -> BpfMemoryCharge {
+        BpfMemoryCharge {
+            // As aya decides whether to raise the limit: an unknown release counts as older.
+            to_memlock: KernelVersion::current().map_or(true, |v| v < MEMCG_ACCOUNTING_SINCE),
+            memlock_limit: rustix::process::getrlimit(rustix::process::Resource::Memlock).current,
+        }
+    }
+
+    /// `err` on one line, with the memlock limit named where it is the likely cause: the
+    /// kernel refused a map or program with EPERM while it charges them to a finite limit.
+    fn explain(self, err: &(dyn Error + 'static)) -> String {
+        let line = one_line(err);
+        match self.memlock_limit.filter(|_| self.to_memlock) {
+            // Before the error, which for a program ends with the verifier's output.
+            Some(limit) if refused_creation(err) => format!(
+                "EPERM: BPF memory is charged to RLIMIT_MEMLOCK ({}) on kernels before 5.11 and raising it failed; raise it (the unit sets LimitMEMLOCK=infinity): {line}",
+                Bytes(limit)
+            ),
+            _ => line,
+        }
+    }
+}
+
+/// Whether `err`, or one of its causes, is the kernel refusing to create a map or load a
+/// program with EPERM (not an attach, nor the verifier's EACCES).
+fn refused_creation(err: &(dyn Error + 'static)) -> bool {
+    let mut next = Some(err);
+    while let Some(err) = next {
+        let io_error = match (err.downcast_ref(), err.downcast_ref()) {
+            (Some(MapError::CreateError { io_error, .. }), _) => Some(io_error),
+            (_, Some(ProgramError::LoadError { io_error, .. })) => Some(io_error),
+            _ => None,
+        };
+        if io_error.is_some_and(|io_error| io_error.raw_os_error() == Some(libc::EPERM)) {
+            return true;
+        }
+        next = err.source();
+    }
+    false
+}
+
+/// A size in bytes, KiB or MiB, rounded down (`ulimit -l` counts KiB).
+struct Bytes(u64);
+
+impl std::fmt::Display for Bytes {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self.0 {
+            bytes if bytes < 1 << 10 => write!(f, "{bytes} bytes"),
+            bytes if bytes < 1 << 20 => write!(f, "{} KiB", bytes >> 10),
+            bytes => write!(f, "{} MiB", bytes >> 20),
+        }
+    }
 }
 
 /// Drains the kernel log ring buffer each time the kernel reports records in it: between
@@ -795,6 +873,92 @@ mod tests {
         }
         // Other processes may log too: at least our three lines.
         assert!(read() >= before + 3, "{before} -> {}", read());
+    }
+
+    /// What pre-5.11 kernels charge to RLIMIT_MEMLOCK, at the 64 KiB default.
+    const CHARGED_64K: BpfMemoryCharge = BpfMemoryCharge {
+        to_memlock: true,
+        memlock_limit: Some(64 << 10),
+    };
+
+    /// A map creation the kernel refused with `errno`, as aya's loader reports it.
+    fn map_refused(errno: i32) -> aya::EbpfError {
+        aya::EbpfError::MapError(MapError::CreateError {
+            name: "module_loads".into(),
+            io_error: std::io::Error::from_raw_os_error(errno),
+        })
+    }
+
+    /// A program load the kernel refused with `errno`, as `load_program` reports it.
+    fn program_refused(errno: i32) -> Box<dyn Error> {
+        Box::new(ProgramError::LoadError {
+            io_error: std::io::Error::from_raw_os_error(errno),
+            verifier_log: aya_obj::VerifierLog::new(String::new()),
+        })
+    }
+
+    /// EPERM from creating a map or loading a program names the memlock limit where the kernel
+    /// charges BPF memory to it and it is still finite (aya's raise to infinity failed); not
+    /// once that raise worked, nor on kernels with memcg accounting (EPERM is a missing
+    /// capability there), nor for other errors or an EPERM from attaching.
+    #[test]
+    fn eperm_names_the_memlock_limit_only_where_it_is_the_cause() {
+        let map_line =
+            "map error: failed to create map `module_loads`: Operation not permitted (os error 1)";
+        let program_line = "the BPF_PROG_LOAD syscall returned Operation not permitted (os error 1). Verifier output:";
+        let note = "EPERM: BPF memory is charged to RLIMIT_MEMLOCK (64 KiB) on kernels before 5.11 and raising it failed; raise it (the unit sets LimitMEMLOCK=infinity)";
+        assert_eq!(
+            CHARGED_64K.explain(&map_refused(libc::EPERM)),
+            format!("{note}: {map_line}")
+        );
+        assert_eq!(
+            CHARGED_64K.explain(&*program_refused(libc::EPERM)),
+            format!("{note}: {program_line}")
+        );
+
+        let raised = BpfMemoryCharge {
+            memlock_limit: None,
+            ..CHARGED_64K
+        };
+        let memcg = BpfMemoryCharge {
+            to_memlock: false,
+            ..CHARGED_64K
+        };
+        for charge in [raised, memcg] {
+            assert_eq!(charge.explain(&map_refused(libc::EPERM)), map_line);
+        }
+        for err in [map_refused(libc::E2BIG), map_refused(libc::EINVAL)] {
+            assert!(!CHARGED_64K.explain(&err).contains("RLIMIT_MEMLOCK"));
+        }
+        assert!(!CHARGED_64K
+            .explain(&*program_refused(libc::EACCES))
+            .contains("RLIMIT_MEMLOCK"));
+        let attach_refused = ProgramError::SyscallError(aya::sys::SyscallError {
+            call: "perf_event_open",
+            io_error: std::io::Error::from_raw_os_error(libc::EPERM),
+        });
+        assert!(!CHARGED_64K
+            .explain(&attach_refused)
+            .contains("RLIMIT_MEMLOCK"));
+    }
+
+    #[test]
+    fn sizes_read_as_ulimit_users_think_of_them() {
+        let shown = [1000, 64 << 10, (8 << 20) + 1].map(|bytes| Bytes(bytes).to_string());
+        assert_eq!(shown, ["1000 bytes", "64 KiB", "8 MiB"]);
+    }
+
+    /// The limit explained is this process's soft RLIMIT_MEMLOCK, as /proc/self/limits shows it.
+    #[test]
+    fn memlock_limit_is_the_soft_limit_of_this_process() {
+        let limits = std::fs::read_to_string("/proc/self/limits").unwrap();
+        let soft = limits
+            .lines()
+            .find_map(|line| line.strip_prefix("Max locked memory"))
+            .and_then(|rest| rest.split_whitespace().next())
+            .unwrap();
+        let expected = (soft != "unlimited").then(|| soft.parse::<u64>().unwrap());
+        assert_eq!(BpfMemoryCharge::now().memlock_limit, expected);
     }
 
     /// Loads the probe's raw_tp program for BPF_PROG_TEST_RUN: its object, name and fd (valid
