@@ -55,8 +55,11 @@ done
 #   helpers=   C programs from helpers/, built static on the host (gcc -static) into /lab/bin
 #   timeout=   seconds the group may run in the guest (default 120)
 #   when=named only when named on the command line (measurements too long for every run)
-# Groups with the same machine and cmdline share one boot.
+#   boot=      a name: groups with the same machine, cmdline and boot name share one boot (a long
+#              group gets a boot of its own, so that no kernel's boots end long after the others')
 directive() { sed -n "s/^# lab: $2=//p" "$lab/scenarios/$1.sh" | head -n1; }
+# What a group's boot is known by: groups with the same key share one boot.
+boot_key() { echo "$(directive "$1" machine)|$(directive "$1" cmdline)|$(directive "$1" boot)"; }
 
 failures=0
 fail() { echo "FAIL $*"; failures=$((failures + 1)); }
@@ -226,18 +229,18 @@ prepare_kernel() {
   root_modules=$(for group in "${runnable[@]}"; do directive "$group" root_modules; done | xargs -r -n1 | sort -u | xargs)
   make_variants "$root" "$kver" "$dir/share/modules" "$root_modules" "${variants[@]}"
   echo "$root" > "$dir/root"
-  # Groups with the same machine and command line share one boot, limited to 90 s (boot and
-  # shutdown under TCG, with room to spare) plus each group's own limit.
+  # Groups with the same machine, command line and boot name share one boot, limited to 90 s
+  # (boot and shutdown under TCG, with room to spare) plus each group's own limit.
   while IFS= read -r key; do
     local limit=90 guest_groups=()
     for group in "${runnable[@]}"; do
-      [ "$(directive "$group" machine)|$(directive "$group" cmdline)" = "$key" ] || continue
+      [ "$(boot_key "$group")" = "$key" ] || continue
       group_timeout=$(directive "$group" timeout)
       guest_groups+=("$group:${group_timeout:=120}")
       limit=$((limit + group_timeout))
     done
-    echo "$limit|$key|$(IFS=,; echo "${guest_groups[*]}")"
-  done < <(for group in "${runnable[@]}"; do echo "$(directive "$group" machine)|$(directive "$group" cmdline)"; done | sort -u) > "$dir/boots"
+    echo "$limit|${key%|*}|$(IFS=,; echo "${guest_groups[*]}")"
+  done < <(for group in "${runnable[@]}"; do boot_key "$group"; done | sort -u) > "$dir/boots"
   echo "lab: $kver ready in $((SECONDS - kernel_start)) s (cache $(dirname "$root"))"
 }
 

@@ -14,6 +14,7 @@
 # lab: tools=verbs
 # lab: collectors=verbs
 # lab: timeout=600
+# lab: boot=verbs
 
 port=/sys/class/infiniband/rxe0/ports/1
 RESPONDER_ADDRESS=127.0.0.1:10051
