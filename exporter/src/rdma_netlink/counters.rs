@@ -111,6 +111,28 @@ pub(crate) mod encode {
         attributes
     }
 
+    /// A counter on port 1 with the QPs and values given.
+    pub fn counter(
+        id: u32,
+        holder: Option<Holder>,
+        qps: &[u32],
+        values: &[(&str, u64)],
+    ) -> QpCounter {
+        QpCounter {
+            port: 1,
+            id,
+            holder,
+            qp_numbers: qps.to_vec(),
+            counters: values
+                .iter()
+                .map(|(name, value)| Counter {
+                    name: name.to_string(),
+                    value: *value,
+                })
+                .collect(),
+        }
+    }
+
     /// `stat_get_doit_qp`: `fill_nldev_handle`, the port, the mode, and in auto mode the mask.
     pub fn mode(device: &Device, port: u32, sequence: u32, mode: QpCounterMode) -> Vec<u8> {
         let mut attributes = handle(device, Some(port));
@@ -287,35 +309,19 @@ mod tests {
         }
     }
 
-    fn counter(id: u32, holder: Option<Holder>, qps: &[u32], values: &[(&str, u64)]) -> QpCounter {
-        QpCounter {
-            port: 1,
-            id,
-            holder,
-            qp_numbers: qps.to_vec(),
-            counters: values
-                .iter()
-                .map(|(name, value)| Counter {
-                    name: name.to_string(),
-                    value: *value,
-                })
-                .collect(),
-        }
-    }
-
     /// mlx5's Q counters (`mlx5_ib_q_cnts`), one counter per process in auto mode, over two
     /// datagrams; then a device without counters: DONE alone.
     #[test]
     fn a_counter_dump_reads_back() {
         let written = [
-            counter(
+            encode::counter(
                 1,
                 Some(Holder::Process(812)),
                 &[17, 18],
                 &[("rx_write_requests", 1 << 33), ("out_of_sequence", 2)],
             ),
-            counter(2, None, &[], &[]),
-            counter(
+            encode::counter(2, None, &[], &[]),
+            encode::counter(
                 3,
                 Some(Holder::Process(9)),
                 &[40],

@@ -923,15 +923,9 @@ mod tests {
             qp_number: Some(number),
             ..entry(Holder::Process(pid), Some(1), Some((2, 3)), None)
         });
-        let counters = [(100, 17, 1 << 33), (101, 18, 5)].map(|(pid, number, value)| QpCounter {
-            port: 1,
-            id: number,
-            holder: Some(Holder::Process(pid)),
-            qp_numbers: vec![number],
-            counters: vec![crate::rdma_netlink::message::Counter {
-                name: "rx_write_requests".into(),
-                value,
-            }],
+        let counters = [(100, 17, 1 << 33), (101, 18, 5)].map(|(pid, number, value)| {
+            let values = [("rx_write_requests", value)];
+            counter_replies::counter(number, Some(Holder::Process(pid)), &[number], &values)
         });
         let reply = move |command| match command {
             Command::Resources(Resource::QueuePair) => [

@@ -136,7 +136,7 @@ pub fn by_holder(counters: &[QpCounter], entries: &[(Resource, Entry)]) -> BTree
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::rdma_netlink::message::Counter;
+    use crate::rdma_netlink::counters::encode::counter;
 
     fn qp(holder: Holder, number: u32) -> (Resource, Entry) {
         let entry = Entry {
@@ -148,22 +148,6 @@ mod tests {
             mr_length: None,
         };
         (Resource::QueuePair, entry)
-    }
-
-    fn counter(holder: Option<Holder>, qps: &[u32], values: &[(&str, u64)]) -> QpCounter {
-        QpCounter {
-            port: 1,
-            id: 1,
-            holder,
-            qp_numbers: qps.to_vec(),
-            counters: values
-                .iter()
-                .map(|(name, value)| Counter {
-                    name: name.to_string(),
-                    value: *value,
-                })
-                .collect(),
-        }
     }
 
     fn sums(values: &[(&str, u64)]) -> Sums {
@@ -185,15 +169,21 @@ mod tests {
             qp(Holder::Kernel("ib_core".into()), 1),
         ];
         let counters = [
-            counter(Some(Holder::Process(7)), &[10], &[("rx_write_requests", 5)]),
             counter(
+                1,
+                Some(Holder::Process(7)),
+                &[10],
+                &[("rx_write_requests", 5)],
+            ),
+            counter(
+                1,
                 Some(Holder::Process(7)),
                 &[11],
                 &[("rx_write_requests", u64::MAX), ("out_of_sequence", 1)],
             ),
-            counter(None, &[20], &[("rx_write_requests", 3)]),
-            counter(None, &[10, 20], &[("rx_write_requests", 100)]),
-            counter(None, &[99], &[("rx_write_requests", 1000)]),
+            counter(1, None, &[20], &[("rx_write_requests", 3)]),
+            counter(1, None, &[10, 20], &[("rx_write_requests", 100)]),
+            counter(1, None, &[99], &[("rx_write_requests", 1000)]),
         ];
         let summed = by_holder(&counters, &entries);
         assert_eq!(
