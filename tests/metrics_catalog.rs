@@ -168,6 +168,13 @@ const NEEDS_RDMA_NETLINK_DEVICE: &[&str] = &[
     "hpcnode_rdma_holder_pinned_bytes",
     "hpcnode_rdma_slurm_job_resources",
     "hpcnode_rdma_slurm_job_pinned_bytes",
+    // With --collector.rdma_netlink.qp-counters: the lab produces the binding and the count
+    // on Soft-RoCE; the per-holder sums (no QP counters on rxe) only from the decoded dumps of
+    // rdma_netlink::tests.
+    "hpcnode_rdma_qp_counter_port_binding",
+    "hpcnode_rdma_qp_counters",
+    "hpcnode_rdma_holder_qp_counter_total",
+    "hpcnode_rdma_slurm_job_qp_counter_total",
 ];
 
 /// The verbs probe with the real libibverbs (unpacked by tests/setup.sh) on the `rdma_edge`

@@ -231,12 +231,21 @@ pub fn verbs_oob(data: &[u8]) {
 /// for: whatever it accepts is bounded by what it was given.
 pub fn rdma_netlink(data: &[u8]) {
     let commands = Resource::ALL.map(Command::Resources);
-    let single = [Command::Devices, Command::PortCounters { port: 1 }];
+    let single = [
+        Command::Devices,
+        Command::PortCounters { port: 1 },
+        Command::QpCounterMode { port: 1 },
+        Command::SetQpCounterAuto { port: 1, mask: 3 },
+        Command::QpCounters,
+    ];
     for command in commands.into_iter().chain(single) {
         let mut dump = Dump::new(command, Some(0), 1);
         if dump.feed(data).is_ok() {
             // Each entry, device or counter takes at least one attribute header.
-            let read = dump.entries.len() + dump.devices.len() + dump.counters.len();
+            let read = dump.entries.len()
+                + dump.devices.len()
+                + dump.counters.len()
+                + dump.qp_counters.len();
             assert!(read <= data.len() / 4);
             assert!(dump.entries.len() <= message::MAX_ENTRIES);
         }

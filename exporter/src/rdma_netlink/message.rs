@@ -6,11 +6,13 @@
 //! never a panic or a wrong number. Attributes the collector does not know are skipped (newer
 //! kernels add them).
 
+use super::counters::{self, QpCounter, QpCounterMode};
+
 /// The netlink protocol number of RDMA (`NETLINK_RDMA`).
 pub const NETLINK_RDMA: i32 = 20;
 
 const NLMSG_HEADER_LEN: usize = 16;
-const NLA_HEADER_LEN: usize = 4;
+pub(super) const NLA_HEADER_LEN: usize = 4;
 const NLMSG_NOOP: u16 = 1;
 const NLMSG_ERROR: u16 = 2;
 const NLMSG_DONE: u16 = 3;
@@ -33,6 +35,16 @@ pub enum Command {
     /// `RDMA_NLDEV_CMD_STAT_GET` of one port (since Linux 5.3): not a dump but one reply, the
     /// port's default counters, as `hw_counters/` gives them.
     PortCounters { port: u32 },
+    /// `RDMA_NLDEV_CMD_STAT_GET` of one port for QPs, with a mode attribute so the kernel
+    /// answers the mode alone (`stat_get_doit_qp`; `rdma statistic qp mode`).
+    QpCounterMode { port: u32 },
+    /// `RDMA_NLDEV_CMD_STAT_SET`: one port's QP counters in auto mode, binding every new QP
+    /// to a counter by the criteria in `mask` (`rdma statistic qp set link DEV/PORT auto
+    /// type,pid on`). Needs CAP_NET_ADMIN.
+    SetQpCounterAuto { port: u32, mask: u32 },
+    /// `RDMA_NLDEV_CMD_STAT_GET` dump for QPs (`nldev_res_get_counter_dumpit`): every bound
+    /// counter of one device, its QPs and values (`rdma statistic qp show`).
+    QpCounters,
 }
 
 /// The resource types the kernel tracks per device (`rdma resource show <type>`).
@@ -94,29 +106,46 @@ impl Command {
         match self {
             Command::Devices => 1,
             Command::Resources(resource) => resource.command(),
-            Command::PortCounters { .. } => 17,
+            Command::PortCounters { .. } | Command::QpCounterMode { .. } | Command::QpCounters => {
+                17
+            }
+            Command::SetQpCounterAuto { .. } => 16,
+        }
+    }
+
+    /// The port a request names.
+    fn port(self) -> Option<u32> {
+        match self {
+            Command::PortCounters { port }
+            | Command::QpCounterMode { port }
+            | Command::SetQpCounterAuto { port, .. } => Some(port),
+            Command::Devices | Command::Resources(_) | Command::QpCounters => None,
         }
     }
 
     /// Dumps end with `NLMSG_DONE`; a single request is answered with one message, the reply
     /// or an error (asked without `NLM_F_ACK`, which would cost one more datagram to receive).
     fn is_dump(self) -> bool {
-        !matches!(self, Command::PortCounters { .. })
+        matches!(
+            self,
+            Command::Devices | Command::Resources(_) | Command::QpCounters
+        )
     }
 
     /// The netlink message type of the request and of each reply (`RDMA_NL_GET_TYPE`).
-    fn message_type(self) -> u16 {
+    pub(crate) fn message_type(self) -> u16 {
         (RDMA_NL_NLDEV << 10) + self.code()
     }
 }
 
 /// `enum rdma_nldev_attr`: the attributes the collector reads.
-mod attr {
+pub(crate) mod attr {
     pub const DEV_INDEX: u16 = 1;
     pub const DEV_NAME: u16 = 2;
     pub const PORT_INDEX: u16 = 3;
     pub const RES_QP: u16 = 19;
     pub const RES_QP_ENTRY: u16 = 20;
+    pub const RES_LQPN: u16 = 21;
     pub const RES_TYPE: u16 = 26;
     pub const RES_STATE: u16 = 27;
     pub const RES_PID: u16 = 28;
@@ -130,6 +159,12 @@ mod attr {
     pub const RES_MRLEN: u16 = 45;
     pub const RES_PD: u16 = 46;
     pub const RES_PD_ENTRY: u16 = 47;
+    pub const STAT_MODE: u16 = 74;
+    pub const STAT_RES: u16 = 75;
+    pub const STAT_AUTO_MODE_MASK: u16 = 76;
+    pub const STAT_COUNTER: u16 = 77;
+    pub const STAT_COUNTER_ENTRY: u16 = 78;
+    pub const STAT_COUNTER_ID: u16 = 79;
     pub const STAT_HWCOUNTERS: u16 = 80;
     pub const STAT_HWCOUNTER_ENTRY: u16 = 81;
     pub const STAT_HWCOUNTER_ENTRY_NAME: u16 = 82;
@@ -186,16 +221,32 @@ pub enum ReplyError {
 /// The request for `command`, as one netlink message: header, then the device index for the
 /// per-device requests (the kernel refuses those without one), and the port index for a port's.
 pub fn request(command: Command, device: Option<u32>, sequence: u32) -> Vec<u8> {
+    // As iproute2's rdma puts them: device, port, then what the counter requests add.
+    let mut words = vec![
+        (attr::DEV_INDEX, device),
+        (attr::PORT_INDEX, command.port()),
+    ];
+    let qp_counters = Some(u32::from(attr::RES_QP));
+    match command {
+        // Any mode value: its presence asks for the mode instead of the counters.
+        Command::QpCounterMode { .. } => words.extend([
+            (attr::STAT_MODE, Some(counters::MODE_MANUAL)),
+            (attr::STAT_RES, qp_counters),
+        ]),
+        Command::SetQpCounterAuto { mask, .. } => words.extend([
+            (attr::STAT_RES, qp_counters),
+            (attr::STAT_MODE, Some(counters::MODE_AUTO)),
+            (attr::STAT_AUTO_MODE_MASK, Some(mask)),
+        ]),
+        Command::QpCounters => words.push((attr::STAT_RES, qp_counters)),
+        Command::Devices | Command::Resources(_) | Command::PortCounters { .. } => {}
+    }
     let mut attributes = Vec::new();
-    let port = match command {
-        Command::PortCounters { port } => Some(port),
-        _ => None,
-    };
-    for (kind, index) in [(attr::DEV_INDEX, device), (attr::PORT_INDEX, port)] {
-        if let Some(index) = index {
+    for (kind, value) in words {
+        if let Some(value) = value {
             attributes.extend_from_slice(&8u16.to_ne_bytes());
             attributes.extend_from_slice(&kind.to_ne_bytes());
-            attributes.extend_from_slice(&index.to_ne_bytes());
+            attributes.extend_from_slice(&value.to_ne_bytes());
         }
     }
     let flags = match command.is_dump() {
@@ -236,6 +287,8 @@ pub struct Entry {
     pub holder: Holder,
     /// QPs and CM IDs bound to a port (a QP in RESET has none yet).
     pub port: Option<u32>,
+    /// A QP's number (`RDMA_NLDEV_ATTR_RES_LQPN`), which names it in a counter's QP list.
+    pub qp_number: Option<u32>,
     /// A QP's type (`enum ib_qp_type`) and state (`enum ib_qp_state`); a CM ID's QP type and
     /// CM state are not read.
     pub qp_type: Option<u8>,
@@ -264,6 +317,8 @@ pub struct Dump {
     pub devices: Vec<Device>,
     pub entries: Vec<Entry>,
     pub counters: Vec<Counter>,
+    pub qp_counter_mode: Option<QpCounterMode>,
+    pub qp_counters: Vec<QpCounter>,
 }
 
 impl Dump {
@@ -277,6 +332,8 @@ impl Dump {
             devices: Vec::new(),
             entries: Vec::new(),
             counters: Vec::new(),
+            qp_counter_mode: None,
+            qp_counters: Vec::new(),
         }
     }
 
@@ -354,6 +411,21 @@ impl Dump {
                     self.done = true;
                     self.port_counters(port, payload)
                 }
+                Command::QpCounterMode { port } => {
+                    self.done = true;
+                    let attributes = self.of_port(port, payload)?;
+                    self.qp_counter_mode = Some(counters::mode(&attributes)?);
+                    Ok(())
+                }
+                // `nldev_stat_set_doit` answers with the device and port alone.
+                Command::SetQpCounterAuto { port, .. } => {
+                    self.done = true;
+                    self.of_port(port, payload).map(drop)
+                }
+                Command::QpCounters => {
+                    let attributes = self.of_device(payload)?;
+                    counters::qp_counters(&attributes, &mut self.qp_counters)
+                }
             },
             other => Err(ReplyError::UnexpectedType(other)),
         }
@@ -369,37 +441,26 @@ impl Dump {
         }
     }
 
-    /// `stat_get_doit_default_counter` (drivers/infiniband/core/nldev.c): device index and name
-    /// (kept in `devices`), port index, then the table of counters, each entry a name and a u64 value
-    /// (`rdma_nl_stat_hwcounter_entry`); counters the driver disabled are left out.
-    fn port_counters(&mut self, port: u32, payload: &[u8]) -> Result<(), ReplyError> {
+    /// The attributes of a reply about the device and port asked for.
+    fn of_port<'a>(&self, port: u32, payload: &'a [u8]) -> Result<Attributes<'a>, ReplyError> {
         let attributes = self.of_device(payload)?;
+        let got = attributes.u32(attr::PORT_INDEX)?;
+        match got == port {
+            true => Ok(attributes),
+            false => Err(ReplyError::OtherPort { got, asked: port }),
+        }
+    }
+
+    /// `stat_get_doit_default_counter` (drivers/infiniband/core/nldev.c): device index and name
+    /// (kept in `devices`), port index, then the table of counters (`hw_counters`).
+    fn port_counters(&mut self, port: u32, payload: &[u8]) -> Result<(), ReplyError> {
+        let attributes = self.of_port(port, payload)?;
         // Which device the index is now: one deleted and added again has another.
         self.devices.push(Device {
             index: attributes.u32(attr::DEV_INDEX)?,
             name: attributes.string(attr::DEV_NAME)?,
         });
-        let got = attributes.u32(attr::PORT_INDEX)?;
-        if got != port {
-            return Err(ReplyError::OtherPort { got, asked: port });
-        }
-        let table = attributes
-            .nested(attr::STAT_HWCOUNTERS)?
-            .ok_or(ReplyError::Missing(attr::STAT_HWCOUNTERS))?;
-        for (kind, entry) in table.all() {
-            if kind != attr::STAT_HWCOUNTER_ENTRY {
-                continue;
-            }
-            if self.counters.len() >= MAX_ENTRIES {
-                return Err(ReplyError::TooLarge(MAX_ENTRIES));
-            }
-            let entry = Attributes::parse(entry)?;
-            let value = entry.optional_u64(attr::STAT_HWCOUNTER_ENTRY_VALUE)?;
-            self.counters.push(Counter {
-                name: entry.string(attr::STAT_HWCOUNTER_ENTRY_NAME)?,
-                value: value.ok_or(ReplyError::Missing(attr::STAT_HWCOUNTER_ENTRY_VALUE))?,
-            });
-        }
+        self.counters = hw_counters(&attributes)?;
         Ok(())
     }
 
@@ -418,18 +479,14 @@ impl Dump {
                 return Err(ReplyError::TooLarge(MAX_ENTRIES));
             }
             let entry = Attributes::parse(entry)?;
-            let holder = match (
-                entry.optional_u32(attr::RES_PID)?,
-                entry.get(attr::RES_KERN_NAME),
-            ) {
-                (Some(pid), _) => Holder::Process(pid),
-                (None, Some(_)) => Holder::Kernel(entry.string(attr::RES_KERN_NAME)?),
-                (None, None) => Holder::Unknown,
-            };
             let queue_pair = resource == Resource::QueuePair;
             self.entries.push(Entry {
-                holder,
+                holder: holder(&entry)?,
                 port: entry.optional_u32(attr::PORT_INDEX)?,
+                qp_number: queue_pair
+                    .then(|| entry.optional_u32(attr::RES_LQPN))
+                    .transpose()?
+                    .flatten(),
                 qp_type: queue_pair
                     .then(|| entry.optional_u8(attr::RES_TYPE))
                     .transpose()?
@@ -445,13 +502,52 @@ impl Dump {
     }
 }
 
+/// Who holds a resource (`fill_res_name_pid`): a process's pid, else a kernel module's name.
+pub(super) fn holder(entry: &Attributes) -> Result<Holder, ReplyError> {
+    Ok(
+        match (
+            entry.optional_u32(attr::RES_PID)?,
+            entry.get(attr::RES_KERN_NAME),
+        ) {
+            (Some(pid), _) => Holder::Process(pid),
+            (None, Some(_)) => Holder::Kernel(entry.string(attr::RES_KERN_NAME)?),
+            (None, None) => Holder::Unknown,
+        },
+    )
+}
+
+/// The `RDMA_NLDEV_ATTR_STAT_HWCOUNTERS` table of `attributes`, each entry a name and a u64
+/// value (`rdma_nl_stat_hwcounter_entry`); counters the driver disabled are left out by the
+/// kernel.
+pub(super) fn hw_counters(attributes: &Attributes) -> Result<Vec<Counter>, ReplyError> {
+    let table = attributes
+        .nested(attr::STAT_HWCOUNTERS)?
+        .ok_or(ReplyError::Missing(attr::STAT_HWCOUNTERS))?;
+    let mut counters = Vec::new();
+    for (kind, entry) in table.all() {
+        if kind != attr::STAT_HWCOUNTER_ENTRY {
+            continue;
+        }
+        if counters.len() >= MAX_ENTRIES {
+            return Err(ReplyError::TooLarge(MAX_ENTRIES));
+        }
+        let entry = Attributes::parse(entry)?;
+        let value = entry.optional_u64(attr::STAT_HWCOUNTER_ENTRY_VALUE)?;
+        counters.push(Counter {
+            name: entry.string(attr::STAT_HWCOUNTER_ENTRY_NAME)?,
+            value: value.ok_or(ReplyError::Missing(attr::STAT_HWCOUNTER_ENTRY_VALUE))?,
+        });
+    }
+    Ok(counters)
+}
+
 /// The attributes of one level, each checked to lie within it; looked up by type.
-struct Attributes<'a> {
+pub(super) struct Attributes<'a> {
     list: Vec<(u16, &'a [u8])>,
 }
 
 impl<'a> Attributes<'a> {
-    fn parse(mut bytes: &'a [u8]) -> Result<Self, ReplyError> {
+    pub(super) fn parse(mut bytes: &'a [u8]) -> Result<Self, ReplyError> {
         let mut list = Vec::new();
         while !bytes.is_empty() {
             let header = take(bytes, 0, NLA_HEADER_LEN).ok_or(ReplyError::AttributeLength {
@@ -475,11 +571,11 @@ impl<'a> Attributes<'a> {
         Ok(Attributes { list })
     }
 
-    fn all(&self) -> impl Iterator<Item = (u16, &'a [u8])> + '_ {
+    pub(super) fn all(&self) -> impl Iterator<Item = (u16, &'a [u8])> + '_ {
         self.list.iter().copied()
     }
 
-    fn get(&self, kind: u16) -> Option<&'a [u8]> {
+    pub(super) fn get(&self, kind: u16) -> Option<&'a [u8]> {
         self.list
             .iter()
             .find(|(k, _)| *k == kind)
@@ -502,24 +598,24 @@ impl<'a> Attributes<'a> {
             .transpose()
     }
 
-    fn optional_u8(&self, kind: u16) -> Result<Option<u8>, ReplyError> {
+    pub(super) fn optional_u8(&self, kind: u16) -> Result<Option<u8>, ReplyError> {
         Ok(self.fixed::<1>(kind, "1 (u8)")?.map(|[byte]| byte))
     }
 
-    fn optional_u32(&self, kind: u16) -> Result<Option<u32>, ReplyError> {
+    pub(super) fn optional_u32(&self, kind: u16) -> Result<Option<u32>, ReplyError> {
         Ok(self.fixed::<4>(kind, "4 (u32)")?.map(u32::from_ne_bytes))
     }
 
-    fn optional_u64(&self, kind: u16) -> Result<Option<u64>, ReplyError> {
+    pub(super) fn optional_u64(&self, kind: u16) -> Result<Option<u64>, ReplyError> {
         Ok(self.fixed::<8>(kind, "8 (u64)")?.map(u64::from_ne_bytes))
     }
 
-    fn u32(&self, kind: u16) -> Result<u32, ReplyError> {
+    pub(super) fn u32(&self, kind: u16) -> Result<u32, ReplyError> {
         self.optional_u32(kind)?.ok_or(ReplyError::Missing(kind))
     }
 
     /// A `NLA_NUL_STRING`: text, then a NUL within the attribute.
-    fn string(&self, kind: u16) -> Result<String, ReplyError> {
+    pub(super) fn string(&self, kind: u16) -> Result<String, ReplyError> {
         let payload = self.get(kind).ok_or(ReplyError::Missing(kind))?;
         let end = payload
             .iter()
@@ -528,7 +624,7 @@ impl<'a> Attributes<'a> {
         String::from_utf8(payload[..end].to_vec()).map_err(|_| ReplyError::BadString(kind))
     }
 
-    fn nested(&self, kind: u16) -> Result<Option<Attributes<'a>>, ReplyError> {
+    pub(super) fn nested(&self, kind: u16) -> Result<Option<Attributes<'a>>, ReplyError> {
         self.get(kind).map(Attributes::parse).transpose()
     }
 }
@@ -628,6 +724,9 @@ pub(crate) mod encode {
         if let Some(port) = entry.port {
             attributes.push(u32(attr::PORT_INDEX, port));
         }
+        if let Some(number) = entry.qp_number {
+            attributes.push(u32(attr::RES_LQPN, number));
+        }
         if let Some(qp_type) = entry.qp_type {
             attributes.push(u8(attr::RES_TYPE, qp_type));
         }
@@ -671,16 +770,30 @@ pub(crate) mod encode {
     }
 
     /// The reply to `RDMA_NLDEV_CMD_STAT_GET` on a port, as `stat_get_doit_default_counter`
-    /// fills it (`fill_nldev_handle`, the port index, then `rdma_nl_stat_hwcounter_entry` per
-    /// counter: name, then the value through `nla_put_u64_64bit`, which puts a
-    /// `RDMA_NLDEV_ATTR_PAD` before it where the value would be unaligned). Here a pad goes after every name whose attribute ends on
-    /// 8 bytes, so both forms are read.
+    /// fills it: `fill_nldev_handle`, the port index, then the counters.
     pub fn port_counters(
         device: &Device,
         port: u32,
         sequence: u32,
         counters: &[Counter],
     ) -> Vec<u8> {
+        let payload = [
+            u32(attr::DEV_INDEX, device.index),
+            string(attr::DEV_NAME, &device.name),
+            u32(attr::PORT_INDEX, port),
+            hw_counters(counters),
+        ]
+        .concat();
+        let command = Command::PortCounters { port };
+        message(command.message_type(), 0, sequence, &payload)
+    }
+
+    /// The `STAT_HWCOUNTERS` table as `fill_stat_counter_hwcounters` and
+    /// `stat_get_doit_default_counter` put it: per counter `rdma_nl_stat_hwcounter_entry`, the
+    /// name, then the value through `nla_put_u64_64bit`, which puts a `RDMA_NLDEV_ATTR_PAD`
+    /// before it where the value would be unaligned. Here a pad goes after every name whose
+    /// attribute ends on 8 bytes, so both forms are read.
+    pub fn hw_counters(counters: &[Counter]) -> Vec<u8> {
         let entries: Vec<Vec<u8>> = counters
             .iter()
             .map(|counter| {
@@ -693,15 +806,7 @@ pub(crate) mod encode {
                 nested(attr::STAT_HWCOUNTER_ENTRY, &[name, pad, value])
             })
             .collect();
-        let payload = [
-            u32(attr::DEV_INDEX, device.index),
-            string(attr::DEV_NAME, &device.name),
-            u32(attr::PORT_INDEX, port),
-            nested(attr::STAT_HWCOUNTERS, &entries),
-        ]
-        .concat();
-        let command = Command::PortCounters { port };
-        message(command.message_type(), 0, sequence, &payload)
+        nested(attr::STAT_HWCOUNTERS, &entries)
     }
 
     /// One request's replies as `tests/lab/helpers/rdma_nl_capture.c` wrote them (each
@@ -754,6 +859,7 @@ mod tests {
         Entry {
             holder,
             port,
+            qp_number: Some(port.unwrap_or(0) * 1000 + u32::from(state)),
             qp_type: Some(qp_type),
             qp_state: Some(state),
             mr_length: None,
@@ -937,6 +1043,7 @@ mod tests {
         let mr = Entry {
             holder: Holder::Process(5),
             port: None,
+            qp_number: None,
             qp_type: None,
             qp_state: None,
             mr_length: Some(1 << 33),
@@ -1146,14 +1253,18 @@ mod proptests {
             any::<u8>(),
             any::<u8>(),
             any::<u64>(),
+            any::<u32>(),
         )
-            .prop_map(move |(holder, port, qp_type, state, length)| Entry {
-                holder,
-                port,
-                qp_type: queue_pair.then_some(qp_type),
-                qp_state: queue_pair.then_some(state),
-                mr_length: memory_region.then_some(length),
-            })
+            .prop_map(
+                move |(holder, port, qp_type, state, length, number)| Entry {
+                    holder,
+                    port,
+                    qp_number: queue_pair.then_some(number),
+                    qp_type: queue_pair.then_some(qp_type),
+                    qp_state: queue_pair.then_some(state),
+                    mr_length: memory_region.then_some(length),
+                },
+            )
     }
 
     fn resource() -> impl Strategy<Value = Resource> {

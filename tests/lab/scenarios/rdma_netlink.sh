@@ -3,7 +3,9 @@
 # running, one side in a fake Slurm job's cgroup, the QPs, MRs and pinned bytes per pid equal
 # what iproute2's `rdma resource show qp -j` / `mr -j` print at the same moment. The rdma
 # collector, forced onto RDMA netlink for hw counters, beside the hw_counters files under
-# traffic and after it (rdma_hw_counters_bench measures the two paths' CPU).
+# traffic and after it (rdma_hw_counters_bench measures the two paths' CPU). With
+# --collector.rdma_netlink.qp-counters the port that appears is put in QP counter auto mode, as
+# the kernel shows it, once; the counters bound are those rdma lists (none on Soft-RoCE).
 # lab: modules=rdma_rxe ib_uverbs rdma_ucm crc32_generic crc32_pclmul dummy
 # lab: tools=verbs
 # lab: collectors=rdma_netlink rdma
@@ -12,7 +14,7 @@
 
 # Under TCG, with ib_write_bw polling on both guest CPUs, a scrape can take longer than 5 s.
 # The rdma collector with netlink forced: a STAT_GET failure is a scrape error, not a fallback.
-COLLECTOR="--collector.disable-defaults --collector.rdma_netlink --collector.rdma --collector.rdma.hw-counters=netlink --scrape.timeout=60s"
+COLLECTOR="--collector.disable-defaults --collector.rdma_netlink --collector.rdma_netlink.qp-counters --collector.rdma --collector.rdma.hw-counters=netlink --scrape.timeout=60s"
 port=/sys/class/infiniband/rxe0/ports/1
 
 lab_scenario netlink_unavailable
@@ -39,6 +41,17 @@ gid=
 for index in $(ls "$port/gid_attrs/types" | sort -n); do
   [ "$(cat "$port/gid_attrs/types/$index" 2> /dev/null)" = "RoCE v2" ] && gid=$index && break
 done
+
+lab_scenario qp_counter_auto_mode
+# The first scrape that sees rxe0 binds its port, before ib_write_bw makes its QPs.
+lab_scrape bound
+rdma statistic qp mode link rxe0/1 > "$LAB_TMP/qp_mode.txt" 2>&1
+lab_info "rdma statistic qp mode link rxe0/1: $(cat "$LAB_TMP/qp_mode.txt")"
+lab_expect "rxe0 port 1: the exporter turned QP counter auto mode on" \
+  "$(lab_value bound 'hpcnode_rdma_qp_counter_port_binding{device="rxe0",port="1",binding="exporter_auto"}')" == 1
+lab_check "the kernel shows auto mode on rxe0/1" grep -q auto "$LAB_TMP/qp_mode.txt"
+lab_expect "one binding series for the port" \
+  "$(lab_series bound 'hpcnode_rdma_qp_counter_port_binding{device="rxe0",port="1"}')" == 1
 
 lab_scenario fake_slurm_job
 # slurmstepd's cgroup v2 layout: the job's processes under .../slurmstepd.scope/job_<N>/.
@@ -163,6 +176,14 @@ lab_expect "the client's QP connected (RTS)" \
 lab_expect "device pinned bytes: the sum of every MR's mrlen" \
   "$(lab_value held 'hpcnode_rdma_pinned_bytes{device="rxe0"}')" == \
   "$(sed 's/},{/}\n{/g' "$LAB_TMP/mr.json" | sed -n 's/.*"mrlen":\([0-9]*\).*/\1/p' | awk '{ s += $1 } END { printf "%d\n", s }')"
+# QPs made in auto mode: the counters the kernel bound, as rdma lists them (rxe cannot
+# allocate a QP counter: alloc_and_bind fails without counter_alloc_stats, and the QP goes on).
+bound=$(rdma statistic qp show link rxe0/1 2>&1)
+lab_info "rdma statistic qp show link rxe0/1: $(echo "$bound" | head -c 300)"
+lab_expect "QP counters bound on rxe0 as rdma lists them" \
+  "$(lab_value held 'hpcnode_rdma_qp_counters{device="rxe0"}')" == "$(echo "$bound" | grep -c cntn)"
+lab_expect "per-holder QP counter series, one per bound counter's values" \
+  "$(lab_series held 'hpcnode_rdma_holder_qp_counter_total{device="rxe0"}')" == "$(echo "$bound" | grep -c cntn)"
 lab_record_series held 'hpcnode_rdma_queue_pairs'
 lab_record_series held 'hpcnode_rdma_holder_pinned_bytes'
 # Ended now rather than at their -D bound: the group stays short.
@@ -186,6 +207,10 @@ lab_check "capture RDMA_NLDEV_CMD_STAT_GET of rxe0 port 1" \
 hw_counters captured
 cp "$LAB_TMP/captured.hw" "/lab/results/rdma_nl.$release.hw_counters_port1.txt"
 lab_check "no traffic: the files as at the last scrape" same_counters after_released captured
+lab_expect "the port's binding logged once over three scrapes" \
+  "$(grep -c 'RDMA QP counters on rxe0 port 1' "$LAB_EXPORTER_LOG")" == 1
+lab_expect "still bound by the exporter" \
+  "$(lab_value released 'hpcnode_rdma_qp_counter_port_binding{device="rxe0",port="1",binding="exporter_auto"}')" == 1
 lab_exporter_stop
 
 # rdma_softroce, in the same boot, adds rxe0 itself and checks that it can.
