@@ -17,9 +17,7 @@ repo=$(cd "$lab/../.." && pwd)
 work=${HPCNODE_LAB_WORK:-$repo/target/lab} # results and logs
 binary=$repo/target/debug/hpcnode_exporter
 all_kernels=(6.12 6.1 5.10)
-# 5.10 runs when asked for (--kernel 5.10 or all): every default group passes on it, but a third
-# kernel takes the lab past CI's time (tests/lab/README.md, Time).
-kernels=(6.12 6.1)
+kernels=("${all_kernels[@]}")
 parallel=0
 groups=()
 while (($#)); do
