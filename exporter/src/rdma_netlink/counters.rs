@@ -155,6 +155,13 @@ pub(crate) mod encode {
         message(command.message_type(), 0, sequence, &payload)
     }
 
+    /// The same on older kernels (Debian's 5.10, seen in the lab): for auto mode
+    /// `nldev_stat_set_doit` ends the message it started without filling anything into it.
+    pub fn set_5_10(port: u32, sequence: u32) -> Vec<u8> {
+        let command = Command::SetQpCounterAuto { port, mask: 0 };
+        message(command.message_type(), 0, sequence, &[])
+    }
+
     /// One message of the counter dump: `res_get_common_dumpit` puts `fill_nldev_handle` and
     /// the table (`nla_nest_start_noflag`, as each entry), each entry `fill_res_counter_entry`:
     /// port, counter id, `fill_stat_counter_mode` (mode; in auto mode the QP type and, with the
@@ -301,6 +308,7 @@ mod tests {
         assert!(read(command, &encode::set(&rxe0(), 1, 1))
             .unwrap()
             .is_done());
+        assert!(read(command, &encode::set_5_10(1, 1)).unwrap().is_done());
         for errno in [libc::EOPNOTSUPP, libc::EPERM, libc::EBUSY] {
             assert_eq!(
                 read(command, &messages::error(1, errno)).unwrap_err(),

@@ -417,10 +417,14 @@ impl Dump {
                     self.qp_counter_mode = Some(counters::mode(&attributes)?);
                     Ok(())
                 }
-                // `nldev_stat_set_doit` answers with the device and port alone.
+                // `nldev_stat_set_doit` answers with the device and port alone; older
+                // kernels (Debian's 5.10, seen in the lab) fill nothing in for auto mode.
                 Command::SetQpCounterAuto { port, .. } => {
                     self.done = true;
-                    self.of_port(port, payload).map(drop)
+                    match payload.is_empty() {
+                        true => Ok(()),
+                        false => self.of_port(port, payload).map(drop),
+                    }
                 }
                 Command::QpCounters => {
                     let attributes = self.of_device(payload)?;
