@@ -11,21 +11,23 @@
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 use std::sync::Mutex;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use regex::Regex;
 
 use crate::collector::{
-    lock, CollectError, Collector, ErrorKind, Host, Output, Registration, Settings, StartError,
-    Started,
+    CollectError, Collector, Host, Output, Registration, Settings, StartError, Started,
 };
 use crate::flags::{flag, optional, ConfigError, Flags};
-use crate::logging::{self, Level, OncePerCause};
+use crate::logging::OncePerCause;
 use crate::metrics::{Desc, LabelValue, Labels, Value};
-use crate::rdma_netlink::message::{Command, Counter};
-use crate::rdma_netlink::socket::{DumpError, Socket};
+use crate::rdma_netlink::socket::Socket;
 use crate::rdma_port::{parse_rate, parse_state_id, ETHERNET_LINK_LAYER};
 use crate::sysfs::{AttributeReader, Entry, HeldAttributes, HeldByUnit, SysDir, SysfsError};
+
+mod netlink;
+
+use netlink::{NetlinkOutcome, NetlinkRead};
 
 pub const REGISTRATION: Registration = Registration {
     name: "rdma",
@@ -171,142 +173,6 @@ impl RdmaCollector {
             netlink_indexes: Mutex::new(None),
             netlink_socket: Mutex::new(None),
             fallbacks_logged: OncePerCause::new(MAX_LOGGED_FALLBACKS),
-        }
-    }
-
-    /// Lists the devices' netlink indexes again when a device is new to the last listing or a
-    /// request failed since (a device deleted and added again has another index). Only where
-    /// devices exist: opening a `NETLINK_RDMA` socket loads `ib_core`.
-    fn list_netlink_indexes(&self, devices: &[Entry]) {
-        let mut indexes = lock(&self.netlink_indexes);
-        if let Some(Ok(known)) = &*indexes {
-            let names = devices.iter().filter_map(|device| device.name().ok());
-            if names.clone().all(|name| known.contains_key(name)) {
-                return;
-            }
-        }
-        let listed = self
-            .socket()
-            .and_then(|mut socket| {
-                let dump = socket.dump(Command::Devices, None, Instant::now() + self.timeout)?;
-                *lock(&self.netlink_socket) = Some(socket);
-                Ok(dump)
-            })
-            .map(|dump| {
-                let devices = dump.devices.into_iter();
-                devices.map(|device| (device.name, device.index)).collect()
-            })
-            .map_err(|err| format!("listing devices over RDMA netlink: {err}"));
-        *indexes = Some(listed);
-    }
-
-    /// The kept socket, or a new one while another unit uses it.
-    fn socket(&self) -> Result<Socket, DumpError> {
-        lock(&self.netlink_socket)
-            .take()
-            .map_or_else(Socket::open, Ok)
-    }
-
-    /// The netlink side of one device's read, or `None` where its hw counters come from sysfs.
-    fn netlink_read(&self, device: &str) -> Option<NetlinkRead<'_>> {
-        let HwCounters::Netlink { fallback } = self.hw_counters else {
-            return None;
-        };
-        let index = match &*lock(&self.netlink_indexes) {
-            Some(Ok(indexes)) => indexes
-                .get(device)
-                .copied()
-                .ok_or_else(|| "not listed by RDMA netlink".to_string()),
-            Some(Err(cause)) => Err(cause.clone()),
-            None => Err("not listed by RDMA netlink".to_string()),
-        };
-        Some(NetlinkRead {
-            collector: self,
-            device: device.to_string(),
-            index,
-            fallback,
-            socket: None,
-            deadline: Instant::now() + self.timeout,
-        })
-    }
-}
-
-/// One device's port counters over RDMA netlink: its index, and the collector's socket, taken
-/// at the first port asked and given back once the device is read without a failure.
-struct NetlinkRead<'a> {
-    collector: &'a RdmaCollector,
-    device: String,
-    /// The device's netlink index, or why there is none.
-    index: Result<u32, String>,
-    fallback: bool,
-    socket: Option<Socket>,
-    deadline: Instant,
-}
-
-impl Drop for NetlinkRead<'_> {
-    fn drop(&mut self) {
-        if let Some(socket) = self.socket.take() {
-            *lock(&self.collector.netlink_socket) = Some(socket);
-        }
-    }
-}
-
-/// How a port's read over netlink went.
-enum NetlinkOutcome {
-    Read,
-    /// Failed where the files may not stand in (`--collector.rdma.hw-counters=netlink`).
-    Failed,
-    /// Failed; the files stand in.
-    FallBack,
-}
-
-/// Why a port's counters did not come over netlink.
-#[derive(Debug, thiserror::Error)]
-enum NetlinkCountersError {
-    #[error("{0}")]
-    NoIndex(String),
-    #[error("port {0:?} is not a port number")]
-    PortName(String),
-    #[error("its index is now device {0:?}'s")]
-    OtherDevice(String),
-    #[error(transparent)]
-    Request(#[from] DumpError),
-}
-
-impl NetlinkCountersError {
-    fn collect_error(&self, what: &str) -> CollectError {
-        match self {
-            NetlinkCountersError::Request(err) => err.collect_error(what),
-            err => CollectError::new(ErrorKind::Io, format!("RDMA netlink {what}: {err}"))
-                .keyed_by(format!("rdma netlink {what}")),
-        }
-    }
-}
-
-impl NetlinkRead<'_> {
-    fn port_counters(&mut self, port: &str) -> Result<Vec<Counter>, NetlinkCountersError> {
-        let result = self.request(port);
-        if result.is_err() {
-            // A socket that failed may hold a late reply; the index may be another device's.
-            self.socket = None;
-            *lock(&self.collector.netlink_indexes) = None;
-        }
-        result
-    }
-
-    fn request(&mut self, port: &str) -> Result<Vec<Counter>, NetlinkCountersError> {
-        let index = (self.index.clone()).map_err(NetlinkCountersError::NoIndex)?;
-        let port = (port.parse()).map_err(|_| NetlinkCountersError::PortName(port.to_string()))?;
-        let socket = match &mut self.socket {
-            Some(socket) => socket,
-            None => self.socket.insert(self.collector.socket()?),
-        };
-        let reply = socket.dump(Command::PortCounters { port }, Some(index), self.deadline)?;
-        match reply.devices.first() {
-            Some(device) if device.name == self.device => Ok(reply.counters),
-            other => Err(NetlinkCountersError::OtherDevice(
-                other.map(|device| device.name.clone()).unwrap_or_default(),
-            )),
         }
     }
 }
@@ -767,35 +633,6 @@ impl DeviceRead<'_> {
         self.push(&PORT_HW_COUNTERS_SOURCE, labels, Value::Int(1));
     }
 
-    /// A port's hw counters over netlink; `None` where they come from the files.
-    fn netlink_hw_counters(&mut self, port: &LabelValue) -> Option<NetlinkOutcome> {
-        let netlink = self.netlink.as_mut()?;
-        let err = match netlink.port_counters(port.as_str()) {
-            Ok(counters) => {
-                for Counter { name, value } in counters {
-                    let labels = self.counter_labels(Some(port), name.into());
-                    self.push(&PORT_HW_STAT, labels, Value::Int(value));
-                }
-                return Some(NetlinkOutcome::Read);
-            }
-            Err(err) => err,
-        };
-        let what = format!(
-            "{} port {}: hw counters",
-            self.device.as_str(),
-            port.as_str()
-        );
-        if !netlink.fallback {
-            self.out.errors.push(err.collect_error(&what));
-            return Some(NetlinkOutcome::Failed);
-        }
-        let notice = format!("RDMA netlink failed for {what} read from sysfs instead: {err}");
-        if netlink.collector.fallbacks_logged.is_new(notice.clone()) {
-            logging::log(Level::Info, &notice, &[("collector", "rdma")]);
-        }
-        Some(NetlinkOutcome::FallBack)
-    }
-
     /// The first network device bound to a GID of a RoCE port. Unused GID entries fail to read
     /// on real kernels, so read failures here are expected and not reported; an entry whose
     /// name is not UTF-8 is no GID entry, and is.
@@ -1111,69 +948,6 @@ mod tests {
             err.starts_with("invalid --collector.rdma.hw-counters \"both\""),
             "{err}"
         );
-    }
-
-    /// rxe0 with one hw counter file, read by a collector whose netlink listing failed; and
-    /// whether the fallback's notice would be new after that read (it was not logged).
-    fn read_after_a_failed_listing(hw_counters: HwCounters) -> (Output, bool) {
-        let tmp = tempfile::tempdir().unwrap();
-        let port = tmp.path().join(CLASS_DIR).join("rxe0/ports/1");
-        std::fs::create_dir_all(port.join("hw_counters")).unwrap();
-        std::fs::write(port.join("hw_counters/rcvd_pkts"), "12\n").unwrap();
-        std::fs::write(port.join("hw_counters/lifespan"), "10\n").unwrap();
-        for (file, content) in [
-            ("state", "4: ACTIVE"),
-            ("phys_state", "5: LinkUp"),
-            ("rate", "10 Gb/sec (1X QDR)"),
-        ] {
-            std::fs::write(port.join(file), content).unwrap();
-        }
-        let mut collector = RdmaCollector::new(tmp.path().to_path_buf(), DeviceFilter::All);
-        collector.hw_counters = hw_counters;
-        *lock(&collector.netlink_indexes) =
-            Some(Err("listing devices over RDMA netlink: refused".into()));
-        let mut out = Output::default();
-        collector.collect_unit(&Entry::Name("rxe0".to_string()), &mut out);
-        let notice = "RDMA netlink failed for rxe0 port 1: hw counters read from sysfs instead: listing devices over RDMA netlink: refused";
-        (out, collector.fallbacks_logged.is_new(notice.to_string()))
-    }
-
-    fn text(out: Output) -> String {
-        crate::metrics::encode(out.samples, crate::metrics::Format::PrometheusText).unwrap()
-    }
-
-    #[test]
-    fn where_netlink_fails_auto_reads_the_files_and_says_so() {
-        let (out, logged_again) =
-            read_after_a_failed_listing(HwCounters::Netlink { fallback: true });
-        assert!(out.errors.is_empty(), "{:?}", out.errors);
-        assert!(
-            !logged_again,
-            "the fallback's cause was logged: once per cause"
-        );
-        let text = text(out);
-        for series in [
-            r#"hpcnode_rdma_port_hw_stat_total{device="rxe0",port="1",counter="rcvd_pkts"} 12"#,
-            r#"hpcnode_rdma_port_hw_counters_source{device="rxe0",port="1",source="sysfs"} 1"#,
-        ] {
-            assert!(text.contains(series), "{text}");
-        }
-    }
-
-    #[test]
-    fn where_netlink_is_forced_a_failure_is_an_error_not_the_files() {
-        let (out, logged_again) =
-            read_after_a_failed_listing(HwCounters::Netlink { fallback: false });
-        assert!(logged_again, "no fallback, no notice");
-        assert_eq!(out.errors.len(), 1, "{:?}", out.errors);
-        assert!(
-            format!("{:?}", out.errors[0]).contains("rxe0 port 1"),
-            "{:?}",
-            out.errors
-        );
-        let text = text(out);
-        assert!(!text.contains("hw_stat"), "{text}");
-        assert!(!text.contains("hw_counters_source"), "{text}");
     }
 
     #[test]
