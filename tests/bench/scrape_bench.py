@@ -310,6 +310,7 @@ def run_one(n, args, exporter, node_exporter):
         sysfs = make_tree(workdir, n)
         n_files = sum(len(fs) for _, _, fs in os.walk(sysfs))
         floor_ms = read_floor(workdir, os.path.join(sysfs, "devices"))
+        held_floor = read_floor(workdir, os.path.join(sysfs, "devices"), held=True)
         if exporter:
             targets.append(Target(
                 "hpcnode", lambda port: [exporter, "--web.listen-address=127.0.0.1:%d" % port,
@@ -359,7 +360,8 @@ def run_one(n, args, exporter, node_exporter):
             final = check_body(t.label, status, body, 2 * n)
             if final.startswith("BAD") and not t.check.startswith("BAD"):
                 t.check = final + " (last scrape)"
-        return {"n": n, "files": n_files, "targets": targets, "floor_ms": floor_ms}
+        return {"n": n, "files": n_files, "targets": targets, "floor_ms": floor_ms,
+                "held_floor": held_floor}
     finally:
         for t in targets:
             t.stop()
@@ -369,17 +371,18 @@ def run_one(n, args, exporter, node_exporter):
             shutil.rmtree(workdir, ignore_errors=True)
 
 
-def read_floor(workdir, tree):
+def read_floor(workdir, tree, held=False):
     """Milliseconds one thread needs to open, read and close every file of the tree once
-    (tests/bench/read_floor.c), or None without a C compiler."""
+    (tests/bench/read_floor.c), or None without a C compiler; with `held`, (files, milliseconds)
+    of one pread of each file kept open."""
     binary = os.path.join(workdir, "read_floor")
     source = os.path.join(os.path.dirname(os.path.abspath(__file__)), "read_floor.c")
     try:
         subprocess.run(["cc", "-O2", "-o", binary, source], check=True, timeout=60,
                        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-        out = subprocess.run([binary, tree, "50"], check=True, timeout=120,
-                             capture_output=True, text=True).stdout.split()
-        return float(out[1])
+        out = subprocess.run([binary, tree, "50"] + (["held"] if held else []), check=True,
+                             timeout=120, capture_output=True, text=True).stdout.split()
+        return (int(out[0]), float(out[1])) if held else float(out[1])
     except (OSError, subprocess.SubprocessError, IndexError, ValueError):
         return None
 
@@ -418,6 +421,10 @@ def print_table(res, args):
             if t.latencies:
                 print("  %s CPU per scrape / kernel floor: %.2f"
                       % (k, t.cpu_ticks * tick_ms / args.scrapes / floor))
+    if res.get("held_floor") is not None:
+        files, held = res["held_floor"]
+        print("  held floor: one pread of each of the %d files kept open, C: %.2f ms (%.2f us per "
+              "file)" % (files, held, held * 1000 / max(files, 1)))
     compare = by.get("hpcnode-compare")
     if compare is not None and compare.latencies and by.get("hpcnode") is not None:
         for name, fn, fmt in rows[:4]:
