@@ -1,11 +1,10 @@
 # Every hook of every module and kernel-log probe, forced one at a time with --ebpf.hooks, on
 # the same module loads (signed, corrupted, unsigned pcspkr) and kernel log lines: each counts
 # exactly those events (guest/hooks.sh); the first round has each probe's preferred hook.
-# It loads an unsigned module: after the groups of this boot that need an untainted kernel
-# (module_signatures).
-# Run when named: about 322 s of guest time per kernel (an exporter start per hook, each
-# parsing the kernel BTF in a debug build under TCG), beyond CI's budget for the lab.
-# lab: when=named
+# It loads an unsigned module, so it boots apart from the groups that need an untainted kernel
+# (module_signatures), with probe_no_btf: an exporter start per hook, 28 to 49 s of guest time
+# per kernel with the release binary.
+# lab: boot=hooks
 # lab: collectors=ebpf
 # lab: variants=pcspkr
 # lab: timeout=600

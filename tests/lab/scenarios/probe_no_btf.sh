@@ -2,10 +2,10 @@
 # attaches through a hook that needs none and counts what the preferred hooks count; the
 # others say they need BTF. Then --ebpf.btf-path with a copy of the kernel's BTF brings the
 # preferred hooks back, and a path that does not exist is named in the failure reasons.
-# After module_signatures, as probe_hooks: it loads an unsigned module.
-# Run when named: about 204 s of guest time per kernel (an exporter start per hook, each
-# parsing the kernel BTF in a debug build under TCG), beyond CI's budget for the lab.
-# lab: when=named
+# It loads an unsigned module: in probe_hooks' boot, apart from the groups that need an
+# untainted kernel. An exporter start per hook, 18 to 35 s of guest time per kernel with the
+# release binary.
+# lab: boot=hooks
 # lab: collectors=ebpf
 # lab: variants=pcspkr
 # lab: timeout=480
