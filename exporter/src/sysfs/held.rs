@@ -1,13 +1,14 @@
 //! Descriptors of sysfs attributes kept open between scrapes and read again with `pread`, within
 //! a process-wide budget.
 
-use std::collections::{HashMap, HashSet};
+use std::collections::HashMap;
 use std::os::fd::OwnedFd;
 use std::os::unix::ffi::OsStrExt;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, OnceLock, PoisonError, TryLockError};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
+use foldhash::{HashMap as FastMap, HashMapExt, HashSet as FastSet, HashSetExt};
 use rustix::fs::FileType;
 use rustix::io::Errno;
 
@@ -40,8 +41,10 @@ use super::{is_plain_name, read_flags, Entry, SysDir, SysfsError};
 /// by the whole process are bounded ([`HeldBudget`]); beyond the bound attributes are read as
 /// [`SysDir::read`] reads them.
 pub struct HeldAttributes {
-    /// By the directory's path inside its root.
-    dirs: HashMap<Box<[u8]>, HeldDir>,
+    /// By the directory's path inside its root. The maps of held things are looked up once or
+    /// twice per attribute read, thousands of times a scrape, by keys the kernel names: a fast
+    /// hash, not SipHash's flooding resistance.
+    dirs: FastMap<Box<[u8]>, HeldDir>,
     budget: &'static HeldBudget,
     round: u64,
 }
@@ -81,16 +84,16 @@ struct HeldDir {
     /// Whether each file must be checked for a name before its read (outside sysfs, while the
     /// directory settles).
     check_links: bool,
-    files: HashMap<Box<str>, HeldFile>,
+    files: FastMap<Box<str>, HeldFile>,
     /// Names of its own entries found absent since it last changed (see [`HeldAttributes`]).
-    absent: HashSet<Box<str>>,
+    absent: FastSet<Box<str>>,
     /// Its listing, taken when no file needed a check of its own (see
     /// [`HeldAttributes::fixed_entries`]).
     entries: Option<Arc<[Entry]>>,
     /// Its subdirectories held open (see [`HeldAttributes::fixed_subdir`]), each with two
     /// shares of the budget: its descriptor, and the root it keeps open (shared with others
     /// as a rule, so this counts more than is held, never less).
-    subdirs: HashMap<Box<str>, (Arc<SysDir>, [HeldSlot; 2])>,
+    subdirs: FastMap<Box<str>, (Arc<SysDir>, [HeldSlot; 2])>,
 }
 
 struct HeldFile {
@@ -143,10 +146,10 @@ impl HeldDir {
             on_sysfs,
             looked_at_in: round,
             check_links: true,
-            files: HashMap::new(),
-            absent: HashSet::new(),
+            files: FastMap::new(),
+            absent: FastSet::new(),
             entries: None,
-            subdirs: HashMap::new(),
+            subdirs: FastMap::new(),
         }
     }
 }
@@ -154,7 +157,7 @@ impl HeldDir {
 impl HeldAttributes {
     pub fn with_budget(budget: &'static HeldBudget) -> Self {
         HeldAttributes {
-            dirs: HashMap::new(),
+            dirs: FastMap::new(),
             budget,
             round: 0,
         }
@@ -201,9 +204,7 @@ impl HeldAttributes {
         let Some(held) = self.held_dir(dir) else {
             return dir.open_and_read_first(name, buf);
         };
-        if held.absent.contains(name) {
-            return Err(SysfsError::io(dir.path(name), Errno::NOENT));
-        }
+        // Held first: the common case, and a name is never both held and absent.
         if let Some(file) = held.files.get_mut(name) {
             file.read_in = round;
             let check_links = held.check_links || !(file.in_dir || held.on_sysfs);
@@ -217,6 +218,8 @@ impl HeldAttributes {
                 }
             }
             held.files.remove(name);
+        } else if held.absent.contains(name) {
+            return Err(SysfsError::io(dir.path(name), Errno::NOENT));
         }
         let Some(slot) = budget.reserve() else {
             return dir.open_and_read_first(name, buf);
