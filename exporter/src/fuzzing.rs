@@ -55,11 +55,11 @@ pub fn sysfs_attribute(data: &[u8]) {
         Some(data).filter(|d| d.len() <= 1 << 16)
     );
     if let Ok(text) = dir.read("attribute", &mut reader) {
-        if let Ok(rate) = rdma_port::parse_rate(&path, text) {
+        if let Ok(rate) = rdma_port::parse_rate(|| path.clone(), text) {
             assert!(rate.bytes_per_second() >= 0.0);
             assert!(rate.data_bytes_per_second(false).is_none_or(|b| b >= 0.0));
         }
-        let _ = rdma_port::parse_state_id(&path, text);
+        let _ = rdma_port::parse_state_id(|| path.clone(), text);
     }
 }
 
@@ -177,7 +177,7 @@ pub fn micras(data: &[u8]) {
     let dir = SysDir::open(&dir_path, "").expect("open the micras directory");
     let out = micras::read_card_files(&dir);
     for family in out.samples.families() {
-        for (_, value) in &family.samples {
+        for (_, value) in family.samples() {
             if let crate::metrics::Value::Float(value) = value {
                 assert!(value.is_finite(), "{}", family.desc.name);
             }

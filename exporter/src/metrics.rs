@@ -4,6 +4,7 @@
 //! Collectors describe each metric once, as a `const Desc`, and push samples against it; the
 //! encoder adds the unit and `_total` suffixes, so a name is spelled in exactly one place.
 
+use std::collections::HashMap;
 use std::fmt;
 use std::sync::Arc;
 
@@ -115,6 +116,36 @@ impl From<String> for LabelValue {
     }
 }
 
+/// Label values from the node that repeat scrape after scrape (a port number, a counter's
+/// file name), each made once and then shared: a scrape allocates nothing for them. At most
+/// `max` are kept; beyond, a value is made each time it is asked.
+#[derive(Debug)]
+pub struct LabelCache {
+    values: HashMap<Box<str>, LabelValue>,
+    max: usize,
+}
+
+impl LabelCache {
+    pub fn new(max: usize) -> Self {
+        LabelCache {
+            values: HashMap::new(),
+            max,
+        }
+    }
+
+    /// `text` as [`LabelValue::from`] makes it.
+    pub fn get(&mut self, text: &str) -> LabelValue {
+        if let Some(value) = self.values.get(text) {
+            return value.clone();
+        }
+        let value = LabelValue::from(text.to_string());
+        if self.values.len() < self.max {
+            self.values.insert(text.into(), value.clone());
+        }
+        value
+    }
+}
+
 /// The longest label value taken from the node, in characters; longer ones are cut.
 pub const MAX_LABEL_CHARS: usize = 160;
 
@@ -138,10 +169,36 @@ impl EncodeLabelValue for LabelValue {
 
 pub type Labels = Vec<(&'static str, LabelValue)>;
 
+/// One label: its name and value.
+pub type Label = (&'static str, LabelValue);
+
 #[derive(Debug)]
 pub struct Family {
     pub desc: Desc,
-    pub samples: Vec<(Labels, Value)>,
+    /// The samples as pushed into one [`Samples`] each (a unit's read); appending moves them
+    /// whole rather than copying them into one ever larger list.
+    parts: Vec<Part>,
+}
+
+/// Samples of one family pushed into one [`Samples`].
+#[derive(Debug, Default)]
+struct Part {
+    /// Every sample's labels one after the other, so that a scrape of thousands of series
+    /// allocates no list per sample.
+    labels: Vec<Label>,
+    /// Per sample, where its labels end in `labels` (they start where the previous one's end).
+    samples: Vec<(usize, Value)>,
+}
+
+impl Family {
+    /// Each sample's labels and value, in the order they were pushed.
+    pub fn samples(&self) -> impl Iterator<Item = (&[Label], Value)> {
+        self.parts.iter().flat_map(|part| {
+            let starts = std::iter::once(0).chain(part.samples.iter().map(|(end, _)| *end));
+            (part.samples.iter().zip(starts))
+                .map(|(&(end, value), start)| (&part.labels[start..end], value))
+        })
+    }
 }
 
 /// The samples one collector (or the framework) produced in one scrape.
@@ -151,7 +208,7 @@ pub struct Samples {
 }
 
 impl Samples {
-    pub fn push(&mut self, desc: &Desc, labels: Labels, value: Value) {
+    pub fn push(&mut self, desc: &Desc, labels: impl IntoIterator<Item = Label>, value: Value) {
         // Collectors push a metric's samples together, so the last family is nearly always it;
         // a name is nearly always the same constant, told by its address before its bytes.
         let same = |f: &Family| std::ptr::eq(f.desc.name, desc.name) || f.desc.name == desc.name;
@@ -160,12 +217,20 @@ impl Samples {
             None => {
                 self.families.push(Family {
                     desc: *desc,
-                    samples: Vec::new(),
+                    parts: Vec::new(),
                 });
                 self.families.len() - 1
             }
         };
-        self.families[index].samples.push((labels, value));
+        // Samples pushed after others were appended go on at the end, in order.
+        let parts = &mut self.families[index].parts;
+        if parts.is_empty() {
+            parts.push(Part::default());
+        }
+        if let Some(part) = parts.last_mut() {
+            part.labels.extend(labels);
+            part.samples.push((part.labels.len(), value));
+        }
     }
 
     pub fn append(&mut self, other: Samples) {
@@ -175,7 +240,7 @@ impl Samples {
                 .iter_mut()
                 .find(|f| f.desc.name == family.desc.name)
             {
-                Some(existing) => existing.samples.extend(family.samples),
+                Some(existing) => existing.parts.extend(family.parts),
                 None => self.families.push(family),
             }
         }
@@ -235,9 +300,9 @@ impl Collector for Snapshot {
             };
             let mut metric =
                 encoder.encode_descriptor(desc.name, desc.help, unit.as_ref(), metric_type)?;
-            for (labels, value) in &family.samples {
-                let sample = metric.encode_family(labels)?;
-                match (desc.kind, *value) {
+            for (labels, value) in family.samples() {
+                let sample = metric.encode_family(&labels)?;
+                match (desc.kind, value) {
                     (Kind::Counter, Value::Int(v)) => ConstCounter::new(v).encode(sample)?,
                     (Kind::Counter, Value::Float(v)) => ConstCounter::new(v).encode(sample)?,
                     (Kind::Gauge, Value::Int(v)) => ConstGauge::new(v).encode(sample)?,
@@ -300,6 +365,54 @@ mod tests {
     fn sample_name_matches_encoder() {
         assert_eq!(BYTES.sample_name(), "hpcnode_test_data_bytes_total");
         assert_eq!(STATE.sample_name(), "hpcnode_test_state");
+    }
+
+    #[test]
+    fn appended_samples_keep_their_own_labels() {
+        let mut first = Samples::default();
+        first.push(
+            &STATE,
+            [("device", "a".into()), ("port", "1".into())],
+            Value::Int(1),
+        );
+        first.push(&STATE, [("device", "b".into())], Value::Int(2));
+        let mut second = Samples::default();
+        second.push(
+            &STATE,
+            [("device", "c".into()), ("port", "2".into())],
+            Value::Int(3),
+        );
+        second.push(&BYTES, [("device", "d".into())], Value::Int(4));
+        first.append(second);
+        first.push(&STATE, [("device", "e".into())], Value::Int(5));
+        let text = encode(first, Format::PrometheusText).unwrap();
+        let series: Vec<&str> = text.lines().filter(|l| !l.starts_with('#')).collect();
+        assert_eq!(
+            series,
+            [
+                "hpcnode_test_data_bytes_total{device=\"d\"} 4",
+                "hpcnode_test_state{device=\"a\",port=\"1\"} 1",
+                "hpcnode_test_state{device=\"b\"} 2",
+                "hpcnode_test_state{device=\"c\",port=\"2\"} 3",
+                "hpcnode_test_state{device=\"e\"} 5",
+            ]
+        );
+    }
+
+    #[test]
+    fn a_cached_label_is_made_once_by_the_one_rule() {
+        let mut cache = LabelCache::new(1);
+        let (LabelValue::Shared(first), LabelValue::Shared(again)) = (
+            cache.get("rx\twrite_requests"),
+            cache.get("rx\twrite_requests"),
+        ) else {
+            panic!("text from the node is shared");
+        };
+        assert!(Arc::ptr_eq(&first, &again), "made twice");
+        assert_eq!(&*first, "rxwrite_requests");
+        // Beyond the bound, made each time, by the same rule.
+        assert_eq!(cache.get("\x1bport").as_str(), "port");
+        assert_eq!(cache.values.len(), 1);
     }
 
     #[test]

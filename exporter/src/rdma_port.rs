@@ -2,18 +2,19 @@
 //! parsed in one place for every collector that reads them: `rdma` exports them, `verbs`
 //! judges its probe's bandwidth against the port's data rate.
 
-use std::path::Path;
+use std::path::PathBuf;
 
 use crate::sysfs::SysfsError;
 
 /// The `link_layer` of a RoCE port, whose `rate` is a payload rate already.
 pub const ETHERNET_LINK_LAYER: &str = "Ethernet";
 
-/// `4: ACTIVE` -> 4 (the `state` and `phys_state` files).
-pub fn parse_state_id(path: &Path, text: &str) -> Result<u64, SysfsError> {
+/// `4: ACTIVE` -> 4 (the `state` and `phys_state` files); `path` names the file in errors,
+/// made only for one (every port's files are parsed every scrape).
+pub fn parse_state_id(path: impl Fn() -> PathBuf, text: &str) -> Result<u64, SysfsError> {
     text.split_once(':')
         .and_then(|(id, _)| id.trim().parse().ok())
-        .ok_or_else(|| SysfsError::parse(path, "expected '<id>: <NAME>'", text))
+        .ok_or_else(|| SysfsError::parse(&path(), "expected '<id>: <NAME>'", text))
 }
 
 /// A parsed `rate` file: `100 Gb/sec (4X EDR)`, `10 Gb/sec (4X)`, `0 GB/sec`.
@@ -64,9 +65,9 @@ impl Rate {
     }
 }
 
-/// Parses a `rate` file's text; `path` names the file in errors.
-pub fn parse_rate(path: &Path, text: &str) -> Result<Rate, SysfsError> {
-    let invalid = || SysfsError::parse(path, "expected '<n> Gb/sec (<w>X <generation>)'", text);
+/// Parses a `rate` file's text; `path` names the file in errors (made only for one).
+pub fn parse_rate(path: impl Fn() -> PathBuf, text: &str) -> Result<Rate, SysfsError> {
+    let invalid = || SysfsError::parse(&path(), "expected '<n> Gb/sec (<w>X <generation>)'", text);
     let (number, rest) = text.split_once(' ').ok_or_else(invalid)?;
     let gbps: f64 = number.parse().map_err(|_| invalid())?;
     if !gbps.is_finite() || gbps < 0.0 {
@@ -105,7 +106,7 @@ mod tests {
     use super::*;
 
     fn rate(text: &str) -> Rate {
-        parse_rate(Path::new("rate"), text).unwrap()
+        parse_rate(|| "rate".into(), text).unwrap()
     }
 
     #[test]
@@ -158,13 +159,13 @@ mod tests {
             "-1 Gb/sec (4X)",
             "5 GB/sec",
         ] {
-            assert!(parse_rate(Path::new("rate"), text).is_err(), "{text:?}");
+            assert!(parse_rate(|| "rate".into(), text).is_err(), "{text:?}");
         }
     }
 
     #[test]
     fn state_ids() {
-        let id = |t| parse_state_id(Path::new("state"), t);
+        let id = |t| parse_state_id(|| "state".into(), t);
         assert_eq!(id("4: ACTIVE").unwrap(), 4);
         assert_eq!(id("5: LinkUp").unwrap(), 5);
         assert!(id("banana").is_err());
@@ -189,7 +190,7 @@ mod proptests {
     proptest! {
         #[test]
         fn any_rate_text_is_a_rate_or_an_error(text in text(RATE_TOKENS)) {
-            if let Ok(rate) = parse_rate(Path::new("rate"), &text) {
+            if let Ok(rate) = parse_rate(|| "rate".into(), &text) {
                 prop_assert!(rate.gbps.is_finite() && rate.gbps >= 0.0, "{rate:?}");
                 for ethernet in [false, true] {
                     if let Some(data) = rate.data_bytes_per_second(ethernet) {
@@ -197,7 +198,7 @@ mod proptests {
                     }
                 }
             }
-            if let Ok(id) = parse_state_id(Path::new("state"), &text) {
+            if let Ok(id) = parse_state_id(|| "state".into(), &text) {
                 let (printed, _) = text.split_once(':').unwrap();
                 prop_assert_eq!(printed.trim().parse::<u64>(), Ok(id));
             }
@@ -219,7 +220,7 @@ mod proptests {
                 "" => format!("{lanes}X"),
                 generation => format!("{lanes}X {generation}"),
             };
-            let rate = parse_rate(Path::new("rate"), &format!("{number} Gb/sec ({width})")).unwrap();
+            let rate = parse_rate(|| "rate".into(), &format!("{number} Gb/sec ({width})")).unwrap();
             prop_assert_eq!(rate.gbps, number.parse::<f64>().unwrap());
             prop_assert_eq!(rate.lanes, lanes);
             prop_assert_eq!(rate.generation(), generation);
@@ -229,7 +230,7 @@ mod proptests {
 
         #[test]
         fn a_printed_state_parses_to_its_id(id: u64, name in "[A-Za-z_]{0,12}") {
-            prop_assert_eq!(parse_state_id(Path::new("state"), &format!("{id}: {name}")).unwrap(), id);
+            prop_assert_eq!(parse_state_id(|| "state".into(), &format!("{id}: {name}")).unwrap(), id);
         }
     }
 }

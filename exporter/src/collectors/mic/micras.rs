@@ -235,14 +235,13 @@ mod proptests {
             .iter()
             .find(|f| f.desc.name == desc.name)?;
         family
-            .samples
-            .iter()
+            .samples()
             .find(|(labels, _)| {
                 labels
                     .iter()
                     .any(|(name, value)| (*name, value.as_str()) == label)
             })
-            .map(|(_, value)| *value)
+            .map(|(_, value)| value)
     }
 
     proptest! {
@@ -277,7 +276,7 @@ mod proptests {
             }
             let out = read_card_files(&dir);
             for family in out.samples.families() {
-                for (_, value) in &family.samples {
+                for (_, value) in family.samples() {
                     prop_assert!(!matches!(value, Value::Float(f) if !f.is_finite()), "{}", family.desc.name);
                 }
             }

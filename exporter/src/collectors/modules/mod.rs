@@ -494,7 +494,8 @@ mod tests {
         let families = out.samples.families();
         let samples = |desc: &Desc| -> Vec<String> {
             let family = families.iter().find(|f| f.desc.name == desc.name).unwrap();
-            (family.samples.iter())
+            family
+                .samples()
                 .map(|(labels, value)| format!("{labels:?} {value:?}"))
                 .collect()
         };

@@ -16,11 +16,11 @@ use std::time::Duration;
 use regex::Regex;
 
 use crate::collector::{
-    CollectError, Collector, Host, Output, Registration, Settings, StartError, Started,
+    lock, CollectError, Collector, Host, Output, Registration, Settings, StartError, Started,
 };
 use crate::flags::{flag, optional, ConfigError, Flags};
 use crate::logging::OncePerCause;
-use crate::metrics::{Desc, LabelValue, Labels, Value};
+use crate::metrics::{Desc, Label, LabelCache, LabelValue, Value};
 use crate::rdma_netlink::socket::Socket;
 use crate::rdma_port::{parse_rate, parse_state_id, ETHERNET_LINK_LAYER};
 use crate::sysfs::{AttributeReader, Entry, HeldAttributes, HeldByUnit, SysDir, SysfsError};
@@ -157,10 +157,15 @@ struct RdmaCollector {
     netlink_socket: Mutex<Option<Socket>>,
     /// Why netlink failed, per device and cause: logged once, since it repeats every scrape.
     fallbacks_logged: OncePerCause<String>,
+    /// Port numbers and counter names as label values, made once, not per sample and scrape.
+    labels: Mutex<LabelCache>,
 }
 
 /// Fallback causes remembered by the log-once filter: a few per device on any real node.
 const MAX_LOGGED_FALLBACKS: usize = 256;
+
+/// Label values kept: port numbers and counter names, a few dozen on any real node.
+const MAX_CACHED_LABELS: usize = 4096;
 
 impl RdmaCollector {
     fn new(sysfs: PathBuf, devices: DeviceFilter) -> Self {
@@ -173,6 +178,7 @@ impl RdmaCollector {
             netlink_indexes: Mutex::new(None),
             netlink_socket: Mutex::new(None),
             fallbacks_logged: OncePerCause::new(MAX_LOGGED_FALLBACKS),
+            labels: Mutex::new(LabelCache::new(MAX_CACHED_LABELS)),
         }
     }
 }
@@ -460,6 +466,7 @@ impl Collector for RdmaCollector {
                 held,
                 out,
                 device: device.to_string().into(),
+                labels: &self.labels,
                 netlink: self.netlink_read(device),
             };
             read.device(&dir);
@@ -473,41 +480,35 @@ struct DeviceRead<'a> {
     held: &'a mut HeldAttributes,
     out: &'a mut Output,
     device: LabelValue,
+    /// Port numbers and counter names as label values, shared by every device.
+    labels: &'a Mutex<LabelCache>,
     /// Where ports' hw counters come over netlink; `None`: from sysfs.
     netlink: Option<NetlinkRead<'a>>,
 }
 
 impl DeviceRead<'_> {
-    fn push(&mut self, desc: &Desc, labels: Labels, value: Value) {
+    fn push(&mut self, desc: &Desc, labels: impl IntoIterator<Item = Label>, value: Value) {
         self.out.samples.push(desc, labels, value);
     }
 
-    /// The device's label, with room for `more`.
-    fn device_labels_and(&self, more: usize) -> Labels {
-        let mut labels = Vec::with_capacity(1 + more);
-        labels.push(("device", self.device.clone()));
-        labels
+    fn device_label(&self) -> Label {
+        ("device", self.device.clone())
     }
 
-    /// The device's and the port's labels, with room for `more`.
-    fn port_labels_and(&self, port: &LabelValue, more: usize) -> Labels {
-        let mut labels = self.device_labels_and(1 + more);
-        labels.push(("port", port.clone()));
-        labels
-    }
-
-    fn port_labels(&self, port: &LabelValue) -> Labels {
-        self.port_labels_and(port, 0)
+    fn port_labels(&self, port: &LabelValue) -> [Label; 2] {
+        [self.device_label(), ("port", port.clone())]
     }
 
     /// Labels of a per-counter series: device, port when given, counter.
-    fn counter_labels(&self, port: Option<&LabelValue>, counter: LabelValue) -> Labels {
-        let mut labels = match port {
-            Some(port) => self.port_labels_and(port, 1),
-            None => self.device_labels_and(1),
-        };
-        labels.push(("counter", counter));
-        labels
+    fn counter_labels(
+        &self,
+        port: Option<&LabelValue>,
+        counter: LabelValue,
+    ) -> impl IntoIterator<Item = Label> {
+        let port = port.map(|port| ("port", port.clone()));
+        [Some(self.device_label()), port, Some(("counter", counter))]
+            .into_iter()
+            .flatten()
     }
 
     /// An optional text attribute: "" when absent or broken (then reported).
@@ -524,8 +525,8 @@ impl DeviceRead<'_> {
     }
 
     fn device(&mut self, dir: &SysDir) {
-        let mut labels = self.device_labels_and(7);
-        labels.extend([
+        let labels = [
+            self.device_label(),
             ("board_id", self.text(dir, "board_id").into()),
             ("firmware_version", self.text(dir, "fw_ver").into()),
             ("hca_type", self.text(dir, "hca_type").into()),
@@ -533,7 +534,7 @@ impl DeviceRead<'_> {
             ("node_type", self.text(dir, "node_type").into()),
             ("pci_address", self.link(dir, "device").into()),
             ("driver", self.link(dir, "device/driver").into()),
-        ]);
+        ];
         self.push(&DEVICE_INFO, labels, Value::Int(1));
         let hw = self.held.fixed_subdir(dir, "hw_counters");
         if let Some(hw) = self.out.optional(hw) {
@@ -549,7 +550,8 @@ impl DeviceRead<'_> {
                 continue;
             };
             if let Some(port_dir) = self.out.reported(self.held.fixed_subdir(&ports, port)) {
-                self.port(&port_dir, &port.to_string().into());
+                let port_label = lock(self.labels).get(port);
+                self.port(&port_dir, &port_label);
             }
         }
     }
@@ -560,19 +562,21 @@ impl DeviceRead<'_> {
             ETHERNET_LINK_LAYER => self.netdev(dir),
             _ => String::new(),
         };
-        let mut info = self.port_labels_and(port, 4);
-        info.extend([
+        let [device, port_label] = self.port_labels(port);
+        let info = [
+            device,
+            port_label,
             ("link_layer", link_layer.clone().into()),
             ("netdev", netdev.into()),
             ("lid", self.text(dir, "lid").into()),
             ("sm_lid", self.text(dir, "sm_lid").into()),
-        ]);
+        ];
         self.push(&PORT_INFO, info, Value::Int(1));
 
         for (file, desc) in [("state", &PORT_STATE), ("phys_state", &PORT_PHYSICAL_STATE)] {
             let id = dir
                 .read_held(file, self.held, &mut self.reader)
-                .and_then(|text| parse_state_id(&dir.path(file), text));
+                .and_then(|text| parse_state_id(|| dir.path(file), text));
             if let Some(id) = self.out.reported(id) {
                 self.push(desc, self.port_labels(port), Value::Int(id));
             }
@@ -580,7 +584,7 @@ impl DeviceRead<'_> {
 
         let rate = dir
             .read_held("rate", self.held, &mut self.reader)
-            .and_then(|text| parse_rate(&dir.path("rate"), text));
+            .and_then(|text| parse_rate(|| dir.path("rate"), text));
         if let Some(rate) = self.out.reported(rate) {
             let bytes = Value::Float(rate.bytes_per_second());
             self.push(&PORT_RATE, self.port_labels(port), bytes);
@@ -628,8 +632,8 @@ impl DeviceRead<'_> {
                 "sysfs"
             }
         };
-        let mut labels = self.port_labels_and(port, 1);
-        labels.push(("source", source.into()));
+        let [device, port] = self.port_labels(port);
+        let labels = [device, port, ("source", source.into())];
         self.push(&PORT_HW_COUNTERS_SOURCE, labels, Value::Int(1));
     }
 
@@ -741,6 +745,7 @@ impl DeviceRead<'_> {
         let Some(names) = self.out.reported(self.held.fixed_entries(dir)) else {
             return;
         };
+        let mut cache = lock(self.labels);
         for name in names.iter() {
             let Some(name) = self.out.reported(name.name()) else {
                 continue;
@@ -756,11 +761,11 @@ impl DeviceRead<'_> {
                 // The device-wide lifespan mirrors the ports'; it is not exported twice.
                 ("lifespan", None) => {}
                 (_, Some(port)) => {
-                    let labels = self.counter_labels(Some(port), name.to_string().into());
+                    let labels = self.counter_labels(Some(port), cache.get(name));
                     self.push(&PORT_HW_STAT, labels, Value::Int(value));
                 }
                 (_, None) => {
-                    let labels = self.counter_labels(None, name.to_string().into());
+                    let labels = self.counter_labels(None, cache.get(name));
                     self.push(&DEVICE_HW_STAT, labels, Value::Int(value));
                 }
             }
@@ -848,7 +853,7 @@ mod tests {
                 .iter()
                 .find(|f| f.desc.name == PORT_PACKETS_RECEIVED.name)
                 .unwrap();
-            exported.push(received.samples[0].1);
+            exported.push(received.samples().next().unwrap().1);
         }
         exported
     }
@@ -900,7 +905,7 @@ mod tests {
             assert!(out.errors.is_empty(), "{:?}", out.errors);
             let families = out.samples.families();
             let hw = families.iter().find(|f| f.desc.name == PORT_HW_STAT.name);
-            hw.map(|family| family.samples[0].1)
+            hw.map(|family| family.samples().next().unwrap().1)
         };
         make_device(10);
         assert_eq!(received(), Some(Value::Int(10)));

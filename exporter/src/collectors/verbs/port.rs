@@ -26,12 +26,12 @@ pub fn read_state(sysfs: &Path, device: &str, port: u8) -> Result<PortState, Pro
     let dir = SysDir::open(sysfs, port_dir(device, port))?;
     let mut reader = AttributeReader::default();
     let state = dir.read("state", &mut reader)?.to_string();
-    let state_id = rdma_port::parse_state_id(&dir.path("state"), &state)?;
+    let state_id = rdma_port::parse_state_id(|| dir.path("state"), &state)?;
     let ethernet = dir.read("link_layer", &mut reader)? == ETHERNET_LINK_LAYER;
     let data_rate = dir
         .read("rate", &mut reader)
         .ok()
-        .and_then(|rate| rdma_port::parse_rate(&dir.path("rate"), rate).ok())
+        .and_then(|rate| rdma_port::parse_rate(|| dir.path("rate"), rate).ok())
         .and_then(|rate| rate.data_bytes_per_second(ethernet));
     Ok(PortState {
         active: state_id == u64::from(ffi::PORT_ACTIVE),
