@@ -64,17 +64,19 @@ fn main() -> ExitCode {
     }
 }
 
-/// Caps glibc's malloc arenas at two unless `MALLOC_ARENA_MAX` says otherwise. glibc gives a
+/// Keeps glibc's malloc to one arena unless `MALLOC_ARENA_MAX` says otherwise. glibc gives a
 /// thread that allocates while the others hold their arenas an arena of its own (up to eight
 /// per core) and keeps what each one freed: in the 30-minute soak (tests/bench/soak.py) RSS
-/// stepped up about 2 MiB with every new blocking-pool thread, 19.9 to 27.9 MiB. Scrapes
-/// allocate little and one at a time, so two arenas cost no measurable contention.
+/// stepped up about 2 MiB with every new blocking-pool thread, 19.9 to 27.9 MiB. Two arenas
+/// still left a scrape's freed memory in the second: one arena took peak RSS to 0.92x (N = 16)
+/// and 0.84x (N = 64) of two in tests/bench/scrape_bench.py, at the same CPU per scrape
+/// (0.99x): scrapes allocate little, and one at a time.
 fn limit_malloc_arenas() {
     #[cfg(all(target_os = "linux", target_env = "gnu"))]
     if std::env::var_os("MALLOC_ARENA_MAX").is_none() {
         // SAFETY: mallopt only sets an allocator parameter, under glibc's own lock; it is
         // called before any thread of ours allocates.
-        unsafe { libc::mallopt(libc::M_ARENA_MAX, 2) };
+        unsafe { libc::mallopt(libc::M_ARENA_MAX, 1) };
     }
 }
 
