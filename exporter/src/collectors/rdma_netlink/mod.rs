@@ -910,10 +910,12 @@ mod tests {
     /// A node with rxe0 (one port) and two ranks of Slurm job 77 holding one QP each (numbers
     /// 17 and 18), each with a counter of its own; the port's mode as `mode`, and `set` the
     /// kernel's answer to a mode set.
+    /// A node with rxe0's port 1 in `mode`, two processes of job 77 with a counted QP each, and
+    /// a kernel that answers them (`set`: its reply to a mode set), nothing sent yet.
     fn node(
         mode: QpCounterMode,
         set: Vec<u8>,
-    ) -> (tempfile::TempDir, impl FnMut(Command) -> Vec<u8>) {
+    ) -> (tempfile::TempDir, Replies<impl FnMut(Command) -> Vec<u8>>) {
         let root = tempfile::tempdir().unwrap();
         std::fs::create_dir_all(root.path().join("sys/class/infiniband/rxe0/ports/1")).unwrap();
         let job = "0::/system.slice/slurmstepd.scope/job_77/step_0/user/task_0\n";
@@ -942,7 +944,11 @@ mod tests {
             .concat(),
             _ => replies::done(1, 0),
         };
-        (root, reply)
+        let kernel = Replies {
+            sent: Vec::new(),
+            reply,
+        };
+        (root, kernel)
     }
 
     fn qp_counting(root: &std::path::Path) -> NetlinkCollector {
@@ -960,11 +966,7 @@ mod tests {
     /// Off by default: the unit asks for the resources alone, and nothing of the counters.
     #[test]
     fn without_the_flag_no_counter_request_is_sent() {
-        let (root, reply) = node(QpCounterMode::None, counter_replies::set(&rxe0(), 1, 1));
-        let mut kernel = Replies {
-            sent: Vec::new(),
-            reply,
-        };
+        let (root, mut kernel) = node(QpCounterMode::None, counter_replies::set(&rxe0(), 1, 1));
         let collector = NetlinkCollector {
             sysfs: root.path().join("sys"),
             ..collector(root.path().join("proc"), 1)
@@ -979,11 +981,7 @@ mod tests {
     /// per holder (one kept, the other in `other`) and per job.
     #[test]
     fn with_the_flag_auto_mode_is_turned_on_once_and_counters_summed() {
-        let (root, reply) = node(QpCounterMode::None, counter_replies::set(&rxe0(), 1, 1));
-        let mut kernel = Replies {
-            sent: Vec::new(),
-            reply,
-        };
+        let (root, mut kernel) = node(QpCounterMode::None, counter_replies::set(&rxe0(), 1, 1));
         let collector = qp_counting(root.path());
         let mut out = Output::default();
         collector.read_device(&rxe0(), &mut kernel, &mut out);
@@ -1021,11 +1019,7 @@ mod tests {
     #[test]
     fn a_refusal_is_reported_once_and_an_admins_mode_kept() {
         let refused = replies::error(1, libc::EOPNOTSUPP);
-        let (root, reply) = node(QpCounterMode::None, refused);
-        let mut kernel = Replies {
-            sent: Vec::new(),
-            reply,
-        };
+        let (root, mut kernel) = node(QpCounterMode::None, refused);
         let collector = qp_counting(root.path());
         for _ in 0..2 {
             let mut out = Output::default();
@@ -1045,11 +1039,7 @@ mod tests {
         assert_eq!(refusals.count(), 1, "{reported:?}");
         drop(reported);
 
-        let (root, reply) = node(QpCounterMode::Manual, Vec::new());
-        let mut kernel = Replies {
-            sent: Vec::new(),
-            reply,
-        };
+        let (root, mut kernel) = node(QpCounterMode::Manual, Vec::new());
         let collector = qp_counting(root.path());
         let mut out = Output::default();
         collector.read_device(&rxe0(), &mut kernel, &mut out);
