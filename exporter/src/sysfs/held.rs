@@ -87,6 +87,9 @@ struct HeldDir {
     /// Its listing, taken when no file needed a check of its own (see
     /// [`HeldAttributes::fixed_entries`]).
     entries: Option<Arc<[Entry]>>,
+    /// Attributes whose values the kernel fixes with the directory, as first read in it on
+    /// sysfs (see [`HeldAttributes::read_fixed`]).
+    fixed: HashMap<Box<str>, Box<[u8]>>,
     /// Its subdirectories held open (see [`HeldAttributes::fixed_subdir`]), each with two
     /// shares of the budget: its descriptor, and the root it keeps open (shared with others
     /// as a rule, so this counts more than is held, never less).
@@ -146,6 +149,7 @@ impl HeldDir {
             files: HashMap::new(),
             absent: HashSet::new(),
             entries: None,
+            fixed: HashMap::new(),
             subdirs: HashMap::new(),
         }
     }
@@ -244,6 +248,31 @@ impl HeldAttributes {
             _slot: slot,
         };
         held.files.insert(name.into(), file);
+        Ok(len)
+    }
+
+    /// As [`HeldAttributes::read`], for an attribute whose value the kernel fixes when it makes
+    /// the directory (a PCI device's `subsystem_vendor`, or `max_link_speed` from its Link
+    /// Capabilities register): on sysfs read once and kept while the directory stays the same
+    /// (its look: a device registered again is another inode), with no descriptor held for it;
+    /// elsewhere (fixture trees, where a file may be rewritten in place) read as any other.
+    pub(super) fn read_fixed(
+        &mut self,
+        dir: &SysDir,
+        name: &str,
+        buf: &mut [u8],
+    ) -> Result<usize, SysfsError> {
+        if let Some(held) = self.held_dir(dir).filter(|held| held.on_sysfs) {
+            if let Some(content) = held.fixed.get(name) {
+                buf[..content.len()].copy_from_slice(content);
+                return Ok(content.len());
+            }
+        }
+        let len = self.read(dir, name, buf)?;
+        if let Some(held) = self.held_dir(dir).filter(|held| held.on_sysfs) {
+            held.files.remove(name);
+            held.fixed.insert(name.into(), buf[..len].into());
+        }
         Ok(len)
     }
 
@@ -603,6 +632,53 @@ mod tests {
         assert!(round(&mut held, "hw_counters").is_err_and(|err| err.is_not_found()));
         settle(tmp.path());
         assert_eq!(round(&mut held, "hw_counters").unwrap().0, "3");
+    }
+
+    /// A fixed attribute on sysfs is read once per directory: kept, with no descriptor, while
+    /// the directory stays the same one (rewritten behind its back, it still reads as first
+    /// read), read again once another directory (a device registered again) is in its place.
+    /// Outside sysfs it is read as any other, so a fixture rewritten in place is seen.
+    #[test]
+    fn a_fixed_attribute_is_read_once_per_directory_on_sysfs() {
+        let tmp = tempfile::tempdir().unwrap();
+        let path = |name: &str| tmp.path().join(name);
+        let make_device = |name: &str, speed: &str| {
+            fs::create_dir(path(name)).unwrap();
+            fs::write(path(name).join("max_link_speed"), speed).unwrap();
+            settle(&path(name));
+        };
+        make_device("device", "8.0 GT/s PCIe\n");
+        let (budget, mut held) = held_within(8);
+        let mut reader = AttributeReader::default();
+        let mut round = |held: &mut HeldAttributes, as_on_sysfs: bool| {
+            let dir = SysDir::open(tmp.path(), "device").unwrap();
+            let key = dir.relative.as_os_str().as_bytes();
+            if let Some(held_dir) = held.held_dir(&dir).filter(|_| as_on_sysfs) {
+                held_dir.on_sysfs = true;
+            }
+            assert!(held.dirs.contains_key(key));
+            let text = dir.read_fixed("max_link_speed", held, &mut reader);
+            let text = text.map(str::to_string);
+            held.end_round();
+            text.unwrap()
+        };
+        // Outside sysfs: held, and read fresh.
+        assert_eq!(round(&mut held, false), "8.0 GT/s PCIe");
+        assert_eq!((held.len(), budget.held()), (1, 1));
+        fs::write(path("device/max_link_speed"), "16.0 GT/s PCIe\n").unwrap();
+        assert_eq!(round(&mut held, false), "16.0 GT/s PCIe");
+
+        // As on sysfs: kept, its descriptor closed.
+        assert_eq!(round(&mut held, true), "16.0 GT/s PCIe");
+        assert_eq!((held.len(), budget.held()), (0, 0));
+        fs::write(path("device/max_link_speed"), "2.5 GT/s PCIe\n").unwrap();
+        assert_eq!(round(&mut held, true), "16.0 GT/s PCIe");
+
+        // Another directory in its place: read again.
+        make_device("new", "32.0 GT/s PCIe\n");
+        fs::rename(path("device"), path("old")).unwrap();
+        fs::rename(path("new"), path("device")).unwrap();
+        assert_eq!(round(&mut held, true), "32.0 GT/s PCIe");
     }
 
     /// Beyond the budget attributes are read and closed as unheld ones are; what is not a

@@ -314,6 +314,19 @@ impl SysDir {
         self.text(name, content)
     }
 
+    /// As [`SysDir::read_held`], for an attribute the kernel fixes when it makes the directory:
+    /// on sysfs read once per directory (see [`HeldAttributes::read_fixed`]).
+    pub fn read_fixed<'r>(
+        &self,
+        name: &str,
+        held: &mut HeldAttributes,
+        reader: &'r mut AttributeReader,
+    ) -> Result<&'r str, SysfsError> {
+        let len = held.read_fixed(self, name, &mut reader.buf[..])?;
+        let content = self.one_page(name, &reader.buf[..len])?;
+        self.text(name, content)
+    }
+
     /// As [`SysDir::read_bytes`], through a held descriptor (see [`SysDir::read_held`]).
     pub fn read_held_bytes<'r>(
         &self,
