@@ -706,6 +706,30 @@ mod tests {
         assert_eq!(budget.held(), 0);
     }
 
+    /// On real sysfs a fixed attribute is read once and kept with no descriptor: a PCI
+    /// device's `subsystem_vendor` reads as the file does, round after round.
+    #[test]
+    fn a_fixed_sysfs_attribute_holds_no_descriptor() {
+        let Some(device) = fs::read_dir("/sys/bus/pci/devices")
+            .ok()
+            .and_then(|mut devices| devices.next()?.ok())
+        else {
+            return;
+        };
+        let name = device.file_name().into_string().unwrap();
+        let sysfs = SysDir::open(Path::new("/sys"), "").unwrap();
+        let dir = sysfs.link_dir(&format!("bus/pci/devices/{name}")).unwrap();
+        let expected = fs::read_to_string(device.path().join("subsystem_vendor")).unwrap();
+        let (budget, mut held) = held_within(8);
+        let mut reader = AttributeReader::default();
+        for _ in 0..2 {
+            let text = dir.read_fixed("subsystem_vendor", &mut held, &mut reader);
+            assert_eq!(text.unwrap(), expected.trim());
+            assert_eq!((held.len(), budget.held()), (0, 0));
+            held.end_round();
+        }
+    }
+
     /// A real sysfs attribute held open is read fresh each time: `/sys/kernel/uevent_seqnum`
     /// moves when a uevent is sent, as the kernel's `show()` runs again on every pread.
     #[test]
