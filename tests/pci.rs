@@ -387,6 +387,83 @@ fn iommu_group_link_never_leaves_iommu_groups() {
     assert_eq!(log.matches("not an IOMMU group number").count(), 1, "{log}");
 }
 
+/// A driver bound, rebound or unbound between scrapes is the next scrape's: the listing's read
+/// of the `driver` link, which the device's read takes over, is one scrape's, never kept.
+#[test]
+fn driver_bound_or_unbound_between_scrapes_is_seen() {
+    let tree = util::TreeCopy::with_rootfs("pci_host");
+    let link = tree.sys().join("bus/pci/devices/0000:3b:00.0/driver");
+    let exporter = util::start_on_root("pci", tree.root(), &[]);
+    let info = |driver: &str| format!("class=\"0x030200\",driver=\"{driver}\",iommu_group=\"30\"");
+    let bound = |on: u8| format!("hpcnode_pci_driver_bound{{device=\"0000:3b:00.0\"}} {on}");
+    let vfio_bound =
+        "hpcnode_pci_passthrough_check{device=\"0000:3b:00.0\",check=\"vfio_bound\"} 1";
+
+    let text = scrape(&exporter);
+    assert!(
+        text.contains(&info("vfio-pci")) && has_line(&text, &bound(1)),
+        "{text}"
+    );
+    assert!(has_line(&text, vfio_bound), "{text}");
+
+    std::fs::remove_file(&link).unwrap();
+    std::os::unix::fs::symlink("../../../../bus/pci/drivers/nvidia", &link).unwrap();
+    let text = scrape(&exporter);
+    assert!(
+        text.contains(&info("nvidia")) && has_line(&text, &bound(1)),
+        "{text}"
+    );
+    // No longer on vfio-pci, nor named for passthrough: no passthrough checks.
+    assert!(
+        !text.contains("passthrough_check{device=\"0000:3b:00.0\""),
+        "{text}"
+    );
+
+    std::fs::remove_file(&link).unwrap();
+    let text = scrape(&exporter);
+    assert!(
+        text.contains(&info("")) && has_line(&text, &bound(0)),
+        "{text}"
+    );
+    assert_eq!(errors_total(&text, "pci"), 0, "{text}");
+}
+
+/// Config space rewritten in place is read again the next scrape: the standard 256 bytes,
+/// read each scrape, and (outside sysfs, where a fixture file may be rewritten) the extended
+/// space too. Here the HCA's MSI-X Enable bit is cleared.
+#[test]
+fn config_space_rewritten_in_place_is_seen() {
+    let tree = util::TreeCopy::with_rootfs("pci_host");
+    let config = tree.sys().join("bus/pci/devices/0000:d8:00.0/config");
+    let exporter = util::start_on_root("pci", tree.root(), &[]);
+    let msix = |on: u8| {
+        format!("hpcnode_pci_interrupt_capability_enabled{{device=\"0000:d8:00.0\",capability=\"msix\"}} {on}")
+    };
+    let text = scrape(&exporter);
+    assert!(has_line(&text, &msix(1)), "{text}");
+
+    let mut bytes = std::fs::read(&config).unwrap();
+    let mut at = usize::from(bytes[0x34]);
+    while bytes[at] != 0x11 {
+        at = usize::from(bytes[at + 1]);
+        assert_ne!(at, 0, "no MSI-X capability in {config:?}");
+    }
+    // Message Control, bit 15: MSI-X Enable.
+    bytes[at + 3] &= 0x7f;
+    std::fs::OpenOptions::new()
+        .write(true)
+        .open(&config)
+        .and_then(|mut file| std::io::Write::write_all(&mut file, &bytes))
+        .unwrap();
+    let text = scrape(&exporter);
+    assert!(has_line(&text, &msix(0)), "{text}");
+    assert!(
+        text.contains("hpcnode_pci_config_space_readable_bytes{device=\"0000:d8:00.0\"} 4096"),
+        "{text}"
+    );
+    assert_eq!(errors_total(&text, "pci"), 0, "{text}");
+}
+
 /// A link width that is not a number is reported once, not silently dropped; the speed and
 /// the other device's width are still exported.
 #[test]

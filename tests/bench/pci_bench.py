@@ -49,6 +49,15 @@ def make_tree(root, n_devices):
     return sysfs
 
 
+def host_device_ids(device_dir):
+    """`vendor:device` of a device of this machine, as --collector.pci.device takes it."""
+    ids = []
+    for name in ("vendor", "device"):
+        with open(os.path.join(device_dir, name)) as f:
+            ids.append(f.read().strip()[2:])
+    return ":".join(ids)
+
+
 def node_exporter_has_pcidevice(binary):
     try:
         help_text = subprocess.run([binary, "--help"], capture_output=True, text=True,
@@ -91,6 +100,10 @@ def main():
     parser.add_argument("--keep", action="store_true")
     parser.add_argument("--compare", metavar="PATH",
                         help="another hpcnode_exporter build (main's), scraped in the same interleaved run")
+    parser.add_argument("--host-sysfs", action="store_true",
+                        help="scrape this machine's own /sys, every PCI device named with "
+                             "--collector.pci.device, instead of a generated tree (real config "
+                             "space reads; --devices is ignored)")
     args = parser.parse_args()
     # What scrape_bench.Target reads from its arguments.
     args.start_timeout, args.request_timeout = 20.0, 30.0
@@ -102,19 +115,26 @@ def main():
     workdir = tempfile.mkdtemp(prefix="pci-bench-")
     targets = []
     try:
-        root = os.path.join(workdir, "tree")
-        sysfs = make_tree(root, args.devices)
+        if args.host_sysfs:
+            root, sysfs = "/", "/sys"
+            devices = os.path.join(sysfs, "bus/pci/devices")
+            args.devices = len(os.listdir(devices))
+            named = sorted({host_device_ids(os.path.join(devices, d)) for d in os.listdir(devices)})
+            paths = ["--collector.pci.device=" + ids for ids in named]
+        else:
+            root = os.path.join(workdir, "tree")
+            sysfs = make_tree(root, args.devices)
+            paths = []
+        paths += ["--path.sysfs=" + sysfs, "--path.procfs=" + os.path.join(root, "proc"),
+                  "--path.rootfs=" + root]
         hpcnode = scrape_bench.Target("hpcnode", lambda port: [
             args.exporter, "--web.listen-address=127.0.0.1:%d" % port,
-            "--collector.disable-defaults", "--collector.pci", "--path.sysfs=" + sysfs,
-            "--path.procfs=" + os.path.join(root, "proc"), "--path.rootfs=" + root], workdir, args)
+            "--collector.disable-defaults", "--collector.pci"] + paths, workdir, args)
         targets.append(hpcnode)
         if args.compare:
             targets.append(scrape_bench.Target("hpcnode-compare", lambda port: [
                 args.compare, "--web.listen-address=127.0.0.1:%d" % port,
-                "--collector.disable-defaults", "--collector.pci", "--path.sysfs=" + sysfs,
-                "--path.procfs=" + os.path.join(root, "proc"), "--path.rootfs=" + root],
-                workdir, args))
+                "--collector.disable-defaults", "--collector.pci"] + paths, workdir, args))
         if node_exporter_has_pcidevice(args.node_exporter):
             targets.append(scrape_bench.Target("node_exporter", lambda port: [
                 args.node_exporter, "--web.listen-address=127.0.0.1:%d" % port,

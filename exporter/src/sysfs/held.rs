@@ -90,6 +90,9 @@ struct HeldDir {
     /// Its listing, taken when no file needed a check of its own (see
     /// [`HeldAttributes::fixed_entries`]).
     entries: Option<Arc<[Entry]>>,
+    /// Attributes whose values the kernel fixes with the directory, as first read in it on
+    /// sysfs (see [`HeldAttributes::read_fixed`]).
+    fixed: FastMap<Box<str>, Box<[u8]>>,
     /// Its subdirectories held open (see [`HeldAttributes::fixed_subdir`]), each with two
     /// shares of the budget: its descriptor, and the root it keeps open (shared with others
     /// as a rule, so this counts more than is held, never less).
@@ -149,6 +152,7 @@ impl HeldDir {
             files: FastMap::new(),
             absent: FastSet::new(),
             entries: None,
+            fixed: FastMap::new(),
             subdirs: FastMap::new(),
         }
     }
@@ -247,6 +251,31 @@ impl HeldAttributes {
             _slot: slot,
         };
         held.files.insert(name.into(), file);
+        Ok(len)
+    }
+
+    /// As [`HeldAttributes::read`], for an attribute whose value the kernel fixes when it makes
+    /// the directory (a PCI device's `subsystem_vendor`, or `max_link_speed` from its Link
+    /// Capabilities register): on sysfs read once and kept while the directory stays the same
+    /// (its look: a device registered again is another inode), with no descriptor held for it;
+    /// elsewhere (fixture trees, where a file may be rewritten in place) read as any other.
+    pub(super) fn read_fixed(
+        &mut self,
+        dir: &SysDir,
+        name: &str,
+        buf: &mut [u8],
+    ) -> Result<usize, SysfsError> {
+        if let Some(held) = self.held_dir(dir).filter(|held| held.on_sysfs) {
+            if let Some(content) = held.fixed.get(name) {
+                buf[..content.len()].copy_from_slice(content);
+                return Ok(content.len());
+            }
+        }
+        let len = self.read(dir, name, buf)?;
+        if let Some(held) = self.held_dir(dir).filter(|held| held.on_sysfs) {
+            held.files.remove(name);
+            held.fixed.insert(name.into(), buf[..len].into());
+        }
         Ok(len)
     }
 
@@ -608,6 +637,53 @@ mod tests {
         assert_eq!(round(&mut held, "hw_counters").unwrap().0, "3");
     }
 
+    /// A fixed attribute on sysfs is read once per directory: kept, with no descriptor, while
+    /// the directory stays the same one (rewritten behind its back, it still reads as first
+    /// read), read again once another directory (a device registered again) is in its place.
+    /// Outside sysfs it is read as any other, so a fixture rewritten in place is seen.
+    #[test]
+    fn a_fixed_attribute_is_read_once_per_directory_on_sysfs() {
+        let tmp = tempfile::tempdir().unwrap();
+        let path = |name: &str| tmp.path().join(name);
+        let make_device = |name: &str, speed: &str| {
+            fs::create_dir(path(name)).unwrap();
+            fs::write(path(name).join("max_link_speed"), speed).unwrap();
+            settle(&path(name));
+        };
+        make_device("device", "8.0 GT/s PCIe\n");
+        let (budget, mut held) = held_within(8);
+        let mut reader = AttributeReader::default();
+        let mut round = |held: &mut HeldAttributes, as_on_sysfs: bool| {
+            let dir = SysDir::open(tmp.path(), "device").unwrap();
+            let key = dir.relative.as_os_str().as_bytes();
+            if let Some(held_dir) = held.held_dir(&dir).filter(|_| as_on_sysfs) {
+                held_dir.on_sysfs = true;
+            }
+            assert!(held.dirs.contains_key(key));
+            let text = dir.read_fixed("max_link_speed", held, &mut reader);
+            let text = text.map(str::to_string);
+            held.end_round();
+            text.unwrap()
+        };
+        // Outside sysfs: held, and read fresh.
+        assert_eq!(round(&mut held, false), "8.0 GT/s PCIe");
+        assert_eq!((held.len(), budget.held()), (1, 1));
+        fs::write(path("device/max_link_speed"), "16.0 GT/s PCIe\n").unwrap();
+        assert_eq!(round(&mut held, false), "16.0 GT/s PCIe");
+
+        // As on sysfs: kept, its descriptor closed.
+        assert_eq!(round(&mut held, true), "16.0 GT/s PCIe");
+        assert_eq!((held.len(), budget.held()), (0, 0));
+        fs::write(path("device/max_link_speed"), "2.5 GT/s PCIe\n").unwrap();
+        assert_eq!(round(&mut held, true), "16.0 GT/s PCIe");
+
+        // Another directory in its place: read again.
+        make_device("new", "32.0 GT/s PCIe\n");
+        fs::rename(path("device"), path("old")).unwrap();
+        fs::rename(path("new"), path("device")).unwrap();
+        assert_eq!(round(&mut held, true), "32.0 GT/s PCIe");
+    }
+
     /// Beyond the budget attributes are read and closed as unheld ones are; what is not a
     /// regular file is never held; a round closes what it did not read.
     #[test]
@@ -631,6 +707,31 @@ mod tests {
         assert_eq!((held.len(), budget.held()), (1, 1));
         drop(held);
         assert_eq!(budget.held(), 0);
+    }
+
+    /// On real sysfs a fixed attribute is read once and kept with no descriptor: a PCI
+    /// device's `subsystem_vendor` reads as the file does, round after round.
+    #[test]
+    fn a_fixed_sysfs_attribute_holds_no_descriptor() {
+        let Some(device) = fs::read_dir("/sys/bus/pci/devices")
+            .ok()
+            .and_then(|mut devices| devices.next()?.ok())
+        else {
+            eprintln!("skipped: this machine's /sys/bus/pci/devices lists no PCI device");
+            return;
+        };
+        let name = device.file_name().into_string().unwrap();
+        let sysfs = SysDir::open(Path::new("/sys"), "").unwrap();
+        let dir = sysfs.link_dir(&format!("bus/pci/devices/{name}")).unwrap();
+        let expected = fs::read_to_string(device.path().join("subsystem_vendor")).unwrap();
+        let (budget, mut held) = held_within(8);
+        let mut reader = AttributeReader::default();
+        for _ in 0..2 {
+            let text = dir.read_fixed("subsystem_vendor", &mut held, &mut reader);
+            assert_eq!(text.unwrap(), expected.trim());
+            assert_eq!((held.len(), budget.held()), (0, 0));
+            held.end_round();
+        }
     }
 
     /// A real sysfs attribute held open is read fresh each time: `/sys/kernel/uevent_seqnum`

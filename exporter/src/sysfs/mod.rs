@@ -309,6 +309,43 @@ impl SysDir {
         self.text(name, content)
     }
 
+    /// As [`SysDir::read_held`], for an attribute the kernel fixes when it makes the directory:
+    /// on sysfs read once per directory (see [`HeldAttributes::read_fixed`]).
+    pub fn read_fixed<'r>(
+        &self,
+        name: &str,
+        held: &mut HeldAttributes,
+        reader: &'r mut AttributeReader,
+    ) -> Result<&'r str, SysfsError> {
+        let content = self.read_fixed_bytes(name, held, reader)?;
+        self.text(name, content)
+    }
+
+    /// As [`SysDir::read_fixed`], its raw bytes (see [`SysDir::read_bytes`]).
+    pub fn read_fixed_bytes<'r>(
+        &self,
+        name: &str,
+        held: &mut HeldAttributes,
+        reader: &'r mut AttributeReader,
+    ) -> Result<&'r [u8], SysfsError> {
+        let len = held.read_fixed(self, name, &mut reader.buf[..])?;
+        self.one_page(name, &reader.buf[..len])
+    }
+
+    /// The first `len` bytes at most of an attribute, through a held descriptor: for a binary
+    /// attribute whose every byte read costs the kernel (a PCI device's `config`).
+    pub fn read_held_prefix<'r>(
+        &self,
+        name: &str,
+        len: usize,
+        held: &mut HeldAttributes,
+        reader: &'r mut AttributeReader,
+    ) -> Result<&'r [u8], SysfsError> {
+        let len = len.min(MAX_ATTRIBUTE_BYTES);
+        let read = held.read(self, name, &mut reader.buf[..len])?;
+        Ok(&reader.buf[..read])
+    }
+
     /// As [`SysDir::read_bytes`], through a held descriptor (see [`SysDir::read_held`]).
     pub fn read_held_bytes<'r>(
         &self,

@@ -9,15 +9,15 @@ use std::sync::Arc;
 use crate::kernel::modprobe;
 use crate::kernel::release::checked_release;
 use crate::metrics::{LabelValue, Labels, Value};
-use crate::sysfs::{SysDir, SysfsError};
+use crate::sysfs::{AttributeReader, HeldAttributes, SysDir, SysfsError};
 
 use super::config_space::{self, ConfigSpace, BAR_COUNT};
-use super::identity::{parse_id16, read_id};
+use super::identity::{parse_id16, read_id, Identity};
 use super::modules;
 use super::nova::DeviceType;
 use super::{
-    DeviceSelector, Read, BARS, CONFIG_READABLE, DEVICES_DIR, DEVICE_FAULT, DEVICE_INFO,
-    DRIVER_BOUND, INTERRUPT_CAPABILITY, IRQ, LINK_SPEED, LINK_WIDTH, MEMORY_DECODE,
+    DeviceSelector, ListedDevice, Read, BARS, CONFIG_READABLE, DEVICES_DIR, DEVICE_FAULT,
+    DEVICE_INFO, DRIVER_BOUND, INTERRUPT_CAPABILITY, IRQ, LINK_SPEED, LINK_WIDTH, MEMORY_DECODE,
     MSIX_TABLE_SIZE, PASSTHROUGH_CHECK, PASSTHROUGH_READY, POWER_STATE, SRIOV_TOTAL_VFS, SRIOV_VFS,
     UNBOUND_ALIAS_MODULE, UNBOUND_ALIAS_MODULES, VFIO_DRIVER,
 };
@@ -31,14 +31,26 @@ const POWER_STATE_UNKNOWN: [&str; 2] = ["unknown", "error"];
 /// Real `modules.alias` files are 1 to 2 MiB, read once per unbound device, by up to four
 /// units at once.
 const MODULES_ALIAS_LIMIT: usize = 16 << 20;
+/// PCI's configuration space before the extended capabilities of PCIe.
+const STANDARD_CONFIG_BYTES: usize = 256;
 /// Candidate modules kept per unbound device; more go to one `other` series.
 const MAX_ALIAS_MODULES: usize = 8;
+
+/// [`SysDir::read_held`] or [`SysDir::read_fixed`].
+type ReadAttribute = for<'r> fn(
+    &SysDir,
+    &str,
+    &mut HeldAttributes,
+    &'r mut AttributeReader,
+) -> Result<&'r str, SysfsError>;
 
 /// What the passthrough checks and the fault gauges need from a device's read.
 struct DeviceState {
     /// Vendor and device ids.
     ids: Option<(u16, u16)>,
     driver: String,
+    /// The target name of its `iommu_group` link; empty without one.
+    iommu_group: String,
     bars_implemented: usize,
     bars_assigned: usize,
     irq: Option<u64>,
@@ -51,7 +63,19 @@ impl Read<'_> {
         let collector = self.collector;
         let device: LabelValue = address.to_string().into();
         let labels = || vec![("device", device.clone())];
-        let dir = match collector.sysfs_dir(&format!("{DEVICES_DIR}/{address}")) {
+        let listed = collector.scrape().listed.remove(address);
+        let (dir, listed) = match listed {
+            Some(ListedDevice {
+                dir,
+                driver,
+                identity,
+            }) => (Ok(dir), Some((driver, identity))),
+            None => (
+                collector.sysfs_dir(&format!("{DEVICES_DIR}/{address}")),
+                None,
+            ),
+        };
+        let dir = match dir {
             Ok(dir) => dir,
             Err(err) if err.is_absent() => {
                 // Meant for passthrough but not on the bus (removed, or a wrong address); any
@@ -66,7 +90,7 @@ impl Read<'_> {
             }
             Err(err) => return self.error(err),
         };
-        let state = self.device_attributes(&dir, &labels());
+        let state = self.device_attributes(&dir, &labels(), listed);
         let named = state.ids.is_some_and(|(vendor, device)| {
             collector
                 .passthrough
@@ -75,7 +99,7 @@ impl Read<'_> {
         });
         if by_nova || named || state.driver == VFIO_DRIVER {
             let (_, iommu_enabled) = self.iommu();
-            let isolated = self.group_isolated(&dir, address);
+            let isolated = self.group_isolated(&dir, address, &state.iommu_group);
             let checks = [
                 ("present", true),
                 ("iommu_enabled", iommu_enabled),
@@ -113,35 +137,65 @@ impl Read<'_> {
         }
     }
 
-    /// Identity, driver, BARs, IRQ, config space, link, power and SR-IOV of one device.
-    fn device_attributes(&mut self, dir: &SysDir, labels: &Labels) -> DeviceState {
+    /// Identity, driver, BARs, IRQ, config space, link, power and SR-IOV of one device;
+    /// `listed`: its `driver` link and identity as this scrape's listing read them.
+    fn device_attributes(
+        &mut self,
+        dir: &SysDir,
+        labels: &Labels,
+        listed: Option<(Result<String, SysfsError>, Identity)>,
+    ) -> DeviceState {
         let text = |read: &mut Self, name: &str| {
             let text = dir.read_held(name, read.held, &mut read.reader);
             let text = text.map(str::to_string);
             read.out.optional(text).unwrap_or_default()
         };
-        let link = |read: &mut Self, name: &str| {
-            read.out
-                .optional(dir.link_target_name(name))
-                .unwrap_or_default()
+        let fixed = |read: &mut Self, name: &str| {
+            let text = dir.read_fixed(name, read.held, &mut read.reader);
+            let text = text.map(str::to_string);
+            read.out.optional(text).unwrap_or_default()
         };
-        let driver = link(self, "driver");
-        let physical_function = link(self, "physfn");
+        let link = |read: &mut Self, target: Result<String, SysfsError>| {
+            read.out.optional(target).unwrap_or_default()
+        };
+        let (listed_driver, identity) = listed.unzip();
+        let driver = listed_driver.unwrap_or_else(|| dir.link_target_name("driver"));
+        let driver = link(self, driver);
+        let physical_function = link(self, dir.link_target_name("physfn"));
         let sysfs_total_vfs =
             self.out
                 .optional(dir.read_held_u64("sriov_totalvfs", self.held, &mut self.reader));
         let device_type = DeviceType::of(!physical_function.is_empty(), sysfs_total_vfs.is_some());
-        let (vendor, device) = (text(self, "vendor"), text(self, "device"));
+        let (vendor, device, class) = match identity {
+            // As the kernel prints them: `0x%04x`, the class `0x%06x`.
+            Some(id) => (
+                format!("{:#06x}", id.vendor),
+                format!("{:#06x}", id.device),
+                format!("{:#08x}", id.class),
+            ),
+            None => (
+                text(self, "vendor"),
+                text(self, "device"),
+                text(self, "class"),
+            ),
+        };
         let ids = parse_id16(&vendor).zip(parse_id16(&device));
+        let iommu_group = link(self, dir.link_target_name("iommu_group"));
         let mut info = labels.clone();
         info.extend([
             ("vendor_id", vendor.into()),
             ("device_id", device.into()),
-            ("subsystem_vendor_id", text(self, "subsystem_vendor").into()),
-            ("subsystem_device_id", text(self, "subsystem_device").into()),
-            ("class", text(self, "class").into()),
+            (
+                "subsystem_vendor_id",
+                fixed(self, "subsystem_vendor").into(),
+            ),
+            (
+                "subsystem_device_id",
+                fixed(self, "subsystem_device").into(),
+            ),
+            ("class", class.into()),
             ("driver", driver.clone().into()),
-            ("iommu_group", link(self, "iommu_group").into()),
+            ("iommu_group", iommu_group.clone().into()),
             ("numa_node", text(self, "numa_node").into()),
             ("physical_function", physical_function.into()),
             ("nova_device_type", device_type.as_str().into()),
@@ -149,9 +203,7 @@ impl Read<'_> {
         self.push(&DEVICE_INFO, info, Value::Int(1));
         self.flag(&DRIVER_BOUND, labels.clone(), !driver.is_empty());
 
-        // One page at most: sysfs gives all of a 4096-byte config space to one read.
-        let space = dir.read_held_bytes("config", self.held, &mut self.reader);
-        let space = space.map(config_space::parse);
+        let space = self.config_space(dir);
         let space = self.out.optional(space).unwrap_or_default();
         let resource = dir.read_held("resource", self.held, &mut self.reader);
         let resource = resource.map(str::to_string);
@@ -249,6 +301,7 @@ impl Read<'_> {
         DeviceState {
             ids,
             driver,
+            iommu_group,
             bars_implemented,
             bars_assigned,
             irq,
@@ -257,30 +310,57 @@ impl Read<'_> {
         }
     }
 
+    /// The device's config space, parsed. The kernel reads it a register at a time, each a
+    /// config cycle (all 4096 bytes cost 4.5 ms of CPU per device in a VM, 0.4 ms the first
+    /// 64), so the standard 256 bytes, whose registers change (command, MSI, MSI-X, power,
+    /// link), are read each scrape, and the extended space, where only SR-IOV's TotalVFs and
+    /// NumVFs are parsed, as a fixed attribute: once per device on sysfs. Those two are only
+    /// a fallback for the `sriov_*` attributes, which a kernel that can enable VFs shows.
+    fn config_space(&mut self, dir: &SysDir) -> Result<ConfigSpace, SysfsError> {
+        let standard =
+            dir.read_held_prefix("config", STANDARD_CONFIG_BYTES, self.held, &mut self.reader)?;
+        let mut config = standard.to_vec();
+        if config.len() == STANDARD_CONFIG_BYTES {
+            // One page at most: sysfs gives all of a 4096-byte config space to one read.
+            let whole = dir.read_fixed_bytes("config", self.held, &mut self.reader)?;
+            config.extend_from_slice(whole.get(STANDARD_CONFIG_BYTES..).unwrap_or_default());
+        }
+        Ok(config_space::parse(&config))
+    }
+
     /// Link speed and width from sysfs (`current_link_speed`, ...), else from the PCIe
     /// capability when config space could be read.
     fn link_state(&mut self, dir: &SysDir, labels: &Labels, space: &ConfigSpace) {
-        for (which, from_config) in [
-            ("current", space.link_current),
-            ("maximum", space.link_maximum),
+        // The current link is trained again at will; the maximum is the Link Capabilities
+        // register's, fixed with the device.
+        for (which, from_config, [speed_file, width_file], read) in [
+            (
+                "current",
+                space.link_current,
+                ["current_link_speed", "current_link_width"],
+                SysDir::read_held as ReadAttribute,
+            ),
+            (
+                "maximum",
+                space.link_maximum,
+                ["max_link_speed", "max_link_width"],
+                SysDir::read_fixed,
+            ),
         ] {
-            let prefix = if which == "current" { "current" } else { "max" };
-            let speed_file = format!("{prefix}_link_speed");
-            let width_file = format!("{prefix}_link_width");
-            let speed = dir.read_held(&speed_file, self.held, &mut self.reader);
+            let speed = read(dir, speed_file, self.held, &mut self.reader);
             let speed = speed.map(str::to_string);
             let speed = match self.out.optional(speed) {
                 Some(text) => parse_link_speed(&text),
                 None => from_config.and_then(|l| l.speed_gts),
             };
             // The kernel prints the width as a number (0 while the link is down).
-            let width = dir.read_held(&width_file, self.held, &mut self.reader);
+            let width = read(dir, width_file, self.held, &mut self.reader);
             let width = width.map(str::to_string);
             let width = match self.out.optional(width) {
                 Some(text) => match text.parse::<u64>() {
                     Ok(width) => Some(width).filter(|w| *w > 0),
                     Err(_) => {
-                        let path = dir.path(&width_file);
+                        let path = dir.path(width_file);
                         self.error(SysfsError::parse(&path, "not a link width", &text));
                         None
                     }
@@ -332,22 +412,14 @@ impl Read<'_> {
 
     /// Every member of the device's IOMMU group other than the device itself is a PCI bridge
     /// or bound to vfio-pci or pci-stub. False without a group (no IOMMU).
-    fn group_isolated(&mut self, dir: &SysDir, address: &str) -> bool {
-        let group = self
-            .out
-            .optional(dir.link_target_name("iommu_group"))
-            .unwrap_or_default();
+    fn group_isolated(&mut self, dir: &SysDir, address: &str, group: &str) -> bool {
         if group.is_empty() {
             return false;
         }
         // It becomes a path component under kernel/iommu_groups: a number, never `..`.
         if !group.bytes().all(|b| b.is_ascii_digit()) {
             let path = dir.path("iommu_group");
-            self.error(SysfsError::parse(
-                &path,
-                "not an IOMMU group number",
-                &group,
-            ));
+            self.error(SysfsError::parse(&path, "not an IOMMU group number", group));
             return false;
         }
         let members_dir = format!("kernel/iommu_groups/{group}/devices");

@@ -52,19 +52,21 @@ impl Read<'_> {
                 let Some(group) = self.out.reported(group.into_name()) else {
                     continue;
                 };
-                let Some(group_dir) = self.out.reported(groups.subdir(&group)) else {
-                    continue;
-                };
-                let kind = group_dir.read("type", &mut self.reader).map(str::to_string);
-                let kind = self.out.optional(kind).unwrap_or_default();
-                let members = group_dir.subdir("devices").and_then(SysDir::into_entries);
+                // Paths below the groups' directory: one open each, not the group's too.
+                let kind = groups.read(&format!("{group}/type"), &mut self.reader);
+                let kind = self.out.optional(kind.map(str::to_string));
+                let members = groups.subdir(&format!("{group}/devices"));
+                let members = members.and_then(SysDir::into_entries);
                 if let Some(members) = self.out.reported(members) {
                     let members = (members.into_iter())
                         .filter(|member| self.out.reported(member.name()).is_some())
                         .count();
                     self.push(
                         &IOMMU_GROUP_DEVICES,
-                        vec![("group", group.into()), ("type", kind.into())],
+                        vec![
+                            ("group", group.into()),
+                            ("type", kind.unwrap_or_default().into()),
+                        ],
                         Value::Int(members as u64),
                     );
                 }

@@ -21,7 +21,7 @@ pub(crate) mod nova;
 mod nova_check;
 mod vfio_holders;
 
-use std::collections::HashSet;
+use std::collections::{HashMap, HashSet};
 use std::fmt;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -37,7 +37,7 @@ use crate::sysfs::{
     AttributeReader, Entry, FileStamp, HeldAttributes, HeldByUnit, SysDir, SysfsError,
 };
 
-use identity::{read_identity, Address};
+use identity::{read_identity, Address, Identity};
 use modules::{ModprobeRules, Stamped};
 
 pub const REGISTRATION: Registration = Registration {
@@ -193,6 +193,17 @@ struct ScrapeState {
     /// The host's IOMMU hardware units and whether one is active, as the first device read
     /// that needed them read them without an error.
     iommu: Option<(usize, bool)>,
+    /// What the listing opened and read of each device of interest, by address, for its
+    /// unit's read to take rather than open and read again.
+    listed: HashMap<String, ListedDevice>,
+}
+
+/// A device of interest as the listing found it.
+struct ListedDevice {
+    dir: SysDir,
+    /// The target name of its `driver` link.
+    driver: Result<String, SysfsError>,
+    identity: Identity,
 }
 
 impl PciCollector {
@@ -514,7 +525,10 @@ impl Collector for PciCollector {
 
     fn units(&self) -> Result<Vec<Unit>, CollectError> {
         let sysfs = SysDir::open(&self.sysfs, "").ok().map(Arc::new);
-        *self.scrape() = ScrapeState { sysfs, iommu: None };
+        *self.scrape() = ScrapeState {
+            sysfs,
+            ..ScrapeState::default()
+        };
         let listing = self
             .sysfs_dir(DEVICES_DIR)
             .and_then(|dir| dir.entries().map(|entries| (dir, entries)));
@@ -547,6 +561,7 @@ impl Collector for PciCollector {
         let mut units = Vec::new();
         let mut root_ports: Vec<String> = Vec::new();
         let mut vfio_bound = Vec::new();
+        let mut of_interest = HashMap::new();
         for address in &addresses {
             // A device that vanished or cannot be identified is not one of interest; a
             // device named by address that is absent is still listed (to report it absent).
@@ -567,9 +582,8 @@ impl Collector for PciCollector {
                 .iter()
                 .chain(&self.passthrough)
                 .any(|s| s.matches(address, identity.vendor, identity.device));
-            let on_vfio = dir
-                .link_target_name("driver")
-                .is_ok_and(|d| d == VFIO_DRIVER);
+            let driver = dir.link_target_name("driver");
+            let on_vfio = driver.as_ref().is_ok_and(|d| d == VFIO_DRIVER);
             if on_vfio {
                 vfio_bound.push(address.clone());
             }
@@ -590,6 +604,12 @@ impl Collector for PciCollector {
                 if let Some(root_port) = root_port.filter(|port| !root_ports.contains(port)) {
                     root_ports.push(root_port);
                 }
+                let device = ListedDevice {
+                    dir,
+                    driver,
+                    identity,
+                };
+                of_interest.insert(address.clone(), device);
             }
         }
         let listed: HashSet<&str> = addresses.iter().map(String::as_str).collect();
@@ -630,6 +650,7 @@ impl Collector for PciCollector {
                 .map(|address| Unit::RootPort { address }),
         );
         units.extend(unnamed);
+        self.scrape().listed = of_interest;
         Ok(units)
     }
 
