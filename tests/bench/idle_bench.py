@@ -23,17 +23,21 @@ import scrape_bench  # noqa: E402
 
 
 def context_switches(pid):
-    """Voluntary + involuntary context switches of each thread of `pid`, by thread id."""
+    """Voluntary + involuntary context switches of each thread of `pid`, by thread id, with
+    the thread's name: (name, switches)."""
     switches = {}
     task_dir = "/proc/%d/task" % pid
     for tid in os.listdir(task_dir):
         try:
             with open(os.path.join(task_dir, tid, "status")) as f:
-                switches[tid] = sum(int(line.split()[1]) for line in f
-                                    if line.startswith(("voluntary_ctxt_switches:",
-                                                        "nonvoluntary_ctxt_switches:")))
+                lines = f.read().splitlines()
         except (FileNotFoundError, ProcessLookupError):
-            pass  # a thread that ended meanwhile
+            continue  # a thread that ended meanwhile
+        name = next((line.split(None, 1)[1] for line in lines
+                     if line.startswith("Name:")), "?")
+        switches[tid] = (name, sum(int(line.split()[1]) for line in lines
+                                   if line.startswith(("voluntary_ctxt_switches:",
+                                                       "nonvoluntary_ctxt_switches:"))))
     return switches
 
 
@@ -41,7 +45,7 @@ def idle_switches(pids, seconds, every=0.25):
     """Context switches of each process over `seconds`: per thread, its last count seen minus
     its count at the start (0 for a thread born meanwhile), so threads that end in the window
     (an idle blocking-pool worker retiring) count too, with one more for the wake-up that ended
-    each (its status is gone by then). Returns {pid: (switches, threads seen)}."""
+    each (its status is gone by then). Returns {pid: {thread name: (switches, threads)}}."""
     first = {pid: context_switches(pid) for pid in pids}
     last = {pid: dict(first[pid]) for pid in pids}
     now = first
@@ -51,9 +55,14 @@ def idle_switches(pids, seconds, every=0.25):
         now = {pid: context_switches(pid) for pid in pids}
         for pid in pids:
             last[pid].update(now[pid])
-    return {pid: (sum(n - first[pid].get(tid, 0) + (tid not in now[pid])
-                      for tid, n in last[pid].items()),
-                  len(last[pid])) for pid in pids}
+    counted = {}
+    for pid in pids:
+        by_name = counted.setdefault(pid, {})
+        for tid, (name, n) in last[pid].items():
+            woke = n - first[pid].get(tid, (name, 0))[1] + (tid not in now[pid])
+            switches, threads = by_name.get(name, (0, 0))
+            by_name[name] = (switches + woke, threads + 1)
+    return counted
 
 
 def main():
@@ -102,11 +111,18 @@ def main():
               "switches, all threads, /proc/PID/task/*/status); %s as uid %d"
               % (args.seconds, os.uname().release, os.getuid()))
         for t in targets:
-            switches, threads = counted[t.proc.pid]
+            by_name = counted[t.proc.pid]
+            switches = sum(n for n, _ in by_name.values())
+            threads = sum(k for _, k in by_name.values())
             print("  %-14s %6d switches  %6.2f per second  %3d threads  %s"
                   % (t.label, switches, switches / args.seconds, threads,
                      " ".join(os.path.basename(a) if i == 0 else a
                               for i, a in enumerate(t.argv))))
+            woken = sorted(((n, k, name) for name, (n, k) in by_name.items() if n),
+                           reverse=True)
+            print("    by thread name: %s" % (", ".join(
+                "%s %d (%d thread%s)" % (name, n, k, "" if k == 1 else "s")
+                for n, k, name in woken) or "none woke"))
         ebpf = [line for line in targets[0].log_tail(20000).splitlines() if "ebpf" in line]
         for line in ebpf[:5]:
             print("  hpcnode log: %s" % line[:200])
