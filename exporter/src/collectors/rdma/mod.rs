@@ -745,7 +745,6 @@ impl DeviceRead<'_> {
         let Some(names) = self.out.reported(self.held.fixed_entries(dir)) else {
             return;
         };
-        let mut cache = lock(self.labels);
         for name in names.iter() {
             let Some(name) = self.out.reported(name.name()) else {
                 continue;
@@ -760,12 +759,16 @@ impl DeviceRead<'_> {
                 }
                 // The device-wide lifespan mirrors the ports'; it is not exported twice.
                 ("lifespan", None) => {}
+                // The cache is shared by every device: locked for the lookup alone, never
+                // across a read, so a read hung in one device's driver blocks no other.
                 (_, Some(port)) => {
-                    let labels = self.counter_labels(Some(port), cache.get(name));
+                    let counter = lock(self.labels).get(name);
+                    let labels = self.counter_labels(Some(port), counter);
                     self.push(&PORT_HW_STAT, labels, Value::Int(value));
                 }
                 (_, None) => {
-                    let labels = self.counter_labels(None, cache.get(name));
+                    let counter = lock(self.labels).get(name);
+                    let labels = self.counter_labels(None, counter);
                     self.push(&DEVICE_HW_STAT, labels, Value::Int(value));
                 }
             }
