@@ -9,7 +9,7 @@ use std::sync::Arc;
 use crate::kernel::modprobe;
 use crate::kernel::release::checked_release;
 use crate::metrics::{LabelValue, Labels, Value};
-use crate::sysfs::{AttributeReader, HeldAttributes, SysDir, SysfsError};
+use crate::sysfs::{SysDir, SysfsError};
 
 use super::config_space::{self, ConfigSpace, BAR_COUNT};
 use super::identity::{parse_id16, read_id, Identity};
@@ -35,14 +35,6 @@ const MODULES_ALIAS_LIMIT: usize = 16 << 20;
 const STANDARD_CONFIG_BYTES: usize = 256;
 /// Candidate modules kept per unbound device; more go to one `other` series.
 const MAX_ALIAS_MODULES: usize = 8;
-
-/// [`SysDir::read_held`] or [`SysDir::read_fixed`].
-type ReadAttribute = for<'r> fn(
-    &SysDir,
-    &str,
-    &mut HeldAttributes,
-    &'r mut AttributeReader,
-) -> Result<&'r str, SysfsError>;
 
 /// What the passthrough checks and the fault gauges need from a device's read.
 struct DeviceState {
@@ -290,10 +282,18 @@ impl Read<'_> {
         let total_vfs = sysfs_total_vfs.or(space.sriov.map(|s| s.total_vfs.into()));
         if let Some(total) = total_vfs {
             self.push(&SRIOV_TOTAL_VFS, labels.clone(), Value::Int(total));
-            let enabled = self
-                .out
-                .optional(dir.read_held_u64("sriov_numvfs", self.held, &mut self.reader))
-                .or(space.sriov.map(|s| s.num_vfs.into()));
+            let enabled = match (self.out).optional(dir.read_held_u64(
+                "sriov_numvfs",
+                self.held,
+                &mut self.reader,
+            )) {
+                Some(enabled) => Some(enabled),
+                // No sriov_* files (a kernel without CONFIG_PCI_IOV): NumVFs is the register's,
+                // read now, since the extended space is kept from its first read (TotalVFs
+                // is fixed; NumVFs is not).
+                None if space.sriov.is_some() => self.current_num_vfs(dir),
+                None => None,
+            };
             if let Some(enabled) = enabled {
                 self.push(&SRIOV_VFS, labels.clone(), Value::Int(enabled));
             }
@@ -321,40 +321,52 @@ impl Read<'_> {
             dir.read_held_prefix("config", STANDARD_CONFIG_BYTES, self.held, &mut self.reader)?;
         let mut config = standard.to_vec();
         if config.len() == STANDARD_CONFIG_BYTES {
-            // One page at most: sysfs gives all of a 4096-byte config space to one read.
-            let whole = dir.read_fixed_bytes("config", self.held, &mut self.reader)?;
-            config.extend_from_slice(whole.get(STANDARD_CONFIG_BYTES..).unwrap_or_default());
+            // One page at most: sysfs gives all of a 4096-byte config space to one read. Its
+            // failure costs the extended space alone: the standard part is parsed still.
+            match dir.read_fixed_bytes("config", self.held, &mut self.reader) {
+                Ok(whole) => {
+                    config.extend_from_slice(whole.get(STANDARD_CONFIG_BYTES..).unwrap_or_default())
+                }
+                Err(err) => self.error(err),
+            }
         }
         Ok(config_space::parse(&config))
+    }
+
+    /// SR-IOV's NumVFs from the whole config space read now.
+    fn current_num_vfs(&mut self, dir: &SysDir) -> Option<u64> {
+        let config = dir.read_held_bytes("config", self.held, &mut self.reader);
+        let config = self.out.reported(config)?;
+        config_space::parse(config).sriov.map(|s| s.num_vfs.into())
     }
 
     /// Link speed and width from sysfs (`current_link_speed`, ...), else from the PCIe
     /// capability when config space could be read.
     fn link_state(&mut self, dir: &SysDir, labels: &Labels, space: &ConfigSpace) {
-        // The current link is trained again at will; the maximum is the Link Capabilities
-        // register's, fixed with the device.
-        for (which, from_config, [speed_file, width_file], read) in [
+        // Both are read every scrape: the current link is trained again at will, and the
+        // maximum is the Link Capabilities register read again by the kernel on each read,
+        // all ones while the device cannot answer (D3cold, link down), which read once would
+        // stay for the life of the device.
+        for (which, from_config, [speed_file, width_file]) in [
             (
                 "current",
                 space.link_current,
                 ["current_link_speed", "current_link_width"],
-                SysDir::read_held as ReadAttribute,
             ),
             (
                 "maximum",
                 space.link_maximum,
                 ["max_link_speed", "max_link_width"],
-                SysDir::read_fixed,
             ),
         ] {
-            let speed = read(dir, speed_file, self.held, &mut self.reader);
+            let speed = dir.read_held(speed_file, self.held, &mut self.reader);
             let speed = speed.map(str::to_string);
             let speed = match self.out.optional(speed) {
                 Some(text) => parse_link_speed(&text),
                 None => from_config.and_then(|l| l.speed_gts),
             };
             // The kernel prints the width as a number (0 while the link is down).
-            let width = read(dir, width_file, self.held, &mut self.reader);
+            let width = dir.read_held(width_file, self.held, &mut self.reader);
             let width = width.map(str::to_string);
             let width = match self.out.optional(width) {
                 Some(text) => match text.parse::<u64>() {
