@@ -221,7 +221,7 @@ lab_scenario peer_unreachable
 # Nothing listens on the responder's port any more. This runs while the mesh's exporters start
 # and probe: its run ends at the refused connection, before it uses rxe0.
 # shellcheck disable=SC2086
-lab_exporter_start $PROBE $RUN --probe.verbs.interval=1h --probe.verbs.peer=$OOB || exit 1
+lab_exporter_start $PROBE $RUN --probe.verbs.interval=1h --probe.verbs.peer=$OOB || { kill $mesh_pids 2> /dev/null; exit 1; }
 await_runs unreachable "hpcnode_verbs_probe_runs_total{mode=\"peer\",result=\"peer_unreachable\"}"
 lab_expect "exporter still serves" "$(lab_value unreachable 'hpcnode_scrape_collector_success{collector="verbs"}')" == 1
 lab_exporter_stop
