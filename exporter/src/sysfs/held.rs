@@ -255,8 +255,8 @@ impl HeldAttributes {
     }
 
     /// As [`HeldAttributes::read`], for an attribute whose value the kernel fixes when it makes
-    /// the directory (a PCI device's `subsystem_vendor`, or `max_link_speed` from its Link
-    /// Capabilities register): on sysfs read once and kept while the directory stays the same
+    /// the directory (a PCI device's `subsystem_vendor`, read by the kernel at enumeration):
+    /// on sysfs read once and kept while the directory stays the same
     /// (its look: a device registered again is another inode), with no descriptor held for it;
     /// elsewhere (fixture trees, where a file may be rewritten in place) read as any other.
     pub(super) fn read_fixed(
