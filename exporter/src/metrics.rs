@@ -116,9 +116,11 @@ impl From<String> for LabelValue {
     }
 }
 
-/// Label values from the node that repeat scrape after scrape (a port number, a counter's
-/// file name), each made once and then shared: a scrape allocates nothing for them. At most
-/// `max` are kept; beyond, a value is made each time it is asked.
+/// Label values from the node that repeat scrape after scrape (a device name, its firmware
+/// version, a port number, a counter's file name), each made once and then shared: a scrape
+/// allocates nothing for them. At most `max` are kept; when full, the cache starts over, so
+/// values the node stopped giving (an old firmware version, a LID the subnet manager moved)
+/// go in time.
 #[derive(Debug)]
 pub struct LabelCache {
     values: HashMap<Box<str>, LabelValue>,
@@ -138,10 +140,11 @@ impl LabelCache {
         if let Some(value) = self.values.get(text) {
             return value.clone();
         }
-        let value = LabelValue::from(text.to_string());
-        if self.values.len() < self.max {
-            self.values.insert(text.into(), value.clone());
+        if self.values.len() >= self.max {
+            self.values.clear();
         }
+        let value = LabelValue::from(text.to_string());
+        self.values.insert(text.into(), value.clone());
         value
     }
 }
@@ -172,86 +175,122 @@ pub type Labels = Vec<(&'static str, LabelValue)>;
 /// One label: its name and value.
 pub type Label = (&'static str, LabelValue);
 
+/// One metric's samples in a scrape, in the order they were pushed.
 #[derive(Debug)]
-pub struct Family {
-    pub desc: Desc,
-    /// The samples as pushed into one [`Samples`] each (a unit's read); appending moves them
-    /// whole rather than copying them into one ever larger list.
-    parts: Vec<Part>,
+pub struct Family<'a> {
+    pub desc: &'a Desc,
+    samples: Vec<(&'a [Label], Value)>,
 }
 
-/// Samples of one family pushed into one [`Samples`].
-#[derive(Debug, Default)]
-struct Part {
-    /// Every sample's labels one after the other, so that a scrape of thousands of series
-    /// allocates no list per sample.
-    labels: Vec<Label>,
-    /// Per sample, where its labels end in `labels` (they start where the previous one's end).
-    samples: Vec<(usize, Value)>,
-}
-
-impl Family {
+impl<'a> Family<'a> {
     /// Each sample's labels and value, in the order they were pushed.
-    pub fn samples(&self) -> impl Iterator<Item = (&[Label], Value)> {
-        self.parts.iter().flat_map(|part| {
-            let starts = std::iter::once(0).chain(part.samples.iter().map(|(end, _)| *end));
-            (part.samples.iter().zip(starts))
-                .map(|(&(end, value), start)| (&part.labels[start..end], value))
-        })
+    pub fn samples(&self) -> impl Iterator<Item = (&'a [Label], Value)> + '_ {
+        self.samples.iter().copied()
     }
 }
 
 /// The samples one collector (or the framework) produced in one scrape.
+///
+/// A scrape is thousands of samples of a few dozen metrics, pushed a unit (a device) at a
+/// time by several threads and then put together. Samples are kept as pushed, whatever their
+/// metric, in a few flat lists per unit: no list per sample or per metric, so that a unit's
+/// read allocates a handful of times however many metrics it feeds. They are grouped by
+/// metric once, for the encoder.
 #[derive(Debug, Default)]
 pub struct Samples {
-    families: Vec<Family>,
+    /// The metrics pushed so far, in the order first pushed; a sample names its by index.
+    descs: Vec<Desc>,
+    /// As pushed into each [`Samples`] later appended; appending moves them whole rather
+    /// than copying them into one ever larger list.
+    chunks: Vec<Chunk>,
+}
+
+/// Samples pushed into one [`Samples`].
+#[derive(Debug, Default)]
+struct Chunk {
+    /// Every sample's labels one after the other.
+    labels: Vec<Label>,
+    samples: Vec<Sample>,
+}
+
+#[derive(Debug)]
+struct Sample {
+    /// Index in [`Samples::descs`].
+    desc: usize,
+    /// Where its labels end in [`Chunk::labels`] (they start where the previous one's end).
+    labels_end: usize,
+    value: Value,
+}
+
+impl Chunk {
+    fn samples(&self) -> impl Iterator<Item = (&Sample, &[Label])> {
+        let starts = std::iter::once(0).chain(self.samples.iter().map(|s| s.labels_end));
+        (self.samples.iter().zip(starts))
+            .map(|(sample, start)| (sample, &self.labels[start..sample.labels_end]))
+    }
 }
 
 impl Samples {
     pub fn push(&mut self, desc: &Desc, labels: impl IntoIterator<Item = Label>, value: Value) {
-        // Collectors push a metric's samples together, so the last family is nearly always it;
+        let index = self.desc_index(desc);
+        if self.chunks.is_empty() {
+            self.chunks.push(Chunk::default());
+        }
+        // Samples pushed after others were appended go on at the end, in order.
+        if let Some(chunk) = self.chunks.last_mut() {
+            chunk.labels.extend(labels);
+            chunk.samples.push(Sample {
+                desc: index,
+                labels_end: chunk.labels.len(),
+                value,
+            });
+        }
+    }
+
+    /// Where `desc` is in `descs`, added when it is not yet.
+    fn desc_index(&mut self, desc: &Desc) -> usize {
+        // Collectors push a metric's samples together, so the last one is nearly always it;
         // a name is nearly always the same constant, told by its address before its bytes.
-        let same = |f: &Family| std::ptr::eq(f.desc.name, desc.name) || f.desc.name == desc.name;
-        let index = match self.families.iter().rposition(same) {
+        let same = |d: &Desc| std::ptr::eq(d.name, desc.name) || d.name == desc.name;
+        match self.descs.iter().rposition(same) {
             Some(index) => index,
             None => {
-                self.families.push(Family {
-                    desc: *desc,
-                    parts: Vec::new(),
-                });
-                self.families.len() - 1
-            }
-        };
-        // Samples pushed after others were appended go on at the end, in order.
-        let parts = &mut self.families[index].parts;
-        if parts.is_empty() {
-            parts.push(Part::default());
-        }
-        if let Some(part) = parts.last_mut() {
-            part.labels.extend(labels);
-            part.samples.push((part.labels.len(), value));
-        }
-    }
-
-    pub fn append(&mut self, other: Samples) {
-        for family in other.families {
-            match self
-                .families
-                .iter_mut()
-                .find(|f| f.desc.name == family.desc.name)
-            {
-                Some(existing) => existing.parts.extend(family.parts),
-                None => self.families.push(family),
+                self.descs.push(*desc);
+                self.descs.len() - 1
             }
         }
     }
 
-    pub fn families(&self) -> &[Family] {
-        &self.families
+    pub fn append(&mut self, mut other: Samples) {
+        let indexes: Vec<usize> = other.descs.iter().map(|d| self.desc_index(d)).collect();
+        for chunk in &mut other.chunks {
+            for sample in &mut chunk.samples {
+                sample.desc = indexes[sample.desc];
+            }
+        }
+        self.chunks.append(&mut other.chunks);
     }
 
-    fn sort_by_name(&mut self) {
-        self.families.sort_by(|a, b| a.desc.name.cmp(b.desc.name));
+    /// The samples by metric, metrics in the order first pushed.
+    pub fn families(&self) -> Vec<Family<'_>> {
+        let mut counts = vec![0; self.descs.len()];
+        for chunk in &self.chunks {
+            for sample in &chunk.samples {
+                counts[sample.desc] += 1;
+            }
+        }
+        let mut families: Vec<Family> = (self.descs.iter().zip(counts))
+            .map(|(desc, count)| Family {
+                desc,
+                samples: Vec::with_capacity(count),
+            })
+            .collect();
+        for chunk in &self.chunks {
+            for (sample, labels) in chunk.samples() {
+                families[sample.desc].samples.push((labels, sample.value));
+            }
+        }
+        families
     }
 }
 
@@ -272,8 +311,7 @@ impl Format {
 }
 
 /// Encodes one scrape's samples, families sorted by name for a stable output.
-pub fn encode(mut samples: Samples, format: Format) -> Result<String, fmt::Error> {
-    samples.sort_by_name();
+pub fn encode(samples: Samples, format: Format) -> Result<String, fmt::Error> {
     let mut registry = Registry::default();
     registry.register_collector(Box::new(Snapshot(samples)));
     let mut out = String::with_capacity(64 * 1024);
@@ -291,8 +329,10 @@ struct Snapshot(Samples);
 
 impl Collector for Snapshot {
     fn encode(&self, mut encoder: DescriptorEncoder) -> Result<(), fmt::Error> {
-        for family in &self.0.families {
-            let desc = &family.desc;
+        let mut families = self.0.families();
+        families.sort_by(|a, b| a.desc.name.cmp(b.desc.name));
+        for family in &families {
+            let desc = family.desc;
             let unit = desc.unit.map(prometheus_unit);
             let metric_type = match desc.kind {
                 Kind::Counter => MetricType::Counter,
@@ -410,9 +450,13 @@ mod tests {
         };
         assert!(Arc::ptr_eq(&first, &again), "made twice");
         assert_eq!(&*first, "rxwrite_requests");
-        // Beyond the bound, made each time, by the same rule.
+        // Full: the cache starts over with the new value, made by the same rule.
         assert_eq!(cache.get("\x1bport").as_str(), "port");
         assert_eq!(cache.values.len(), 1);
+        let LabelValue::Shared(after) = cache.get("rx\twrite_requests") else {
+            panic!("text from the node is shared");
+        };
+        assert!(!Arc::ptr_eq(&first, &after), "kept beyond the bound");
     }
 
     #[test]

@@ -232,16 +232,14 @@ mod proptests {
         let family = out
             .samples
             .families()
-            .iter()
+            .into_iter()
             .find(|f| f.desc.name == desc.name)?;
-        family
-            .samples()
-            .find(|(labels, _)| {
-                labels
-                    .iter()
-                    .any(|(name, value)| (*name, value.as_str()) == label)
-            })
-            .map(|(_, value)| value)
+        let sample = family.samples().find(|(labels, _)| {
+            labels
+                .iter()
+                .any(|(name, value)| (*name, value.as_str()) == label)
+        });
+        sample.map(|(_, value)| value)
     }
 
     proptest! {

@@ -157,14 +157,16 @@ struct RdmaCollector {
     netlink_socket: Mutex<Option<Socket>>,
     /// Why netlink failed, per device and cause: logged once, since it repeats every scrape.
     fallbacks_logged: OncePerCause<String>,
-    /// Port numbers and counter names as label values, made once, not per sample and scrape.
+    /// Label values read from the devices (names, identities, port numbers, counter names),
+    /// made once, not per sample and scrape.
     labels: Mutex<LabelCache>,
 }
 
 /// Fallback causes remembered by the log-once filter: a few per device on any real node.
 const MAX_LOGGED_FALLBACKS: usize = 256;
 
-/// Label values kept: port numbers and counter names, a few dozen on any real node.
+/// Label values kept: about 10 per device and port and the counter names, a few hundred on a
+/// node with many HCAs.
 const MAX_CACHED_LABELS: usize = 4096;
 
 impl RdmaCollector {
@@ -465,7 +467,7 @@ impl Collector for RdmaCollector {
                 reader: AttributeReader::default(),
                 held,
                 out,
-                device: device.to_string().into(),
+                device: lock(&self.labels).get(device),
                 labels: &self.labels,
                 netlink: self.netlink_read(device),
             };
@@ -480,7 +482,7 @@ struct DeviceRead<'a> {
     held: &'a mut HeldAttributes,
     out: &'a mut Output,
     device: LabelValue,
-    /// Port numbers and counter names as label values, shared by every device.
+    /// Label values read from the devices, shared by every device.
     labels: &'a Mutex<LabelCache>,
     /// Where ports' hw counters come over netlink; `None`: from sysfs.
     netlink: Option<NetlinkRead<'a>>,
@@ -511,29 +513,29 @@ impl DeviceRead<'_> {
             .flatten()
     }
 
-    /// An optional text attribute: "" when absent or broken (then reported).
-    fn text(&mut self, dir: &SysDir, name: &str) -> String {
+    /// An optional text attribute as a label value: "" when absent or broken (then reported).
+    fn text(&mut self, dir: &SysDir, name: &str) -> LabelValue {
         let text = (self.out).optional(dir.read_held(name, self.held, &mut self.reader));
-        text.unwrap_or_default().to_string()
+        lock(self.labels).get(text.unwrap_or_default())
     }
 
-    /// An optional symlink's target name: "" when absent or broken (then reported).
-    fn link(&mut self, dir: &SysDir, name: &str) -> String {
-        self.out
-            .optional(dir.link_target_name(name))
-            .unwrap_or_default()
+    /// An optional symlink's target name as a label value: "" when absent or broken (then
+    /// reported).
+    fn link(&mut self, dir: &SysDir, name: &str) -> LabelValue {
+        let target = self.out.optional(dir.link_target_name(name));
+        lock(self.labels).get(target.as_deref().unwrap_or_default())
     }
 
     fn device(&mut self, dir: &SysDir) {
         let labels = [
             self.device_label(),
-            ("board_id", self.text(dir, "board_id").into()),
-            ("firmware_version", self.text(dir, "fw_ver").into()),
-            ("hca_type", self.text(dir, "hca_type").into()),
-            ("node_guid", self.text(dir, "node_guid").into()),
-            ("node_type", self.text(dir, "node_type").into()),
-            ("pci_address", self.link(dir, "device").into()),
-            ("driver", self.link(dir, "device/driver").into()),
+            ("board_id", self.text(dir, "board_id")),
+            ("firmware_version", self.text(dir, "fw_ver")),
+            ("hca_type", self.text(dir, "hca_type")),
+            ("node_guid", self.text(dir, "node_guid")),
+            ("node_type", self.text(dir, "node_type")),
+            ("pci_address", self.link(dir, "device")),
+            ("driver", self.link(dir, "device/driver")),
         ];
         self.push(&DEVICE_INFO, labels, Value::Int(1));
         let hw = self.held.fixed_subdir(dir, "hw_counters");
@@ -562,14 +564,15 @@ impl DeviceRead<'_> {
             ETHERNET_LINK_LAYER => self.netdev(dir),
             _ => String::new(),
         };
+        let netdev = lock(self.labels).get(&netdev);
         let [device, port_label] = self.port_labels(port);
         let info = [
             device,
             port_label,
-            ("link_layer", link_layer.clone().into()),
-            ("netdev", netdev.into()),
-            ("lid", self.text(dir, "lid").into()),
-            ("sm_lid", self.text(dir, "sm_lid").into()),
+            ("link_layer", link_layer.clone()),
+            ("netdev", netdev),
+            ("lid", self.text(dir, "lid")),
+            ("sm_lid", self.text(dir, "sm_lid")),
         ];
         self.push(&PORT_INFO, info, Value::Int(1));
 
@@ -589,7 +592,7 @@ impl DeviceRead<'_> {
             let bytes = Value::Float(rate.bytes_per_second());
             self.push(&PORT_RATE, self.port_labels(port), bytes);
             let data_rate = rate
-                .data_bytes_per_second(link_layer == ETHERNET_LINK_LAYER)
+                .data_bytes_per_second(link_layer.as_str() == ETHERNET_LINK_LAYER)
                 .ok_or_else(|| {
                     SysfsError::parse(
                         &dir.path("rate"),
