@@ -135,10 +135,14 @@ impl LabelCache {
         }
     }
 
-    /// `text` as [`LabelValue::from`] makes it.
+    /// `text` as [`LabelValue::from`] makes it. Text longer than a label value may be is made
+    /// each time, not kept: a key is the text as read, up to a page.
     pub fn get(&mut self, text: &str) -> LabelValue {
         if let Some(value) = self.values.get(text) {
             return value.clone();
+        }
+        if text.len() > MAX_CACHED_TEXT {
+            return LabelValue::from(text.to_string());
         }
         if self.values.len() >= self.max {
             self.values.clear();
@@ -148,6 +152,9 @@ impl LabelCache {
         value
     }
 }
+
+/// The longest text [`LabelCache`] keeps, in bytes: a label value's longest in UTF-8.
+const MAX_CACHED_TEXT: usize = 4 * MAX_LABEL_CHARS;
 
 /// The longest label value taken from the node, in characters; longer ones are cut.
 pub const MAX_LABEL_CHARS: usize = 160;
@@ -198,7 +205,7 @@ impl<'a> Family<'a> {
 /// metric once, for the encoder.
 #[derive(Debug, Default)]
 pub struct Samples {
-    /// The metrics pushed so far, in the order first pushed; a sample names its by index.
+    /// The metrics pushed so far, in the order first pushed; a sample names its metric by index.
     descs: Vec<Desc>,
     /// As pushed into each [`Samples`] later appended; appending moves them whole rather
     /// than copying them into one ever larger list.
@@ -457,6 +464,10 @@ mod tests {
             panic!("text from the node is shared");
         };
         assert!(!Arc::ptr_eq(&first, &after), "kept beyond the bound");
+        // Text longer than a label value is not kept.
+        let long = "x".repeat(MAX_CACHED_TEXT + 1);
+        assert_eq!(cache.get(&long).as_str().len(), MAX_LABEL_CHARS);
+        assert!(!cache.values.contains_key(long.as_str()));
     }
 
     #[test]

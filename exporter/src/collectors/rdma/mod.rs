@@ -462,12 +462,14 @@ impl Collector for RdmaCollector {
         };
         // A device that went and came back (or another that took its name) is other
         // directories, which hold nothing yet.
+        // Its own statement: the cache stays locked for the look-up alone.
+        let device_label = lock(&self.labels).get(device);
         self.held.read(device, |held| {
             let mut read = DeviceRead {
                 reader: AttributeReader::default(),
                 held,
                 out,
-                device: lock(&self.labels).get(device),
+                device: device_label,
                 labels: &self.labels,
                 netlink: self.netlink_read(device),
             };
