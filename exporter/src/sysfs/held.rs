@@ -9,6 +9,7 @@ use std::sync::{Arc, Mutex, OnceLock, PoisonError, TryLockError};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use foldhash::{HashMap as FastMap, HashMapExt, HashSet as FastSet, HashSetExt};
+use hashbrown::hash_map::EntryRef;
 use rustix::fs::FileType;
 use rustix::io::Errno;
 
@@ -44,7 +45,7 @@ pub struct HeldAttributes {
     /// By the directory's path inside its root. The maps of held things are looked up once or
     /// twice per attribute read, thousands of times a scrape, by keys the kernel names: a fast
     /// hash, not SipHash's flooding resistance.
-    dirs: FastMap<Box<[u8]>, HeldDir>,
+    dirs: hashbrown::HashMap<Vec<u8>, HeldDir>,
     budget: &'static HeldBudget,
     round: u64,
 }
@@ -161,38 +162,47 @@ impl HeldDir {
 impl HeldAttributes {
     pub fn with_budget(budget: &'static HeldBudget) -> Self {
         HeldAttributes {
-            dirs: FastMap::new(),
+            dirs: hashbrown::HashMap::new(),
             budget,
             round: 0,
         }
     }
 
     /// What is held in `dir`, looked at once per round; `None` when it cannot be looked at.
+    /// One map look-up, as it runs once per attribute read.
     fn held_dir(&mut self, dir: &SysDir) -> Option<&mut HeldDir> {
         let key = dir.relative.as_os_str().as_bytes();
         let round = self.round;
-        let looked_at = self.dirs.get(key).map(|held| held.looked_at_in);
-        if looked_at != Some(round) {
-            let Some((stamp, settled)) = HeldDir::look(dir) else {
-                self.dirs.remove(key);
-                return None;
-            };
-            let held = match self.dirs.get_mut(key) {
-                Some(held) if held.stamp == stamp => held,
-                _ => {
-                    let held = HeldDir::new(dir, stamp, round);
-                    self.dirs.insert(key.into(), held);
-                    self.dirs.get_mut(key)?
-                }
-            };
-            held.looked_at_in = round;
-            held.check_links = !held.on_sysfs && !settled;
-            if held.check_links {
-                held.absent.clear();
-                held.subdirs.clear();
+        let held = match self.dirs.entry_ref(key) {
+            EntryRef::Occupied(entry) if entry.get().looked_at_in == round => {
+                return Some(entry.into_mut())
             }
+            EntryRef::Occupied(entry) => match HeldDir::look(dir) {
+                None => {
+                    entry.remove();
+                    return None;
+                }
+                Some((stamp, settled)) => {
+                    let held = entry.into_mut();
+                    if held.stamp != stamp {
+                        *held = HeldDir::new(dir, stamp, round);
+                    }
+                    (held, settled)
+                }
+            },
+            EntryRef::Vacant(entry) => {
+                let (stamp, settled) = HeldDir::look(dir)?;
+                (entry.insert(HeldDir::new(dir, stamp, round)), settled)
+            }
+        };
+        let (held, settled) = held;
+        held.looked_at_in = round;
+        held.check_links = !held.on_sysfs && !settled;
+        if held.check_links {
+            held.absent.clear();
+            held.subdirs.clear();
         }
-        self.dirs.get_mut(key)
+        Some(held)
     }
 
     /// Reads `name` under `dir` into `buf` through its held descriptor, opening (and holding)
