@@ -158,7 +158,7 @@ def main():
             target.cpu_ticks += target.cpu()
             # Each target's own last scrape (not whichever target the loop scraped last).
             status, body = target.last
-            target.check += " | last: " + check(target.label, status, body, args.devices)
+            target.check += "; last: " + check(target.label, status, body, args.devices)
             target.memory()
         tick_ms = 1000.0 / os.sysconf("SC_CLK_TCK")
         print("%d devices, %d scrapes each after %d warm-up" % (args.devices, args.scrapes, args.warmup))
