@@ -138,6 +138,8 @@ class Target:
         self.samples = 0
         self.cpu_ticks = 0
         self.hwm_kib = None
+        self.anon_kib = None
+        self.file_kib = None
         self.rss_kib = None
         self.check = ""
 
@@ -221,11 +223,15 @@ class Target:
         vals = {}
         with open("/proc/%d/status" % self.proc.pid) as f:
             for line in f:
-                if line.startswith(("VmHWM:", "VmRSS:")):
+                if line.startswith(("VmHWM:", "VmRSS:", "RssAnon:", "RssFile:")):
                     k, v = line.split(":", 1)
                     vals[k] = int(v.split()[0])
         self.hwm_kib = vals.get("VmHWM")
         self.rss_kib = vals.get("VmRSS")
+        # What RSS is made of: the heap and stacks, and mapped files (the binary's own pages,
+        # libraries), which differ between two builds of the same code with its layout.
+        self.anon_kib = vals.get("RssAnon")
+        self.file_kib = vals.get("RssFile")
 
     def _signal_and_wait(self, sig):
         """Signals the process group; True once the process has exited (waits at most 5 s)."""
@@ -395,6 +401,8 @@ def print_table(res, args):
         ("latency p99 (ms)", lambda t: percentile(t.latencies, 0.99) * 1000, "%.2f"),
         ("CPU per scrape (ms)", lambda t: t.cpu_ticks * tick_ms / args.scrapes, "%.2f"),
         ("peak RSS VmHWM (MiB)", lambda t: t.hwm_kib / 1024.0, "%.1f"),
+        ("RSS at end: anon (MiB)", lambda t: t.anon_kib / 1024.0, "%.1f"),
+        ("RSS at end: file (MiB)", lambda t: t.file_kib / 1024.0, "%.1f"),
         ("body, uncompressed (KiB)", lambda t: t.body_bytes / 1024.0, "%.1f"),
         ("samples per scrape", lambda t: t.samples, "%d"),
         ("CPU per 1000 samples (ms)",
