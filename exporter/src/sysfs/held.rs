@@ -386,7 +386,11 @@ impl HeldByUnit {
     pub fn read<R>(&self, unit: &str, read: impl FnOnce(&mut HeldAttributes) -> R) -> R {
         let held = {
             let mut units = self.units.lock().unwrap_or_else(PoisonError::into_inner);
-            units.entry(unit.to_string()).or_default().clone()
+            // Looked up before it is made: a scrape reads hundreds of units, all known.
+            match units.get(unit) {
+                Some(held) => held.clone(),
+                None => units.entry(unit.to_string()).or_default().clone(),
+            }
         };
         let mut guard = match held.try_lock() {
             Ok(guard) => guard,

@@ -11,7 +11,7 @@ use crate::metrics::{Labels, Value};
 use crate::sysfs::{SysDir, SysfsError};
 
 use super::identity::Address;
-use super::{Read, AER_ERRORS, AER_MESSAGES, AER_ROOT_PORT_MESSAGES};
+use super::{with_label, Read, AER_ERRORS, AER_MESSAGES, AER_ROOT_PORT_MESSAGES};
 
 /// Each `aer_dev_*` file and the severity label of its counts.
 const DEVICE_FILES: [(&str, &str); 3] = [
@@ -105,23 +105,27 @@ impl Read<'_> {
                     continue;
                 }
             };
-            let mut severity_labels = labels.clone();
-            severity_labels.push(("severity", severity.into()));
+            let severity_labels = || with_label(labels, ("severity", severity.into()));
             for (error, count) in counts.errors {
-                let mut labels = severity_labels.clone();
-                labels.push(("error", error.into()));
+                let labels = severity_labels().chain([("error", error.into())]);
                 self.push(&AER_ERRORS, labels, Value::Int(count));
             }
-            self.push(&AER_MESSAGES, severity_labels, Value::Int(counts.messages));
+            self.push(
+                &AER_MESSAGES,
+                severity_labels(),
+                Value::Int(counts.messages),
+            );
         }
         for (file, severity) in ROOT_PORT_FILES {
             if let Some(count) =
                 self.out
                     .optional(dir.read_held_u64(file, self.held, &mut self.reader))
             {
-                let mut labels = labels.clone();
-                labels.push(("severity", severity.into()));
-                self.push(&AER_ROOT_PORT_MESSAGES, labels, Value::Int(count));
+                self.push(
+                    &AER_ROOT_PORT_MESSAGES,
+                    with_label(labels, ("severity", severity.into())),
+                    Value::Int(count),
+                );
             }
         }
     }

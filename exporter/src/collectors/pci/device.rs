@@ -16,10 +16,10 @@ use super::identity::{parse_id16, read_id, Identity};
 use super::modules;
 use super::nova::DeviceType;
 use super::{
-    DeviceSelector, ListedDevice, Read, BARS, CONFIG_READABLE, DEVICES_DIR, DEVICE_FAULT,
-    DEVICE_INFO, DRIVER_BOUND, INTERRUPT_CAPABILITY, IRQ, LINK_SPEED, LINK_WIDTH, MEMORY_DECODE,
-    MSIX_TABLE_SIZE, PASSTHROUGH_CHECK, PASSTHROUGH_READY, POWER_STATE, SRIOV_TOTAL_VFS, SRIOV_VFS,
-    UNBOUND_ALIAS_MODULE, UNBOUND_ALIAS_MODULES, VFIO_DRIVER,
+    with_label, DeviceSelector, ListedDevice, Read, BARS, CONFIG_READABLE, DEVICES_DIR,
+    DEVICE_FAULT, DEVICE_INFO, DRIVER_BOUND, INTERRUPT_CAPABILITY, IRQ, LINK_SPEED, LINK_WIDTH,
+    MEMORY_DECODE, MSIX_TABLE_SIZE, PASSTHROUGH_CHECK, PASSTHROUGH_READY, POWER_STATE,
+    SRIOV_TOTAL_VFS, SRIOV_VFS, UNBOUND_ALIAS_MODULE, UNBOUND_ALIAS_MODULES, VFIO_DRIVER,
 };
 
 const PCI_BRIDGE_CLASS: u32 = 0x0604;
@@ -121,11 +121,13 @@ impl Read<'_> {
 
     fn passthrough(&mut self, labels: &Labels, checks: &[(&'static str, bool)]) {
         let ready = checks.iter().all(|(_, ok)| *ok);
-        self.flag(&PASSTHROUGH_READY, labels.clone(), ready);
+        self.flag(&PASSTHROUGH_READY, labels.iter().cloned(), ready);
         for (check, ok) in checks {
-            let mut labels = labels.clone();
-            labels.push(("check", (*check).into()));
-            self.flag(&PASSTHROUGH_CHECK, labels, *ok);
+            self.flag(
+                &PASSTHROUGH_CHECK,
+                with_label(labels, ("check", (*check).into())),
+                *ok,
+            );
         }
     }
 
@@ -193,7 +195,7 @@ impl Read<'_> {
             ("nova_device_type", device_type.as_str().into()),
         ]);
         self.push(&DEVICE_INFO, info, Value::Int(1));
-        self.flag(&DRIVER_BOUND, labels.clone(), !driver.is_empty());
+        self.flag(&DRIVER_BOUND, labels.iter().cloned(), !driver.is_empty());
 
         let space = self.config_space(dir);
         let space = self.out.optional(space).unwrap_or_default();
@@ -217,38 +219,42 @@ impl Read<'_> {
             ("assigned", bars_assigned),
             ("unassigned", bars_implemented - bars_assigned),
         ] {
-            let mut labels = labels.clone();
-            labels.push(("state", state.into()));
-            self.push(&BARS, labels, Value::Int(count as u64));
+            self.push(
+                &BARS,
+                with_label(labels, ("state", state.into())),
+                Value::Int(count as u64),
+            );
         }
         let irq = self
             .out
             .optional(dir.read_held_u64("irq", self.held, &mut self.reader));
         if let Some(irq) = irq {
-            self.push(&IRQ, labels.clone(), Value::Int(irq));
+            self.push(&IRQ, labels.iter().cloned(), Value::Int(irq));
         }
 
         if space.readable_bytes > 0 {
             self.push(
                 &CONFIG_READABLE,
-                labels.clone(),
+                labels.iter().cloned(),
                 Value::Int(space.readable_bytes as u64),
             );
         }
         if let Some(decode) = space.memory_decode {
-            self.flag(&MEMORY_DECODE, labels.clone(), decode);
+            self.flag(&MEMORY_DECODE, labels.iter().cloned(), decode);
         }
         for (capability, enabled) in [("msi", space.msi), ("msix", space.msix.map(|m| m.enabled))] {
             if let Some(enabled) = enabled {
-                let mut labels = labels.clone();
-                labels.push(("capability", capability.into()));
-                self.flag(&INTERRUPT_CAPABILITY, labels, enabled);
+                self.flag(
+                    &INTERRUPT_CAPABILITY,
+                    with_label(labels, ("capability", capability.into())),
+                    enabled,
+                );
             }
         }
         if let Some(msix) = space.msix {
             self.push(
                 &MSIX_TABLE_SIZE,
-                labels.clone(),
+                labels.iter().cloned(),
                 Value::Int(msix.table_size.into()),
             );
         }
@@ -276,12 +282,12 @@ impl Read<'_> {
             None => space.power_state.map(u64::from),
         };
         if let Some(id) = power_state {
-            self.push(&POWER_STATE, labels.clone(), Value::Int(id));
+            self.push(&POWER_STATE, labels.iter().cloned(), Value::Int(id));
         }
 
         let total_vfs = sysfs_total_vfs.or(space.sriov.map(|s| s.total_vfs.into()));
         if let Some(total) = total_vfs {
-            self.push(&SRIOV_TOTAL_VFS, labels.clone(), Value::Int(total));
+            self.push(&SRIOV_TOTAL_VFS, labels.iter().cloned(), Value::Int(total));
             let enabled = match (self.out).optional(dir.read_held_u64(
                 "sriov_numvfs",
                 self.held,
@@ -295,7 +301,7 @@ impl Read<'_> {
                 None => None,
             };
             if let Some(enabled) = enabled {
-                self.push(&SRIOV_VFS, labels.clone(), Value::Int(enabled));
+                self.push(&SRIOV_VFS, labels.iter().cloned(), Value::Int(enabled));
             }
         }
         DeviceState {
@@ -379,13 +385,12 @@ impl Read<'_> {
                 },
                 None => from_config.map(|l| u64::from(l.width)).filter(|w| *w > 0),
             };
-            let mut labels = labels.clone();
-            labels.push(("link", which.into()));
+            let link = || with_label(labels, ("link", which.into()));
             if let Some(gts) = speed {
-                self.push(&LINK_SPEED, labels.clone(), Value::Float(gts * 1e9));
+                self.push(&LINK_SPEED, link(), Value::Float(gts * 1e9));
             }
             if let Some(width) = width {
-                self.push(&LINK_WIDTH, labels, Value::Int(width));
+                self.push(&LINK_WIDTH, link(), Value::Int(width));
             }
         }
     }
@@ -416,9 +421,11 @@ impl Read<'_> {
             }
         }
         for (fault, present) in faults {
-            let mut labels = labels.clone();
-            labels.push(("fault", fault.into()));
-            self.flag(&DEVICE_FAULT, labels, present);
+            self.flag(
+                &DEVICE_FAULT,
+                with_label(labels, ("fault", fault.into())),
+                present,
+            );
         }
     }
 
@@ -474,7 +481,7 @@ impl Read<'_> {
         let modules = modules::matching_modules(&aliases, &modalias);
         self.push(
             &UNBOUND_ALIAS_MODULES,
-            labels.clone(),
+            labels.iter().cloned(),
             Value::Int(modules.len() as u64),
         );
         let rules = self.modprobe_rules();

@@ -32,7 +32,7 @@ use crate::collector::{
 };
 use crate::flags::{repeated, ConfigError, Flags};
 use crate::logging::{self, Level};
-use crate::metrics::{Desc, Labels, Value};
+use crate::metrics::{Desc, Label, Value};
 use crate::sysfs::{
     AttributeReader, Entry, FileStamp, HeldAttributes, HeldByUnit, SysDir, SysfsError,
 };
@@ -698,7 +698,7 @@ struct Read<'a> {
 }
 
 impl Read<'_> {
-    fn push(&mut self, desc: &Desc, labels: Labels, value: Value) {
+    fn push(&mut self, desc: &Desc, labels: impl IntoIterator<Item = Label>, value: Value) {
         self.out.samples.push(desc, labels, value);
     }
 
@@ -706,9 +706,15 @@ impl Read<'_> {
         self.out.errors.push(err.into());
     }
 
-    fn flag(&mut self, desc: &Desc, labels: Labels, on: bool) {
+    fn flag(&mut self, desc: &Desc, labels: impl IntoIterator<Item = Label>, on: bool) {
         self.push(desc, labels, Value::Int(u64::from(on)));
     }
+}
+
+/// A device's labels and one more, for a sample pushed without a label list of its own (a
+/// scrape of 256 devices pushes thousands).
+fn with_label(labels: &[Label], label: Label) -> impl Iterator<Item = Label> + '_ {
+    labels.iter().cloned().chain([label])
 }
 
 #[cfg(test)]
