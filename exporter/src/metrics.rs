@@ -121,10 +121,21 @@ impl From<String> for LabelValue {
 /// allocates nothing for them. At most `max` are kept; when full, the cache starts over, so
 /// values the node stopped giving (an old firmware version, a LID the subnet manager moved)
 /// go in time.
+///
+/// One per unit (see `sysfs::HeldByUnit`), not one per collector: units read at once would
+/// wait on its lock and share its values' reference counts across CPUs.
 #[derive(Debug)]
 pub struct LabelCache {
     values: HashMap<Box<str>, LabelValue>,
     max: usize,
+}
+
+impl Default for LabelCache {
+    /// Room for one unit's values: an RDMA device with a few ports has about 10 per port and
+    /// a few dozen counter names.
+    fn default() -> Self {
+        LabelCache::new(1024)
+    }
 }
 
 impl LabelCache {

@@ -371,19 +371,30 @@ impl HeldAttributes {
     }
 }
 
-/// One [`HeldAttributes`] per unit of a collector (an RDMA device, a PCI device), each with a
-/// lock of its own: the scrape claims a unit before reading it, so only one read locks it, and
-/// a read hung in a driver blocks no other unit.
-#[derive(Default)]
-pub struct HeldByUnit {
-    units: Mutex<HashMap<String, Arc<Mutex<HeldAttributes>>>>,
+/// One [`HeldAttributes`] per unit of a collector (an RDMA device, a PCI device), with the
+/// collector's own state for the unit (`T`: the RDMA device's label values), each with a lock
+/// of its own: the scrape claims a unit before reading it, so only one read locks it, a read
+/// hung in a driver blocks no other unit, and units read at once share nothing.
+pub struct HeldByUnit<T = ()> {
+    units: Mutex<HashMap<String, Arc<Mutex<UnitHeld<T>>>>>,
 }
 
-impl HeldByUnit {
+/// What one unit holds: its descriptors and the collector's state for it.
+type UnitHeld<T> = (HeldAttributes, T);
+
+impl<T> Default for HeldByUnit<T> {
+    fn default() -> Self {
+        HeldByUnit {
+            units: Mutex::default(),
+        }
+    }
+}
+
+impl<T: Default> HeldByUnit<T> {
     /// Runs `read` with what `unit` holds, then ends its round. Were the unit's set still
-    /// locked (a read of it still running), `read` gets a set of its own for its length rather
-    /// than wait.
-    pub fn read<R>(&self, unit: &str, read: impl FnOnce(&mut HeldAttributes) -> R) -> R {
+    /// locked (a read of it still running), `read` gets a set (and state) of its own for its
+    /// length rather than wait.
+    pub fn read<R>(&self, unit: &str, read: impl FnOnce(&mut HeldAttributes, &mut T) -> R) -> R {
         let held = {
             let mut units = self.units.lock().unwrap_or_else(PoisonError::into_inner);
             // Looked up before it is made: a scrape reads hundreds of units, all known.
@@ -395,10 +406,13 @@ impl HeldByUnit {
         let mut guard = match held.try_lock() {
             Ok(guard) => guard,
             Err(TryLockError::Poisoned(poisoned)) => poisoned.into_inner(),
-            Err(TryLockError::WouldBlock) => return read(&mut HeldAttributes::default()),
+            Err(TryLockError::WouldBlock) => {
+                return read(&mut HeldAttributes::default(), &mut T::default())
+            }
         };
-        let result = read(&mut guard);
-        guard.end_round();
+        let (held, own) = &mut *guard;
+        let result = read(held, own);
+        held.end_round();
         result
     }
 

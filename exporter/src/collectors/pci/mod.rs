@@ -568,7 +568,7 @@ impl Collector for PciCollector {
             let Ok(dir) = devices.link_dir(address) else {
                 continue;
             };
-            let identity = self.listing_held.read(address, |held| {
+            let identity = self.listing_held.read(address, |held, ()| {
                 read_identity(&dir, address, &mut reader, Some(held))
             });
             let Some(identity) = identity else {
@@ -680,7 +680,7 @@ impl Collector for PciCollector {
         };
         match unit {
             Unit::Device { address, .. } | Unit::RootPort { address } => {
-                self.held.read(address, read_unit)
+                self.held.read(address, |held, ()| read_unit(held))
             }
             // They read nothing through held descriptors.
             _ => read_unit(&mut HeldAttributes::default()),

@@ -16,7 +16,7 @@ use std::time::Duration;
 use regex::Regex;
 
 use crate::collector::{
-    lock, CollectError, Collector, Host, Output, Registration, Settings, StartError, Started,
+    CollectError, Collector, Host, Output, Registration, Settings, StartError, Started,
 };
 use crate::flags::{flag, optional, ConfigError, Flags};
 use crate::logging::OncePerCause;
@@ -145,8 +145,10 @@ impl Settings for RdmaSettings {
 struct RdmaCollector {
     sysfs: PathBuf,
     devices: DeviceFilter,
-    /// Per device, the counters' descriptors held open between scrapes.
-    held: HeldByUnit,
+    /// Per device, the counters' descriptors held open between scrapes, and the label values
+    /// read from it (names, identities, port numbers, counter names), made once, not per
+    /// sample and scrape.
+    held: HeldByUnit<LabelCache>,
     hw_counters: HwCounters,
     /// How long a netlink request may take (the scrape's timeout).
     timeout: Duration,
@@ -157,17 +159,10 @@ struct RdmaCollector {
     netlink_socket: Mutex<Option<Socket>>,
     /// Why netlink failed, per device and cause: logged once, since it repeats every scrape.
     fallbacks_logged: OncePerCause<String>,
-    /// Label values read from the devices (names, identities, port numbers, counter names),
-    /// made once, not per sample and scrape.
-    labels: Mutex<LabelCache>,
 }
 
 /// Fallback causes remembered by the log-once filter: a few per device on any real node.
 const MAX_LOGGED_FALLBACKS: usize = 256;
-
-/// Label values kept: about 10 per device and port and the counter names, a few hundred on a
-/// node with many HCAs.
-const MAX_CACHED_LABELS: usize = 4096;
 
 impl RdmaCollector {
     fn new(sysfs: PathBuf, devices: DeviceFilter) -> Self {
@@ -180,7 +175,6 @@ impl RdmaCollector {
             netlink_indexes: Mutex::new(None),
             netlink_socket: Mutex::new(None),
             fallbacks_logged: OncePerCause::new(MAX_LOGGED_FALLBACKS),
-            labels: Mutex::new(LabelCache::new(MAX_CACHED_LABELS)),
         }
     }
 }
@@ -462,15 +456,13 @@ impl Collector for RdmaCollector {
         };
         // A device that went and came back (or another that took its name) is other
         // directories, which hold nothing yet.
-        // Its own statement: the cache stays locked for the look-up alone.
-        let device_label = lock(&self.labels).get(device);
-        self.held.read(device, |held| {
+        self.held.read(device, |held, labels| {
             let mut read = DeviceRead {
                 reader: AttributeReader::default(),
                 held,
                 out,
-                device: device_label,
-                labels: &self.labels,
+                device: labels.get(device),
+                labels,
                 netlink: self.netlink_read(device),
             };
             read.device(&dir);
@@ -484,8 +476,8 @@ struct DeviceRead<'a> {
     held: &'a mut HeldAttributes,
     out: &'a mut Output,
     device: LabelValue,
-    /// Label values read from the devices, shared by every device.
-    labels: &'a Mutex<LabelCache>,
+    /// Label values read from the device.
+    labels: &'a mut LabelCache,
     /// Where ports' hw counters come over netlink; `None`: from sysfs.
     netlink: Option<NetlinkRead<'a>>,
 }
@@ -518,14 +510,14 @@ impl DeviceRead<'_> {
     /// An optional text attribute as a label value: "" when absent or broken (then reported).
     fn text(&mut self, dir: &SysDir, name: &str) -> LabelValue {
         let text = (self.out).optional(dir.read_held(name, self.held, &mut self.reader));
-        lock(self.labels).get(text.unwrap_or_default())
+        self.labels.get(text.unwrap_or_default())
     }
 
     /// An optional symlink's target name as a label value: "" when absent or broken (then
     /// reported).
     fn link(&mut self, dir: &SysDir, name: &str) -> LabelValue {
         let target = self.out.optional(dir.link_target_name(name));
-        lock(self.labels).get(target.as_deref().unwrap_or_default())
+        self.labels.get(target.as_deref().unwrap_or_default())
     }
 
     fn device(&mut self, dir: &SysDir) {
@@ -554,7 +546,7 @@ impl DeviceRead<'_> {
                 continue;
             };
             if let Some(port_dir) = self.out.reported(self.held.fixed_subdir(&ports, port)) {
-                let port_label = lock(self.labels).get(port);
+                let port_label = self.labels.get(port);
                 self.port(&port_dir, &port_label);
             }
         }
@@ -566,7 +558,7 @@ impl DeviceRead<'_> {
             ETHERNET_LINK_LAYER => self.netdev(dir),
             _ => String::new(),
         };
-        let netdev = lock(self.labels).get(&netdev);
+        let netdev = self.labels.get(&netdev);
         let [device, port_label] = self.port_labels(port);
         let info = [
             device,
@@ -764,15 +756,13 @@ impl DeviceRead<'_> {
                 }
                 // The device-wide lifespan mirrors the ports'; it is not exported twice.
                 ("lifespan", None) => {}
-                // The cache is shared by every device: locked for the lookup alone, never
-                // across a read, so a read hung in one device's driver blocks no other.
                 (_, Some(port)) => {
-                    let counter = lock(self.labels).get(name);
+                    let counter = self.labels.get(name);
                     let labels = self.counter_labels(Some(port), counter);
                     self.push(&PORT_HW_STAT, labels, Value::Int(value));
                 }
                 (_, None) => {
-                    let counter = lock(self.labels).get(name);
+                    let counter = self.labels.get(name);
                     let labels = self.counter_labels(None, counter);
                     self.push(&DEVICE_HW_STAT, labels, Value::Int(value));
                 }

@@ -155,9 +155,9 @@ impl DeviceRead<'_> {
         let netlink = self.netlink.as_mut()?;
         let err = match netlink.port_counters(port.as_str()) {
             Ok(counters) => {
-                let mut cache = lock(self.labels);
                 for Counter { name, value } in counters {
-                    let labels = self.counter_labels(Some(port), cache.get(&name));
+                    let counter = self.labels.get(&name);
+                    let labels = self.counter_labels(Some(port), counter);
                     self.push(&PORT_HW_STAT, labels, Value::Int(value));
                 }
                 return Some(NetlinkOutcome::Read);
