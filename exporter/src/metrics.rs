@@ -4,10 +4,10 @@
 //! Collectors describe each metric once, as a `const Desc`, and push samples against it; the
 //! encoder adds the unit and `_total` suffixes, so a name is spelled in exactly one place.
 
-use std::collections::HashMap;
 use std::fmt;
 use std::sync::Arc;
 
+use foldhash::{HashMap, HashMapExt};
 use prometheus_client::collector::Collector;
 use prometheus_client::encoding::{
     DescriptorEncoder, EncodeLabelValue, EncodeMetric, LabelValueEncoder,
@@ -126,6 +126,7 @@ impl From<String> for LabelValue {
 /// wait on its lock and share its values' reference counts across CPUs.
 #[derive(Debug)]
 pub struct LabelCache {
+    /// Looked up for nearly every sample, by text the kernel names: a fast hash.
     values: HashMap<Box<str>, LabelValue>,
     max: usize,
 }

@@ -8,8 +8,9 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, OnceLock, PoisonError, TryLockError};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
+use foldhash::fast::RandomState as FastState;
 use foldhash::{HashMap as FastMap, HashMapExt, HashSet as FastSet, HashSetExt};
-use hashbrown::hash_map::EntryRef;
+use indexmap::IndexMap;
 use rustix::fs::FileType;
 use rustix::io::Errno;
 
@@ -45,7 +46,11 @@ pub struct HeldAttributes {
     /// By the directory's path inside its root. The maps of held things are looked up once or
     /// twice per attribute read, thousands of times a scrape, by keys the kernel names: a fast
     /// hash, not SipHash's flooding resistance.
-    dirs: hashbrown::HashMap<Vec<u8>, HeldDir>,
+    dirs: IndexMap<Vec<u8>, HeldDir, FastState>,
+    /// The directory read from last in this round: the [`SysDir`] (by its id) and where it is in
+    /// `dirs`. A collector reads a directory's attributes one after the other, so most reads
+    /// find their directory here rather than by hashing and comparing its path.
+    last_dir: Option<(u64, usize)>,
     budget: &'static HeldBudget,
     round: u64,
 }
@@ -85,7 +90,10 @@ struct HeldDir {
     /// Whether each file must be checked for a name before its read (outside sysfs, while the
     /// directory settles).
     check_links: bool,
-    files: FastMap<Box<str>, HeldFile>,
+    /// In the order first read, which is the order a collector reads them in.
+    files: IndexMap<Box<str>, HeldFile, FastState>,
+    /// Where in `files` the file read after the last one is, most likely.
+    next_file: usize,
     /// Names of its own entries found absent since it last changed (see [`HeldAttributes`]).
     absent: FastSet<Box<str>>,
     /// Its listing, taken when no file needed a check of its own (see
@@ -121,6 +129,18 @@ impl HeldFile {
 }
 
 impl HeldDir {
+    /// The held file `name` and where it is in `files`: looked for where the last read ended
+    /// first, by name alone.
+    fn file(&mut self, name: &str) -> Option<(usize, &mut HeldFile)> {
+        let index = match self.files.get_index(self.next_file) {
+            Some((held, _)) if **held == *name => self.next_file,
+            _ => self.files.get_index_of(name)?,
+        };
+        self.next_file = index + 1;
+        let (_, file) = self.files.get_index_mut(index)?;
+        Some((index, file))
+    }
+
     /// `dir` as it is now: `None` when it cannot be looked at (then nothing in it is held).
     fn look(dir: &SysDir) -> Option<(DirStamp, bool)> {
         // Taken before the look: a change after it gets this time or a later one.
@@ -150,7 +170,8 @@ impl HeldDir {
             on_sysfs,
             looked_at_in: round,
             check_links: true,
-            files: FastMap::new(),
+            files: IndexMap::default(),
+            next_file: 0,
             absent: FastSet::new(),
             entries: None,
             fixed: FastMap::new(),
@@ -162,40 +183,51 @@ impl HeldDir {
 impl HeldAttributes {
     pub fn with_budget(budget: &'static HeldBudget) -> Self {
         HeldAttributes {
-            dirs: hashbrown::HashMap::new(),
+            dirs: IndexMap::default(),
+            last_dir: None,
             budget,
             round: 0,
         }
     }
 
     /// What is held in `dir`, looked at once per round; `None` when it cannot be looked at.
-    /// One map look-up, as it runs once per attribute read.
+    /// Found without a look-up when it is the directory read from last.
     fn held_dir(&mut self, dir: &SysDir) -> Option<&mut HeldDir> {
-        let key = dir.relative.as_os_str().as_bytes();
         let round = self.round;
-        let held = match self.dirs.entry_ref(key) {
-            EntryRef::Occupied(entry) if entry.get().looked_at_in == round => {
-                return Some(entry.into_mut())
+        if let Some((id, index)) = self.last_dir {
+            if id == dir.id {
+                return self.dirs.get_index_mut(index).map(|(_, held)| held);
             }
-            EntryRef::Occupied(entry) => match HeldDir::look(dir) {
+        }
+        let key = dir.relative.as_os_str().as_bytes();
+        let (index, settled) = match self.dirs.get_index_of(key) {
+            Some(index) if self.dirs[index].looked_at_in == round => {
+                self.last_dir = Some((dir.id, index));
+                return Some(&mut self.dirs[index]);
+            }
+            Some(index) => match HeldDir::look(dir) {
                 None => {
-                    entry.remove();
+                    self.dirs.swap_remove_index(index);
+                    // Another directory is at `index` now.
+                    self.last_dir = None;
                     return None;
                 }
                 Some((stamp, settled)) => {
-                    let held = entry.into_mut();
+                    let held = &mut self.dirs[index];
                     if held.stamp != stamp {
                         *held = HeldDir::new(dir, stamp, round);
                     }
-                    (held, settled)
+                    (index, settled)
                 }
             },
-            EntryRef::Vacant(entry) => {
+            None => {
                 let (stamp, settled) = HeldDir::look(dir)?;
-                (entry.insert(HeldDir::new(dir, stamp, round)), settled)
+                let held = HeldDir::new(dir, stamp, round);
+                (self.dirs.insert_full(key.to_vec(), held).0, settled)
             }
         };
-        let (held, settled) = held;
+        let held = &mut self.dirs[index];
+        self.last_dir = Some((dir.id, index));
         held.looked_at_in = round;
         held.check_links = !held.on_sysfs && !settled;
         if held.check_links {
@@ -219,19 +251,20 @@ impl HeldAttributes {
             return dir.open_and_read_first(name, buf);
         };
         // Held first: the common case, and a name is never both held and absent.
-        if let Some(file) = held.files.get_mut(name) {
+        let (check_links, on_sysfs) = (held.check_links, held.on_sysfs);
+        if let Some((index, file)) = held.file(name) {
             file.read_in = round;
-            let check_links = held.check_links || !(file.in_dir || held.on_sysfs);
+            let check_links = check_links || !(file.in_dir || on_sysfs);
             match file.read(buf, check_links) {
                 Ok(Some(len)) => return Ok(len),
                 Ok(None) => {}
                 Err(errno) if held_attribute_gone(errno) => {}
                 Err(errno) => {
-                    held.files.remove(name);
+                    held.files.swap_remove_index(index);
                     return Err(SysfsError::io(dir.path(name), errno));
                 }
             }
-            held.files.remove(name);
+            held.files.swap_remove_index(index);
         } else if held.absent.contains(name) {
             return Err(SysfsError::io(dir.path(name), Errno::NOENT));
         }
@@ -283,7 +316,7 @@ impl HeldAttributes {
         }
         let len = self.read(dir, name, buf)?;
         if let Some(held) = self.held_dir(dir).filter(|held| held.on_sysfs) {
-            held.files.remove(name);
+            held.files.swap_remove(name);
             held.fixed.insert(name.into(), buf[..len].into());
         }
         Ok(len)
@@ -355,8 +388,10 @@ impl HeldAttributes {
         let round = self.round;
         self.dirs.retain(|_, held| {
             held.files.retain(|_, file| file.read_in == round);
+            held.next_file = 0;
             held.looked_at_in == round
         });
+        self.last_dir = None;
         self.round = round.wrapping_add(1);
     }
 
@@ -552,6 +587,45 @@ mod tests {
             .unwrap()
             .set_modified(an_hour_ago)
             .unwrap();
+    }
+
+    /// Reads in any order, across directories and through another [`SysDir`] of the same
+    /// directory, each get their own file's content, from the descriptors held the first time.
+    #[test]
+    fn reads_in_any_order_find_their_own_file() {
+        let (tmp, root) = dir_with(&[]);
+        for port in ["1", "2"] {
+            fs::create_dir(tmp.path().join(port)).unwrap();
+            for counter in ["a", "b", "c"] {
+                fs::write(
+                    tmp.path().join(port).join(counter),
+                    format!("{port}{counter}"),
+                )
+                .unwrap();
+            }
+            settle(&tmp.path().join(port));
+        }
+        let (_, mut held) = held_within(16);
+        let mut reader = AttributeReader::default();
+        let orders = [
+            ["1a", "1b", "2a", "1c", "2b", "2c"],
+            ["2c", "1a", "1c", "2a", "2b", "1b"],
+            ["1c", "1b", "1a", "2c", "2b", "2a"],
+        ];
+        for order in orders {
+            // Each round opens its directories again, as a scrape does.
+            let ports = [root.subdir("1").unwrap(), root.subdir("2").unwrap()];
+            for name in order {
+                let (port, counter) = name.split_at(1);
+                let dir = &ports[usize::from(port == "2")];
+                assert_eq!(
+                    dir.read_held(counter, &mut held, &mut reader).unwrap(),
+                    name
+                );
+            }
+            held.end_round();
+            assert_eq!(held.len(), 6);
+        }
     }
 
     /// In a settled directory no file is checked on its own: the directory's look tells a

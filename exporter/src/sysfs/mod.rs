@@ -24,6 +24,7 @@ use std::fmt;
 use std::os::fd::{AsFd, OwnedFd};
 use std::os::unix::ffi::OsStringExt;
 use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 
 use rustix::fs::{FileType, Mode, OFlags};
@@ -178,6 +179,9 @@ impl fmt::Display for Entry {
 /// An open directory under a root; attributes and subdirectories are opened relative to it,
 /// never outside the root.
 pub struct SysDir {
+    /// Unique in the process: tells this open directory from any other, as a held set keeps
+    /// the one it read from last (see `held.rs`).
+    id: u64,
     fd: OwnedFd,
     /// The root it was opened under, and its path from there: what an open that leaves this
     /// directory (a relative link to a sibling, `device/spad/post_code`) resolves from.
@@ -185,6 +189,12 @@ pub struct SysDir {
     relative: PathBuf,
     /// The full path, for messages.
     path: PathBuf,
+}
+
+/// A new [`SysDir::id`].
+fn next_dir_id() -> u64 {
+    static NEXT: AtomicU64 = AtomicU64::new(0);
+    NEXT.fetch_add(1, Ordering::Relaxed)
 }
 
 impl SysDir {
@@ -200,6 +210,7 @@ impl SysDir {
         });
         let (root, fd) = opened.map_err(|errno| SysfsError::io(path.clone(), errno))?;
         Ok(SysDir {
+            id: next_dir_id(),
             fd,
             root: Arc::new(root),
             relative: relative.to_path_buf(),
@@ -217,6 +228,7 @@ impl SysDir {
 
     fn child(&self, fd: OwnedFd, name: &str) -> SysDir {
         SysDir {
+            id: next_dir_id(),
             fd,
             root: self.root.clone(),
             relative: self.relative.join(name),
