@@ -10,7 +10,7 @@
 
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
-use std::sync::Mutex;
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use regex::Regex;
@@ -148,7 +148,7 @@ struct RdmaCollector {
     /// Per device, the counters' descriptors held open between scrapes, and the label values
     /// read from it (names, identities, port numbers, counter names), made once, not per
     /// sample and scrape.
-    held: HeldByUnit<LabelCache>,
+    held: HeldByUnit<DeviceLabels>,
     hw_counters: HwCounters,
     /// How long a netlink request may take (the scrape's timeout).
     timeout: Duration,
@@ -176,6 +176,44 @@ impl RdmaCollector {
             netlink_socket: Mutex::new(None),
             fallbacks_logged: OncePerCause::new(MAX_LOGGED_FALLBACKS),
         }
+    }
+}
+
+/// Label values read from one device, kept from one scrape to the next.
+#[derive(Default)]
+struct DeviceLabels {
+    values: LabelCache,
+    /// The counter label of each entry of a `hw_counters/` listing, by the listing (its
+    /// directory's held one, the same from scrape to scrape while the directory is), so that
+    /// a counter's label costs no look-up.
+    counters: Vec<ListingLabels>,
+}
+
+/// A `hw_counters/` listing and the counter label of each of its entries.
+type ListingLabels = (Arc<[Entry]>, Arc<[LabelValue]>);
+
+/// `hw_counters/` listings whose labels are kept: the device's and a few ports'.
+const MAX_COUNTER_LISTINGS: usize = 8;
+
+impl DeviceLabels {
+    /// The counter label of each entry of `listing` ("" for a name that is not UTF-8, which
+    /// is reported, not exported).
+    fn counters(&mut self, listing: &Arc<[Entry]>) -> Arc<[LabelValue]> {
+        let kept = self
+            .counters
+            .iter()
+            .find(|(kept, _)| Arc::ptr_eq(kept, listing));
+        if let Some((_, labels)) = kept {
+            return labels.clone();
+        }
+        let labels: Arc<[LabelValue]> = (listing.iter())
+            .map(|entry| entry.name().map_or("".into(), |name| self.values.get(name)))
+            .collect();
+        if self.counters.len() >= MAX_COUNTER_LISTINGS {
+            self.counters.clear();
+        }
+        self.counters.push((listing.clone(), labels.clone()));
+        labels
     }
 }
 
@@ -461,7 +499,7 @@ impl Collector for RdmaCollector {
                 reader: AttributeReader::default(),
                 held,
                 out,
-                device: labels.get(device),
+                device: labels.values.get(device),
                 labels,
                 netlink: self.netlink_read(device),
             };
@@ -477,7 +515,7 @@ struct DeviceRead<'a> {
     out: &'a mut Output,
     device: LabelValue,
     /// Label values read from the device.
-    labels: &'a mut LabelCache,
+    labels: &'a mut DeviceLabels,
     /// Where ports' hw counters come over netlink; `None`: from sysfs.
     netlink: Option<NetlinkRead<'a>>,
 }
@@ -510,14 +548,16 @@ impl DeviceRead<'_> {
     /// An optional text attribute as a label value: "" when absent or broken (then reported).
     fn text(&mut self, dir: &SysDir, name: &str) -> LabelValue {
         let text = (self.out).optional(dir.read_held(name, self.held, &mut self.reader));
-        self.labels.get(text.unwrap_or_default())
+        self.labels.values.get(text.unwrap_or_default())
     }
 
     /// An optional symlink's target name as a label value: "" when absent or broken (then
     /// reported).
     fn link(&mut self, dir: &SysDir, name: &str) -> LabelValue {
         let target = self.out.optional(dir.link_target_name(name));
-        self.labels.get(target.as_deref().unwrap_or_default())
+        self.labels
+            .values
+            .get(target.as_deref().unwrap_or_default())
     }
 
     fn device(&mut self, dir: &SysDir) {
@@ -546,7 +586,7 @@ impl DeviceRead<'_> {
                 continue;
             };
             if let Some(port_dir) = self.out.reported(self.held.fixed_subdir(&ports, port)) {
-                let port_label = self.labels.get(port);
+                let port_label = self.labels.values.get(port);
                 self.port(&port_dir, &port_label);
             }
         }
@@ -558,7 +598,7 @@ impl DeviceRead<'_> {
             ETHERNET_LINK_LAYER => self.netdev(dir),
             _ => String::new(),
         };
-        let netdev = self.labels.get(&netdev);
+        let netdev = self.labels.values.get(&netdev);
         let [device, port_label] = self.port_labels(port);
         let info = [
             device,
@@ -742,13 +782,15 @@ impl DeviceRead<'_> {
         let Some(names) = self.out.reported(self.held.fixed_entries(dir)) else {
             return;
         };
-        for name in names.iter() {
+        let counters = self.labels.counters(&names);
+        for (name, counter) in names.iter().zip(counters.iter()) {
             let Some(name) = self.out.reported(name.name()) else {
                 continue;
             };
             let Some(value) = self.counter_value(dir, name) else {
                 continue;
             };
+            let counter = counter.clone();
             match (name, port) {
                 ("lifespan", Some(port)) => {
                     let seconds = Value::Float(value as f64 / 1000.0);
@@ -757,12 +799,10 @@ impl DeviceRead<'_> {
                 // The device-wide lifespan mirrors the ports'; it is not exported twice.
                 ("lifespan", None) => {}
                 (_, Some(port)) => {
-                    let counter = self.labels.get(name);
                     let labels = self.counter_labels(Some(port), counter);
                     self.push(&PORT_HW_STAT, labels, Value::Int(value));
                 }
                 (_, None) => {
-                    let counter = self.labels.get(name);
                     let labels = self.counter_labels(None, counter);
                     self.push(&DEVICE_HW_STAT, labels, Value::Int(value));
                 }
@@ -918,6 +958,50 @@ mod tests {
         std::fs::remove_dir_all(&device).unwrap();
         make_device(7);
         assert_eq!(received(), Some(Value::Int(7)));
+    }
+
+    /// A port's counters keep their labels from one scrape to the next, and a listing that
+    /// changed (a counter gone, another new) labels each value with its own file's name.
+    #[test]
+    fn hw_counter_labels_follow_their_listing() {
+        let tmp = tempfile::tempdir().unwrap();
+        let hw = tmp.path().join(CLASS_DIR).join("rxe0/ports/1/hw_counters");
+        std::fs::create_dir_all(&hw).unwrap();
+        let settle = || {
+            let an_hour_ago = std::time::SystemTime::now() - Duration::from_secs(3600);
+            let dir = std::fs::File::open(&hw).unwrap();
+            dir.set_modified(an_hour_ago).unwrap();
+        };
+        let collector = RdmaCollector::new(tmp.path().to_path_buf(), DeviceFilter::All);
+        let received = || {
+            let mut out = Output::default();
+            collector.collect_unit(&Entry::Name("rxe0".to_string()), &mut out);
+            let families = out.samples.families();
+            let hw = families.iter().find(|f| f.desc.name == PORT_HW_STAT.name);
+            let samples = hw.into_iter().flat_map(|family| family.samples());
+            let counter = |labels: &[Label]| labels[2].1.as_str().to_string();
+            samples
+                .map(|(labels, value)| (counter(labels), value))
+                .collect::<Vec<_>>()
+        };
+        let counters = |pairs: &[(&str, u64)]| {
+            let pairs = pairs
+                .iter()
+                .map(|(name, value)| (name.to_string(), Value::Int(*value)));
+            pairs.collect::<Vec<_>>()
+        };
+        std::fs::write(hw.join("rcvd_pkts"), "1\n").unwrap();
+        std::fs::write(hw.join("sent_pkts"), "2\n").unwrap();
+        settle();
+        assert_eq!(received(), counters(&[("rcvd_pkts", 1), ("sent_pkts", 2)]));
+        std::fs::write(hw.join("sent_pkts"), "3\n").unwrap();
+        assert_eq!(received(), counters(&[("rcvd_pkts", 1), ("sent_pkts", 3)]));
+        std::fs::remove_file(hw.join("rcvd_pkts")).unwrap();
+        std::fs::write(hw.join("duplicate_request"), "4\n").unwrap();
+        settle();
+        let now = counters(&[("duplicate_request", 4), ("sent_pkts", 3)]);
+        assert_eq!(received(), now);
+        assert_eq!(received(), now);
     }
 
     #[test]
