@@ -266,6 +266,24 @@ impl Samples {
         }
     }
 
+    /// How many samples, and labels in all, were pushed since the last [`Samples::append`].
+    pub fn pushed(&self) -> (usize, usize) {
+        let chunk = self.chunks.last();
+        chunk.map_or((0, 0), |chunk| (chunk.samples.len(), chunk.labels.len()))
+    }
+
+    /// Room for `samples` more samples with `labels` labels in all, so that a unit which
+    /// pushes about as many every scrape (see [`Samples::pushed`]) grows no list step by step.
+    pub fn reserve(&mut self, (samples, labels): (usize, usize)) {
+        if self.chunks.is_empty() {
+            self.chunks.push(Chunk::default());
+        }
+        if let Some(chunk) = self.chunks.last_mut() {
+            chunk.samples.reserve(samples);
+            chunk.labels.reserve(labels);
+        }
+    }
+
     /// Where `desc` is in `descs`, added when it is not yet.
     fn desc_index(&mut self, desc: &Desc) -> usize {
         // Collectors push a metric's samples together, so the last one is nearly always it;
@@ -456,6 +474,25 @@ mod tests {
                 "hpcnode_test_state{device=\"e\"} 5",
             ]
         );
+    }
+
+    #[test]
+    fn room_reserved_from_the_last_read_changes_nothing_pushed() {
+        let mut last = Samples::default();
+        last.push(&STATE, [("device", "a".into())], Value::Int(1));
+        last.push(
+            &BYTES,
+            [("device", "a".into()), ("port", "1".into())],
+            Value::Int(2),
+        );
+        assert_eq!(last.pushed(), (2, 3));
+        let mut next = Samples::default();
+        next.reserve(last.pushed());
+        next.push(&STATE, [("device", "a".into())], Value::Int(3));
+        assert_eq!(next.pushed(), (1, 1));
+        let text = encode(next, Format::PrometheusText).unwrap();
+        let series: Vec<&str> = text.lines().filter(|l| !l.starts_with('#')).collect();
+        assert_eq!(series, ["hpcnode_test_state{device=\"a\"} 3"]);
     }
 
     #[test]

@@ -148,7 +148,7 @@ struct RdmaCollector {
     /// Per device, the counters' descriptors held open between scrapes, and the label values
     /// read from it (names, identities, port numbers, counter names), made once, not per
     /// sample and scrape.
-    held: HeldByUnit<DeviceLabels>,
+    held: HeldByUnit<DeviceState>,
     hw_counters: HwCounters,
     /// How long a netlink request may take (the scrape's timeout).
     timeout: Duration,
@@ -179,10 +179,13 @@ impl RdmaCollector {
     }
 }
 
-/// Label values read from one device, kept from one scrape to the next.
+/// What a device's read keeps for the next one: label values read from it, and how much it
+/// pushed.
 #[derive(Default)]
-struct DeviceLabels {
-    values: LabelCache,
+struct DeviceState {
+    /// How many samples and labels the device's last read pushed.
+    pushed: (usize, usize),
+    labels: LabelCache,
     /// The counter label of each entry of a `hw_counters/` listing, by the listing (its
     /// directory's held one, the same from scrape to scrape while the directory is), so that
     /// a counter's label costs no look-up.
@@ -195,10 +198,10 @@ type ListingLabels = (Arc<[Entry]>, Arc<[LabelValue]>);
 /// `hw_counters/` listings whose labels are kept: the device's and a few ports'.
 const MAX_COUNTER_LISTINGS: usize = 8;
 
-impl DeviceLabels {
+impl DeviceState {
     /// The counter label of each entry of `listing` ("" for a name that is not UTF-8, which
     /// is reported, not exported).
-    fn counters(&mut self, listing: &Arc<[Entry]>) -> Arc<[LabelValue]> {
+    fn counter_labels(&mut self, listing: &Arc<[Entry]>) -> Arc<[LabelValue]> {
         let kept = self
             .counters
             .iter()
@@ -207,7 +210,7 @@ impl DeviceLabels {
             return labels.clone();
         }
         let labels: Arc<[LabelValue]> = (listing.iter())
-            .map(|entry| entry.name().map_or("".into(), |name| self.values.get(name)))
+            .map(|entry| entry.name().map_or("".into(), |name| self.labels.get(name)))
             .collect();
         if self.counters.len() >= MAX_COUNTER_LISTINGS {
             self.counters.clear();
@@ -494,16 +497,19 @@ impl Collector for RdmaCollector {
         };
         // A device that went and came back (or another that took its name) is other
         // directories, which hold nothing yet.
-        self.held.read(device, |held, labels| {
+        self.held.read(device, |held, state| {
+            // About as many as the last read: pushed without growing a list step by step.
+            out.samples.reserve(state.pushed);
             let mut read = DeviceRead {
                 reader: AttributeReader::default(),
                 held,
                 out,
-                device: labels.values.get(device),
-                labels,
+                device: state.labels.get(device),
+                state,
                 netlink: self.netlink_read(device),
             };
             read.device(&dir);
+            read.state.pushed = read.out.samples.pushed();
         });
     }
 }
@@ -514,8 +520,8 @@ struct DeviceRead<'a> {
     held: &'a mut HeldAttributes,
     out: &'a mut Output,
     device: LabelValue,
-    /// Label values read from the device.
-    labels: &'a mut DeviceLabels,
+    /// What the device's last read kept.
+    state: &'a mut DeviceState,
     /// Where ports' hw counters come over netlink; `None`: from sysfs.
     netlink: Option<NetlinkRead<'a>>,
 }
@@ -548,16 +554,14 @@ impl DeviceRead<'_> {
     /// An optional text attribute as a label value: "" when absent or broken (then reported).
     fn text(&mut self, dir: &SysDir, name: &str) -> LabelValue {
         let text = (self.out).optional(dir.read_held(name, self.held, &mut self.reader));
-        self.labels.values.get(text.unwrap_or_default())
+        self.state.labels.get(text.unwrap_or_default())
     }
 
     /// An optional symlink's target name as a label value: "" when absent or broken (then
     /// reported).
     fn link(&mut self, dir: &SysDir, name: &str) -> LabelValue {
         let target = self.out.optional(dir.link_target_name(name));
-        self.labels
-            .values
-            .get(target.as_deref().unwrap_or_default())
+        self.state.labels.get(target.as_deref().unwrap_or_default())
     }
 
     fn device(&mut self, dir: &SysDir) {
@@ -586,7 +590,7 @@ impl DeviceRead<'_> {
                 continue;
             };
             if let Some(port_dir) = self.out.reported(self.held.fixed_subdir(&ports, port)) {
-                let port_label = self.labels.values.get(port);
+                let port_label = self.state.labels.get(port);
                 self.port(&port_dir, &port_label);
             }
         }
@@ -598,7 +602,7 @@ impl DeviceRead<'_> {
             ETHERNET_LINK_LAYER => self.netdev(dir),
             _ => String::new(),
         };
-        let netdev = self.labels.values.get(&netdev);
+        let netdev = self.state.labels.get(&netdev);
         let [device, port_label] = self.port_labels(port);
         let info = [
             device,
@@ -782,7 +786,7 @@ impl DeviceRead<'_> {
         let Some(names) = self.out.reported(self.held.fixed_entries(dir)) else {
             return;
         };
-        let counters = self.labels.counters(&names);
+        let counters = self.state.counter_labels(&names);
         for (name, counter) in names.iter().zip(counters.iter()) {
             let Some(name) = self.out.reported(name.name()) else {
                 continue;

@@ -156,7 +156,7 @@ impl DeviceRead<'_> {
         let err = match netlink.port_counters(port.as_str()) {
             Ok(counters) => {
                 for Counter { name, value } in counters {
-                    let counter = self.labels.values.get(&name);
+                    let counter = self.state.labels.get(&name);
                     let labels = self.counter_labels(Some(port), counter);
                     self.push(&PORT_HW_STAT, labels, Value::Int(value));
                 }
