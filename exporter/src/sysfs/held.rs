@@ -91,7 +91,7 @@ struct HeldDir {
     /// directory settles).
     check_links: bool,
     /// In the order first read, which is the order a collector reads them in.
-    files: IndexMap<Box<str>, HeldFile, FastState>,
+    files: IndexMap<FileName, HeldFile, FastState>,
     /// Where in `files` the file read after the last one is, most likely.
     next_file: usize,
     /// Names of its own entries found absent since it last changed (see [`HeldAttributes`]).
@@ -106,6 +106,58 @@ struct HeldDir {
     /// shares of the budget: its descriptor, and the root it keeps open (shared with others
     /// as a rule, so this counts more than is held, never less).
     subdirs: FastMap<Box<str>, (Arc<SysDir>, [HeldSlot; 2])>,
+}
+
+/// A held file's name, inline when short (nearly every attribute's): each read compares it
+/// with the name asked for, and a name elsewhere on the heap costs that compare a cache miss.
+enum FileName {
+    Inline { len: u8, bytes: [u8; INLINE_NAME] },
+    Elsewhere(Box<[u8]>),
+}
+
+/// The longest name kept inline: `FileName` fits in 40 bytes.
+const INLINE_NAME: usize = 38;
+
+impl FileName {
+    fn new(name: &str) -> FileName {
+        let name = name.as_bytes();
+        match u8::try_from(name.len()) {
+            Ok(len) if name.len() <= INLINE_NAME => {
+                let mut bytes = [0; INLINE_NAME];
+                bytes[..name.len()].copy_from_slice(name);
+                FileName::Inline { len, bytes }
+            }
+            _ => FileName::Elsewhere(name.into()),
+        }
+    }
+
+    fn as_bytes(&self) -> &[u8] {
+        match self {
+            FileName::Inline { len, bytes } => &bytes[..usize::from(*len)],
+            FileName::Elsewhere(name) => name,
+        }
+    }
+}
+
+// Hashed and compared as its bytes, so that a map of them is looked up by `&[u8]`.
+impl std::hash::Hash for FileName {
+    fn hash<H: std::hash::Hasher>(&self, state: &mut H) {
+        self.as_bytes().hash(state);
+    }
+}
+
+impl PartialEq for FileName {
+    fn eq(&self, other: &Self) -> bool {
+        self.as_bytes() == other.as_bytes()
+    }
+}
+
+impl Eq for FileName {}
+
+impl std::borrow::Borrow<[u8]> for FileName {
+    fn borrow(&self) -> &[u8] {
+        self.as_bytes()
+    }
 }
 
 struct HeldFile {
@@ -133,8 +185,8 @@ impl HeldDir {
     /// first, by name alone.
     fn file(&mut self, name: &str) -> Option<(usize, &mut HeldFile)> {
         let index = match self.files.get_index(self.next_file) {
-            Some((held, _)) if **held == *name => self.next_file,
-            _ => self.files.get_index_of(name)?,
+            Some((held, _)) if held.as_bytes() == name.as_bytes() => self.next_file,
+            _ => self.files.get_index_of(name.as_bytes())?,
         };
         self.next_file = index + 1;
         let (_, file) = self.files.get_index_mut(index)?;
@@ -293,7 +345,7 @@ impl HeldAttributes {
             read_in: round,
             _slot: slot,
         };
-        held.files.insert(name.into(), file);
+        held.files.insert(FileName::new(name), file);
         Ok(len)
     }
 
@@ -316,7 +368,7 @@ impl HeldAttributes {
         }
         let len = self.read(dir, name, buf)?;
         if let Some(held) = self.held_dir(dir).filter(|held| held.on_sysfs) {
-            held.files.swap_remove(name);
+            held.files.swap_remove(name.as_bytes());
             held.fixed.insert(name.into(), buf[..len].into());
         }
         Ok(len)
@@ -625,6 +677,31 @@ mod tests {
             }
             held.end_round();
             assert_eq!(held.len(), 6);
+        }
+    }
+
+    /// Names too long to keep inline are held and found as the short ones are.
+    #[test]
+    fn a_long_name_is_held_as_a_short_one() {
+        let long = "x".repeat(INLINE_NAME + 1);
+        let short = "x".repeat(INLINE_NAME);
+        let (tmp, dir) = dir_with(&[(&long, "long"), (&short, "short")]);
+        settle(tmp.path());
+        let (_, mut held) = held_within(8);
+        let mut reader = AttributeReader::default();
+        for round in ["", "again"] {
+            fs::write(tmp.path().join(&long), format!("long{round}")).unwrap();
+            for (name, content) in [(&short, "short"), (&long, "long"), (&short, "short")] {
+                let text = dir.read_held(name, &mut held, &mut reader).unwrap();
+                let content = if name == &long {
+                    format!("{content}{round}")
+                } else {
+                    content.into()
+                };
+                assert_eq!(text, content);
+            }
+            held.end_round();
+            assert_eq!(held.len(), 2);
         }
     }
 
