@@ -132,10 +132,11 @@ pub struct LabelCache {
 }
 
 impl Default for LabelCache {
-    /// Room for one unit's values: an RDMA device with a few ports has about 10 per port and
-    /// a few dozen counter names.
+    /// Room for one unit's values: an RDMA device has about 5 per port (its number, LIDs,
+    /// link layer, network device) and a few dozen counter names, so a switchdev device with
+    /// hundreds of representor ports fits too.
     fn default() -> Self {
-        LabelCache::new(1024)
+        LabelCache::new(4096)
     }
 }
 
@@ -266,7 +267,8 @@ impl Samples {
         }
     }
 
-    /// How many samples, and labels in all, were pushed since the last [`Samples::append`].
+    /// How many samples, and labels in all, its last chunk holds: for a unit's own
+    /// [`Samples`], into which nothing is appended, all it holds.
     pub fn pushed(&self) -> (usize, usize) {
         let chunk = self.chunks.last();
         chunk.map_or((0, 0), |chunk| (chunk.samples.len(), chunk.labels.len()))

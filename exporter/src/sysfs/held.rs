@@ -90,7 +90,8 @@ struct HeldDir {
     /// Whether each file must be checked for a name before its read (outside sysfs, while the
     /// directory settles).
     check_links: bool,
-    /// In the order first read, which is the order a collector reads them in.
+    /// In about the order read (a file opened again goes to the end), which is the order a
+    /// collector reads them in.
     files: IndexMap<FileName, HeldFile, FastState>,
     /// Where in `files` the file read after the last one is, most likely.
     next_file: usize,
@@ -461,7 +462,8 @@ impl HeldAttributes {
 /// One [`HeldAttributes`] per unit of a collector (an RDMA device, a PCI device), with the
 /// collector's own state for the unit (`T`: the RDMA device's label values), each with a lock
 /// of its own: the scrape claims a unit before reading it, so only one read locks it, a read
-/// hung in a driver blocks no other unit, and units read at once share nothing.
+/// hung in a driver blocks no other unit, and units read at once share none of the
+/// collector's state.
 pub struct HeldByUnit<T = ()> {
     units: Mutex<HashMap<String, Arc<Mutex<UnitHeld<T>>>>>,
 }

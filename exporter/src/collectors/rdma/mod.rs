@@ -186,27 +186,26 @@ struct DeviceState {
     /// How many samples and labels the device's last read pushed.
     pushed: (usize, usize),
     labels: LabelCache,
-    /// The counter label of each entry of a `hw_counters/` listing, by the listing (its
-    /// directory's held one, the same from scrape to scrape while the directory is), so that
-    /// a counter's label costs no look-up.
-    counters: Vec<ListingLabels>,
+    /// The counter label of each entry of a `hw_counters/` listing, by the listing's address
+    /// (its directory's held listing, the same from scrape to scrape while the directory is),
+    /// so that a counter's label costs no look-up by its name. The listing is kept with them,
+    /// so its address names no other while it is here.
+    counters: foldhash::HashMap<usize, ListingLabels>,
 }
 
 /// A `hw_counters/` listing and the counter label of each of its entries.
 type ListingLabels = (Arc<[Entry]>, Arc<[LabelValue]>);
 
-/// `hw_counters/` listings whose labels are kept: the device's and a few ports'.
-const MAX_COUNTER_LISTINGS: usize = 8;
+/// `hw_counters/` listings whose labels are kept: the device's and its ports' (a switchdev
+/// device has one port per representor).
+const MAX_COUNTER_LISTINGS: usize = 1024;
 
 impl DeviceState {
     /// The counter label of each entry of `listing` ("" for a name that is not UTF-8, which
     /// is reported, not exported).
     fn counter_labels(&mut self, listing: &Arc<[Entry]>) -> Arc<[LabelValue]> {
-        let kept = self
-            .counters
-            .iter()
-            .find(|(kept, _)| Arc::ptr_eq(kept, listing));
-        if let Some((_, labels)) = kept {
+        let address = Arc::as_ptr(listing).cast::<Entry>() as usize;
+        if let Some((_, labels)) = self.counters.get(&address) {
             return labels.clone();
         }
         let labels: Arc<[LabelValue]> = (listing.iter())
@@ -215,7 +214,8 @@ impl DeviceState {
         if self.counters.len() >= MAX_COUNTER_LISTINGS {
             self.counters.clear();
         }
-        self.counters.push((listing.clone(), labels.clone()));
+        self.counters
+            .insert(address, (listing.clone(), labels.clone()));
         labels
     }
 }
