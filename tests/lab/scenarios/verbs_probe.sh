@@ -88,8 +88,11 @@ for index in $(grep -l -s -x "RoCE v2" "$port"/gid_attrs/types/* | sed 's|.*/||'
 done
 lab_info "ib_write_bw uses GID index $gid"
 # Under emulation one 2 s run is noisy (single runs of either tool vary by a factor of 3 here),
-# so three runs of each, interleaved, are compared by their medians: the exported loopback
-# result above and two runs of the probe command, against three runs of ib_write_bw.
+# so three runs of each, interleaved, are compared: the exported loopback result above and two
+# runs of the probe command, against three runs of ib_write_bw. By their best runs: the other
+# guests a CI run boots beside this one only ever slow a run down, and for minutes at a time, so
+# medians of three moved from 0.64 to 1.81 between two guests of one run; the best of three is
+# what each tool can measure on this port.
 # listening PORT: whether a TCP socket listens on PORT (/proc/net/tcp{,6}: hex port, state 0A).
 listening() {
   cat /proc/net/tcp /proc/net/tcp6 2> /dev/null |
@@ -112,6 +115,7 @@ probe_once() {
     tee -a "/lab/results/$LAB_GROUP.probe.txt" | awk '/^#bytes/ { getline; printf "%.0f\n", $4 * 1048576; exit }'
 }
 median() { printf '%s\n' "$@" | sort -g | sed -n 2p; }
+best() { printf '%s\n' "$@" | sort -g | tail -n 1; }
 perftest1=$(ib_write_bw_once)
 ours2=$(probe_once)
 perftest2=$(ib_write_bw_once)
@@ -125,7 +129,9 @@ lab_expect "ib_write_bw measured rxe0 (median, bytes/s)" "${perftest_median:-non
 lab_expect "probe command measured rxe0 (median, bytes/s)" "${ours_median:-none}" ">" 0
 ratio=$(awk -v a="$ours_median" -v b="$perftest_median" 'BEGIN { if (b > 0) printf "%.3f", a / b; else print "none" }')
 lab_info "median probe / median ib_write_bw: $ratio (emulation makes absolute figures meaningless)"
-lab_expect "probe bandwidth / ib_write_bw bandwidth (medians)" "$ratio" ">=" 0.7
+best_ratio=$(awk -v a="$(best "$ours" "$ours2" "$ours3")" -v b="$(best "$perftest1" "$perftest2" "$perftest3")" \
+  'BEGIN { if (b > 0) printf "%.3f", a / b; else print "none" }')
+lab_expect "probe bandwidth / ib_write_bw bandwidth (best runs)" "$best_ratio" ">=" 0.7
 
 lab_scenario peer
 # shellcheck disable=SC2086
