@@ -189,34 +189,46 @@ struct DeviceState {
     /// The counter label of each entry of a `hw_counters/` listing, by the listing's address
     /// (its directory's held listing, the same from scrape to scrape while the directory is),
     /// so that a counter's label costs no look-up by its name. The listing is kept with them,
-    /// so its address names no other while it is here.
+    /// so its address names no other while it is here. Only the listings the last read used
+    /// are kept: one whose directory changed is gone at the next read.
     counters: foldhash::HashMap<usize, ListingLabels>,
 }
 
 /// A `hw_counters/` listing and the counter label of each of its entries.
-type ListingLabels = (Arc<[Entry]>, Arc<[LabelValue]>);
-
-/// `hw_counters/` listings whose labels are kept: the device's and its ports' (a switchdev
-/// device has one port per representor).
-const MAX_COUNTER_LISTINGS: usize = 1024;
+struct ListingLabels {
+    /// Held so that its address names no other listing while it is here.
+    _listing: Arc<[Entry]>,
+    labels: Arc<[LabelValue]>,
+    /// Whether the read under way used it.
+    used: bool,
+}
 
 impl DeviceState {
     /// The counter label of each entry of `listing` ("" for a name that is not UTF-8, which
     /// is reported, not exported).
     fn counter_labels(&mut self, listing: &Arc<[Entry]>) -> Arc<[LabelValue]> {
         let address = Arc::as_ptr(listing).cast::<Entry>() as usize;
-        if let Some((_, labels)) = self.counters.get(&address) {
-            return labels.clone();
+        if let Some(kept) = self.counters.get_mut(&address) {
+            kept.used = true;
+            return kept.labels.clone();
         }
         let labels: Arc<[LabelValue]> = (listing.iter())
             .map(|entry| entry.name().map_or("".into(), |name| self.labels.get(name)))
             .collect();
-        if self.counters.len() >= MAX_COUNTER_LISTINGS {
-            self.counters.clear();
-        }
-        self.counters
-            .insert(address, (listing.clone(), labels.clone()));
+        let kept = ListingLabels {
+            _listing: listing.clone(),
+            labels: labels.clone(),
+            used: true,
+        };
+        self.counters.insert(address, kept);
         labels
+    }
+
+    /// Ends a device's read that pushed `pushed`: what it did not use is dropped.
+    fn end_read(&mut self, pushed: (usize, usize)) {
+        self.pushed = pushed;
+        self.counters
+            .retain(|_, kept| std::mem::take(&mut kept.used));
     }
 }
 
@@ -509,7 +521,7 @@ impl Collector for RdmaCollector {
                 netlink: self.netlink_read(device),
             };
             read.device(&dir);
-            read.state.pushed = read.out.samples.pushed();
+            read.state.end_read(read.out.samples.pushed());
         });
     }
 }
@@ -1006,6 +1018,9 @@ mod tests {
         let now = counters(&[("duplicate_request", 4), ("sent_pkts", 3)]);
         assert_eq!(received(), now);
         assert_eq!(received(), now);
+        // The listing from before the change is not kept.
+        let kept = collector.held.read("rxe0", |_, state| state.counters.len());
+        assert_eq!(kept, 1);
     }
 
     #[test]
