@@ -10,7 +10,8 @@ use std::sync::Arc;
 use foldhash::{HashMap, HashMapExt};
 use prometheus_client::collector::Collector;
 use prometheus_client::encoding::{
-    DescriptorEncoder, EncodeLabelValue, EncodeMetric, LabelValueEncoder,
+    DescriptorEncoder, EncodeLabelSet, EncodeLabelValue, EncodeMetric, LabelSetEncoder,
+    LabelValueEncoder,
 };
 use prometheus_client::metrics::counter::ConstCounter;
 use prometheus_client::metrics::gauge::ConstGauge;
@@ -195,16 +196,92 @@ pub type Labels = Vec<(&'static str, LabelValue)>;
 /// One label: its name and value.
 pub type Label = (&'static str, LabelValue);
 
+/// A series' labels encoded once, as both formats write them (`device="mlx5_0",port="1"`),
+/// for a series that comes back scrape after scrape with the same labels (a port's counter):
+/// its samples then cost their value, not a list of labels to fill, drop and encode again.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct LabelSet(Arc<str>);
+
+impl LabelSet {
+    pub fn new(labels: &[Label]) -> Self {
+        let mut text = String::new();
+        // Writing into a String cannot fail.
+        let _ = write_labels(&mut text, labels);
+        LabelSet(text.into())
+    }
+}
+
+/// `labels` as the exposition formats write them between the braces: `name="value"`, comma
+/// separated, with `\`, `"` and newline escaped in values (the only escapes either has).
+fn write_labels(out: &mut impl fmt::Write, labels: &[Label]) -> fmt::Result {
+    for (index, (name, value)) in labels.iter().enumerate() {
+        if index > 0 {
+            out.write_char(',')?;
+        }
+        out.write_str(name)?;
+        out.write_str("=\"")?;
+        let value = value.as_str();
+        let mut plain = 0;
+        for (at, byte) in value.bytes().enumerate() {
+            let escaped = match byte {
+                b'\\' => "\\\\",
+                b'"' => "\\\"",
+                b'\n' => "\\n",
+                _ => continue,
+            };
+            out.write_str(&value[plain..at])?;
+            out.write_str(escaped)?;
+            plain = at + 1;
+        }
+        out.write_str(&value[plain..])?;
+        out.write_char('"')?;
+    }
+    Ok(())
+}
+
+/// A sample's labels: listed, or a [`LabelSet`].
+#[derive(Debug, Clone, Copy)]
+pub enum SeriesLabels<'a> {
+    Listed(&'a [Label]),
+    Set(&'a LabelSet),
+}
+
+/// The labels as the exposition formats write them (without the braces).
+impl fmt::Display for SeriesLabels<'_> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            SeriesLabels::Listed(labels) => write_labels(f, labels),
+            SeriesLabels::Set(set) => f.write_str(&set.0),
+        }
+    }
+}
+
+impl EncodeLabelSet for SeriesLabels<'_> {
+    fn encode(&self, encoder: &mut LabelSetEncoder) -> Result<(), fmt::Error> {
+        match self {
+            SeriesLabels::Listed(labels) => labels.encode(encoder),
+            SeriesLabels::Set(set) if set.0.is_empty() => Ok(()),
+            // Already encoded: written through a label's key writer, which (in both text
+            // formats) writes what it is given after the separator; the value writer would
+            // escape it again. `a_label_set_is_encoded_as_its_labels` holds the encoder to it.
+            SeriesLabels::Set(set) => {
+                let mut label = encoder.encode_label();
+                fmt::Write::write_str(&mut label.encode_label_key()?, &set.0)
+            }
+        }
+    }
+}
+
 /// One metric's samples in a scrape, in the order they were pushed.
 #[derive(Debug)]
 pub struct Family<'a> {
     pub desc: &'a Desc,
-    samples: Vec<(&'a [Label], Value)>,
+    samples: Vec<(SeriesLabels<'a>, Value)>,
 }
 
 impl<'a> Family<'a> {
     /// Each sample's labels and value, in the order they were pushed.
-    pub fn samples(&self) -> impl Iterator<Item = (&'a [Label], Value)> + '_ {
+    pub fn samples(&self) -> impl Iterator<Item = (SeriesLabels<'a>, Value)> + '_ {
         self.samples.iter().copied()
     }
 }
@@ -237,34 +314,69 @@ struct Chunk {
 struct Sample {
     /// Index in [`Samples::descs`].
     desc: usize,
-    /// Where its labels end in [`Chunk::labels`] (they start where the previous one's end).
-    labels_end: usize,
+    labels: SampleLabels,
     value: Value,
 }
 
+#[derive(Debug)]
+enum SampleLabels {
+    /// Where its labels end in [`Chunk::labels`] (they start where the previous listed
+    /// sample's end).
+    Listed {
+        end: usize,
+    },
+    Set(LabelSet),
+}
+
 impl Chunk {
-    fn samples(&self) -> impl Iterator<Item = (&Sample, &[Label])> {
-        let starts = std::iter::once(0).chain(self.samples.iter().map(|s| s.labels_end));
-        (self.samples.iter().zip(starts))
-            .map(|(sample, start)| (sample, &self.labels[start..sample.labels_end]))
+    fn samples(&self) -> impl Iterator<Item = (&Sample, SeriesLabels<'_>)> {
+        let mut start = 0;
+        self.samples.iter().map(move |sample| {
+            let labels = match &sample.labels {
+                SampleLabels::Listed { end } => {
+                    let listed = &self.labels[start..*end];
+                    start = *end;
+                    SeriesLabels::Listed(listed)
+                }
+                SampleLabels::Set(set) => SeriesLabels::Set(set),
+            };
+            (sample, labels)
+        })
+    }
+
+    fn push(&mut self, desc: usize, labels: SampleLabels, value: Value) {
+        self.samples.push(Sample {
+            desc,
+            labels,
+            value,
+        });
     }
 }
 
 impl Samples {
     pub fn push(&mut self, desc: &Desc, labels: impl IntoIterator<Item = Label>, value: Value) {
         let index = self.desc_index(desc);
+        let chunk = self.last_chunk();
+        chunk.labels.extend(labels);
+        let end = chunk.labels.len();
+        chunk.push(index, SampleLabels::Listed { end }, value);
+    }
+
+    /// A sample whose labels were encoded once, as a [`LabelSet`].
+    pub fn push_set(&mut self, desc: &Desc, labels: &LabelSet, value: Value) {
+        let index = self.desc_index(desc);
+        let set = SampleLabels::Set(labels.clone());
+        self.last_chunk().push(index, set, value);
+    }
+
+    /// Where pushes go: the last chunk, so that samples pushed after others were appended go
+    /// on at the end, in order.
+    fn last_chunk(&mut self) -> &mut Chunk {
         if self.chunks.is_empty() {
             self.chunks.push(Chunk::default());
         }
-        // Samples pushed after others were appended go on at the end, in order.
-        if let Some(chunk) = self.chunks.last_mut() {
-            chunk.labels.extend(labels);
-            chunk.samples.push(Sample {
-                desc: index,
-                labels_end: chunk.labels.len(),
-                value,
-            });
-        }
+        let last = self.chunks.len() - 1;
+        &mut self.chunks[last]
     }
 
     /// How many samples, and labels in all, its last chunk holds: for a unit's own
@@ -277,13 +389,9 @@ impl Samples {
     /// Room for `samples` more samples with `labels` labels in all, so that a unit which
     /// pushes about as many every scrape (see [`Samples::pushed`]) grows no list step by step.
     pub fn reserve(&mut self, (samples, labels): (usize, usize)) {
-        if self.chunks.is_empty() {
-            self.chunks.push(Chunk::default());
-        }
-        if let Some(chunk) = self.chunks.last_mut() {
-            chunk.samples.reserve(samples);
-            chunk.labels.reserve(labels);
-        }
+        let chunk = self.last_chunk();
+        chunk.samples.reserve(samples);
+        chunk.labels.reserve(labels);
     }
 
     /// Where `desc` is in `descs`, added when it is not yet.
@@ -530,5 +638,38 @@ mod tests {
         assert_eq!(label(&long).as_str(), &long[..2 * MAX_LABEL_CHARS]);
         let reason = "x".repeat(500);
         assert_eq!(LabelValue::composed(reason.clone()).as_str(), reason);
+    }
+}
+
+#[cfg(test)]
+mod proptests {
+    use proptest::collection::vec;
+    use proptest::prelude::*;
+
+    use super::*;
+    use crate::test_strategies::text;
+
+    const STATE: Desc = Desc::gauge("hpcnode_test_state", "Test state.", None);
+    const NAMES: [&str; 3] = ["device", "port", "counter"];
+
+    proptest! {
+        /// A label set is written as the encoder writes the same labels listed, in both
+        /// formats, whatever the values hold (the encoder's escapes included).
+        #[test]
+        fn a_label_set_is_encoded_as_its_labels(
+            values in vec(text(&["\\", "\"", "\n", ",", "=", "mlx5_0"]), 0..=3),
+        ) {
+            let labels: Vec<Label> = (NAMES.iter().zip(values))
+                .map(|(name, value)| (*name, LabelValue::composed(value)))
+                .collect();
+            let set = LabelSet::new(&labels);
+            for format in [Format::PrometheusText, Format::OpenMetrics] {
+                let mut listed = Samples::default();
+                listed.push(&STATE, labels.clone(), Value::Int(1));
+                let mut encoded = Samples::default();
+                encoded.push_set(&STATE, &set, Value::Int(1));
+                prop_assert_eq!(encode(listed, format)?, encode(encoded, format)?);
+            }
+        }
     }
 }

@@ -234,11 +234,11 @@ mod proptests {
             .families()
             .into_iter()
             .find(|f| f.desc.name == desc.name)?;
-        let sample = family.samples().find(|(labels, _)| {
-            labels
-                .iter()
-                .any(|(name, value)| (*name, value.as_str()) == label)
-        });
+        let (name, value) = label;
+        let label = format!("{name}=\"{value}\"");
+        let sample = family
+            .samples()
+            .find(|(labels, _)| labels.to_string().split(',').any(|l| l == label));
         sample.map(|(_, value)| value)
     }
 

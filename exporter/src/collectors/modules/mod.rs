@@ -496,7 +496,7 @@ mod tests {
             let family = families.iter().find(|f| f.desc.name == desc.name).unwrap();
             family
                 .samples()
-                .map(|(labels, value)| format!("{labels:?} {value:?}"))
+                .map(|(labels, value)| format!("{{{labels}}} {value:?}"))
                 .collect()
         };
         let installed = samples(&KERNEL_INSTALLED);
@@ -514,7 +514,7 @@ mod tests {
             headers[0].ends_with("Int(0)") && headers[1].ends_with("Int(1)"),
             "{headers:?}"
         );
-        assert_eq!(samples(&NEWER_INSTALLED), ["[] Int(1)"]);
+        assert_eq!(samples(&NEWER_INSTALLED), ["{} Int(1)"]);
     }
 
     #[test]

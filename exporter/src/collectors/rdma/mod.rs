@@ -20,7 +20,7 @@ use crate::collector::{
 };
 use crate::flags::{flag, optional, ConfigError, Flags};
 use crate::logging::OncePerCause;
-use crate::metrics::{Desc, Label, LabelCache, LabelValue, Value};
+use crate::metrics::{Desc, Label, LabelCache, LabelSet, LabelValue, Value};
 use crate::rdma_netlink::socket::Socket;
 use crate::rdma_port::{parse_rate, parse_state_id, ETHERNET_LINK_LAYER};
 use crate::sysfs::{AttributeReader, Entry, HeldAttributes, HeldByUnit, SysDir, SysfsError};
@@ -179,49 +179,121 @@ impl RdmaCollector {
     }
 }
 
-/// What a device's read keeps for the next one: label values read from it, and how much it
-/// pushed.
+/// What a device's read keeps for the next one: label values read from it, its series'
+/// label sets, and how much it pushed.
 #[derive(Default)]
 struct DeviceState {
     /// How many samples and labels the device's last read pushed.
     pushed: (usize, usize),
     labels: LabelCache,
-    /// The counter label of each entry of a `hw_counters/` listing, by the listing's address
+    /// The label sets of each port's series, by port name; only the ports the last read
+    /// used are kept.
+    ports: foldhash::HashMap<Box<str>, PortSets>,
+    /// The label set of each entry of a `hw_counters/` listing, by the listing's address
     /// (its directory's held listing, the same from scrape to scrape while the directory is),
-    /// so that a counter's label costs no look-up by its name. The listing is kept with them,
+    /// so that a counter's labels cost no look-up by its name. The listing is kept with them,
     /// so its address names no other while it is here. Only the listings the last read used
     /// are kept: one whose directory changed is gone at the next read.
-    counters: foldhash::HashMap<usize, ListingLabels>,
+    counters: foldhash::HashMap<usize, ListingSets>,
 }
 
-/// A `hw_counters/` listing and the counter label of each of its entries.
-struct ListingLabels {
+/// The label sets of a port's series whose labels are its names alone.
+struct PortSets {
+    /// device, port.
+    port: LabelSet,
+    /// device, port, counter: one per `PMA_COUNTERS` entry, then one per `PMA_EXTRA_ERRORS`.
+    pma: Box<[LabelSet]>,
+    /// device, port, source: netlink, then sysfs.
+    sources: [LabelSet; 2],
+    /// device, port, counter: hw counters over netlink, by name, as the kernel sent them.
+    netlink: foldhash::HashMap<String, LabelSet>,
+    /// Whether the read under way used it.
+    used: bool,
+}
+
+impl PortSets {
+    fn new(device: &LabelValue, port: &LabelValue) -> Self {
+        let files = PMA_COUNTERS.iter().map(|counter| counter.file);
+        let pma = (files.chain(PMA_EXTRA_ERRORS))
+            .map(|file| counter_set(device, Some(port), file.into()))
+            .collect();
+        let source = |source: &'static str| {
+            LabelSet::new(&[
+                ("device", device.clone()),
+                ("port", port.clone()),
+                ("source", source.into()),
+            ])
+        };
+        PortSets {
+            port: LabelSet::new(&[("device", device.clone()), ("port", port.clone())]),
+            pma,
+            sources: [source("netlink"), source("sysfs")],
+            netlink: foldhash::HashMap::default(),
+            used: true,
+        }
+    }
+}
+
+/// The labels of a per-counter series: device, port when given, counter.
+fn counter_set(device: &LabelValue, port: Option<&LabelValue>, counter: LabelValue) -> LabelSet {
+    let port = port.map(|port| ("port", port.clone()));
+    let labels = [
+        Some(("device", device.clone())),
+        port,
+        Some(("counter", counter)),
+    ];
+    LabelSet::new(&labels.into_iter().flatten().collect::<Vec<_>>())
+}
+
+/// A `hw_counters/` listing and the label set of each of its entries.
+struct ListingSets {
     /// Held so that its address names no other listing while it is here.
     _listing: Arc<[Entry]>,
-    labels: Arc<[LabelValue]>,
+    sets: Arc<[LabelSet]>,
     /// Whether the read under way used it.
     used: bool,
 }
 
 impl DeviceState {
-    /// The counter label of each entry of `listing` ("" for a name that is not UTF-8, which
-    /// is reported, not exported).
-    fn counter_labels(&mut self, listing: &Arc<[Entry]>) -> Arc<[LabelValue]> {
+    /// The label set of each entry of `listing`, a `hw_counters/` directory of `port` (`None`:
+    /// the device's own); an empty one for a name that is not UTF-8, which is reported, not
+    /// exported.
+    fn counter_sets(
+        &mut self,
+        listing: &Arc<[Entry]>,
+        device: &LabelValue,
+        port: Option<&LabelValue>,
+    ) -> Arc<[LabelSet]> {
         let address = Arc::as_ptr(listing).cast::<Entry>() as usize;
         if let Some(kept) = self.counters.get_mut(&address) {
             kept.used = true;
-            return kept.labels.clone();
+            return kept.sets.clone();
         }
-        let labels: Arc<[LabelValue]> = (listing.iter())
-            .map(|entry| entry.name().map_or("".into(), |name| self.labels.get(name)))
+        let sets: Arc<[LabelSet]> = (listing.iter())
+            .map(|entry| match entry.name() {
+                Ok(name) => counter_set(device, port, self.labels.get(name)),
+                Err(_) => LabelSet::new(&[]),
+            })
             .collect();
-        let kept = ListingLabels {
+        let kept = ListingSets {
             _listing: listing.clone(),
-            labels: labels.clone(),
+            sets: sets.clone(),
             used: true,
         };
         self.counters.insert(address, kept);
-        labels
+        sets
+    }
+
+    /// The label sets of `port`'s series, with their key, taken out for the port's read and
+    /// then put back (see [`DeviceState::put_port`]).
+    fn take_port(&mut self, device: &LabelValue, port: &LabelValue) -> (Box<str>, PortSets) {
+        (self.ports.remove_entry(port.as_str()))
+            .unwrap_or_else(|| (port.as_str().into(), PortSets::new(device, port)))
+    }
+
+    fn put_port(&mut self, (port, mut sets): (Box<str>, PortSets)) {
+        sets.used = true;
+        self.ports.insert(port, sets);
     }
 
     /// Ends a device's read that pushed `pushed`: what it did not use is dropped.
@@ -229,6 +301,7 @@ impl DeviceState {
         self.pushed = pushed;
         self.counters
             .retain(|_, kept| std::mem::take(&mut kept.used));
+        self.ports.retain(|_, kept| std::mem::take(&mut kept.used));
     }
 }
 
@@ -543,24 +616,12 @@ impl DeviceRead<'_> {
         self.out.samples.push(desc, labels, value);
     }
 
+    fn push_set(&mut self, desc: &Desc, labels: &LabelSet, value: Value) {
+        self.out.samples.push_set(desc, labels, value);
+    }
+
     fn device_label(&self) -> Label {
         ("device", self.device.clone())
-    }
-
-    fn port_labels(&self, port: &LabelValue) -> [Label; 2] {
-        [self.device_label(), ("port", port.clone())]
-    }
-
-    /// Labels of a per-counter series: device, port when given, counter.
-    fn counter_labels(
-        &self,
-        port: Option<&LabelValue>,
-        counter: LabelValue,
-    ) -> impl IntoIterator<Item = Label> {
-        let port = port.map(|port| ("port", port.clone()));
-        [Some(self.device_label()), port, Some(("counter", counter))]
-            .into_iter()
-            .flatten()
     }
 
     /// An optional text attribute as a label value: "" when absent or broken (then reported).
@@ -609,16 +670,21 @@ impl DeviceRead<'_> {
     }
 
     fn port(&mut self, dir: &SysDir, port: &LabelValue) {
+        let mut sets = self.state.take_port(&self.device, port);
+        self.port_series(dir, port, &mut sets.1);
+        self.state.put_port(sets);
+    }
+
+    fn port_series(&mut self, dir: &SysDir, port: &LabelValue, sets: &mut PortSets) {
         let link_layer = self.text(dir, "link_layer");
         let netdev = match link_layer.as_str() {
             ETHERNET_LINK_LAYER => self.netdev(dir),
             _ => String::new(),
         };
         let netdev = self.state.labels.get(&netdev);
-        let [device, port_label] = self.port_labels(port);
         let info = [
-            device,
-            port_label,
+            self.device_label(),
+            ("port", port.clone()),
             ("link_layer", link_layer.clone()),
             ("netdev", netdev),
             ("lid", self.text(dir, "lid")),
@@ -631,7 +697,7 @@ impl DeviceRead<'_> {
                 .read_held(file, self.held, &mut self.reader)
                 .and_then(|text| parse_state_id(|| dir.path(file), text));
             if let Some(id) = self.out.reported(id) {
-                self.push(desc, self.port_labels(port), Value::Int(id));
+                self.push_set(desc, &sets.port, Value::Int(id));
             }
         }
 
@@ -640,7 +706,7 @@ impl DeviceRead<'_> {
             .and_then(|text| parse_rate(|| dir.path("rate"), text));
         if let Some(rate) = self.out.reported(rate) {
             let bytes = Value::Float(rate.bytes_per_second());
-            self.push(&PORT_RATE, self.port_labels(port), bytes);
+            self.push_set(&PORT_RATE, &sets.port, bytes);
             let data_rate = rate
                 .data_bytes_per_second(link_layer.as_str() == ETHERNET_LINK_LAYER)
                 .ok_or_else(|| {
@@ -651,7 +717,7 @@ impl DeviceRead<'_> {
                     )
                 });
             if let Some(bytes) = self.out.reported(data_rate) {
-                self.push(&PORT_DATA_RATE, self.port_labels(port), Value::Float(bytes));
+                self.push_set(&PORT_DATA_RATE, &sets.port, Value::Float(bytes));
             }
         }
 
@@ -664,15 +730,16 @@ impl DeviceRead<'_> {
         };
         // Soft-RoCE, irdma and bnxt_re have no PMA: no counters/ at all.
         let counters = self.out.optional(self.held.fixed_subdir(dir, "counters"));
-        self.pma_counters(counters.as_deref(), port, &extended);
-        self.port_hw_counters(dir, port);
+        self.pma_counters(counters.as_deref(), sets, &extended);
+        self.port_hw_counters(dir, port, sets);
     }
 
     /// A port's `hw_counters`: over netlink where asked, else (or where netlink failed and
     /// may fall back) from the files; and where they came from.
-    fn port_hw_counters(&mut self, dir: &SysDir, port: &LabelValue) {
-        let source = match self.netlink_hw_counters(port) {
-            Some(NetlinkOutcome::Read) => "netlink",
+    fn port_hw_counters(&mut self, dir: &SysDir, port: &LabelValue, sets: &mut PortSets) {
+        let [netlink, sysfs] = &sets.sources;
+        let source = match self.netlink_hw_counters(port, &mut sets.netlink) {
+            Some(NetlinkOutcome::Read) => netlink,
             // Netlink forced, and failed: reported, no counters.
             Some(NetlinkOutcome::Failed) => return,
             Some(NetlinkOutcome::FallBack) | None => {
@@ -680,14 +747,12 @@ impl DeviceRead<'_> {
                     .out
                     .optional(self.held.fixed_subdir(dir, "hw_counters"))
                 {
-                    self.hw_counters(&hw, Some(port));
+                    self.hw_counters(&hw, Some((port, &sets.port)));
                 }
-                "sysfs"
+                sysfs
             }
         };
-        let [device, port] = self.port_labels(port);
-        let labels = [device, port, ("source", source.into())];
-        self.push(&PORT_HW_COUNTERS_SOURCE, labels, Value::Int(1));
+        self.push_set(&PORT_HW_COUNTERS_SOURCE, source, Value::Int(1));
     }
 
     /// The first network device bound to a GID of a RoCE port. Unused GID entries fail to read
@@ -734,10 +799,10 @@ impl DeviceRead<'_> {
     fn pma_counters(
         &mut self,
         dir: Option<&SysDir>,
-        port: &LabelValue,
+        sets: &PortSets,
         extended: &[(&'static str, u64)],
     ) {
-        for counter in &PMA_COUNTERS {
+        for (counter, set) in PMA_COUNTERS.iter().zip(&sets.pma) {
             let basic = dir.and_then(|dir| self.counter_value(dir, counter.file));
             let doubled = extended
                 .iter()
@@ -749,32 +814,24 @@ impl DeviceRead<'_> {
             };
             match counter.target {
                 Target::Metric(desc, factor) => {
-                    let labels = self.port_labels(port);
-                    self.push(desc, labels, Value::Int(value.wrapping_mul(factor)));
+                    self.push_set(desc, &sets.port, Value::Int(value.wrapping_mul(factor)));
                 }
-                Target::Error => {
-                    let labels = self.counter_labels(Some(port), counter.file.into());
-                    self.push(&PORT_ERRORS, labels, Value::Int(value));
-                }
+                Target::Error => self.push_set(&PORT_ERRORS, set, Value::Int(value)),
             }
             // Of the value exported: it is what stops counting.
             if let Some(width) = counter.width {
                 let saturated = value == (1u64 << width) - 1;
-                let labels = self.counter_labels(Some(port), counter.file.into());
-                self.push(
-                    &PORT_PMA_SATURATED,
-                    labels,
-                    Value::Int(u64::from(saturated)),
-                );
+                let saturated = Value::Int(u64::from(saturated));
+                self.push_set(&PORT_PMA_SATURATED, set, saturated);
             }
         }
         let Some(dir) = dir else {
             return;
         };
-        for file in PMA_EXTRA_ERRORS {
+        let extra = PMA_EXTRA_ERRORS.iter().zip(&sets.pma[PMA_COUNTERS.len()..]);
+        for (file, set) in extra {
             if let Some(value) = self.counter_value(dir, file) {
-                let labels = self.counter_labels(Some(port), file.into());
-                self.push(&PORT_ERRORS, labels, Value::Int(value));
+                self.push_set(&PORT_ERRORS, set, Value::Int(value));
             }
         }
     }
@@ -794,11 +851,13 @@ impl DeviceRead<'_> {
 
     /// Every file of a `hw_counters/` directory, whatever its name; `lifespan` is a setting.
     /// `port` is `None` for the device-wide directory.
-    fn hw_counters(&mut self, dir: &SysDir, port: Option<&LabelValue>) {
+    /// `port` is the port's name and label set, `None` for the device-wide directory.
+    fn hw_counters(&mut self, dir: &SysDir, port: Option<(&LabelValue, &LabelSet)>) {
         let Some(names) = self.out.reported(self.held.fixed_entries(dir)) else {
             return;
         };
-        let counters = self.state.counter_labels(&names);
+        let port_name = port.map(|(name, _)| name);
+        let counters = self.state.counter_sets(&names, &self.device, port_name);
         for (name, counter) in names.iter().zip(counters.iter()) {
             let Some(name) = self.out.reported(name.name()) else {
                 continue;
@@ -806,22 +865,15 @@ impl DeviceRead<'_> {
             let Some(value) = self.counter_value(dir, name) else {
                 continue;
             };
-            let counter = counter.clone();
             match (name, port) {
-                ("lifespan", Some(port)) => {
+                ("lifespan", Some((_, port))) => {
                     let seconds = Value::Float(value as f64 / 1000.0);
-                    self.push(&PORT_HW_STATS_LIFESPAN, self.port_labels(port), seconds);
+                    self.push_set(&PORT_HW_STATS_LIFESPAN, port, seconds);
                 }
                 // The device-wide lifespan mirrors the ports'; it is not exported twice.
                 ("lifespan", None) => {}
-                (_, Some(port)) => {
-                    let labels = self.counter_labels(Some(port), counter);
-                    self.push(&PORT_HW_STAT, labels, Value::Int(value));
-                }
-                (_, None) => {
-                    let labels = self.counter_labels(None, counter);
-                    self.push(&DEVICE_HW_STAT, labels, Value::Int(value));
-                }
+                (_, Some(_)) => self.push_set(&PORT_HW_STAT, counter, Value::Int(value)),
+                (_, None) => self.push_set(&DEVICE_HW_STAT, counter, Value::Int(value)),
             }
         }
     }
@@ -995,7 +1047,11 @@ mod tests {
             let families = out.samples.families();
             let hw = families.iter().find(|f| f.desc.name == PORT_HW_STAT.name);
             let samples = hw.into_iter().flat_map(|family| family.samples());
-            let counter = |labels: &[Label]| labels[2].1.as_str().to_string();
+            let counter = |labels: crate::metrics::SeriesLabels| {
+                let text = labels.to_string();
+                let (_, counter) = text.split_once(",counter=\"").unwrap();
+                counter.trim_end_matches('"').to_string()
+            };
             samples
                 .map(|(labels, value)| (counter(labels), value))
                 .collect::<Vec<_>>()

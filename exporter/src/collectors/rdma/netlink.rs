@@ -1,12 +1,13 @@
 //! The rdma collector's hw counters over RDMA netlink: the device indexes, the socket kept
 //! between scrapes, one `RDMA_NLDEV_CMD_STAT_GET` per port, and the fallback to the files.
 
+use std::collections::hash_map::Entry as MapEntry;
 use std::time::Instant;
 
-use super::{DeviceRead, HwCounters, RdmaCollector, PORT_HW_STAT};
+use super::{counter_set, DeviceRead, HwCounters, RdmaCollector, PORT_HW_STAT};
 use crate::collector::{lock, CollectError, ErrorKind};
 use crate::logging::{self, Level};
-use crate::metrics::{LabelValue, Value};
+use crate::metrics::{LabelSet, LabelValue, Value};
 use crate::rdma_netlink::message::{Command, Counter};
 use crate::rdma_netlink::socket::{DumpError, Socket};
 use crate::sysfs::Entry;
@@ -149,16 +150,36 @@ impl NetlinkRead<'_> {
     }
 }
 
+/// The most hw counter names over netlink a port keeps label sets for: mlx5 gives about 60.
+const MAX_NETLINK_COUNTERS: usize = 1024;
+
 impl DeviceRead<'_> {
     /// A port's hw counters over netlink; `None` where they come from the files.
-    pub(super) fn netlink_hw_counters(&mut self, port: &LabelValue) -> Option<NetlinkOutcome> {
+    /// `sets`: the port's counters' label sets by name, kept from one read to the next.
+    pub(super) fn netlink_hw_counters(
+        &mut self,
+        port: &LabelValue,
+        sets: &mut foldhash::HashMap<String, LabelSet>,
+    ) -> Option<NetlinkOutcome> {
         let netlink = self.netlink.as_mut()?;
         let err = match netlink.port_counters(port.as_str()) {
             Ok(counters) => {
                 for Counter { name, value } in counters {
-                    let counter = self.state.labels.get(&name);
-                    let labels = self.counter_labels(Some(port), counter);
-                    self.push(&PORT_HW_STAT, labels, Value::Int(value));
+                    // The names a driver gives are a fixed table; the bound is for one
+                    // that would make up new ones.
+                    if sets.len() >= MAX_NETLINK_COUNTERS && !sets.contains_key(&name) {
+                        sets.clear();
+                    }
+                    let set = match sets.entry(name) {
+                        MapEntry::Occupied(set) => set.into_mut(),
+                        MapEntry::Vacant(vacant) => {
+                            let counter = self.state.labels.get(vacant.key());
+                            vacant.insert(counter_set(&self.device, Some(port), counter))
+                        }
+                    };
+                    self.out
+                        .samples
+                        .push_set(&PORT_HW_STAT, set, Value::Int(value));
                 }
                 return Some(NetlinkOutcome::Read);
             }
