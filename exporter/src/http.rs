@@ -49,7 +49,7 @@ use tokio::sync::{watch, Notify, OwnedSemaphorePermit, Semaphore};
 
 use crate::collector::lock;
 use crate::logging::{self, Level, OncePerCause};
-use crate::metrics::{encode, Desc, Format, LabelValue, Samples, Value};
+use crate::metrics::{encode_with_capacity, Desc, Format, LabelValue, Samples, Value};
 use crate::scrape::Scraper;
 use crate::web_config::{WebConfig, WebConfigFile, UNKNOWN_USER_HASH};
 
@@ -129,6 +129,10 @@ pub struct Server {
     handshake_errors: AtomicU64,
     handshake_timeouts: AtomicU64,
     auth_failures: AtomicU64,
+    /// How long the last encoded scrape was, uncompressed: the next one is made in one
+    /// allocation of about that, not grown by doubling (which also held the old and new
+    /// copies at once).
+    last_encoded_len: AtomicUsize,
 }
 
 /// What a scrape's response is: its format, and whether it is gzipped.
@@ -172,6 +176,7 @@ impl Server {
             handshake_errors: AtomicU64::new(0),
             handshake_timeouts: AtomicU64::new(0),
             auth_failures: AtomicU64::new(0),
+            last_encoded_len: AtomicUsize::new(0),
         }
     }
 
@@ -443,7 +448,10 @@ impl Server {
         if let Some(web) = &self.web {
             samples.append(self.web_samples(web));
         }
-        let body = encode(samples, variant.format)
+        let last_len = self.last_encoded_len.load(Ordering::Relaxed);
+        // Room for a few more series than last time.
+        let body = encode_with_capacity(samples, variant.format, last_len + last_len / 16)
+            .inspect(|text| self.last_encoded_len.store(text.len(), Ordering::Relaxed))
             .map_err(|err| ("encoding metrics failed", err.to_string()))
             .and_then(|text| match variant.gzip {
                 false => Ok(text.into_bytes()),

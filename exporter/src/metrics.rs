@@ -118,8 +118,8 @@ impl From<String> for LabelValue {
 }
 
 /// Label values from the node that repeat scrape after scrape (a device name, its firmware
-/// version, a port number, a counter's file name), each made once and then shared: a scrape
-/// allocates nothing for them. At most `max` are kept; when full, the cache starts over, so
+/// version, a port number, a LID), each made once and then shared: a scrape allocates nothing
+/// for them. (A series whose labels are all such names keeps a [`LabelSet`] instead.) At most `max` are kept; when full, the cache starts over, so
 /// values the node stopped giving (an old firmware version, a LID the subnet manager moved)
 /// go in time.
 ///
@@ -127,15 +127,15 @@ impl From<String> for LabelValue {
 /// wait on its lock and share its values' reference counts across CPUs.
 #[derive(Debug)]
 pub struct LabelCache {
-    /// Looked up for nearly every sample, by text the kernel names: a fast hash.
+    /// Looked up for many samples, by text the kernel names: a fast hash.
     values: HashMap<Box<str>, LabelValue>,
     max: usize,
 }
 
 impl Default for LabelCache {
     /// Room for one unit's values: an RDMA device has about 5 per port (its number, LIDs,
-    /// link layer, network device) and a few dozen counter names, so a switchdev device with
-    /// hundreds of representor ports fits too.
+    /// link layer, network device), so a switchdev device with hundreds of representor ports
+    /// fits too.
     fn default() -> Self {
         LabelCache::new(4096)
     }
@@ -276,13 +276,17 @@ impl EncodeLabelSet for SeriesLabels<'_> {
 #[derive(Debug)]
 pub struct Family<'a> {
     pub desc: &'a Desc,
-    samples: Vec<(SeriesLabels<'a>, Value)>,
+    chunks: &'a [Chunk],
+    /// Where each sample is: its chunk, and its index in the chunk. Two numbers a sample, not
+    /// a copy of it: a family list lives beside the samples and the text being encoded.
+    at: Vec<(u32, u32)>,
 }
 
 impl<'a> Family<'a> {
     /// Each sample's labels and value, in the order they were pushed.
     pub fn samples(&self) -> impl Iterator<Item = (SeriesLabels<'a>, Value)> + '_ {
-        self.samples.iter().copied()
+        let chunks = self.chunks;
+        (self.at.iter()).map(move |&(chunk, index)| chunks[chunk as usize].sample(index as usize))
     }
 }
 
@@ -320,28 +324,22 @@ struct Sample {
 
 #[derive(Debug)]
 enum SampleLabels {
-    /// Where its labels end in [`Chunk::labels`] (they start where the previous listed
-    /// sample's end).
+    /// Where its labels are in [`Chunk::labels`].
     Listed {
+        start: usize,
         end: usize,
     },
     Set(LabelSet),
 }
 
 impl Chunk {
-    fn samples(&self) -> impl Iterator<Item = (&Sample, SeriesLabels<'_>)> {
-        let mut start = 0;
-        self.samples.iter().map(move |sample| {
-            let labels = match &sample.labels {
-                SampleLabels::Listed { end } => {
-                    let listed = &self.labels[start..*end];
-                    start = *end;
-                    SeriesLabels::Listed(listed)
-                }
-                SampleLabels::Set(set) => SeriesLabels::Set(set),
-            };
-            (sample, labels)
-        })
+    fn sample(&self, index: usize) -> (SeriesLabels<'_>, Value) {
+        let sample = &self.samples[index];
+        let labels = match &sample.labels {
+            SampleLabels::Listed { start, end } => SeriesLabels::Listed(&self.labels[*start..*end]),
+            SampleLabels::Set(set) => SeriesLabels::Set(set),
+        };
+        (labels, sample.value)
     }
 
     fn push(&mut self, desc: usize, labels: SampleLabels, value: Value) {
@@ -357,9 +355,10 @@ impl Samples {
     pub fn push(&mut self, desc: &Desc, labels: impl IntoIterator<Item = Label>, value: Value) {
         let index = self.desc_index(desc);
         let chunk = self.last_chunk();
+        let start = chunk.labels.len();
         chunk.labels.extend(labels);
         let end = chunk.labels.len();
-        chunk.push(index, SampleLabels::Listed { end }, value);
+        chunk.push(index, SampleLabels::Listed { start, end }, value);
     }
 
     /// A sample whose labels were encoded once, as a [`LabelSet`].
@@ -429,12 +428,15 @@ impl Samples {
         let mut families: Vec<Family> = (self.descs.iter().zip(counts))
             .map(|(desc, count)| Family {
                 desc,
-                samples: Vec::with_capacity(count),
+                chunks: &self.chunks,
+                at: Vec::with_capacity(count),
             })
             .collect();
-        for chunk in &self.chunks {
-            for (sample, labels) in chunk.samples() {
-                families[sample.desc].samples.push((labels, sample.value));
+        // A scrape holds far fewer than 2^32 units' chunks, and samples in each.
+        for (chunk_index, chunk) in self.chunks.iter().enumerate() {
+            for (index, sample) in chunk.samples.iter().enumerate() {
+                let at = (chunk_index as u32, index as u32);
+                families[sample.desc].at.push(at);
             }
         }
         families
@@ -459,9 +461,18 @@ impl Format {
 
 /// Encodes one scrape's samples, families sorted by name for a stable output.
 pub fn encode(samples: Samples, format: Format) -> Result<String, fmt::Error> {
+    encode_with_capacity(samples, format, 0)
+}
+
+/// [`encode`] into a text with room for `capacity` bytes (at least 64 KiB) from the start.
+pub fn encode_with_capacity(
+    samples: Samples,
+    format: Format,
+    capacity: usize,
+) -> Result<String, fmt::Error> {
     let mut registry = Registry::default();
     registry.register_collector(Box::new(Snapshot(samples)));
-    let mut out = String::with_capacity(64 * 1024);
+    let mut out = String::with_capacity(capacity.max(64 * 1024));
     match format {
         Format::PrometheusText => {
             prometheus_client::encoding::prometheus_text::encode(&mut out, &registry)?

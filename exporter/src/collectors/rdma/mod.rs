@@ -271,7 +271,8 @@ impl DeviceState {
         }
         let sets: Arc<[LabelSet]> = (listing.iter())
             .map(|entry| match entry.name() {
-                Ok(name) => counter_set(device, port, self.labels.get(name)),
+                // Made for the set alone: the set is kept, not the label value.
+                Ok(name) => counter_set(device, port, name.to_string().into()),
                 Err(_) => LabelSet::new(&[]),
             })
             .collect();

@@ -173,7 +173,7 @@ impl DeviceRead<'_> {
                     let set = match sets.entry(name) {
                         MapEntry::Occupied(set) => set.into_mut(),
                         MapEntry::Vacant(vacant) => {
-                            let counter = self.state.labels.get(vacant.key());
+                            let counter = LabelValue::from(vacant.key().clone());
                             vacant.insert(counter_set(&self.device, Some(port), counter))
                         }
                     };
