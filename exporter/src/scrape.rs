@@ -10,11 +10,14 @@
 //!   `timeout` error and success 0 for that collector, never part of the devices with success 1;
 //! - every error is counted in `hpcnode_collector_errors_total` and logged once per distinct cause.
 
+use std::any::Any;
 use std::collections::HashMap;
+use std::convert::Infallible;
 use std::future::Future;
+use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::pin::Pin;
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, Mutex, OnceLock};
 use std::time::{Duration, Instant};
 
 use crate::collector::{lock, CollectError, Collector, ErrorKind, Output, Started};
@@ -229,6 +232,8 @@ struct RunState {
     units: Vec<Option<Output>>,
     /// Errors of the run itself (units skipped as still busy).
     errors: Vec<CollectError>,
+    /// Why the run failed: the listing, a panic.
+    failures: Vec<CollectError>,
     /// A worker reached the deadline with units left to read.
     cut_short: bool,
 }
@@ -355,6 +360,10 @@ const MAX_WORKERS_PER_COLLECTOR: usize = 4;
 /// blocking pool, each unit skipped while an earlier read of it is still hung. Whatever has
 /// finished by the deadline is returned; the rest goes on alone and is dropped, and a unit left
 /// unread makes the run one timeout.
+///
+/// The first worker lists the units and starts the others, and the run's end is the last
+/// worker's: the async thread wakes once for it, not once for the listing and once per worker
+/// (each wake a context switch on a node that runs a job).
 async fn run<C: Collector>(
     collector: Arc<C>,
     busy: Busy,
@@ -365,106 +374,61 @@ async fn run<C: Collector>(
     }: Deadline,
 ) -> RunOutcome {
     let started = Instant::now();
-    let outcome = |output, failures| RunOutcome {
-        output,
-        failures,
-        duration: started.elapsed(),
-    };
-    let still_running = |what: &str| {
-        CollectError::new(
-            ErrorKind::StillRunning,
-            format!(
-                "{what}: an earlier read has not returned (hung); not read again until it does"
-            ),
-        )
-    };
-
-    let listing = {
-        let (collector, busy) = (collector.clone(), busy.clone());
-        let deadline = deadline.into_std();
-        tokio::task::spawn_blocking(move || {
-            match BusyGuard::claim(&busy, LISTING, timeout, deadline) {
-                None => Err(still_running("listing")),
-                Some(_guard) => collector.units(),
-            }
-        })
-    };
-    let units = match tokio::time::timeout_at(deadline, listing).await {
-        Ok(Ok(Ok(units))) => Arc::new(units),
-        Ok(Ok(Err(error))) => return outcome(Output::default(), vec![error]),
-        Ok(Err(join_error)) => return outcome(Output::default(), vec![panicked(join_error)]),
-        Err(_) => {
-            let error = timed_out(&busy, "did not finish listing its units in time");
-            return outcome(Output::default(), vec![error]);
+    let run = Arc::new(Run {
+        collector,
+        busy,
+        timeout,
+        deadline: deadline.into_std(),
+        units: OnceLock::new(),
+        next: AtomicUsize::new(0),
+        state: Mutex::default(),
+    });
+    // Dropped by the last worker to end, however it ends: that is the run's end.
+    let (finished, all_finished) = tokio::sync::oneshot::channel::<Infallible>();
+    let pool = tokio::runtime::Handle::current();
+    let first = (run.clone(), Arc::new(finished));
+    pool.clone().spawn_blocking(move || {
+        let (run, finished) = first;
+        let Some(units) = run.list() else {
+            return;
+        };
+        for _ in 1..workers.min(units) {
+            let (run, finished) = (run.clone(), finished.clone());
+            pool.spawn_blocking(move || {
+                run.read();
+                drop(finished);
+            });
         }
-    };
-
-    let deadline = deadline.into_std();
-    let state = Arc::new(Mutex::new(RunState {
-        units: (0..units.len()).map(|_| None).collect(),
-        ..RunState::default()
-    }));
-    let next = Arc::new(AtomicUsize::new(0));
-    let handles: Vec<_> = (0..workers.min(units.len()))
-        .map(|_| {
-            let (collector, busy, units, state, next) = (
-                collector.clone(),
-                busy.clone(),
-                units.clone(),
-                state.clone(),
-                next.clone(),
-            );
-            tokio::task::spawn_blocking(move || loop {
-                let index = next.fetch_add(1, Ordering::Relaxed);
-                let Some(unit) = units.get(index) else {
-                    return;
-                };
-                // At the deadline the workers stop and what is left is this scrape's timeout.
-                // A worker freed from a hung read after the deadline stops too: its scrape has
-                // answered, and reading on would only hold units that a later scrape then
-                // reports as still running.
-                if Instant::now() >= deadline {
-                    lock(&state).cut_short = true;
-                    return;
-                }
-                let name = unit.to_string();
-                let Some(_guard) = BusyGuard::claim(&busy, &name, timeout, deadline) else {
-                    lock(&state).errors.push(still_running(&name));
-                    continue;
-                };
-                let mut output = Output::default();
-                collector.collect_unit(unit, &mut output);
-                // After the deadline the scrape has taken the state: a late result is dropped.
-                if let Some(slot) = lock(&state).units.get_mut(index) {
-                    *slot = Some(output);
-                }
-            })
-        })
-        .collect();
-    let mut failures = Vec::new();
-    let mut overran = false;
-    for handle in handles {
-        match tokio::time::timeout_at(deadline.into(), handle).await {
-            Ok(Ok(())) => {}
-            Ok(Err(join_error)) => failures.push(panicked(join_error)),
-            Err(_) => {
-                overran = true;
-                break;
-            }
-        }
-    }
+        run.read();
+        drop(finished);
+    });
+    let overran = tokio::time::timeout_at(deadline, all_finished)
+        .await
+        .is_err();
 
     let RunState {
         units: read,
         errors,
+        mut failures,
         cut_short,
-    } = std::mem::take(&mut *lock(&state));
+    } = std::mem::take(&mut *lock(&run.state));
+    let Some(units) = run.units.get() else {
+        if overran {
+            let error = timed_out(&run.busy, "did not finish listing its units in time");
+            failures.push(error);
+        }
+        return RunOutcome {
+            output: Output::default(),
+            failures,
+            duration: started.elapsed(),
+        };
+    };
     // One timeout per scrape, whether workers were still reading at the deadline or had
     // stopped there with units left: what is missing is this scrape's, however many units.
     if overran || cut_short {
         let finished = read.iter().flatten().count();
         failures.push(
-            timed_out(&busy, "did not read every unit in time")
+            timed_out(&run.busy, "did not read every unit in time")
                 .with("units_read", format!("{finished} of {}", units.len())),
         );
     }
@@ -474,7 +438,99 @@ async fn run<C: Collector>(
         output.errors.extend(unit.errors);
     }
     output.errors.extend(errors);
-    outcome(output, failures)
+    RunOutcome {
+        output,
+        failures,
+        duration: started.elapsed(),
+    }
+}
+
+/// What one collector run's workers share.
+struct Run<C: Collector> {
+    collector: Arc<C>,
+    busy: Busy,
+    /// A read older than this is hung.
+    timeout: Duration,
+    deadline: Instant,
+    /// The units, once listed.
+    units: OnceLock<Vec<C::Unit>>,
+    /// The next unit to read, by position in the listing.
+    next: AtomicUsize,
+    state: Mutex<RunState>,
+}
+
+impl<C: Collector> Run<C> {
+    /// Lists the units (skipped while an earlier listing is hung); how many there are, or
+    /// `None` when the listing failed (then in the state's failures).
+    fn list(&self) -> Option<usize> {
+        let listed = match BusyGuard::claim(&self.busy, LISTING, self.timeout, self.deadline) {
+            None => Err(still_running("listing")),
+            Some(_guard) => {
+                let units = catch_unwind(AssertUnwindSafe(|| self.collector.units()));
+                units.unwrap_or_else(|payload| Err(panicked(payload)))
+            }
+        };
+        match listed {
+            Ok(units) => {
+                let count = units.len();
+                lock(&self.state).units = (0..count).map(|_| None).collect();
+                let _ = self.units.set(units);
+                Some(count)
+            }
+            Err(error) => {
+                lock(&self.state).failures.push(error);
+                None
+            }
+        }
+    }
+
+    /// Reads the units no other worker has taken, until none is left or the deadline.
+    fn read(&self) {
+        let Some(units) = self.units.get() else {
+            return;
+        };
+        loop {
+            let index = self.next.fetch_add(1, Ordering::Relaxed);
+            let Some(unit) = units.get(index) else {
+                return;
+            };
+            // At the deadline the workers stop and what is left is this scrape's timeout.
+            // A worker freed from a hung read after the deadline stops too: its scrape has
+            // answered, and reading on would only hold units that a later scrape then
+            // reports as still running.
+            if Instant::now() >= self.deadline {
+                lock(&self.state).cut_short = true;
+                return;
+            }
+            let name = unit.to_string();
+            let Some(_guard) = BusyGuard::claim(&self.busy, &name, self.timeout, self.deadline)
+            else {
+                lock(&self.state).errors.push(still_running(&name));
+                continue;
+            };
+            let mut output = Output::default();
+            let read = catch_unwind(AssertUnwindSafe(|| {
+                self.collector.collect_unit(unit, &mut output)
+            }));
+            let mut state = lock(&self.state);
+            match read {
+                // After the deadline the scrape has taken the state: a late result is dropped.
+                Ok(()) => {
+                    if let Some(slot) = state.units.get_mut(index) {
+                        *slot = Some(output);
+                    }
+                }
+                Err(payload) => state.failures.push(panicked(payload)),
+            }
+        }
+    }
+}
+
+fn still_running(what: &str) -> CollectError {
+    CollectError::new(
+        ErrorKind::StillRunning,
+        format!("{what}: an earlier read has not returned (hung); not read again until it does"),
+    )
 }
 
 /// A run's timeout. The cause is the same from scrape to scrape, so it is logged once; what
@@ -494,16 +550,11 @@ fn timed_out(busy: &Mutex<HashMap<String, Instant>>, cause: &str) -> CollectErro
     CollectError::new(ErrorKind::Timeout, cause).with("reading", reading.join(", "))
 }
 
-/// The panic's message without the task id, so one bug is logged once.
-fn panicked(error: tokio::task::JoinError) -> CollectError {
-    let message = match error.try_into_panic() {
-        Ok(payload) => payload
-            .downcast_ref::<&str>()
-            .map(|s| s.to_string())
-            .or_else(|| payload.downcast_ref::<String>().cloned())
-            .unwrap_or_else(|| "non-string panic payload".to_string()),
-        Err(error) => error.to_string(),
-    };
+/// A panic's message, so one bug is logged once.
+fn panicked(payload: Box<dyn Any + Send>) -> CollectError {
+    let message = (payload.downcast_ref::<&str>().map(|s| s.to_string()))
+        .or_else(|| payload.downcast_ref::<String>().cloned())
+        .unwrap_or_else(|| "non-string panic payload".to_string());
     CollectError::new(ErrorKind::Panic, format!("collector panicked: {message}"))
 }
 
@@ -556,17 +607,22 @@ mod tests {
         fn collect_unit(&self, _unit: &String, _out: &mut Output) {}
     }
 
+    /// Unit `a`'s read panics; `b`'s does not.
     struct Panics;
 
     impl Collector for Panics {
         type Unit = String;
 
         fn units(&self) -> Result<Vec<String>, CollectError> {
-            Ok(vec!["a".into()])
+            Ok(vec!["a".into(), "b".into()])
         }
 
-        fn collect_unit(&self, _unit: &String, _out: &mut Output) {
-            panic!("bug")
+        fn collect_unit(&self, unit: &String, out: &mut Output) {
+            if unit == "a" {
+                panic!("bug")
+            }
+            out.samples
+                .push(&UP, vec![("device", unit.clone().into())], Value::Int(1));
         }
     }
 
@@ -824,14 +880,17 @@ mod tests {
 
     #[tokio::test]
     async fn failure_and_panic_are_reported_not_propagated() {
-        let scraper = Scraper::new(
+        let mut scraper = Scraper::new(
             vec![
                 ("broken", Started::new(Broken)),
                 ("panics", Started::new(Panics)),
             ],
             Duration::from_secs(5),
         );
+        // One worker: the unit after the one that panicked is read by the same worker.
+        scraper.workers = 1;
         let out = text(scraper.scrape().await);
+        assert!(out.contains("hpcnode_test_up{device=\"b\"} 1"), "{out}");
         assert!(out.contains("hpcnode_scrape_collector_success{collector=\"broken\"} 0"));
         assert!(out.contains("hpcnode_collector_errors_total{collector=\"broken\",kind=\"io\"} 1"));
         assert!(out.contains("hpcnode_scrape_collector_success{collector=\"panics\"} 0"));
