@@ -119,9 +119,9 @@ impl From<String> for LabelValue {
 
 /// Label values from the node that repeat scrape after scrape (a device name, its firmware
 /// version, a port number, a LID), each made once and then shared: a scrape allocates nothing
-/// for them. (A series whose labels are all such names keeps a [`LabelSet`] instead.) At most `max` are kept; when full, the cache starts over, so
-/// values the node stopped giving (an old firmware version, a LID the subnet manager moved)
-/// go in time.
+/// for them. (A series whose labels are all such names keeps a [`LabelSet`] instead.) At most
+/// `max` are kept; when full, the cache starts over, so values the node stopped giving (an old
+/// firmware version, a LID the subnet manager moved) go in time.
 ///
 /// One per unit (see `sysfs::HeldByUnit`), not one per collector: units read at once would
 /// wait on its lock and share its values' reference counts across CPUs.

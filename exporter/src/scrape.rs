@@ -389,17 +389,19 @@ async fn run<C: Collector>(
     let first = (run.clone(), Arc::new(finished));
     pool.clone().spawn_blocking(move || {
         let (run, finished) = first;
-        let Some(units) = run.list() else {
-            return;
-        };
-        for _ in 1..workers.min(units) {
-            let (run, finished) = (run.clone(), finished.clone());
-            pool.spawn_blocking(move || {
-                run.read();
-                drop(finished);
-            });
-        }
-        run.read();
+        run.guarded(|run| {
+            let Some(units) = run.list() else {
+                return;
+            };
+            for _ in 1..workers.min(units) {
+                let (run, finished) = (run.clone(), finished.clone());
+                pool.spawn_blocking(move || {
+                    run.guarded(|run| run.read());
+                    drop(finished);
+                });
+            }
+            run.read();
+        });
         drop(finished);
     });
     let overran = tokio::time::timeout_at(deadline, all_finished)
@@ -416,6 +418,10 @@ async fn run<C: Collector>(
         if overran {
             let error = timed_out(&run.busy, "did not finish listing its units in time");
             failures.push(error);
+        } else if failures.is_empty() {
+            // Its worker ended without a listing or a failure: the pool dropped it unrun.
+            let error = "did not list its units: the blocking pool did not run its worker";
+            failures.push(CollectError::new(ErrorKind::Timeout, error));
         }
         return RunOutcome {
             output: Output::default(),
@@ -460,6 +466,14 @@ struct Run<C: Collector> {
 }
 
 impl<C: Collector> Run<C> {
+    /// Runs a worker's `work`; a panic in it (outside a unit's read, which catches its own)
+    /// is a failure of the run, not a worker gone without a word.
+    fn guarded(self: &Arc<Self>, work: impl FnOnce(&Arc<Self>)) {
+        if let Err(payload) = catch_unwind(AssertUnwindSafe(|| work(self))) {
+            lock(&self.state).failures.push(panicked(payload));
+        }
+    }
+
     /// Lists the units (skipped while an earlier listing is hung); how many there are, or
     /// `None` when the listing failed (then in the state's failures).
     fn list(&self) -> Option<usize> {
@@ -605,6 +619,70 @@ mod tests {
         }
 
         fn collect_unit(&self, _unit: &String, _out: &mut Output) {}
+    }
+
+    /// A listing that panics, or (`hang`) waits until the test releases it.
+    struct ListingFails {
+        hang: Option<Mutex<mpsc::Receiver<()>>>,
+    }
+
+    impl Collector for ListingFails {
+        type Unit = String;
+
+        fn units(&self) -> Result<Vec<String>, CollectError> {
+            match &self.hang {
+                Some(release) => {
+                    let _ = lock(release).recv();
+                    Ok(vec!["a".into()])
+                }
+                None => panic!("listing bug"),
+            }
+        }
+
+        fn collect_unit(&self, unit: &String, out: &mut Output) {
+            out.samples
+                .push(&UP, vec![("device", unit.clone().into())], Value::Int(1));
+        }
+    }
+
+    /// A listing that hangs past the deadline is this scrape's timeout, and one that panics is a
+    /// panic: either way the collector fails and nothing of it is exported.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_hung_or_panicking_listing_fails_the_collector() {
+        let (release, wait) = mpsc::channel();
+        let hangs = ListingFails {
+            hang: Some(Mutex::new(wait)),
+        };
+        let hangs = Scraper::new(
+            vec![("hangs", Started::new(hangs))],
+            Duration::from_millis(200),
+        );
+        // A panic's hook may print a backtrace first: a deadline it cannot reach.
+        let panics = ListingFails { hang: None };
+        let panics = Scraper::new(
+            vec![("panics", Started::new(panics))],
+            Duration::from_secs(5),
+        );
+        for (scraper, collector, kind) in
+            [(&hangs, "hangs", "timeout"), (&panics, "panics", "panic")]
+        {
+            let out = text(scraper.scrape().await);
+            assert!(!out.contains("hpcnode_test_up"), "{out}");
+            let success =
+                format!("hpcnode_scrape_collector_success{{collector=\"{collector}\"}} 0");
+            assert!(out.contains(&success), "{out}");
+            let error = format!(
+                "hpcnode_collector_errors_total{{collector=\"{collector}\",kind=\"{kind}\"}} 1"
+            );
+            assert!(out.contains(&error), "{out}");
+        }
+        // Released (the hung listing, then the next one), the next scrape lists and reads.
+        release.send(()).unwrap();
+        release.send(()).unwrap();
+        tokio::time::sleep(Duration::from_millis(50)).await;
+        let again = text(hangs.scrape().await);
+        assert!(again.contains("hpcnode_test_up{device=\"a\"} 1"), "{again}");
+        assert!(again.contains("hpcnode_scrape_collector_success{collector=\"hangs\"} 1"));
     }
 
     /// Unit `a`'s read panics; `b`'s does not.

@@ -440,6 +440,9 @@ impl HeldAttributes {
     pub fn end_round(&mut self) {
         let round = self.round;
         self.dirs.retain(|_, held| {
+            if held.looked_at_in != round {
+                return false;
+            }
             held.files.retain(|_, file| file.read_in == round);
             // A directory's files are added once and then kept for many rounds: without the
             // room their list doubled into (a quarter of it on average).
@@ -447,7 +450,7 @@ impl HeldAttributes {
                 held.files.shrink_to_fit();
             }
             held.next_file = 0;
-            held.looked_at_in == round
+            true
         });
         self.last_dir = None;
         self.round = round.wrapping_add(1);

@@ -145,9 +145,9 @@ impl Settings for RdmaSettings {
 struct RdmaCollector {
     sysfs: PathBuf,
     devices: DeviceFilter,
-    /// Per device, the counters' descriptors held open between scrapes, and the label values
-    /// read from it (names, identities, port numbers, counter names), made once, not per
-    /// sample and scrape.
+    /// Per device, the counters' descriptors held open between scrapes, the label values read
+    /// from it (names, identities, port numbers) and its series' label sets, made once, not
+    /// per sample and scrape.
     held: HeldByUnit<DeviceState>,
     hw_counters: HwCounters,
     /// How long a netlink request may take (the scrape's timeout).
@@ -851,7 +851,6 @@ impl DeviceRead<'_> {
     }
 
     /// Every file of a `hw_counters/` directory, whatever its name; `lifespan` is a setting.
-    /// `port` is `None` for the device-wide directory.
     /// `port` is the port's name and label set, `None` for the device-wide directory.
     fn hw_counters(&mut self, dir: &SysDir, port: Option<(&LabelValue, &LabelSet)>) {
         let Some(names) = self.out.reported(self.held.fixed_entries(dir)) else {
@@ -1031,6 +1030,40 @@ mod tests {
 
     /// A port's counters keep their labels from one scrape to the next, and a listing that
     /// changed (a counter gone, another new) labels each value with its own file's name.
+    /// A port that goes takes its label sets with it; one that comes back gets its own.
+    #[test]
+    fn a_port_gone_takes_its_label_sets() {
+        let tmp = tempfile::tempdir().unwrap();
+        let ports = tmp.path().join(CLASS_DIR).join("rxe0/ports");
+        let add_port = |port: &str, state: &str| {
+            std::fs::create_dir_all(ports.join(port)).unwrap();
+            std::fs::write(ports.join(port).join("state"), state).unwrap();
+        };
+        add_port("1", "4: ACTIVE\n");
+        add_port("2", "4: ACTIVE\n");
+        let collector = RdmaCollector::new(tmp.path().to_path_buf(), DeviceFilter::All);
+        let states = || {
+            let mut out = Output::default();
+            collector.collect_unit(&Entry::Name("rxe0".to_string()), &mut out);
+            let families = out.samples.families();
+            let state = families.iter().find(|f| f.desc.name == PORT_STATE.name);
+            let samples = state.into_iter().flat_map(|family| family.samples());
+            let samples = samples.map(|(labels, value)| (labels.to_string(), value));
+            samples.collect::<Vec<_>>()
+        };
+        let kept = || collector.held.read("rxe0", |_, state| state.ports.len());
+        let port =
+            |port: &str, id: u64| (format!("device=\"rxe0\",port=\"{port}\""), Value::Int(id));
+        assert_eq!(states(), [port("1", 4), port("2", 4)]);
+        assert_eq!(kept(), 2);
+        std::fs::remove_dir_all(ports.join("2")).unwrap();
+        assert_eq!(states(), [port("1", 4)]);
+        assert_eq!(kept(), 1);
+        add_port("2", "1: DOWN\n");
+        assert_eq!(states(), [port("1", 4), port("2", 1)]);
+        assert_eq!(kept(), 2);
+    }
+
     #[test]
     fn hw_counter_labels_follow_their_listing() {
         let tmp = tempfile::tempdir().unwrap();
