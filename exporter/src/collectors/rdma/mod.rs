@@ -938,6 +938,18 @@ mod tests {
         assert!(names.contains(&PORT_STATE.name), "{names:?}");
     }
 
+    /// One read of `device`: `desc`'s samples, each as its labels' text and its value.
+    fn read_family(collector: &RdmaCollector, device: &str, desc: &Desc) -> Vec<(String, Value)> {
+        let mut out = Output::default();
+        collector.collect_unit(&Entry::Name(device.to_string()), &mut out);
+        let families = out.samples.families();
+        let family = families.iter().find(|f| f.desc.name == desc.name);
+        let samples = family.into_iter().flat_map(|family| family.samples());
+        samples
+            .map(|(labels, value)| (labels.to_string(), value))
+            .collect()
+    }
+
     /// Scrape after scrape, what a port whose `counters/` and `counters_ext/` both count
     /// received packets exports, given the two files' values at each scrape.
     fn exported_over_scrapes(values: &[(u64, u64)]) -> Vec<Value> {
@@ -952,14 +964,8 @@ mod tests {
             std::fs::write(port.join("counters/port_rcv_packets"), format!("{basic}\n")).unwrap();
             let ext = port.join("counters_ext/port_rcv_packets_64");
             std::fs::write(ext, format!("{extended}\n")).unwrap();
-            let mut out = Output::default();
-            collector.collect_unit(&Entry::Name("mlx4_0".to_string()), &mut out);
-            let families = out.samples.families();
-            let received = families
-                .iter()
-                .find(|f| f.desc.name == PORT_PACKETS_RECEIVED.name)
-                .unwrap();
-            exported.push(received.samples().next().unwrap().1);
+            let received = read_family(&collector, "mlx4_0", &PORT_PACKETS_RECEIVED);
+            exported.push(received[0].1);
         }
         exported
     }
@@ -1042,15 +1048,7 @@ mod tests {
         add_port("1", "4: ACTIVE\n");
         add_port("2", "4: ACTIVE\n");
         let collector = RdmaCollector::new(tmp.path().to_path_buf(), DeviceFilter::All);
-        let states = || {
-            let mut out = Output::default();
-            collector.collect_unit(&Entry::Name("rxe0".to_string()), &mut out);
-            let families = out.samples.families();
-            let state = families.iter().find(|f| f.desc.name == PORT_STATE.name);
-            let samples = state.into_iter().flat_map(|family| family.samples());
-            let samples = samples.map(|(labels, value)| (labels.to_string(), value));
-            samples.collect::<Vec<_>>()
-        };
+        let states = || read_family(&collector, "rxe0", &PORT_STATE);
         let kept = || collector.held.read("rxe0", |_, state| state.ports.len());
         let port =
             |port: &str, id: u64| (format!("device=\"rxe0\",port=\"{port}\""), Value::Int(id));
@@ -1076,18 +1074,13 @@ mod tests {
         };
         let collector = RdmaCollector::new(tmp.path().to_path_buf(), DeviceFilter::All);
         let received = || {
-            let mut out = Output::default();
-            collector.collect_unit(&Entry::Name("rxe0".to_string()), &mut out);
-            let families = out.samples.families();
-            let hw = families.iter().find(|f| f.desc.name == PORT_HW_STAT.name);
-            let samples = hw.into_iter().flat_map(|family| family.samples());
-            let counter = |labels: crate::metrics::SeriesLabels| {
-                let text = labels.to_string();
-                let (_, counter) = text.split_once(",counter=\"").unwrap();
+            let samples = read_family(&collector, "rxe0", &PORT_HW_STAT).into_iter();
+            let counter = |labels: &str| {
+                let (_, counter) = labels.split_once(",counter=\"").unwrap();
                 counter.trim_end_matches('"').to_string()
             };
             samples
-                .map(|(labels, value)| (counter(labels), value))
+                .map(|(labels, value)| (counter(&labels), value))
                 .collect::<Vec<_>>()
         };
         let counters = |pairs: &[(&str, u64)]| {
