@@ -232,6 +232,9 @@ struct RunState {
     units: Vec<Option<Output>>,
     /// Errors of the run itself (units skipped as still busy).
     errors: Vec<CollectError>,
+    /// Whether the units were listed before the scrape took this state (a listing that ends
+    /// after the deadline is this scrape's listing timeout, not its units').
+    listed: bool,
     /// Why the run failed: the listing, a panic.
     failures: Vec<CollectError>,
     /// A worker reached the deadline with units left to read.
@@ -411,10 +414,11 @@ async fn run<C: Collector>(
     let RunState {
         units: read,
         errors,
+        listed,
         mut failures,
         cut_short,
     } = std::mem::take(&mut *lock(&run.state));
-    let Some(units) = run.units.get() else {
+    let Some(units) = run.units.get().filter(|_| listed) else {
         if overran {
             let error = timed_out(&run.busy, "did not finish listing its units in time");
             failures.push(error);
@@ -487,8 +491,10 @@ impl<C: Collector> Run<C> {
         match listed {
             Ok(units) => {
                 let count = units.len();
-                lock(&self.state).units = (0..count).map(|_| None).collect();
                 let _ = self.units.set(units);
+                let mut state = lock(&self.state);
+                state.units = (0..count).map(|_| None).collect();
+                state.listed = true;
                 Some(count)
             }
             Err(error) => {
