@@ -4,7 +4,8 @@
 use std::collections::hash_map::Entry as MapEntry;
 use std::time::Instant;
 
-use super::{counter_set, DeviceRead, HwCounters, RdmaCollector, PORT_HW_STAT};
+use super::state::counter_set;
+use super::{DeviceRead, HwCounters, RdmaCollector, PORT_HW_STAT};
 use crate::collector::{lock, CollectError, ErrorKind};
 use crate::logging::{self, Level};
 use crate::metrics::{LabelSet, LabelValue, Value};
