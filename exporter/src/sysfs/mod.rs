@@ -231,14 +231,14 @@ impl SysDir {
             id: next_dir_id(),
             fd,
             root: self.root.clone(),
-            relative: self.relative.join(name),
+            relative: join(&self.relative, name),
             path: self.path(name),
         }
     }
 
     /// The full path of an entry, for messages.
     pub fn path(&self, name: &str) -> PathBuf {
-        self.path.join(name)
+        join(&self.path, name)
     }
 
     /// Opens `name` (one component, or a path below this directory) inside the root. A plain
@@ -274,7 +274,7 @@ impl SysDir {
 
     /// `name` below this directory, resolved from the root (links inside the root followed).
     fn open_from_root(&self, name: &str, flags: OFlags) -> Result<OwnedFd, Errno> {
-        let path = self.relative.join(name);
+        let path = join(&self.relative, name);
         resolve(self.root.as_fd(), &path, flags, Scope::InRoot)
     }
 
@@ -528,7 +528,7 @@ impl SysDir {
         let target = match name.rsplit_once('/') {
             None => rustix::fs::readlinkat(&self.fd, name, Vec::new()),
             Some((parent, link)) => {
-                let parent = self.relative.join(parent);
+                let parent = join(&self.relative, parent);
                 let flags = OFlags::PATH | OFlags::DIRECTORY | OFlags::CLOEXEC;
                 let parent = resolve(self.root.as_fd(), &parent, flags, Scope::InRoot);
                 rustix::fs::readlinkat(&parent.map_err(io_error)?, link, Vec::new())
@@ -638,12 +638,18 @@ fn read_to_end(fd: &OwnedFd, path: PathBuf, limit: usize) -> Result<Vec<u8>, Sys
 }
 
 /// `root` joined with `relative`; the root itself (not `root/`) when `relative` is empty.
-fn join(root: &Path, relative: &Path) -> PathBuf {
-    if relative.as_os_str().is_empty() {
-        root.to_path_buf()
-    } else {
-        root.join(relative)
+/// `base/relative`, or `base` when `relative` is empty, in one allocation (`Path::join` copies
+/// `base`, then grows the copy): paths are made for every directory opened and every error,
+/// thousands a scrape.
+fn join(base: &Path, relative: impl AsRef<Path>) -> PathBuf {
+    let relative = relative.as_ref();
+    let len = base.as_os_str().len() + 1 + relative.as_os_str().len();
+    let mut path = PathBuf::with_capacity(len);
+    path.push(base);
+    if !relative.as_os_str().is_empty() {
+        path.push(relative);
     }
+    path
 }
 
 /// One entry of a directory itself: not a path, not `.` or `..`.
