@@ -306,6 +306,14 @@ pub struct Samples {
     chunks: Vec<Chunk>,
 }
 
+/// What a unit's read pushed ([`Samples::pushed`]): room to reserve for its next read.
+#[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
+pub struct Room {
+    metrics: usize,
+    samples: usize,
+    labels: usize,
+}
+
 /// Samples pushed into one [`Samples`].
 #[derive(Debug, Default)]
 struct Chunk {
@@ -378,19 +386,26 @@ impl Samples {
         &mut self.chunks[last]
     }
 
-    /// How many samples, and labels in all, its last chunk holds: for a unit's own
-    /// [`Samples`], into which nothing is appended, all it holds.
-    pub fn pushed(&self) -> (usize, usize) {
-        let chunk = self.chunks.last();
-        chunk.map_or((0, 0), |chunk| (chunk.samples.len(), chunk.labels.len()))
+    /// How many metrics it names, and samples and labels its last chunk holds: for a unit's
+    /// own [`Samples`], into which nothing is appended, all it holds.
+    pub fn pushed(&self) -> Room {
+        let (samples, labels) =
+            (self.chunks.last()).map_or((0, 0), |chunk| (chunk.samples.len(), chunk.labels.len()));
+        Room {
+            metrics: self.descs.len(),
+            samples,
+            labels,
+        }
     }
 
-    /// Room for `samples` more samples with `labels` labels in all, so that a unit which
-    /// pushes about as many every scrape (see [`Samples::pushed`]) grows no list step by step.
-    pub fn reserve(&mut self, (samples, labels): (usize, usize)) {
+    /// Room for as many more, so that a unit which pushes about as many every scrape (see
+    /// [`Samples::pushed`]) grows no list step by step: each step is a `realloc`, which
+    /// takes the allocator's lock even for a few bytes.
+    pub fn reserve(&mut self, room: Room) {
+        self.descs.reserve(room.metrics);
         let chunk = self.last_chunk();
-        chunk.samples.reserve(samples);
-        chunk.labels.reserve(labels);
+        chunk.samples.reserve(room.samples);
+        chunk.labels.reserve(room.labels);
     }
 
     /// Where `desc` is in `descs`, added when it is not yet.
@@ -606,11 +621,16 @@ mod tests {
             [("device", "a".into()), ("port", "1".into())],
             Value::Int(2),
         );
-        assert_eq!(last.pushed(), (2, 3));
+        let room = |metrics, samples, labels| Room {
+            metrics,
+            samples,
+            labels,
+        };
+        assert_eq!(last.pushed(), room(2, 2, 3));
         let mut next = Samples::default();
         next.reserve(last.pushed());
         next.push(&STATE, [("device", "a".into())], Value::Int(3));
-        assert_eq!(next.pushed(), (1, 1));
+        assert_eq!(next.pushed(), room(1, 1, 1));
         let text = encode(next, Format::PrometheusText).unwrap();
         let series: Vec<&str> = text.lines().filter(|l| !l.starts_with('#')).collect();
         assert_eq!(series, ["hpcnode_test_state{device=\"a\"} 3"]);

@@ -8,10 +8,11 @@ use std::sync::Arc;
 
 use crate::kernel::modprobe;
 use crate::kernel::release::checked_release;
-use crate::metrics::{LabelValue, Labels, Value};
+use crate::metrics::{Labels, Value};
 use crate::sysfs::{SysDir, SysfsError};
 
 use super::config_space::{self, ConfigSpace, BAR_COUNT};
+use super::host::IOMMU_GROUPS_DIR;
 use super::identity::{parse_id16, read_id, Identity};
 use super::modules;
 use super::nova::DeviceType;
@@ -53,8 +54,7 @@ struct DeviceState {
 impl Read<'_> {
     pub(super) fn device(&mut self, address: &str, by_nova: bool) {
         let collector = self.collector;
-        let device: LabelValue = address.to_string().into();
-        let labels = || vec![("device", device.clone())];
+        let labels: Labels = vec![("device", address.to_string().into())];
         let listed = collector.scrape().listed.remove(address);
         let (dir, listed) = match listed {
             Some(ListedDevice {
@@ -63,7 +63,7 @@ impl Read<'_> {
                 identity,
             }) => (Ok(dir), Some((driver, identity))),
             None => (
-                collector.sysfs_dir(&format!("{DEVICES_DIR}/{address}")),
+                (collector.sysfs_dir(&format!("{DEVICES_DIR}/{address}"))).map(Arc::new),
                 None,
             ),
         };
@@ -76,13 +76,13 @@ impl Read<'_> {
                     .passthrough
                     .contains(&DeviceSelector::Address(address.to_string()));
                 if named || by_nova {
-                    self.passthrough(&labels(), &[("present", false)]);
+                    self.passthrough(&labels, &[("present", false)]);
                 }
                 return;
             }
             Err(err) => return self.error(err),
         };
-        let state = self.device_attributes(&dir, &labels(), listed);
+        let state = self.device_attributes(&dir, &labels, listed);
         let named = state.ids.is_some_and(|(vendor, device)| {
             collector
                 .passthrough
@@ -102,12 +102,12 @@ impl Read<'_> {
                     state.bars_implemented > 0 && state.bars_assigned == state.bars_implemented,
                 ),
             ];
-            self.passthrough(&labels(), &checks);
+            self.passthrough(&labels, &checks);
         }
-        self.faults(&labels(), &state);
-        self.aer(&dir, &labels());
+        self.faults(&labels, &state);
+        self.aer(&dir, &labels);
         if state.driver.is_empty() {
-            self.alias_modules(&dir, &labels());
+            self.alias_modules(&dir, &labels);
         }
     }
 
@@ -441,23 +441,15 @@ impl Read<'_> {
             self.error(SysfsError::parse(&path, "not an IOMMU group number", group));
             return false;
         }
-        let members_dir = format!("kernel/iommu_groups/{group}/devices");
-        let members = self
-            .collector
-            .sysfs_dir(&members_dir)
-            .and_then(|d| d.entries().map(|e| (d, e)));
-        let Some((members_dir, entries)) = self.out.reported(members) else {
+        let Some(members) = self.group_members(group) else {
             return false;
         };
-        let names: Vec<String> = entries
-            .into_iter()
-            .filter_map(|entry| self.out.reported(entry.into_name()))
-            .collect();
-        names
+        members
             .iter()
             .filter(|member| member.as_str() != address)
             .all(|member| {
-                let Ok(member_dir) = members_dir.link_dir(member) else {
+                let member_dir = format!("{IOMMU_GROUPS_DIR}/{group}/devices/{member}");
+                let Ok(member_dir) = self.collector.sysfs_dir(&member_dir) else {
                     return false;
                 };
                 let class = read_id(&member_dir, "class", &mut self.reader);

@@ -2,6 +2,7 @@
 //! line, the IOMMU groups, and which vfio modules are loaded.
 
 use std::collections::BTreeMap;
+use std::sync::Arc;
 
 use crate::kernel::cmdline;
 use crate::metrics::Value;
@@ -16,6 +17,8 @@ use super::{
 /// `_` in any of them).
 const KERNEL_PARAMETERS: [&str; 4] = ["intel_iommu", "amd_iommu", "iommu", "vfio-pci.ids"];
 const VFIO_MODULES: [&str; 3] = ["vfio", "vfio_iommu_type1", "vfio_pci"];
+/// The IOMMU groups, under `--path.sysfs`.
+pub(super) const IOMMU_GROUPS_DIR: &str = "kernel/iommu_groups";
 /// The name vfio gives the groups it makes in no-IOMMU mode (`enable_unsafe_noiommu_mode`).
 const NO_IOMMU_GROUP: &str = "vfio-noiommu";
 /// Other `vfio*` entries of /sys/module kept (vfio_pci_core, vfio_virqfd, ...).
@@ -45,7 +48,7 @@ impl Read<'_> {
         }
 
         let groups = collector
-            .sysfs_dir("kernel/iommu_groups")
+            .sysfs_dir(IOMMU_GROUPS_DIR)
             .and_then(|d| d.entries().map(|e| (d, e)));
         if let Some((groups, entries)) = self.out.optional(groups) {
             for group in entries {
@@ -55,19 +58,14 @@ impl Read<'_> {
                 // Paths below the groups' directory: one open each, not the group's too.
                 let kind = groups.read(&format!("{group}/type"), &mut self.reader);
                 let kind = self.out.optional(kind.map(str::to_string));
-                let members = groups.subdir(&format!("{group}/devices"));
-                let members = members.and_then(SysDir::into_entries);
-                if let Some(members) = self.out.reported(members) {
-                    let members = (members.into_iter())
-                        .filter(|member| self.out.reported(member.name()).is_some())
-                        .count();
+                if let Some(members) = self.group_members(&group) {
                     self.push(
                         &IOMMU_GROUP_DEVICES,
                         vec![
                             ("group", group.into()),
                             ("type", kind.unwrap_or_default().into()),
                         ],
-                        Value::Int(members as u64),
+                        Value::Int(members.len() as u64),
                     );
                 }
             }
@@ -93,6 +91,25 @@ impl Read<'_> {
                 present,
             );
         }
+    }
+
+    /// The names in `kernel/iommu_groups/<group>/devices`, listed once per scrape by the unit
+    /// that asks first. A listing that fails is reported by each unit that tried it, and not
+    /// kept; a name that is not UTF-8, by the unit that listed it, and left out.
+    pub(super) fn group_members(&mut self, group: &str) -> Option<Arc<[String]>> {
+        if let Some(members) = self.collector.scrape().group_members.get(group) {
+            return Some(members.clone());
+        }
+        let members_dir = format!("{IOMMU_GROUPS_DIR}/{group}/devices");
+        let listing = (self.collector.sysfs_dir(&members_dir)).and_then(SysDir::into_entries);
+        let members: Arc<[String]> = (self.out.reported(listing)?.into_iter())
+            .filter_map(|member| self.out.reported(member.into_name()))
+            .collect();
+        let mut scrape = self.collector.scrape();
+        scrape
+            .group_members
+            .insert(group.to_string(), members.clone());
+        Some(members)
     }
 
     /// [`Read::read_iommu`], once per scrape: the host unit and each device meant for
@@ -126,7 +143,7 @@ impl Read<'_> {
         // A listing that fails is reported where the host unit lists the groups, once.
         let groups = self
             .collector
-            .sysfs_dir("kernel/iommu_groups")
+            .sysfs_dir(IOMMU_GROUPS_DIR)
             .and_then(|d| d.entries().map(|e| (d, e)));
         let Ok((groups, entries)) = groups else {
             return (0, false);
@@ -236,6 +253,44 @@ mod tests {
         collector.units().unwrap();
         assert_eq!(iommu_read(&collector), ((0, false), 1));
         assert_eq!(iommu_read(&collector), ((0, false), 1));
+    }
+
+    /// What one unit's read gets of a group's members, and the errors it reports.
+    fn members_read(collector: &PciCollector, group: &str) -> (Option<Vec<String>>, usize) {
+        let mut out = Output::default();
+        let mut read = Read {
+            collector,
+            reader: Default::default(),
+            held: &mut Default::default(),
+            out: &mut out,
+        };
+        let members = read.group_members(group).map(|members| members.to_vec());
+        (members, out.errors.len())
+    }
+
+    /// A group is listed once per scrape, for the host unit and the device units alike: a
+    /// member added since shows from the next listing on. A listing that failed is not kept,
+    /// so that each unit that needs it reports the failure.
+    #[test]
+    fn a_group_is_listed_once_per_scrape() {
+        use crate::collector::Collector;
+        let tmp = tempfile::tempdir().unwrap();
+        let devices = tmp.path().join("kernel/iommu_groups/7/devices");
+        std::fs::create_dir_all(devices.join("0000:3b:00.0")).unwrap();
+        let collector = collector(tmp.path());
+        let one = Some(vec!["0000:3b:00.0".to_string()]);
+        assert_eq!(members_read(&collector, "7"), (one.clone(), 0));
+        std::fs::create_dir(devices.join("0000:3b:00.1")).unwrap();
+        assert_eq!(members_read(&collector, "7"), (one, 0));
+        collector.units().unwrap();
+        let two = vec!["0000:3b:00.0".to_string(), "0000:3b:00.1".to_string()];
+        assert_eq!(members_read(&collector, "7"), (Some(two), 0));
+        // A link to itself: ELOOP, an error to report.
+        std::fs::remove_dir_all(&devices).unwrap();
+        std::os::unix::fs::symlink("devices", &devices).unwrap();
+        collector.units().unwrap();
+        assert_eq!(members_read(&collector, "7"), (None, 1));
+        assert_eq!(members_read(&collector, "7"), (None, 1));
     }
 
     #[test]

@@ -32,7 +32,7 @@ use crate::collector::{
 };
 use crate::flags::{repeated, ConfigError, Flags};
 use crate::logging::{self, Level};
-use crate::metrics::{Desc, Label, Value};
+use crate::metrics::{Desc, Label, Room, Value};
 use crate::sysfs::{
     AttributeReader, Entry, FileStamp, HeldAttributes, HeldByUnit, SysDir, SysfsError,
 };
@@ -178,8 +178,9 @@ struct PciCollector {
     modprobe_rules: Stamped<Vec<FileStamp>, ModprobeRules>,
     /// Per PCI device, the identity attributes the listing reads, held open between scrapes.
     listing_held: HeldByUnit,
-    /// Per device and root port unit, the attributes its read reads, held likewise.
-    held: HeldByUnit,
+    /// Per device and root port unit, the attributes its read reads, held likewise, and
+    /// what it pushed.
+    held: HeldByUnit<Room>,
     /// What the last listing opened, and what its units' reads share.
     scrape: Mutex<ScrapeState>,
 }
@@ -196,11 +197,18 @@ struct ScrapeState {
     /// What the listing opened and read of each device of interest, by address, for its
     /// unit's read to take rather than open and read again.
     listed: HashMap<String, ListedDevice>,
+    /// The members of each IOMMU group listed in this scrape, by group number: the host unit
+    /// counts every group's, a device meant for passthrough checks its own group's, and one
+    /// listing serves both.
+    group_members: HashMap<String, Arc<[String]>>,
+    /// The directories of the devices bound to vfio-pci as the listing opened them, for the
+    /// vfio holders unit to take.
+    vfio_bound: HashMap<String, Arc<SysDir>>,
 }
 
 /// A device of interest as the listing found it.
 struct ListedDevice {
-    dir: SysDir,
+    dir: Arc<SysDir>,
     /// The target name of its `driver` link.
     driver: Result<String, SysfsError>,
     identity: Identity,
@@ -560,12 +568,12 @@ impl Collector for PciCollector {
         let mut reader = AttributeReader::default();
         let mut units = Vec::new();
         let mut root_ports: Vec<String> = Vec::new();
-        let mut vfio_bound = Vec::new();
+        let mut vfio_bound = HashMap::new();
         let mut of_interest = HashMap::new();
         for address in &addresses {
             // A device that vanished or cannot be identified is not one of interest; a
             // device named by address that is absent is still listed (to report it absent).
-            let Ok(dir) = devices.link_dir(address) else {
+            let Ok(dir) = devices.link_dir(address).map(Arc::new) else {
                 continue;
             };
             let identity = self.listing_held.read(address, |held, ()| {
@@ -585,7 +593,7 @@ impl Collector for PciCollector {
             let driver = dir.link_target_name("driver");
             let on_vfio = driver.as_ref().is_ok_and(|d| d == VFIO_DRIVER);
             if on_vfio {
-                vfio_bound.push(address.clone());
+                vfio_bound.insert(address.clone(), dir.clone());
             }
             let interesting = by_nova
                 || named
@@ -642,7 +650,9 @@ impl Collector for PciCollector {
         // Scanning every process's open files costs: only where vfio is loaded (a process
         // may still hold a group whose device left vfio-pci).
         if !vfio_bound.is_empty() || self.sysfs_dir("module/vfio").is_ok() {
-            units.push(Unit::VfioHolders(vfio_bound));
+            let mut addresses: Vec<String> = vfio_bound.keys().cloned().collect();
+            addresses.sort_unstable();
+            units.push(Unit::VfioHolders(addresses));
         }
         units.extend(
             root_ports
@@ -650,12 +660,14 @@ impl Collector for PciCollector {
                 .map(|address| Unit::RootPort { address }),
         );
         units.extend(unnamed);
-        self.scrape().listed = of_interest;
+        let mut scrape = self.scrape();
+        scrape.listed = of_interest;
+        scrape.vfio_bound = vfio_bound;
         Ok(units)
     }
 
     fn collect_unit(&self, unit: &Unit, out: &mut Output) {
-        let mut read_unit = |held: &mut HeldAttributes| {
+        let read_unit = |held: &mut HeldAttributes, out: &mut Output| {
             let mut read = Read {
                 collector: self,
                 reader: AttributeReader::default(),
@@ -680,10 +692,15 @@ impl Collector for PciCollector {
         };
         match unit {
             Unit::Device { address, .. } | Unit::RootPort { address } => {
-                self.held.read(address, |held, ()| read_unit(held))
+                self.held.read(address, |held, pushed| {
+                    // About as many as its last read: pushed without growing a list.
+                    out.samples.reserve(*pushed);
+                    read_unit(held, out);
+                    *pushed = out.samples.pushed();
+                })
             }
             // They read nothing through held descriptors.
-            _ => read_unit(&mut HeldAttributes::default()),
+            _ => read_unit(&mut HeldAttributes::default(), out),
         }
     }
 }

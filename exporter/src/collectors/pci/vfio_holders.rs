@@ -10,6 +10,7 @@
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::Path;
+use std::sync::Arc;
 
 use crate::metrics::Value;
 use crate::sysfs::{Entry, SysDir};
@@ -39,12 +40,16 @@ impl Read<'_> {
     /// a vfio node that names no such device any more (its device removed or rebound).
     pub(super) fn vfio_holders(&mut self, devices: &[String]) {
         let collector = self.collector;
-        let Some(pci) = self.out.reported(collector.sysfs_dir(DEVICES_DIR)) else {
-            return;
-        };
         let mut device_of_node: BTreeMap<String, &str> = BTreeMap::new();
         for address in devices {
-            let Some(dir) = self.out.optional(pci.link_dir(address)) else {
+            let listed = collector.scrape().vfio_bound.remove(address);
+            let dir = match listed {
+                Some(dir) => Ok(dir),
+                None => collector
+                    .sysfs_dir(&format!("{DEVICES_DIR}/{address}"))
+                    .map(Arc::new),
+            };
+            let Some(dir) = self.out.optional(dir) else {
                 continue;
             };
             for node in self.device_nodes(&dir) {

@@ -4,7 +4,7 @@
 use std::sync::Arc;
 
 use super::{PMA_COUNTERS, PMA_EXTRA_ERRORS};
-use crate::metrics::{LabelCache, LabelSet, LabelValue};
+use crate::metrics::{LabelCache, LabelSet, LabelValue, Room};
 use crate::sysfs::Entry;
 
 /// What a device's read keeps for the next one: label values read from it, its series'
@@ -12,7 +12,7 @@ use crate::sysfs::Entry;
 #[derive(Default)]
 pub(super) struct DeviceState {
     /// How many samples and labels the device's last read pushed.
-    pub(super) pushed: (usize, usize),
+    pub(super) pushed: Room,
     pub(super) labels: LabelCache,
     /// The label sets of each port's series, by port name; only the ports the last read
     /// used are kept.
@@ -134,7 +134,7 @@ impl DeviceState {
     }
 
     /// Ends a device's read that pushed `pushed`: what it did not use is dropped.
-    pub(super) fn end_read(&mut self, pushed: (usize, usize)) {
+    pub(super) fn end_read(&mut self, pushed: Room) {
         self.pushed = pushed;
         self.counters
             .retain(|_, kept| std::mem::take(&mut kept.used));
