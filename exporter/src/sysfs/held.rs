@@ -298,10 +298,23 @@ impl HeldAttributes {
         name: &str,
         buf: &mut [u8],
     ) -> Result<usize, SysfsError> {
+        self.read_present(dir, name, buf)?
+            .ok_or_else(|| SysfsError::io(dir.path(name), Errno::NOENT))
+    }
+
+    /// As [`HeldAttributes::read`], with `None` for an attribute the directory lacks as
+    /// remembered, or found now: no error made (and no path for it) for what most devices
+    /// lack every scrape.
+    pub(super) fn read_present(
+        &mut self,
+        dir: &SysDir,
+        name: &str,
+        buf: &mut [u8],
+    ) -> Result<Option<usize>, SysfsError> {
         let round = self.round;
         let budget = self.budget;
         let Some(held) = self.held_dir(dir) else {
-            return dir.open_and_read_first(name, buf);
+            return dir.open_and_read_first(name, buf).map(Some);
         };
         // Held first: the common case, and a name is never both held and absent.
         let (check_links, on_sysfs) = (held.check_links, held.on_sysfs);
@@ -309,7 +322,7 @@ impl HeldAttributes {
             file.read_in = round;
             let check_links = check_links || !(file.in_dir || on_sysfs);
             match file.read(buf, check_links) {
-                Ok(Some(len)) => return Ok(len),
+                Ok(Some(len)) => return Ok(Some(len)),
                 Ok(None) => {}
                 Err(errno) if held_attribute_gone(errno) => {}
                 Err(errno) => {
@@ -319,17 +332,17 @@ impl HeldAttributes {
             }
             held.files.swap_remove_index(index);
         } else if held.absent.contains(name) {
-            return Err(SysfsError::io(dir.path(name), Errno::NOENT));
+            return Ok(None);
         }
         let Some(slot) = budget.reserve() else {
-            return dir.open_and_read_first(name, buf);
+            return dir.open_and_read_first(name, buf).map(Some);
         };
         let io_error = |errno| SysfsError::io(dir.path(name), errno);
         let (fd, in_dir) = match dir.open_entry_in(name, read_flags()) {
             Ok(opened) => opened,
             Err(Errno::NOENT) if !held.check_links && is_plain_name(name) => {
                 held.absent.insert(name.into());
-                return Err(io_error(Errno::NOENT));
+                return Ok(None);
             }
             Err(errno) => return Err(io_error(errno)),
         };
@@ -347,7 +360,7 @@ impl HeldAttributes {
             _slot: slot,
         };
         held.files.insert(FileName::new(name), file);
-        Ok(len)
+        Ok(Some(len))
     }
 
     /// As [`HeldAttributes::read`], for an attribute whose value the kernel fixes when it makes

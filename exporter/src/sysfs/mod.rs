@@ -309,6 +309,36 @@ impl SysDir {
         self.one_page(name, &reader.buf[..len])
     }
 
+    /// As [`SysDir::read_held`], with `None` for an attribute that is absent (the rule of
+    /// `Output::optional`), made without an error: optional attributes (`aer_dev_*` without
+    /// AER, `sriov_*` without SR-IOV) are absent on most devices, every scrape.
+    pub fn read_held_optional<'r>(
+        &self,
+        name: &str,
+        held: &mut HeldAttributes,
+        reader: &'r mut AttributeReader,
+    ) -> Result<Option<&'r str>, SysfsError> {
+        let len = match held.read_present(self, name, &mut reader.buf[..]) {
+            Ok(Some(len)) => len,
+            Ok(None) => return Ok(None),
+            Err(err) if err.is_absent() => return Ok(None),
+            Err(err) => return Err(err),
+        };
+        let content = self.one_page(name, &reader.buf[..len])?;
+        self.text(name, content).map(Some)
+    }
+
+    /// As [`SysDir::read_held_optional`], parsed as [`SysDir::read_u64`] parses.
+    pub fn read_held_optional_u64(
+        &self,
+        name: &str,
+        held: &mut HeldAttributes,
+        reader: &mut AttributeReader,
+    ) -> Result<Option<u64>, SysfsError> {
+        let text = self.read_held_optional(name, held, reader)?;
+        text.map(|text| self.parse_u64(name, text)).transpose()
+    }
+
     /// As [`SysDir::read`], through a descriptor `held` keeps open from one scrape to the
     /// next (see [`HeldAttributes`]): a pread at offset 0 instead of open, read and close.
     pub fn read_held<'r>(
@@ -515,6 +545,21 @@ impl SysDir {
     /// The last path component of a symlink's target (`device` -> `0000:05:00.0`,
     /// `device/driver` -> `mlx5_core`).
     pub fn link_target_name(&self, name: &str) -> Result<String, SysfsError> {
+        // A link of this directory itself (`driver`, `iommu_group`) into a buffer on the stack:
+        // one allocation, for the name, where a target of any length takes three.
+        if is_plain_name(name) {
+            let mut buf = [0; 256];
+            match rustix::fs::readlinkat_raw(&self.fd, name, &mut buf[..]) {
+                Ok(len) if len < buf.len() => {
+                    let target = &buf[..len];
+                    let last = target.rsplit(|&b| b == b'/').next().unwrap_or_default();
+                    return Ok(String::from_utf8_lossy(last).into_owned());
+                }
+                // Perhaps cut: read again whole.
+                Ok(_) => {}
+                Err(errno) => return Err(SysfsError::io(self.path(name), errno)),
+            }
+        }
         let target = self.link_target(name)?;
         let target = target.to_string_lossy();
         Ok(target.rsplit('/').next().unwrap_or_default().to_string())
@@ -879,6 +924,59 @@ mod tests {
             dir.link_target("device").unwrap(),
             Path::new("../../../0000:05:00.0")
         );
+    }
+
+    /// A link's target named in full, whatever its length: one of 255 bytes or more is read
+    /// again whole, not cut at the buffer the name is first read into.
+    #[test]
+    fn a_long_link_names_its_whole_target() {
+        let (tmp, dir) = dir_with(&[]);
+        for len in [254, 255, 256, 400] {
+            let last = "d".repeat(len - "../".len());
+            let link = format!("link{len}");
+            std::os::unix::fs::symlink(format!("../{last}"), tmp.path().join(&link)).unwrap();
+            assert_eq!(dir.link_target_name(&link).unwrap(), last, "{len}");
+        }
+        let err = dir.link_target_name("absent").unwrap_err();
+        assert!(err.is_not_found(), "{err}");
+        assert!(err.to_string().contains("absent"), "{err}");
+    }
+
+    /// An optional attribute that is absent is `None`, the first time (the open fails) and
+    /// after (remembered), and so is one under a directory that is not there; any other
+    /// failure is still an error.
+    #[test]
+    fn an_absent_optional_attribute_is_none_not_an_error() {
+        let (tmp, dir) = dir_with(&[("sriov_numvfs", "4\n"), ("garbage", "x\n")]);
+        fs::create_dir(tmp.path().join("subdir")).unwrap();
+        let mut held = HeldAttributes::default();
+        let mut reader = AttributeReader::default();
+        for _ in 0..2 {
+            let read = |name, held: &mut HeldAttributes, reader: &mut AttributeReader| {
+                dir.read_held_optional_u64(name, held, reader)
+            };
+            assert_eq!(
+                read("sriov_numvfs", &mut held, &mut reader).unwrap(),
+                Some(4)
+            );
+            assert_eq!(
+                read("sriov_totalvfs", &mut held, &mut reader).unwrap(),
+                None
+            );
+            assert_eq!(
+                read("absent/sriov_numvfs", &mut held, &mut reader).unwrap(),
+                None
+            );
+            let err = read("garbage", &mut held, &mut reader).unwrap_err();
+            assert_eq!(err.kind(), ErrorKind::Parse, "{err}");
+            let err = read("subdir", &mut held, &mut reader).unwrap_err();
+            assert_eq!(err.kind(), ErrorKind::NotRegularFile, "{err}");
+            held.end_round();
+        }
+        // Made since: found once the directory changed.
+        fs::write(tmp.path().join("sriov_totalvfs"), "8\n").unwrap();
+        let total = dir.read_held_optional_u64("sriov_totalvfs", &mut held, &mut reader);
+        assert_eq!(total.unwrap(), Some(8));
     }
 
     /// One name that is not UTF-8 is one entry of its own, after the others, which it does not

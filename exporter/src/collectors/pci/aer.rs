@@ -93,9 +93,9 @@ impl Read<'_> {
     /// of messages received from itself and the devices below it.
     pub(super) fn aer(&mut self, dir: &SysDir, labels: &Labels) {
         for (file, severity) in DEVICE_FILES {
-            let text = dir.read_held(file, self.held, &mut self.reader);
-            let text = text.map(str::to_string);
-            let Some(text) = self.out.optional(text) else {
+            let text = dir.read_held_optional(file, self.held, &mut self.reader);
+            let text = text.map(|text| text.map(str::to_string));
+            let Some(text) = self.out.reported(text).flatten() else {
                 continue;
             };
             let counts = match parse_device_counts(&text) {
@@ -117,10 +117,8 @@ impl Read<'_> {
             );
         }
         for (file, severity) in ROOT_PORT_FILES {
-            if let Some(count) =
-                self.out
-                    .optional(dir.read_held_u64(file, self.held, &mut self.reader))
-            {
+            let count = dir.read_held_optional_u64(file, self.held, &mut self.reader);
+            if let Some(count) = self.out.reported(count).flatten() {
                 self.push(
                     &AER_ROOT_PORT_MESSAGES,
                     with_label(labels, ("severity", severity.into())),

@@ -157,8 +157,8 @@ impl Read<'_> {
         let driver = link(self, driver);
         let physical_function = link(self, dir.link_target_name("physfn"));
         let sysfs_total_vfs =
-            self.out
-                .optional(dir.read_held_u64("sriov_totalvfs", self.held, &mut self.reader));
+            dir.read_held_optional_u64("sriov_totalvfs", self.held, &mut self.reader);
+        let sysfs_total_vfs = self.out.reported(sysfs_total_vfs).flatten();
         let device_type = DeviceType::of(!physical_function.is_empty(), sysfs_total_vfs.is_some());
         let (vendor, device, class) = match identity {
             // As the kernel prints them: `0x%04x`, the class `0x%06x`.
@@ -288,11 +288,8 @@ impl Read<'_> {
         let total_vfs = sysfs_total_vfs.or(space.sriov.map(|s| s.total_vfs.into()));
         if let Some(total) = total_vfs {
             self.push(&SRIOV_TOTAL_VFS, labels.iter().cloned(), Value::Int(total));
-            let enabled = match (self.out).optional(dir.read_held_u64(
-                "sriov_numvfs",
-                self.held,
-                &mut self.reader,
-            )) {
+            let numvfs = dir.read_held_optional_u64("sriov_numvfs", self.held, &mut self.reader);
+            let enabled = match self.out.reported(numvfs).flatten() {
                 Some(enabled) => Some(enabled),
                 // No sriov_* files (a kernel without CONFIG_PCI_IOV): NumVFs is the register's,
                 // read now, since the extended space is kept from its first read (TotalVFs
