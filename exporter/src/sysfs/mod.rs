@@ -682,7 +682,6 @@ fn read_to_end(fd: &OwnedFd, path: PathBuf, limit: usize) -> Result<Vec<u8>, Sys
     }
 }
 
-/// `root` joined with `relative`; the root itself (not `root/`) when `relative` is empty.
 /// `base/relative`, or `base` when `relative` is empty, in one allocation (`Path::join` copies
 /// `base`, then grows the copy): paths are made for every directory opened and every error,
 /// thousands a scrape.

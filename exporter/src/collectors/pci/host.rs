@@ -93,9 +93,10 @@ impl Read<'_> {
         }
     }
 
-    /// The names in `kernel/iommu_groups/<group>/devices`, listed once per scrape by the unit
-    /// that asks first. A listing that fails is reported by each unit that tried it, and not
-    /// kept; a name that is not UTF-8, by the unit that listed it, and left out.
+    /// The names in `kernel/iommu_groups/<group>/devices`, listed by the first unit of the
+    /// scrape that asks (or by each of two that ask at once) and kept for the others. A
+    /// listing that fails is reported by each unit that tried it, and not kept; a name that is
+    /// not UTF-8, by the unit that listed it, and left out.
     pub(super) fn group_members(&mut self, group: &str) -> Option<Arc<[String]>> {
         if let Some(members) = self.collector.scrape().group_members.get(group) {
             return Some(members.clone());

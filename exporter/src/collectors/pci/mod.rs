@@ -199,7 +199,7 @@ struct ScrapeState {
     listed: HashMap<String, ListedDevice>,
     /// The members of each IOMMU group listed in this scrape, by group number: the host unit
     /// counts every group's, a device meant for passthrough checks its own group's, and one
-    /// listing serves both.
+    /// listing serves both (two units that ask at the same moment may both list it).
     group_members: HashMap<String, Arc<[String]>>,
     /// The directories of the devices bound to vfio-pci as the listing opened them, for the
     /// vfio holders unit to take.
@@ -568,7 +568,8 @@ impl Collector for PciCollector {
         let mut reader = AttributeReader::default();
         let mut units = Vec::new();
         let mut root_ports: Vec<String> = Vec::new();
-        let mut vfio_bound = HashMap::new();
+        let mut vfio_bound = Vec::new();
+        let mut vfio_dirs = HashMap::new();
         let mut of_interest = HashMap::new();
         for address in &addresses {
             // A device that vanished or cannot be identified is not one of interest; a
@@ -593,7 +594,8 @@ impl Collector for PciCollector {
             let driver = dir.link_target_name("driver");
             let on_vfio = driver.as_ref().is_ok_and(|d| d == VFIO_DRIVER);
             if on_vfio {
-                vfio_bound.insert(address.clone(), dir.clone());
+                vfio_bound.push(address.clone());
+                vfio_dirs.insert(address.clone(), dir.clone());
             }
             let interesting = by_nova
                 || named
@@ -650,9 +652,7 @@ impl Collector for PciCollector {
         // Scanning every process's open files costs: only where vfio is loaded (a process
         // may still hold a group whose device left vfio-pci).
         if !vfio_bound.is_empty() || self.sysfs_dir("module/vfio").is_ok() {
-            let mut addresses: Vec<String> = vfio_bound.keys().cloned().collect();
-            addresses.sort_unstable();
-            units.push(Unit::VfioHolders(addresses));
+            units.push(Unit::VfioHolders(vfio_bound));
         }
         units.extend(
             root_ports
@@ -662,7 +662,7 @@ impl Collector for PciCollector {
         units.extend(unnamed);
         let mut scrape = self.scrape();
         scrape.listed = of_interest;
-        scrape.vfio_bound = vfio_bound;
+        scrape.vfio_bound = vfio_dirs;
         Ok(units)
     }
 
