@@ -220,17 +220,21 @@ mod tests {
         }
     }
 
-    /// What one device read gets of the IOMMU state, and the errors it reports.
-    fn iommu_read(collector: &PciCollector) -> ((usize, bool), usize) {
+    /// What one unit's read gets from `read`, and how many errors it reports.
+    fn unit_read<R>(collector: &PciCollector, read: impl FnOnce(&mut Read) -> R) -> (R, usize) {
         let mut out = Output::default();
-        let mut read = Read {
+        let got = read(&mut Read {
             collector,
             reader: Default::default(),
             held: &mut Default::default(),
             out: &mut out,
-        };
-        let iommu = read.iommu();
-        (iommu, out.errors.len())
+        });
+        (got, out.errors.len())
+    }
+
+    /// What one device read gets of the IOMMU state, and the errors it reports.
+    fn iommu_read(collector: &PciCollector) -> ((usize, bool), usize) {
+        unit_read(collector, |read| read.iommu())
     }
 
     /// The IOMMU state is read once per scrape (each device meant for passthrough asks): a
@@ -258,15 +262,9 @@ mod tests {
 
     /// What one unit's read gets of a group's members, and the errors it reports.
     fn members_read(collector: &PciCollector, group: &str) -> (Option<Vec<String>>, usize) {
-        let mut out = Output::default();
-        let mut read = Read {
-            collector,
-            reader: Default::default(),
-            held: &mut Default::default(),
-            out: &mut out,
-        };
-        let members = read.group_members(group).map(|members| members.to_vec());
-        (members, out.errors.len())
+        unit_read(collector, |read| {
+            read.group_members(group).map(|members| members.to_vec())
+        })
     }
 
     /// A group is listed once per scrape, for the host unit and the device units alike: a
