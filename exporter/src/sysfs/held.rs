@@ -172,12 +172,13 @@ struct HeldFile {
 }
 
 impl HeldFile {
-    /// The attribute's content now; `Ok(None)` when the held inode has no name any more.
-    fn read(&self, buf: &mut [u8], check_links: bool) -> Result<Option<usize>, Errno> {
+    /// The attribute's content now from `offset`; `Ok(None)` when the held inode has no name
+    /// any more.
+    fn read(&self, buf: &mut [u8], offset: u64, check_links: bool) -> Result<Option<usize>, Errno> {
         if check_links && rustix::fs::fstat(&self.fd)?.st_nlink == 0 {
             return Ok(None);
         }
-        rustix::io::pread(&self.fd, buf, 0).map(Some)
+        rustix::io::pread(&self.fd, buf, offset).map(Some)
     }
 }
 
@@ -311,17 +312,29 @@ impl HeldAttributes {
         name: &str,
         buf: &mut [u8],
     ) -> Result<Option<usize>, SysfsError> {
+        self.read_present_at(dir, name, buf, 0)
+    }
+
+    /// As [`HeldAttributes::read_present`], from `offset` in the attribute (a register of a
+    /// binary attribute such as a PCI device's `config`).
+    pub(super) fn read_present_at(
+        &mut self,
+        dir: &SysDir,
+        name: &str,
+        buf: &mut [u8],
+        offset: u64,
+    ) -> Result<Option<usize>, SysfsError> {
         let round = self.round;
         let budget = self.budget;
         let Some(held) = self.held_dir(dir) else {
-            return dir.open_and_read_first(name, buf).map(Some);
+            return dir.open_and_read_at(name, buf, offset).map(Some);
         };
         // Held first: the common case, and a name is never both held and absent.
         let (check_links, on_sysfs) = (held.check_links, held.on_sysfs);
         if let Some((index, file)) = held.file(name) {
             file.read_in = round;
             let check_links = check_links || !(file.in_dir || on_sysfs);
-            match file.read(buf, check_links) {
+            match file.read(buf, offset, check_links) {
                 Ok(Some(len)) => return Ok(Some(len)),
                 Ok(None) => {}
                 Err(errno) if held_attribute_gone(errno) => {}
@@ -335,7 +348,7 @@ impl HeldAttributes {
             return Ok(None);
         }
         let Some(slot) = budget.reserve() else {
-            return dir.open_and_read_first(name, buf).map(Some);
+            return dir.open_and_read_at(name, buf, offset).map(Some);
         };
         let io_error = |errno| SysfsError::io(dir.path(name), errno);
         let (fd, in_dir) = match dir.open_entry_in(name, read_flags()) {
@@ -352,7 +365,7 @@ impl HeldAttributes {
                 path: dir.path(name),
             });
         }
-        let len = rustix::io::pread(&fd, &mut *buf, 0).map_err(io_error)?;
+        let len = rustix::io::pread(&fd, &mut *buf, offset).map_err(io_error)?;
         let file = HeldFile {
             fd,
             in_dir,
@@ -386,6 +399,23 @@ impl HeldAttributes {
             held.fixed.insert(name.into(), buf[..len].into());
         }
         Ok(len)
+    }
+
+    /// Reads `dir` from now on as if it were on sysfs: what a collector does there, tested on
+    /// a tree of regular files.
+    #[cfg(test)]
+    pub(crate) fn as_on_sysfs(&mut self, dir: &SysDir) {
+        if let Some(held) = self.held_dir(dir) {
+            held.on_sysfs = true;
+            held.check_links = false;
+        }
+    }
+
+    /// Whether [`HeldAttributes::read_fixed`] gives `name` in `dir` as kept from its first
+    /// read (on sysfs), not as read now.
+    pub fn keeps_fixed(&mut self, dir: &SysDir, name: &str) -> bool {
+        self.held_dir(dir)
+            .is_some_and(|held| held.on_sysfs && held.fixed.contains_key(name))
     }
 
     /// The entries of `dir` as [`SysDir::entries`] lists them, listed again only when the

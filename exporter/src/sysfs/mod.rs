@@ -374,17 +374,21 @@ impl SysDir {
         self.one_page(name, &reader.buf[..len])
     }
 
-    /// The first `len` bytes at most of an attribute, through a held descriptor: for a binary
-    /// attribute whose every byte read costs the kernel (a PCI device's `config`).
-    pub fn read_held_prefix<'r>(
+    /// `len` bytes at most from `offset` in an attribute, through a held descriptor (see
+    /// [`SysDir::read_held`]): a register of a binary attribute whose every byte read costs
+    /// the kernel (a PCI device's `config`).
+    pub fn read_held_at<'r>(
         &self,
         name: &str,
+        offset: usize,
         len: usize,
         held: &mut HeldAttributes,
         reader: &'r mut AttributeReader,
     ) -> Result<&'r [u8], SysfsError> {
         let len = len.min(MAX_ATTRIBUTE_BYTES);
-        let read = held.read(self, name, &mut reader.buf[..len])?;
+        let read = held
+            .read_present_at(self, name, &mut reader.buf[..len], offset as u64)?
+            .ok_or_else(|| SysfsError::io(self.path(name), Errno::NOENT))?;
         Ok(&reader.buf[..read])
     }
 
@@ -465,12 +469,30 @@ impl SysDir {
     /// Opens a file non-blocking, reads once into `buf` and closes it; refuses what is not a
     /// regular file.
     fn open_and_read_first(&self, name: &str, buf: &mut [u8]) -> Result<usize, SysfsError> {
+        self.open_and_read_at(name, buf, 0)
+    }
+
+    /// As [`SysDir::open_and_read_first`], from `offset` in the file.
+    fn open_and_read_at(
+        &self,
+        name: &str,
+        buf: &mut [u8],
+        offset: u64,
+    ) -> Result<usize, SysfsError> {
         let fd = self
             .open_entry(name, read_flags())
             .map_err(|errno| SysfsError::io(self.path(name), errno))?;
         // Regular files return everything up to EOF in one read; only an empty or refused read
         // needs a look at what the file is (a FIFO reads as empty or EAGAIN).
-        let len = match rustix::io::read(&fd, buf) {
+        let read = match offset {
+            0 => rustix::io::read(&fd, buf),
+            // A FIFO refuses an offset (ESPIPE): it is not a regular file.
+            _ => rustix::io::pread(&fd, buf, offset).map_err(|errno| match errno {
+                Errno::SPIPE => Errno::AGAIN,
+                errno => errno,
+            }),
+        };
+        let len = match read {
             Ok(0) | Err(Errno::AGAIN) => {
                 let stat = rustix::fs::fstat(&fd)
                     .map_err(|errno| SysfsError::io(self.path(name), errno))?;

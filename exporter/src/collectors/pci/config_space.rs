@@ -3,6 +3,8 @@
 //! extended capability list. Only the first 64 bytes (the header) are readable without root;
 //! everything found through the capability lists is then absent, not an error.
 
+use std::ops::Range;
+
 /// Command register: Memory Space Enable.
 const COMMAND_MEMORY_SPACE: u16 = 1 << 1;
 /// Status register: a capability list exists.
@@ -21,6 +23,16 @@ const CAP_MSI: u8 = 0x05;
 const CAP_PCI_EXPRESS: u8 = 0x10;
 const CAP_MSIX: u8 = 0x11;
 const EXT_CAP_SRIOV: u16 = 0x0010;
+
+/// The registers the walk parses in a capability, as (offset in it, bytes). The device or the
+/// kernel changes them while the device stays; the list itself (ids, pointers) is fixed when
+/// the device is made (see [`changing_registers`]).
+const PM_CONTROL_STATUS: (usize, usize) = (0x04, 2);
+const MSI_CONTROL: (usize, usize) = (0x02, 2);
+const MSIX_CONTROL: (usize, usize) = (0x02, 2);
+/// Speed in bits 3:0, width in bits 9:4, in both.
+const PCIE_LINK_CAPABILITIES: (usize, usize) = (0x0C, 4);
+const PCIE_LINK_STATUS: (usize, usize) = (0x12, 2);
 
 /// Upper bound on list entries walked: more than fit in the space, so a loop ends.
 const MAX_CAPABILITIES: usize = 64;
@@ -114,39 +126,94 @@ pub fn parse(config: &[u8]) -> ConfigSpace {
     space
 }
 
-fn walk_capabilities(bytes: &Bytes, space: &mut ConfigSpace) {
+/// The capabilities of the standard list, as (id, offset), in list order; a loop or a
+/// pointer into the header ends it.
+fn capabilities<'a>(bytes: &'a Bytes) -> impl Iterator<Item = (u8, usize)> + 'a {
     let mut pointer = bytes.u8(CAPABILITY_POINTER_OFFSET).unwrap_or(0);
-    for _ in 0..MAX_CAPABILITIES {
+    (0..MAX_CAPABILITIES).map_while(move |_| {
         // The two low bits are reserved; pointers below the header are the list's end.
         let at = usize::from(pointer & 0xFC);
         if at < HEADER_BYTES {
-            return;
+            return None;
         }
-        let (Some(id), Some(next)) = (bytes.u8(at), bytes.u8(at + 1)) else {
-            return;
-        };
+        let (id, next) = (bytes.u8(at)?, bytes.u8(at + 1)?);
+        pointer = next;
+        Some((id, at))
+    })
+}
+
+/// The registers [`walk_capabilities`] parses in a capability with this id.
+fn parsed_registers(id: u8) -> &'static [(usize, usize)] {
+    match id {
+        CAP_POWER_MANAGEMENT => &[PM_CONTROL_STATUS],
+        CAP_MSI => &[MSI_CONTROL],
+        CAP_MSIX => &[MSIX_CONTROL],
+        CAP_PCI_EXPRESS => &[PCIE_LINK_CAPABILITIES, PCIE_LINK_STATUS],
+        _ => &[],
+    }
+}
+
+fn walk_capabilities(bytes: &Bytes, space: &mut ConfigSpace) {
+    for (id, at) in capabilities(bytes) {
+        let register = |(offset, _): (usize, usize)| at + offset;
         match id {
             CAP_POWER_MANAGEMENT => {
                 // PMCSR bits 1:0.
-                space.power_state = bytes.u16(at + 4).map(|pmcsr| (pmcsr & 0x3) as u8);
+                space.power_state =
+                    (bytes.u16(register(PM_CONTROL_STATUS))).map(|pmcsr| (pmcsr & 0x3) as u8);
             }
-            CAP_MSI => space.msi = bytes.u16(at + 2).map(|control| control & 1 != 0),
+            CAP_MSI => {
+                space.msi = (bytes.u16(register(MSI_CONTROL))).map(|control| control & 1 != 0)
+            }
             CAP_MSIX => {
-                space.msix = bytes.u16(at + 2).map(|control| MsiX {
+                space.msix = bytes.u16(register(MSIX_CONTROL)).map(|control| MsiX {
                     enabled: control & 0x8000 != 0,
                     table_size: (control & 0x07FF) + 1,
                 })
             }
             CAP_PCI_EXPRESS => {
-                // Link Capabilities (+0x0C) and Link Status (+0x12): speed in bits 3:0,
-                // width in bits 9:4.
-                space.link_maximum = bytes.u32(at + 0x0C).map(|cap| link(cap as u16));
-                space.link_current = bytes.u16(at + 0x12).map(link);
+                space.link_maximum =
+                    (bytes.u32(register(PCIE_LINK_CAPABILITIES))).map(|cap| link(cap as u16));
+                space.link_current = bytes.u16(register(PCIE_LINK_STATUS)).map(link);
             }
             _ => {}
         }
-        pointer = next;
     }
+}
+
+/// Where the standard space (its first 256 bytes) changes while the device stays, as far as
+/// [`parse`] reads it: the command register, the BARs, and the registers parsed in each
+/// capability. The rest it reads (the status register's capability bit, the capability list)
+/// is fixed when the device is made, so a copy of the space kept from an earlier read, with
+/// these ranges read again, parses as a whole read now would. The kernel reads config space a
+/// register at a time, each a config cycle: these are about 12 of the 64 registers. In
+/// order, neighbours less than a register apart merged, within `standard`.
+pub fn changing_registers(standard: &[u8]) -> Vec<Range<usize>> {
+    let bytes = Bytes(standard);
+    let mut ranges = vec![
+        COMMAND_OFFSET..COMMAND_OFFSET + 2,
+        BAR_OFFSET..BAR_OFFSET + 4 * BAR_COUNT,
+    ];
+    let has_list = bytes
+        .u16(STATUS_OFFSET)
+        .is_some_and(|status| status & STATUS_CAPABILITY_LIST != 0);
+    if has_list && standard.len() > HEADER_BYTES {
+        for (id, at) in capabilities(&bytes) {
+            let registers = parsed_registers(id).iter();
+            ranges.extend(registers.map(|(offset, len)| at + offset..at + offset + len));
+        }
+    }
+    ranges.sort_by_key(|range| range.start);
+    let mut merged: Vec<Range<usize>> = Vec::new();
+    for range in ranges {
+        let range = range.start.min(standard.len())..range.end.min(standard.len());
+        match merged.last_mut() {
+            _ if range.is_empty() => {}
+            Some(last) if range.start <= last.end + 4 => last.end = last.end.max(range.end),
+            _ => merged.push(range),
+        }
+    }
+    merged
 }
 
 fn walk_extended_capabilities(bytes: &Bytes, space: &mut ConfigSpace) {
@@ -193,41 +260,42 @@ pub fn speed_gts(encoding: u16) -> Option<f64> {
     }
 }
 
+/// A type 0 header with a capability list: PM at 0x60, MSI at 0x68, PCIe at 0x78,
+/// MSI-X at 0xc8 (the T4's layout in the shared lspci capture), SR-IOV at 0x100.
+#[cfg(test)]
+pub(super) fn t4_like(msix_enabled: bool) -> Vec<u8> {
+    let mut c = vec![0u8; 4096];
+    c[0..2].copy_from_slice(&0x10deu16.to_le_bytes());
+    c[2..4].copy_from_slice(&0x1eb8u16.to_le_bytes());
+    c[4..6].copy_from_slice(&0x0006u16.to_le_bytes()); // Mem+ BusMaster+
+    c[6..8].copy_from_slice(&0x0010u16.to_le_bytes()); // Cap+
+    c[0x10..0x14].copy_from_slice(&0xb700_0000u32.to_le_bytes());
+    c[0x14..0x18].copy_from_slice(&0x0000_000cu32.to_le_bytes()); // 64-bit, unassigned
+    c[0x34] = 0x60;
+    c[0x60] = 0x01;
+    c[0x61] = 0x68;
+    c[0x64] = 0x03; // D3hot
+    c[0x68] = 0x05;
+    c[0x69] = 0x78;
+    c[0x6a] = 0x80; // MSI control: 64-bit, disabled
+    c[0x78] = 0x10;
+    c[0x79] = 0xc8;
+    // Link cap: 8 GT/s x16; link status: 2.5 GT/s x8.
+    c[0x84..0x88].copy_from_slice(&(3u32 | 16 << 4).to_le_bytes());
+    c[0x8a..0x8c].copy_from_slice(&(1u16 | 8 << 4).to_le_bytes());
+    c[0xc8] = 0x11;
+    c[0xc9] = 0x00;
+    let control: u16 = 5 | if msix_enabled { 0x8000 } else { 0 };
+    c[0xca..0xcc].copy_from_slice(&control.to_le_bytes());
+    c[0x100..0x104].copy_from_slice(&(0x0010u32 | 1 << 16).to_le_bytes());
+    c[0x10e..0x110].copy_from_slice(&16u16.to_le_bytes());
+    c[0x110..0x112].copy_from_slice(&4u16.to_le_bytes());
+    c
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    /// A type 0 header with a capability list: PM at 0x60, MSI at 0x68, PCIe at 0x78,
-    /// MSI-X at 0xc8 (the T4's layout in the shared lspci capture), SR-IOV at 0x100.
-    fn t4_like(msix_enabled: bool) -> Vec<u8> {
-        let mut c = vec![0u8; 4096];
-        c[0..2].copy_from_slice(&0x10deu16.to_le_bytes());
-        c[2..4].copy_from_slice(&0x1eb8u16.to_le_bytes());
-        c[4..6].copy_from_slice(&0x0006u16.to_le_bytes()); // Mem+ BusMaster+
-        c[6..8].copy_from_slice(&0x0010u16.to_le_bytes()); // Cap+
-        c[0x10..0x14].copy_from_slice(&0xb700_0000u32.to_le_bytes());
-        c[0x14..0x18].copy_from_slice(&0x0000_000cu32.to_le_bytes()); // 64-bit, unassigned
-        c[0x34] = 0x60;
-        c[0x60] = 0x01;
-        c[0x61] = 0x68;
-        c[0x64] = 0x03; // D3hot
-        c[0x68] = 0x05;
-        c[0x69] = 0x78;
-        c[0x6a] = 0x80; // MSI control: 64-bit, disabled
-        c[0x78] = 0x10;
-        c[0x79] = 0xc8;
-        // Link cap: 8 GT/s x16; link status: 2.5 GT/s x8.
-        c[0x84..0x88].copy_from_slice(&(3u32 | 16 << 4).to_le_bytes());
-        c[0x8a..0x8c].copy_from_slice(&(1u16 | 8 << 4).to_le_bytes());
-        c[0xc8] = 0x11;
-        c[0xc9] = 0x00;
-        let control: u16 = 5 | if msix_enabled { 0x8000 } else { 0 };
-        c[0xca..0xcc].copy_from_slice(&control.to_le_bytes());
-        c[0x100..0x104].copy_from_slice(&(0x0010u32 | 1 << 16).to_le_bytes());
-        c[0x10e..0x110].copy_from_slice(&16u16.to_le_bytes());
-        c[0x110..0x112].copy_from_slice(&4u16.to_le_bytes());
-        c
-    }
 
     #[test]
     fn walks_both_lists() {
@@ -259,6 +327,20 @@ mod tests {
         );
         assert!(!space.capabilities_unreadable);
         assert!(!parse(&t4_like(false)).msix.unwrap().enabled);
+    }
+
+    /// The T4's changing registers: command, the BARs, PM's control/status with MSI's
+    /// message control (a register apart: one read), the PCIe link registers, and MSI-X's
+    /// message control: 5 reads of 44 bytes, 12 registers of the 64.
+    #[test]
+    fn a_t4_changes_in_a_few_registers() {
+        let config = t4_like(true);
+        assert_eq!(
+            changing_registers(&config[..256]),
+            [0x04..0x06, 0x10..0x28, 0x64..0x6c, 0x84..0x8c, 0xca..0xcc]
+        );
+        assert_eq!(changing_registers(&config[..64]), [0x04..0x06, 0x10..0x28]);
+        assert!(changing_registers(&[]).is_empty());
     }
 
     #[test]
@@ -426,6 +508,29 @@ mod proptests {
             prop_assert_eq!(space.link_current, device.link.map(|(_, status)| link(status)));
             prop_assert_eq!(space.sriov, device.sriov);
             prop_assert!(!space.capabilities_unreadable);
+        }
+
+        /// All that `parse` reads of the standard space is the capability list's structure,
+        /// fixed with the device, and the ranges `changing_registers` names: any other byte
+        /// may hold anything. So a copy kept from an earlier read, with those ranges read again,
+        /// parses as the space read whole.
+        #[test]
+        fn only_the_list_and_the_changing_registers_matter(
+            device in device(),
+            flips in vec((0usize..EXTENDED_START, any::<u8>()), 1..64),
+        ) {
+            let config = encode(&device);
+            let ranges = changing_registers(&config[..EXTENDED_START]);
+            let bytes = Bytes(&config);
+            let mut structure = vec![STATUS_OFFSET, STATUS_OFFSET + 1, CAPABILITY_POINTER_OFFSET];
+            structure.extend(capabilities(&bytes).flat_map(|(_, at)| [at, at + 1]));
+            let mut flipped = config.clone();
+            for (at, value) in flips {
+                if !structure.contains(&at) && !ranges.iter().any(|range| range.contains(&at)) {
+                    flipped[at] = value;
+                }
+            }
+            prop_assert_eq!(parse(&flipped), parse(&config));
         }
 
         /// What a reader short of root gets (64 bytes), or a device cut anywhere.

@@ -172,10 +172,9 @@ fn iommu_parameters(text: &str) -> Vec<(&'static str, String)> {
 
 #[cfg(test)]
 mod tests {
-    use super::super::PciCollector;
+    use super::super::{collector_at as collector, PciCollector};
     use super::*;
     use crate::collector::Output;
-    use std::path::Path;
 
     /// `hpcnode_iommu_enabled` on a sysfs root with the given IOMMU groups (`None`: unnamed)
     /// and no `/sys/class/iommu`, as kernels before 3.17 have.
@@ -200,24 +199,6 @@ mod tests {
         assert_eq!(units, 0);
         assert!(out.errors.is_empty(), "{:?}", out.errors);
         enabled
-    }
-
-    fn collector(root: &Path) -> PciCollector {
-        PciCollector {
-            sysfs: root.to_path_buf(),
-            procfs: root.join("proc"),
-            rootfs: root.to_path_buf(),
-            devices: Vec::new(),
-            passthrough: Vec::new(),
-            nova_configs: Vec::new(),
-            nova_scheduler_configs: Vec::new(),
-            logged_unreadable: Default::default(),
-            aliases: Default::default(),
-            modprobe_rules: Default::default(),
-            listing_held: Default::default(),
-            held: Default::default(),
-            scrape: Default::default(),
-        }
     }
 
     /// What one unit's read gets from `read`, and how many errors it reports.

@@ -734,6 +734,26 @@ fn with_label(labels: &[Label], label: Label) -> impl Iterator<Item = Label> + '
     labels.iter().cloned().chain([label])
 }
 
+/// A collector of the tree at `root` (sysfs, procfs and rootfs alike) with no flags set.
+#[cfg(test)]
+fn collector_at(root: &Path) -> PciCollector {
+    PciCollector {
+        sysfs: root.to_path_buf(),
+        procfs: root.join("proc"),
+        rootfs: root.to_path_buf(),
+        devices: Vec::new(),
+        passthrough: Vec::new(),
+        nova_configs: Vec::new(),
+        nova_scheduler_configs: Vec::new(),
+        logged_unreadable: Default::default(),
+        aliases: Default::default(),
+        modprobe_rules: Default::default(),
+        listing_held: Default::default(),
+        held: Default::default(),
+        scrape: Default::default(),
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
