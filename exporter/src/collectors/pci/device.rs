@@ -340,21 +340,31 @@ impl Read<'_> {
         // reader short of root (the 64-byte header, all of it changing): read whole again.
         let answered = |config: &[u8]| config.get(..2).is_some_and(|id| id != [0xFF, 0xFF]);
         if standard < STANDARD_CONFIG_BYTES || !answered(&config) {
-            let now = self.read_config(dir, 0, STANDARD_CONFIG_BYTES)?;
-            config.splice(..standard, now);
-            return Ok(config_space::parse(&config));
+            return self.standard_read_now(dir, config);
         }
         for range in config_space::changing_registers(&config[..standard]) {
             let now = self.read_config(dir, range.start, range.len())?;
             // Cut short, or a device that stopped answering since: the standard part whole.
             if now.len() != range.len() || now.iter().all(|b| *b == 0xFF) {
-                let now = self.read_config(dir, 0, STANDARD_CONFIG_BYTES)?;
-                config.splice(..standard, now);
-                return Ok(config_space::parse(&config));
+                return self.standard_read_now(dir, config);
             }
             config[range].copy_from_slice(&now);
         }
         Ok(config_space::parse(&config))
+    }
+
+    /// `kept` with its standard part read now; a read cut short is all there is to parse.
+    fn standard_read_now(
+        &mut self,
+        dir: &SysDir,
+        mut kept: Vec<u8>,
+    ) -> Result<ConfigSpace, SysfsError> {
+        let now = self.read_config(dir, 0, STANDARD_CONFIG_BYTES)?;
+        if now.len() < STANDARD_CONFIG_BYTES {
+            return Ok(config_space::parse(&now));
+        }
+        kept.splice(..STANDARD_CONFIG_BYTES.min(kept.len()), now);
+        Ok(config_space::parse(&kept))
     }
 
     /// `len` bytes of `config` from `offset`, read now.
@@ -693,6 +703,11 @@ mod tests {
         let mut read_whole = gone[..256].to_vec();
         read_whole.extend_from_slice(&first[256..]);
         assert_eq!(space(&mut sysfs), config_space::parse(&read_whole));
+
+        // Cut short (the header alone): what is there, not the kept space after it.
+        write(&first[..64]);
+        assert_eq!(space(&mut sysfs), config_space::parse(&first[..64]));
+        assert!(space(&mut sysfs).capabilities_unreadable);
     }
 
     #[test]
