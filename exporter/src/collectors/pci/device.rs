@@ -336,10 +336,11 @@ impl Read<'_> {
             return Ok(config_space::parse(&config));
         }
         let standard = config.len().min(STANDARD_CONFIG_BYTES);
-        // A copy kept from a device that could not answer then (all ones, as in D3cold), or a
-        // reader short of root (the 64-byte header, all of it changing): read whole again.
+        // A copy kept from a device that could not answer then (all ones, as in D3cold): read
+        // whole again. A reader short of root keeps the 64-byte header, whose command register
+        // and BARs are read again as any others.
         let answered = |config: &[u8]| config.get(..2).is_some_and(|id| id != [0xFF, 0xFF]);
-        if standard < STANDARD_CONFIG_BYTES || !answered(&config) {
+        if !answered(&config) {
             return self.standard_read_now(dir, config);
         }
         for range in config_space::changing_registers(&config[..standard]) {
@@ -708,6 +709,46 @@ mod tests {
         write(&first[..64]);
         assert_eq!(space(&mut sysfs), config_space::parse(&first[..64]));
         assert!(space(&mut sysfs).capabilities_unreadable);
+    }
+
+    /// A reader short of root keeps the 64-byte header it may read, and reads its command
+    /// register and BARs again each scrape, not the rest of it.
+    #[test]
+    fn a_header_kept_without_root_has_its_registers_read_again() {
+        let tmp = tempfile::tempdir().unwrap();
+        let config_path = tmp.path().join("0000:3b:00.0/config");
+        std::fs::create_dir(config_path.parent().unwrap()).unwrap();
+        let collector = super::super::collector_at(tmp.path());
+        let dir = SysDir::open(tmp.path(), "0000:3b:00.0").unwrap();
+        let mut held = HeldAttributes::default();
+        held.as_on_sysfs(&dir);
+        let mut space = || {
+            let mut out = Output::default();
+            let mut read = Read {
+                collector: &collector,
+                reader: Default::default(),
+                held: &mut held,
+                out: &mut out,
+            };
+            read.config_space(&dir).unwrap()
+        };
+        let header = config_space::t4_like(true)[..64].to_vec();
+        std::fs::write(&config_path, &header).unwrap();
+        assert_eq!(space(), config_space::parse(&header));
+        // Memory decode off and BAR 0 moved (changing); the status register's capability
+        // bit cleared (fixed: not read again).
+        let mut now = header.clone();
+        now[0x04] = 0;
+        now[0x13] = 0xb8;
+        now[0x06] = 0;
+        std::fs::write(&config_path, &now).unwrap();
+        let mut kept = header.clone();
+        kept[0x04] = 0;
+        kept[0x13] = 0xb8;
+        let patched = space();
+        assert_eq!(patched, config_space::parse(&kept));
+        assert_eq!(patched.memory_decode, Some(false));
+        assert!(patched.capabilities_unreadable);
     }
 
     #[test]
