@@ -14,6 +14,7 @@ Standard library only; a benchmark, not a test. See tests/bench/README.md.
 import argparse
 import importlib.util
 import os
+import pwd
 import shutil
 import statistics
 import subprocess
@@ -104,6 +105,9 @@ def main():
                         help="scrape this machine's own /sys, every PCI device named with "
                              "--collector.pci.device, instead of a generated tree (real config "
                              "space reads; --devices is ignored)")
+    parser.add_argument("--user", metavar="NAME",
+                        help="run the hpcnode exporters as this user (setpriv), as a site's "
+                             "service user: without root, config space stops at 64 bytes")
     args = parser.parse_args()
     # What scrape_bench.Target reads from its arguments.
     args.start_timeout, args.request_timeout = 20.0, 30.0
@@ -113,6 +117,13 @@ def main():
         print("no %s: build it first (cargo build --release)" % args.exporter)
         return 1
     workdir = tempfile.mkdtemp(prefix="pci-bench-")
+    as_user = []
+    if args.user:
+        user = pwd.getpwnam(args.user)
+        as_user = ["setpriv", "--reuid=%d" % user.pw_uid, "--regid=%d" % user.pw_gid,
+                   "--clear-groups"]
+        # The tree, and the exporters' logs, readable and writable by that user.
+        os.chmod(workdir, 0o777)
     targets = []
     try:
         if args.host_sysfs:
@@ -127,12 +138,12 @@ def main():
             paths = []
         paths += ["--path.sysfs=" + sysfs, "--path.procfs=" + os.path.join(root, "proc"),
                   "--path.rootfs=" + root]
-        hpcnode = scrape_bench.Target("hpcnode", lambda port: [
+        hpcnode = scrape_bench.Target("hpcnode", lambda port: as_user + [
             args.exporter, "--web.listen-address=127.0.0.1:%d" % port,
             "--collector.disable-defaults", "--collector.pci"] + paths, workdir, args)
         targets.append(hpcnode)
         if args.compare:
-            targets.append(scrape_bench.Target("hpcnode-compare", lambda port: [
+            targets.append(scrape_bench.Target("hpcnode-compare", lambda port: as_user + [
                 args.compare, "--web.listen-address=127.0.0.1:%d" % port,
                 "--collector.disable-defaults", "--collector.pci"] + paths, workdir, args))
         if node_exporter_has_pcidevice(args.node_exporter):
@@ -177,6 +188,13 @@ def main():
                 first.cpu_ticks / max(second.cpu_ticks, 1),
                 statistics.median(first.latencies) / statistics.median(second.latencies),
                 first.hwm_kib / second.hwm_kib))
+            # Whether the two builds said the same of every device (timings aside).
+            series = [sorted(line for line in target.last[1].decode("utf-8", "replace").splitlines()
+                             if line.startswith("hpcnode_pci_") and "duration" not in line)
+                      for target in (first, second)]
+            differ = len(set(series[0]) ^ set(series[1]))
+            print("hpcnode_pci_* series: %s" % ("identical" if differ == 0 else
+                                                 "%d lines differ" % differ))
         return 0
     finally:
         for target in targets:
