@@ -17,10 +17,10 @@ use super::identity::{parse_id16, read_id, Identity};
 use super::modules;
 use super::nova::DeviceType;
 use super::{
-    with_label, DeviceSelector, ListedDevice, Read, BARS, CONFIG_READABLE, DEVICES_DIR,
-    DEVICE_FAULT, DEVICE_INFO, DRIVER_BOUND, INTERRUPT_CAPABILITY, IRQ, LINK_SPEED, LINK_WIDTH,
-    MEMORY_DECODE, MSIX_TABLE_SIZE, PASSTHROUGH_CHECK, PASSTHROUGH_READY, POWER_STATE,
-    SRIOV_TOTAL_VFS, SRIOV_VFS, UNBOUND_ALIAS_MODULE, UNBOUND_ALIAS_MODULES, VFIO_DRIVER,
+    with_label, DeviceSelector, ListedDevice, Read, BARS, CONFIG_READABLE, DEVICE_FAULT,
+    DEVICE_INFO, DRIVER_BOUND, INTERRUPT_CAPABILITY, IRQ, LINK_SPEED, LINK_WIDTH, MEMORY_DECODE,
+    MSIX_TABLE_SIZE, PASSTHROUGH_CHECK, PASSTHROUGH_READY, POWER_STATE, SRIOV_TOTAL_VFS, SRIOV_VFS,
+    UNBOUND_ALIAS_MODULE, UNBOUND_ALIAS_MODULES, VFIO_DRIVER,
 };
 
 const PCI_BRIDGE_CLASS: u32 = 0x0604;
@@ -61,13 +61,10 @@ impl Read<'_> {
                 dir,
                 driver,
                 identity,
-            }) => (Ok(dir), Some((driver, identity))),
-            None => (
-                (collector.sysfs_dir(&format!("{DEVICES_DIR}/{address}"))).map(Arc::new),
-                None,
-            ),
+            }) => (Some(dir), Some((driver, identity))),
+            None => (None, None),
         };
-        let dir = match dir {
+        let dir = match collector.device_dir(address, dir) {
             Ok(dir) => dir,
             Err(err) if err.is_absent() => {
                 // Meant for passthrough but not on the bus (removed, or a wrong address); any
@@ -113,7 +110,7 @@ impl Read<'_> {
 
     /// A root port that was above a device of interest at the listing: gone since, nothing.
     pub(super) fn root_port(&mut self, address: &str) {
-        let dir = (self.collector).sysfs_dir(&format!("{DEVICES_DIR}/{address}"));
+        let dir = self.collector.device_dir(address, None);
         if let Some(dir) = self.out.optional(dir) {
             self.aer(&dir, &vec![("device", address.to_string().into())]);
         }
@@ -327,7 +324,7 @@ impl Read<'_> {
             Ok(whole) => whole.to_vec(),
             // Its failure costs the extended space alone: the standard part is parsed still.
             Err(err) => {
-                let standard = self.read_config(dir, 0, STANDARD_CONFIG_BYTES)?;
+                let standard = self.standard_part(dir)?;
                 self.error(err);
                 return Ok(config_space::parse(&standard));
             }
@@ -344,12 +341,13 @@ impl Read<'_> {
             return self.standard_read_now(dir, config);
         }
         for range in config_space::changing_registers(&config[..standard]) {
-            let now = self.read_config(dir, range.start, range.len())?;
+            let (offset, len) = (range.start, range.len());
+            let now = dir.read_held_at("config", offset, len, self.held, &mut self.reader)?;
             // Cut short, or a device that stopped answering since: the standard part whole.
-            if now.len() != range.len() || now.iter().all(|b| *b == 0xFF) {
+            if now.len() != len || now.iter().all(|b| *b == 0xFF) {
                 return self.standard_read_now(dir, config);
             }
-            config[range].copy_from_slice(&now);
+            config[range].copy_from_slice(now);
         }
         Ok(config_space::parse(&config))
     }
@@ -360,7 +358,7 @@ impl Read<'_> {
         dir: &SysDir,
         mut kept: Vec<u8>,
     ) -> Result<ConfigSpace, SysfsError> {
-        let now = self.read_config(dir, 0, STANDARD_CONFIG_BYTES)?;
+        let now = self.standard_part(dir)?;
         if now.len() < STANDARD_CONFIG_BYTES {
             return Ok(config_space::parse(&now));
         }
@@ -368,14 +366,15 @@ impl Read<'_> {
         Ok(config_space::parse(&kept))
     }
 
-    /// `len` bytes of `config` from `offset`, read now.
-    fn read_config(
-        &mut self,
-        dir: &SysDir,
-        offset: usize,
-        len: usize,
-    ) -> Result<Vec<u8>, SysfsError> {
-        let read = dir.read_held_at("config", offset, len, self.held, &mut self.reader);
+    /// The standard part of `config` (its first 256 bytes), read now.
+    fn standard_part(&mut self, dir: &SysDir) -> Result<Vec<u8>, SysfsError> {
+        let read = dir.read_held_at(
+            "config",
+            0,
+            STANDARD_CONFIG_BYTES,
+            self.held,
+            &mut self.reader,
+        );
         read.map(<[u8]>::to_vec)
     }
 
@@ -630,8 +629,8 @@ fn power_state_id(text: &str) -> Option<u64> {
 
 #[cfg(test)]
 mod tests {
+    use super::super::PciCollector;
     use super::*;
-    use crate::collector::Output;
     use crate::sysfs::HeldAttributes;
 
     #[test]
@@ -653,30 +652,33 @@ mod tests {
         assert_eq!(parse_bars("0x1 banana 0x2", &none), None);
     }
 
+    /// A device directory `0000:3b:00.0` with a `config` file, and what to write it with.
+    fn config_tree() -> (tempfile::TempDir, PciCollector, SysDir, impl Fn(&[u8])) {
+        let tmp = tempfile::tempdir().unwrap();
+        let config_path = tmp.path().join("0000:3b:00.0/config");
+        std::fs::create_dir(config_path.parent().unwrap()).unwrap();
+        let collector = super::super::collector_at(tmp.path());
+        let dir = SysDir::open(tmp.path(), "0000:3b:00.0").unwrap();
+        let write = move |config: &[u8]| std::fs::write(&config_path, config).unwrap();
+        (tmp, collector, dir, write)
+    }
+
+    /// The config space one unit's read parses, which reports no error.
+    fn space(collector: &PciCollector, dir: &SysDir, held: &mut HeldAttributes) -> ConfigSpace {
+        let (space, errors) =
+            super::super::unit_read(collector, held, |read| read.config_space(dir).unwrap());
+        assert_eq!(errors, 0);
+        space
+    }
+
     /// On sysfs a device's config space is read whole once and kept; each scrape reads again
     /// only the registers that change, so a change there is seen and one in the capability
     /// list (fixed with the device) is not. A device that stops answering (all ones) has its
     /// standard part read whole. Elsewhere the whole space is read each scrape.
     #[test]
     fn config_space_on_sysfs_reads_the_changing_registers_again() {
-        let tmp = tempfile::tempdir().unwrap();
-        let config_path = tmp.path().join("0000:3b:00.0/config");
-        std::fs::create_dir(config_path.parent().unwrap()).unwrap();
-        let write = |config: &[u8]| std::fs::write(&config_path, config).unwrap();
-        let collector = super::super::collector_at(tmp.path());
-        let dir = SysDir::open(tmp.path(), "0000:3b:00.0").unwrap();
-        let space = |held: &mut HeldAttributes| {
-            let mut out = Output::default();
-            let mut read = Read {
-                collector: &collector,
-                reader: Default::default(),
-                held,
-                out: &mut out,
-            };
-            let space = read.config_space(&dir).unwrap();
-            assert!(out.errors.is_empty(), "{:?}", out.errors);
-            space
-        };
+        let (_tmp, collector, dir, write) = config_tree();
+        let space = |held: &mut HeldAttributes| space(&collector, &dir, held);
         let first = config_space::t4_like(true);
         write(&first);
         let mut sysfs = HeldAttributes::default();
@@ -715,37 +717,26 @@ mod tests {
     /// register and BARs again each scrape, not the rest of it.
     #[test]
     fn a_header_kept_without_root_has_its_registers_read_again() {
-        let tmp = tempfile::tempdir().unwrap();
-        let config_path = tmp.path().join("0000:3b:00.0/config");
-        std::fs::create_dir(config_path.parent().unwrap()).unwrap();
-        let collector = super::super::collector_at(tmp.path());
-        let dir = SysDir::open(tmp.path(), "0000:3b:00.0").unwrap();
+        let (_tmp, collector, dir, write) = config_tree();
         let mut held = HeldAttributes::default();
         held.as_on_sysfs(&dir);
-        let mut space = || {
-            let mut out = Output::default();
-            let mut read = Read {
-                collector: &collector,
-                reader: Default::default(),
-                held: &mut held,
-                out: &mut out,
-            };
-            read.config_space(&dir).unwrap()
-        };
         let header = config_space::t4_like(true)[..64].to_vec();
-        std::fs::write(&config_path, &header).unwrap();
-        assert_eq!(space(), config_space::parse(&header));
+        write(&header);
+        assert_eq!(
+            space(&collector, &dir, &mut held),
+            config_space::parse(&header)
+        );
         // Memory decode off and BAR 0 moved (changing); the status register's capability
         // bit cleared (fixed: not read again).
         let mut now = header.clone();
         now[0x04] = 0;
         now[0x13] = 0xb8;
         now[0x06] = 0;
-        std::fs::write(&config_path, &now).unwrap();
+        write(&now);
         let mut kept = header.clone();
         kept[0x04] = 0;
         kept[0x13] = 0xb8;
-        let patched = space();
+        let patched = space(&collector, &dir, &mut held);
         assert_eq!(patched, config_space::parse(&kept));
         assert_eq!(patched.memory_decode, Some(false));
         assert!(patched.capabilities_unreadable);

@@ -203,14 +203,7 @@ mod tests {
 
     /// What one unit's read gets from `read`, and how many errors it reports.
     fn unit_read<R>(collector: &PciCollector, read: impl FnOnce(&mut Read) -> R) -> (R, usize) {
-        let mut out = Output::default();
-        let got = read(&mut Read {
-            collector,
-            reader: Default::default(),
-            held: &mut Default::default(),
-            out: &mut out,
-        });
-        (got, out.errors.len())
+        super::super::unit_read(collector, &mut Default::default(), read)
     }
 
     /// What one device read gets of the IOMMU state, and the errors it reports.
@@ -218,27 +211,42 @@ mod tests {
         unit_read(collector, |read| read.iommu())
     }
 
-    /// The IOMMU state is read once per scrape (each device meant for passthrough asks): a
-    /// unit registered since shows from the next listing on. A read that met an error is not
-    /// kept, so that each read reports it.
-    #[test]
-    fn the_iommu_state_is_read_once_per_scrape() {
+    /// What `read` gets of the directory `listed` (under the tree's root) is kept for the
+    /// scrape: with `first` in it, then `second` made, which shows from the next listing on.
+    /// A read that met an error is not kept, so that each read reports it (here `listed`
+    /// made a link to itself: ELOOP).
+    fn kept_for_the_scrape<T: Clone + PartialEq + std::fmt::Debug>(
+        listed: &str,
+        [first, second]: [&str; 2],
+        read: impl Fn(&PciCollector) -> (T, usize),
+        [one, two, broken]: [T; 3],
+    ) {
         use crate::collector::Collector;
         let tmp = tempfile::tempdir().unwrap();
-        let class = tmp.path().join("class/iommu");
-        std::fs::create_dir_all(class.join("dmar0")).unwrap();
+        let dir = tmp.path().join(listed);
+        std::fs::create_dir_all(dir.join(first)).unwrap();
         let collector = collector(tmp.path());
-        assert_eq!(iommu_read(&collector), ((1, true), 0));
-        std::fs::create_dir(class.join("dmar1")).unwrap();
-        assert_eq!(iommu_read(&collector), ((1, true), 0));
+        assert_eq!(read(&collector), (one.clone(), 0));
+        std::fs::create_dir(dir.join(second)).unwrap();
+        assert_eq!(read(&collector), (one, 0));
         collector.units().unwrap();
-        assert_eq!(iommu_read(&collector), ((2, true), 0));
-        // A link to itself: ELOOP, an error to report.
-        std::fs::remove_dir_all(&class).unwrap();
-        std::os::unix::fs::symlink("iommu", &class).unwrap();
+        assert_eq!(read(&collector), (two, 0));
+        std::fs::remove_dir_all(&dir).unwrap();
+        std::os::unix::fs::symlink(dir.file_name().unwrap(), &dir).unwrap();
         collector.units().unwrap();
-        assert_eq!(iommu_read(&collector), ((0, false), 1));
-        assert_eq!(iommu_read(&collector), ((0, false), 1));
+        assert_eq!(read(&collector), (broken.clone(), 1));
+        assert_eq!(read(&collector), (broken, 1));
+    }
+
+    /// The IOMMU state is read once per scrape (each device meant for passthrough asks).
+    #[test]
+    fn the_iommu_state_is_read_once_per_scrape() {
+        kept_for_the_scrape(
+            "class/iommu",
+            ["dmar0", "dmar1"],
+            iommu_read,
+            [(1, true), (2, true), (0, false)],
+        );
     }
 
     /// What one unit's read gets of a group's members, and the errors it reports.
@@ -248,29 +256,20 @@ mod tests {
         })
     }
 
-    /// A group is listed once per scrape, for the host unit and the device units alike: a
-    /// member added since shows from the next listing on. A listing that failed is not kept,
-    /// so that each unit that needs it reports the failure.
+    /// A group is listed once per scrape, for the host unit and the device units alike.
     #[test]
     fn a_group_is_listed_once_per_scrape() {
-        use crate::collector::Collector;
-        let tmp = tempfile::tempdir().unwrap();
-        let devices = tmp.path().join("kernel/iommu_groups/7/devices");
-        std::fs::create_dir_all(devices.join("0000:3b:00.0")).unwrap();
-        let collector = collector(tmp.path());
-        let one = Some(vec!["0000:3b:00.0".to_string()]);
-        assert_eq!(members_read(&collector, "7"), (one.clone(), 0));
-        std::fs::create_dir(devices.join("0000:3b:00.1")).unwrap();
-        assert_eq!(members_read(&collector, "7"), (one, 0));
-        collector.units().unwrap();
-        let two = vec!["0000:3b:00.0".to_string(), "0000:3b:00.1".to_string()];
-        assert_eq!(members_read(&collector, "7"), (Some(two), 0));
-        // A link to itself: ELOOP, an error to report.
-        std::fs::remove_dir_all(&devices).unwrap();
-        std::os::unix::fs::symlink("devices", &devices).unwrap();
-        collector.units().unwrap();
-        assert_eq!(members_read(&collector, "7"), (None, 1));
-        assert_eq!(members_read(&collector, "7"), (None, 1));
+        let names = |names: &[&str]| Some(names.iter().map(|name| name.to_string()).collect());
+        kept_for_the_scrape(
+            "kernel/iommu_groups/7/devices",
+            ["0000:3b:00.0", "0000:3b:00.1"],
+            |collector| members_read(collector, "7"),
+            [
+                names(&["0000:3b:00.0"]),
+                names(&["0000:3b:00.0", "0000:3b:00.1"]),
+                None,
+            ],
+        );
     }
 
     #[test]

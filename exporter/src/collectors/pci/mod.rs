@@ -224,6 +224,21 @@ impl PciCollector {
         }
     }
 
+    /// A device's directory: as this scrape's listing opened it when `listed` has it, else
+    /// opened now by its address.
+    fn device_dir(
+        &self,
+        address: &str,
+        listed: Option<Arc<SysDir>>,
+    ) -> Result<Arc<SysDir>, SysfsError> {
+        match listed {
+            Some(dir) => Ok(dir),
+            None => self
+                .sysfs_dir(&format!("{DEVICES_DIR}/{address}"))
+                .map(Arc::new),
+        }
+    }
+
     fn scrape(&self) -> std::sync::MutexGuard<'_, ScrapeState> {
         self.scrape.lock().unwrap_or_else(PoisonError::into_inner)
     }
@@ -752,6 +767,23 @@ fn collector_at(root: &Path) -> PciCollector {
         held: Default::default(),
         scrape: Default::default(),
     }
+}
+
+/// What `read` gets in one unit's read through `held`, and how many errors it reports.
+#[cfg(test)]
+fn unit_read<R>(
+    collector: &PciCollector,
+    held: &mut HeldAttributes,
+    read: impl FnOnce(&mut Read) -> R,
+) -> (R, usize) {
+    let mut out = Output::default();
+    let got = read(&mut Read {
+        collector,
+        reader: AttributeReader::default(),
+        held,
+        out: &mut out,
+    });
+    (got, out.errors.len())
 }
 
 #[cfg(test)]

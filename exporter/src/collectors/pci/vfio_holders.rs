@@ -10,14 +10,12 @@
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::Path;
-use std::sync::Arc;
 
 use crate::metrics::Value;
 use crate::sysfs::{Entry, SysDir};
 
 use super::{
-    Read, DEVICES_DIR, VFIO_DEVICE_HOLDERS, VFIO_HOLDER_INFO, VFIO_STALE_HOLDER_INFO,
-    VFIO_UNREADABLE_PROCESSES,
+    Read, VFIO_DEVICE_HOLDERS, VFIO_HOLDER_INFO, VFIO_STALE_HOLDER_INFO, VFIO_UNREADABLE_PROCESSES,
 };
 
 /// `/proc/<pid>/cmdline` is read up to this size: libvirt's QEMU command lines run to tens of
@@ -43,13 +41,7 @@ impl Read<'_> {
         let mut device_of_node: BTreeMap<String, &str> = BTreeMap::new();
         for address in devices {
             let listed = collector.scrape().vfio_bound.remove(address);
-            let dir = match listed {
-                Some(dir) => Ok(dir),
-                None => collector
-                    .sysfs_dir(&format!("{DEVICES_DIR}/{address}"))
-                    .map(Arc::new),
-            };
-            let Some(dir) = self.out.optional(dir) else {
+            let Some(dir) = self.out.optional(collector.device_dir(address, listed)) else {
                 continue;
             };
             for node in self.device_nodes(&dir) {
