@@ -685,7 +685,14 @@ mod tests {
         // Released (the hung listing, then the next one), the next scrape lists and reads.
         release.send(()).unwrap();
         release.send(()).unwrap();
-        tokio::time::sleep(Duration::from_millis(50)).await;
+        // Until the released listing has left: still there, it is a read still running.
+        let busy = hangs.slots[0].busy.clone();
+        for _ in 0..500 {
+            if lock(&busy).is_empty() {
+                break;
+            }
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
         let again = text(hangs.scrape().await);
         assert!(again.contains("hpcnode_test_up{device=\"a\"} 1"), "{again}");
         assert!(again.contains("hpcnode_scrape_collector_success{collector=\"hangs\"} 1"));

@@ -291,32 +291,22 @@ impl HeldAttributes {
         Some(held)
     }
 
-    /// Reads `name` under `dir` into `buf` through its held descriptor, opening (and holding)
-    /// it first when there is none or the held one is gone.
-    pub(super) fn read(
+    /// Reads `name` under `dir` into `buf` from `offset` through its held descriptor, opening
+    /// (and holding) it first when there is none or the held one is gone.
+    pub(super) fn read_at(
         &mut self,
         dir: &SysDir,
         name: &str,
         buf: &mut [u8],
+        offset: u64,
     ) -> Result<usize, SysfsError> {
-        self.read_present(dir, name, buf)?
+        self.read_present_at(dir, name, buf, offset)?
             .ok_or_else(|| SysfsError::io(dir.path(name), Errno::NOENT))
     }
 
-    /// As [`HeldAttributes::read`], with `None` for an attribute the directory lacks as
+    /// As [`HeldAttributes::read_at`], with `None` for an attribute the directory lacks as
     /// remembered, or found now: no error made (and no path for it) for what most devices
     /// lack every scrape.
-    pub(super) fn read_present(
-        &mut self,
-        dir: &SysDir,
-        name: &str,
-        buf: &mut [u8],
-    ) -> Result<Option<usize>, SysfsError> {
-        self.read_present_at(dir, name, buf, 0)
-    }
-
-    /// As [`HeldAttributes::read_present`], from `offset` in the attribute (a register of a
-    /// binary attribute such as a PCI device's `config`).
     pub(super) fn read_present_at(
         &mut self,
         dir: &SysDir,
@@ -376,7 +366,7 @@ impl HeldAttributes {
         Ok(Some(len))
     }
 
-    /// As [`HeldAttributes::read`], for an attribute whose value the kernel fixes when it makes
+    /// As [`HeldAttributes::read_at`], for an attribute whose value the kernel fixes when it makes
     /// the directory (a PCI device's `subsystem_vendor`, read by the kernel at enumeration):
     /// on sysfs read once and kept while the directory stays the same
     /// (its look: a device registered again is another inode), with no descriptor held for it;
@@ -393,7 +383,7 @@ impl HeldAttributes {
                 return Ok(content.len());
             }
         }
-        let len = self.read(dir, name, buf)?;
+        let len = self.read_at(dir, name, buf, 0)?;
         if let Some(held) = self.held_dir(dir).filter(|held| held.on_sysfs) {
             held.files.swap_remove(name.as_bytes());
             held.fixed.insert(name.into(), buf[..len].into());
@@ -511,10 +501,10 @@ impl HeldAttributes {
 }
 
 /// One [`HeldAttributes`] per unit of a collector (an RDMA device, a PCI device), with the
-/// collector's own state for the unit (`T`: the RDMA device's label values and label sets), each with a lock
-/// of its own: the scrape claims a unit before reading it, so only one read locks it, a read
-/// hung in a driver blocks no other unit, and units read at once share none of the
-/// collector's state.
+/// collector's own state for the unit (`T`: the RDMA device's label values and label sets, a
+/// PCI unit's room), each with a lock of its own: the scrape claims a unit before reading it,
+/// so only one read locks it, a read hung in a driver blocks no other unit, and units read at
+/// once share none of the collector's state.
 pub struct HeldByUnit<T = ()> {
     units: Mutex<HashMap<String, Arc<Mutex<UnitHeld<T>>>>>,
 }

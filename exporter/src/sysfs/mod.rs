@@ -305,7 +305,7 @@ impl SysDir {
         name: &str,
         reader: &'r mut AttributeReader,
     ) -> Result<&'r [u8], SysfsError> {
-        let len = self.open_and_read_first(name, &mut reader.buf[..])?;
+        let len = self.open_and_read_at(name, &mut reader.buf[..], 0)?;
         self.one_page(name, &reader.buf[..len])
     }
 
@@ -318,7 +318,7 @@ impl SysDir {
         held: &mut HeldAttributes,
         reader: &'r mut AttributeReader,
     ) -> Result<Option<&'r str>, SysfsError> {
-        let len = match held.read_present(self, name, &mut reader.buf[..]) {
+        let len = match held.read_present_at(self, name, &mut reader.buf[..], 0) {
             Ok(Some(len)) => len,
             Ok(None) => return Ok(None),
             Err(err) if err.is_absent() => return Ok(None),
@@ -386,9 +386,7 @@ impl SysDir {
         reader: &'r mut AttributeReader,
     ) -> Result<&'r [u8], SysfsError> {
         let len = len.min(MAX_ATTRIBUTE_BYTES);
-        let read = held
-            .read_present_at(self, name, &mut reader.buf[..len], offset as u64)?
-            .ok_or_else(|| SysfsError::io(self.path(name), Errno::NOENT))?;
+        let read = held.read_at(self, name, &mut reader.buf[..len], offset as u64)?;
         Ok(&reader.buf[..read])
     }
 
@@ -399,7 +397,7 @@ impl SysDir {
         held: &mut HeldAttributes,
         reader: &'r mut AttributeReader,
     ) -> Result<&'r [u8], SysfsError> {
-        let len = held.read(self, name, &mut reader.buf[..])?;
+        let len = held.read_at(self, name, &mut reader.buf[..], 0)?;
         self.one_page(name, &reader.buf[..len])
     }
 
@@ -466,13 +464,8 @@ impl SysDir {
         })
     }
 
-    /// Opens a file non-blocking, reads once into `buf` and closes it; refuses what is not a
-    /// regular file.
-    fn open_and_read_first(&self, name: &str, buf: &mut [u8]) -> Result<usize, SysfsError> {
-        self.open_and_read_at(name, buf, 0)
-    }
-
-    /// As [`SysDir::open_and_read_first`], from `offset` in the file.
+    /// Opens a file non-blocking, reads once into `buf` from `offset` and closes it; refuses
+    /// what is not a regular file.
     fn open_and_read_at(
         &self,
         name: &str,
@@ -793,6 +786,15 @@ mod tests {
             .unwrap_err();
         assert!(started.elapsed() < Duration::from_secs(1));
         assert_eq!(err.kind(), ErrorKind::NotRegularFile, "{err}");
+        // Read at an offset beyond the held budget (opened for the read): refused alike.
+        let budget: &'static HeldBudget = Box::leak(Box::new(HeldBudget::new(0)));
+        let mut held = HeldAttributes::with_budget(budget);
+        let mut reader = AttributeReader::default();
+        let err = dir
+            .read_held_at("port_xmit_data", 4, 2, &mut held, &mut reader)
+            .unwrap_err();
+        assert!(started.elapsed() < Duration::from_secs(1));
+        assert_eq!(err.kind(), ErrorKind::NotRegularFile, "{err}");
     }
 
     #[test]
@@ -970,6 +972,12 @@ mod tests {
     fn an_absent_optional_attribute_is_none_not_an_error() {
         let (tmp, dir) = dir_with(&[("sriov_numvfs", "4\n"), ("garbage", "x\n")]);
         fs::create_dir(tmp.path().join("subdir")).unwrap();
+        // Settled: its absent names are remembered, as on sysfs.
+        let an_hour_ago = std::time::SystemTime::now() - Duration::from_secs(3600);
+        fs::File::open(tmp.path())
+            .unwrap()
+            .set_modified(an_hour_ago)
+            .unwrap();
         let mut held = HeldAttributes::default();
         let mut reader = AttributeReader::default();
         for _ in 0..2 {
@@ -994,8 +1002,20 @@ mod tests {
             assert_eq!(err.kind(), ErrorKind::NotRegularFile, "{err}");
             held.end_round();
         }
-        // Made since: found once the directory changed.
+        // Made since behind the directory's back (its time as it was): still remembered as
+        // absent, as on sysfs; found once the directory changed.
         fs::write(tmp.path().join("sriov_totalvfs"), "8\n").unwrap();
+        fs::File::open(tmp.path())
+            .unwrap()
+            .set_modified(an_hour_ago)
+            .unwrap();
+        let total = dir.read_held_optional_u64("sriov_totalvfs", &mut held, &mut reader);
+        assert_eq!(total.unwrap(), None);
+        held.end_round();
+        fs::File::open(tmp.path())
+            .unwrap()
+            .set_modified(std::time::SystemTime::now())
+            .unwrap();
         let total = dir.read_held_optional_u64("sriov_totalvfs", &mut held, &mut reader);
         assert_eq!(total.unwrap(), Some(8));
     }

@@ -909,8 +909,6 @@ mod tests {
         assert_eq!(received(), Some(Value::Int(7)));
     }
 
-    /// A port's counters keep their labels from one scrape to the next, and a listing that
-    /// changed (a counter gone, another new) labels each value with its own file's name.
     /// A port that goes takes its label sets with it; one that comes back gets its own.
     #[test]
     fn a_port_gone_takes_its_label_sets() {
@@ -937,6 +935,8 @@ mod tests {
         assert_eq!(kept(), 2);
     }
 
+    /// A port's counters keep their labels from one scrape to the next, and a listing that
+    /// changed (a counter gone, another new) labels each value with its own file's name.
     #[test]
     fn hw_counter_labels_follow_their_listing() {
         let tmp = tempfile::tempdir().unwrap();
