@@ -161,12 +161,14 @@ def main():
             target.check = check(target.label, status, body, args.devices)
             target.latencies.clear()
             target.cpu_ticks = -target.cpu()
+            target.system_ticks = -target.cpu_split()[1]
         for _ in range(args.scrapes):
             for target in targets:
                 target.last = target.scrape()
                 target.body_bytes, target.samples = len(target.last[1]), target.last[1].count(b"\n")
         for target in targets:
             target.cpu_ticks += target.cpu()
+            target.system_ticks += target.cpu_split()[1]
             # Each target's own last scrape (not whichever target the loop scraped last).
             status, body = target.last
             target.check += "; last: " + check(target.label, status, body, args.devices)
@@ -182,6 +184,11 @@ def main():
                 statistics.median(target.latencies) * 1000,
                 scrape_bench.percentile(target.latencies, 0.99) * 1000,
                 cpu_ms, cpu_ms * 1000 / args.devices, target.hwm_kib / 1024, target.body_bytes / 1024))
+        for target in targets:
+            per_device_us = tick_ms * 1000 / args.scrapes / args.devices
+            system_us = target.system_ticks * per_device_us
+            print("%s: CPU per device %.1f us in the kernel (stime), %.1f us in user space (utime)"
+                  % (target.label, system_us, target.cpu_ticks * per_device_us - system_us))
         if args.compare:
             first, second = targets[0], targets[1]
             print("hpcnode / compare: CPU per scrape %.2f, latency median %.2f, peak RSS %.2f" % (

@@ -215,9 +215,13 @@ class Target:
         return status, body
 
     def cpu(self):
+        return sum(self.cpu_split())
+
+    def cpu_split(self):
+        """User and system CPU time so far, in clock ticks."""
         with open("/proc/%d/stat" % self.proc.pid) as f:
             fields = f.read().rsplit(")", 1)[1].split()
-        return int(fields[11]) + int(fields[12])  # utime, stime (fields 14, 15)
+        return int(fields[11]), int(fields[12])  # utime, stime (fields 14, 15)
 
     def memory(self):
         vals = {}
