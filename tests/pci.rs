@@ -464,12 +464,16 @@ fn config_space_rewritten_in_place_is_seen() {
     assert_eq!(errors_total(&text, "pci"), 0, "{text}");
 }
 
-/// A link width that is not a number is reported once, not silently dropped; the speed and
-/// the other device's width are still exported.
+/// Where config space stops at the 64-byte header (a reader short of root), the link comes
+/// from the `*_link_*` attributes: a width that is not a number is reported once, not
+/// silently dropped; the speed and the other device's width are still exported.
 #[test]
 fn garbage_link_width_is_reported() {
     let tree = util::TreeCopy::with_rootfs("pci_host");
     let devices = tree.sys().join("bus/pci/devices");
+    let config = devices.join("0000:3b:00.0/config");
+    let header = std::fs::read(&config).unwrap()[..64].to_vec();
+    std::fs::write(&config, header).unwrap();
     std::fs::write(devices.join("0000:3b:00.0/current_link_width"), "x16\n").unwrap();
     let exporter = util::start_on_root("pci", tree.root(), &[]);
     let text = scrape(&exporter);
@@ -487,6 +491,35 @@ fn garbage_link_width_is_reported() {
         log.matches("0000:3b:00.0/current_link_width").count(),
         1,
         "{log}"
+    );
+}
+
+/// Where config space has the PCIe capability, the link is its Link Capabilities and Link
+/// Status registers, which the kernel reads for the `*_link_*` attributes: those are not read
+/// (garbage in them is no error), and the figures are the registers'.
+#[test]
+fn the_link_comes_from_config_space_where_it_has_the_pcie_capability() {
+    let tree = util::TreeCopy::with_rootfs("pci_host");
+    let devices = tree.sys().join("bus/pci/devices");
+    for name in [
+        "current_link_speed",
+        "current_link_width",
+        "max_link_speed",
+        "max_link_width",
+    ] {
+        std::fs::write(devices.join("0000:3b:00.0").join(name), "garbage\n").unwrap();
+    }
+    let exporter = util::start_on_root("pci", tree.root(), &[]);
+    let text = scrape(&exporter);
+    assert_eq!(errors_total(&text, "pci"), 0, "{text}");
+    assert_lines(
+        &text,
+        &[
+            "hpcnode_pci_link_speed_transfers_per_second{device=\"0000:3b:00.0\",link=\"current\"} 8000000000.0",
+            "hpcnode_pci_link_width{device=\"0000:3b:00.0\",link=\"current\"} 16",
+            "hpcnode_pci_link_speed_transfers_per_second{device=\"0000:3b:00.0\",link=\"maximum\"} 8000000000.0",
+            "hpcnode_pci_link_width{device=\"0000:3b:00.0\",link=\"maximum\"} 16",
+        ],
     );
 }
 

@@ -388,10 +388,11 @@ impl Read<'_> {
     /// Link speed and width from sysfs (`current_link_speed`, ...), else from the PCIe
     /// capability when config space could be read.
     fn link_state(&mut self, dir: &SysDir, labels: &Labels, space: &ConfigSpace) {
-        // Both are read every scrape: the current link is trained again at will, and the
-        // maximum is the Link Capabilities register read again by the kernel on each read,
-        // all ones while the device cannot answer (D3cold, link down), which read once would
-        // stay for the life of the device.
+        // The PCIe capability, where the config space read has it (as root), is what the
+        // kernel reads for the `*_link_*` attributes, register for register (a config cycle
+        // each), and those registers were just read with it. The attributes are read where it
+        // is not (the 64-byte header of a reader short of root), and for a speed whose
+        // encoding is newer than this table.
         for (which, from_config, [speed_file, width_file]) in [
             (
                 "current",
@@ -404,31 +405,39 @@ impl Read<'_> {
                 ["max_link_speed", "max_link_width"],
             ),
         ] {
-            let speed = dir.read_held(speed_file, self.held, &mut self.reader);
-            let speed = speed.map(str::to_string);
-            let speed = match self.out.optional(speed) {
-                Some(text) => parse_link_speed(&text),
-                None => from_config.and_then(|l| l.speed_gts),
+            let speed = match from_config.and_then(|l| l.speed_gts) {
+                Some(gts) => Some(gts),
+                None => {
+                    let speed = dir.read_held(speed_file, self.held, &mut self.reader);
+                    let speed = speed.map(str::to_string);
+                    self.out
+                        .optional(speed)
+                        .and_then(|text| parse_link_speed(&text))
+                }
             };
-            // The kernel prints the width as a number (0 while the link is down).
-            let width = dir.read_held(width_file, self.held, &mut self.reader);
-            let width = width.map(str::to_string);
-            let width = match self.out.optional(width) {
-                Some(text) => match text.parse::<u64>() {
-                    Ok(width) => Some(width).filter(|w| *w > 0),
-                    Err(_) => {
-                        let path = dir.path(width_file);
-                        self.error(SysfsError::parse(&path, "not a link width", &text));
-                        None
-                    }
-                },
-                None => from_config.map(|l| u64::from(l.width)).filter(|w| *w > 0),
+            // The width is 0 while the link is down.
+            let width = match from_config {
+                Some(link) => Some(u64::from(link.width)),
+                None => {
+                    let width = dir.read_held(width_file, self.held, &mut self.reader);
+                    let width = width.map(str::to_string);
+                    self.out
+                        .optional(width)
+                        .and_then(|text| match text.parse::<u64>() {
+                            Ok(width) => Some(width),
+                            Err(_) => {
+                                let path = dir.path(width_file);
+                                self.error(SysfsError::parse(&path, "not a link width", &text));
+                                None
+                            }
+                        })
+                }
             };
             let link = || with_label(labels, ("link", which.into()));
             if let Some(gts) = speed {
                 self.push(&LINK_SPEED, link(), Value::Float(gts * 1e9));
             }
-            if let Some(width) = width {
+            if let Some(width) = width.filter(|w| *w > 0) {
                 self.push(&LINK_WIDTH, link(), Value::Int(width));
             }
         }
