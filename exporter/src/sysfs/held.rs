@@ -510,7 +510,13 @@ pub struct HeldByUnit<T = ()> {
 }
 
 /// What one unit holds: its descriptors and the collector's state for it.
-type UnitHeld<T> = (HeldAttributes, T);
+#[derive(Default)]
+struct UnitHeld<T> {
+    held: HeldAttributes,
+    state: T,
+    /// Whether its round was left open by [`HeldByUnit::read_opening`].
+    round_open: bool,
+}
 
 impl<T> Default for HeldByUnit<T> {
     fn default() -> Self {
@@ -525,6 +531,27 @@ impl<T: Default> HeldByUnit<T> {
     /// locked (a read of it still running), `read` gets a set (and state) of its own for its
     /// length rather than wait.
     pub fn read<R>(&self, unit: &str, read: impl FnOnce(&mut HeldAttributes, &mut T) -> R) -> R {
+        self.read_in_round(unit, false, |held, state| (read(held, state), false))
+    }
+
+    /// As [`HeldByUnit::read`], in a new round that stays open when `read` says so: the
+    /// unit's next [`HeldByUnit::read`] (a collector's read of a unit its listing read from)
+    /// goes on in it, looking at no directory again. A round left open and never gone on
+    /// with (the unit was not read after all) is ended first.
+    pub fn read_opening<R>(
+        &self,
+        unit: &str,
+        read: impl FnOnce(&mut HeldAttributes, &mut T) -> (R, bool),
+    ) -> R {
+        self.read_in_round(unit, true, read)
+    }
+
+    fn read_in_round<R>(
+        &self,
+        unit: &str,
+        new_round: bool,
+        read: impl FnOnce(&mut HeldAttributes, &mut T) -> (R, bool),
+    ) -> R {
         let held = {
             let mut units = self.units.lock().unwrap_or_else(PoisonError::into_inner);
             // Looked up before it is made: a scrape reads hundreds of units, all known.
@@ -537,12 +564,18 @@ impl<T: Default> HeldByUnit<T> {
             Ok(guard) => guard,
             Err(TryLockError::Poisoned(poisoned)) => poisoned.into_inner(),
             Err(TryLockError::WouldBlock) => {
-                return read(&mut HeldAttributes::default(), &mut T::default())
+                return read(&mut HeldAttributes::default(), &mut T::default()).0
             }
         };
-        let (held, own) = &mut *guard;
-        let result = read(held, own);
-        held.end_round();
+        let unit = &mut *guard;
+        if new_round && unit.round_open {
+            unit.held.end_round();
+        }
+        let (result, stays_open) = read(&mut unit.held, &mut unit.state);
+        unit.round_open = stays_open;
+        if !stays_open {
+            unit.held.end_round();
+        }
         result
     }
 
@@ -953,6 +986,38 @@ mod tests {
         assert_eq!((held.len(), budget.held()), (1, 1));
         drop(held);
         assert_eq!(budget.held(), 0);
+    }
+
+    /// A round the listing leaves open goes on in the unit's read (what both read stays
+    /// held); one never gone on with ends before the next, closing what it did not read.
+    #[test]
+    fn a_round_left_open_goes_on_in_the_next_read_or_ends_before_the_next_opening() {
+        let (_tmp, dir) = dir_with(&[("a", "1\n"), ("b", "2\n")]);
+        let units: HeldByUnit = HeldByUnit::default();
+        let mut reader = AttributeReader::default();
+        // Reads `name` (whose content is `1` for `a`, `2` for `b`): how many are held then.
+        let mut read = |name: &str, held: &mut HeldAttributes| {
+            let content = if name == "a" { "1" } else { "2" };
+            assert_eq!(dir.read_held(name, held, &mut reader).unwrap(), content);
+            held.len()
+        };
+        assert_eq!(
+            units.read_opening("u", |held, ()| (read("a", held), true)),
+            1
+        );
+        assert_eq!(units.read("u", |held, ()| read("b", held)), 2);
+        // Left open, and never gone on with: "b", not read in it, is closed when it ends.
+        assert_eq!(
+            units.read_opening("u", |held, ()| (read("a", held), true)),
+            2
+        );
+        assert_eq!(
+            units.read_opening("u", |held, ()| (read("a", held), false)),
+            1
+        );
+        // Not left open: that round ended with it, and this one closes "a", not read in it.
+        assert_eq!(units.read("u", |held, ()| read("b", held)), 2);
+        assert_eq!(units.read("u", |held, ()| read("b", held)), 1);
     }
 
     /// On real sysfs a fixed attribute is read once and kept with no descriptor: a PCI

@@ -13,7 +13,7 @@ use crate::sysfs::{SysDir, SysfsError};
 
 use super::config_space::{self, ConfigSpace, BAR_COUNT};
 use super::host::IOMMU_GROUPS_DIR;
-use super::identity::{parse_id16, read_id, Identity};
+use super::identity::{kernel_hex, parse_id16, read_id, Identity, KERNEL_HEX_BYTES};
 use super::modules;
 use super::nova::DeviceType;
 use super::{
@@ -54,7 +54,7 @@ struct DeviceState {
 impl Read<'_> {
     pub(super) fn device(&mut self, address: &str, by_nova: bool) {
         let collector = self.collector;
-        let labels: Labels = vec![("device", address.to_string().into())];
+        let labels: Labels = vec![("device", self.labels.get(address))];
         let listed = collector.scrape().listed.remove(address);
         let (dir, listed) = match listed {
             Some(ListedDevice {
@@ -136,15 +136,18 @@ impl Read<'_> {
         labels: &Labels,
         listed: Option<(Result<String, SysfsError>, Identity)>,
     ) -> DeviceState {
+        // Label values: the unit's own, made once.
         let text = |read: &mut Self, name: &str| {
             let text = dir.read_held(name, read.held, &mut read.reader);
-            let text = text.map(str::to_string);
-            read.out.optional(text).unwrap_or_default()
+            read.labels.get(read.out.optional(text).unwrap_or_default())
         };
         let fixed = |read: &mut Self, name: &str| {
             let text = dir.read_fixed(name, read.held, &mut read.reader);
-            let text = text.map(str::to_string);
-            read.out.optional(text).unwrap_or_default()
+            read.labels.get(read.out.optional(text).unwrap_or_default())
+        };
+        let hex = |read: &mut Self, value: u32, digits: usize| {
+            read.labels
+                .get(kernel_hex(value, digits, &mut [0; KERNEL_HEX_BYTES]))
         };
         let link = |read: &mut Self, target: Result<String, SysfsError>| {
             read.out.optional(target).unwrap_or_default()
@@ -160,9 +163,9 @@ impl Read<'_> {
         let (vendor, device, class) = match identity {
             // As the kernel prints them: `0x%04x`, the class `0x%06x`.
             Some(id) => (
-                format!("{:#06x}", id.vendor),
-                format!("{:#06x}", id.device),
-                format!("{:#08x}", id.class),
+                hex(self, id.vendor.into(), 4),
+                hex(self, id.device.into(), 4),
+                hex(self, id.class, 6),
             ),
             None => (
                 text(self, "vendor"),
@@ -170,25 +173,19 @@ impl Read<'_> {
                 text(self, "class"),
             ),
         };
-        let ids = parse_id16(&vendor).zip(parse_id16(&device));
+        let ids = parse_id16(vendor.as_str()).zip(parse_id16(device.as_str()));
         let iommu_group = link(self, dir.link_target_name("iommu_group"));
         let mut info = labels.clone();
         info.extend([
-            ("vendor_id", vendor.into()),
-            ("device_id", device.into()),
-            (
-                "subsystem_vendor_id",
-                fixed(self, "subsystem_vendor").into(),
-            ),
-            (
-                "subsystem_device_id",
-                fixed(self, "subsystem_device").into(),
-            ),
-            ("class", class.into()),
-            ("driver", driver.clone().into()),
-            ("iommu_group", iommu_group.clone().into()),
-            ("numa_node", text(self, "numa_node").into()),
-            ("physical_function", physical_function.into()),
+            ("vendor_id", vendor),
+            ("device_id", device),
+            ("subsystem_vendor_id", fixed(self, "subsystem_vendor")),
+            ("subsystem_device_id", fixed(self, "subsystem_device")),
+            ("class", class),
+            ("driver", self.labels.get(&driver)),
+            ("iommu_group", self.labels.get(&iommu_group)),
+            ("numa_node", text(self, "numa_node")),
+            ("physical_function", self.labels.get(&physical_function)),
             ("nova_device_type", device_type.as_str().into()),
         ]);
         self.push(&DEVICE_INFO, info, Value::Int(1));

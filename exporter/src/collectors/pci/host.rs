@@ -55,16 +55,14 @@ impl Read<'_> {
                 let Some(group) = self.out.reported(group.into_name()) else {
                     continue;
                 };
-                // Paths below the groups' directory: one open each, not the group's too.
-                let kind = groups.read(&format!("{group}/type"), &mut self.reader);
-                let kind = self.out.optional(kind.map(str::to_string));
+                // A path below the groups' directory, held open: not the group's too.
+                let kind = groups.read_held(&format!("{group}/type"), self.held, &mut self.reader);
+                let kind = self.labels.get(self.out.optional(kind).unwrap_or_default());
                 if let Some(members) = self.group_members(&group) {
+                    let labels = vec![("group", self.labels.get(&group)), ("type", kind)];
                     self.push(
                         &IOMMU_GROUP_DEVICES,
-                        vec![
-                            ("group", group.into()),
-                            ("type", kind.unwrap_or_default().into()),
-                        ],
+                        labels,
                         Value::Int(members.len() as u64),
                     );
                 }
@@ -193,6 +191,7 @@ mod tests {
             collector: &collector,
             reader: Default::default(),
             held: &mut Default::default(),
+            labels: &mut Default::default(),
             out: &mut out,
         };
         let (units, enabled) = read.iommu();

@@ -70,6 +70,24 @@ pub struct Identity {
     pub class: u32,
 }
 
+/// The bytes [`kernel_hex`] writes at most: `0x` and eight digits.
+pub const KERNEL_HEX_BYTES: usize = 10;
+
+/// `value` as the kernel prints an id (`0x%04x`, the class `0x%06x`): `0x` and at least
+/// `digits` lowercase hex digits, written into `buf` (no allocation: a label value made
+/// once per unit is looked up by it every scrape).
+pub fn kernel_hex(value: u32, digits: usize, buf: &mut [u8; KERNEL_HEX_BYTES]) -> &str {
+    const HEX: &[u8; 16] = b"0123456789abcdef";
+    let needed = value.checked_ilog(16).map_or(1, |top| top as usize + 1);
+    let digits = digits.clamp(needed, KERNEL_HEX_BYTES - 2);
+    buf[..2].copy_from_slice(b"0x");
+    for (i, byte) in buf[2..2 + digits].iter_mut().enumerate() {
+        let shift = 4 * (digits - 1 - i);
+        *byte = HEX[(value >> shift) as usize & 0xF];
+    }
+    std::str::from_utf8(&buf[..2 + digits]).unwrap_or_default()
+}
+
 /// The identity of the device in `dir`, named `address`; `None` when any part cannot be read
 /// or parsed (such a device is not one this collector can choose).
 pub fn read_identity(
@@ -80,7 +98,8 @@ pub fn read_identity(
 ) -> Option<Identity> {
     let mut id = |name: &str| {
         let text = match held.as_deref_mut() {
-            Some(held) => dir.read_held(name, held, reader),
+            // The kernel fixes them with the device (read at enumeration).
+            Some(held) => dir.read_fixed(name, held, reader),
             None => dir.read(name, reader),
         };
         parse_id(text.ok()?)
@@ -97,6 +116,23 @@ pub fn read_identity(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn kernel_hex_is_printf_hex() {
+        for (value, digits) in [
+            (0, 4),
+            (0x10de, 4),
+            (0x1eb8, 4),
+            (0x30200, 6),
+            (0xabcdef12, 4),
+        ] {
+            let expected = format!("{value:#0width$x}", width = digits + 2);
+            assert_eq!(
+                kernel_hex(value, digits, &mut [0; KERNEL_HEX_BYTES]),
+                expected
+            );
+        }
+    }
 
     #[test]
     fn addresses() {

@@ -32,7 +32,7 @@ use crate::collector::{
 };
 use crate::flags::{repeated, ConfigError, Flags};
 use crate::logging::{self, Level};
-use crate::metrics::{Desc, Label, Room, Value};
+use crate::metrics::{Desc, Label, LabelCache, Room, Value};
 use crate::sysfs::{
     AttributeReader, Entry, FileStamp, HeldAttributes, HeldByUnit, SysDir, SysfsError,
 };
@@ -123,7 +123,6 @@ impl Settings for PciSettings {
             logged_unreadable: AtomicBool::new(false),
             aliases: Stamped::default(),
             modprobe_rules: Stamped::default(),
-            listing_held: HeldByUnit::default(),
             held: HeldByUnit::default(),
             scrape: Mutex::default(),
         }))
@@ -176,11 +175,10 @@ struct PciCollector {
     aliases: Stamped<(String, FileStamp), String>,
     /// The modprobe.d rules, kept while the stamps of their directories and files stay the same.
     modprobe_rules: Stamped<Vec<FileStamp>, ModprobeRules>,
-    /// Per PCI device, the identity attributes the listing reads, held open between scrapes.
-    listing_held: HeldByUnit,
-    /// Per device and root port unit, the attributes its read reads, held likewise, and
-    /// what it pushed.
-    held: HeldByUnit<Room>,
+    /// Per PCI device (the identity attributes the listing reads, and those its unit's read
+    /// reads), per root port and for the host unit ([`HOST_UNIT`]): the attributes read,
+    /// held open between scrapes, and what the unit keeps.
+    held: HeldByUnit<UnitState>,
     /// What the last listing opened, and what its units' reads share.
     scrape: Mutex<ScrapeState>,
 }
@@ -204,6 +202,18 @@ struct ScrapeState {
     /// The directories of the devices bound to vfio-pci as the listing opened them, for the
     /// vfio holders unit to take.
     vfio_bound: HashMap<String, Arc<SysDir>>,
+}
+
+/// The key in [`PciCollector::held`] of the host unit, which no PCI address can be.
+const HOST_UNIT: &str = "host";
+
+/// What a unit keeps from one read to the next besides its held attributes.
+#[derive(Default)]
+struct UnitState {
+    /// What it pushed: room to reserve for its next read.
+    pushed: Room,
+    /// Its label values, which repeat scrape after scrape (ids, driver, IOMMU group).
+    labels: LabelCache,
 }
 
 /// A device of interest as the listing found it.
@@ -592,31 +602,39 @@ impl Collector for PciCollector {
             let Ok(dir) = devices.link_dir(address).map(Arc::new) else {
                 continue;
             };
-            let identity = self.listing_held.read(address, |held, ()| {
-                read_identity(&dir, address, &mut reader, Some(held))
+            // Read in the device's held set, in a round its unit's read goes on in.
+            let listed = self.held.read_opening(address, |held, _| {
+                let Some(identity) = read_identity(&dir, address, &mut reader, Some(held)) else {
+                    return (None, false);
+                };
+                // Unusable names under `net` are the nova unit's to report.
+                let nova =
+                    nova_check::nova_identity(&dir, &identity, with_netdevs, &mut Vec::new());
+                let by_nova = specs.iter().any(|spec| spec.matches(&nova));
+                let named = self
+                    .devices
+                    .iter()
+                    .chain(&self.passthrough)
+                    .any(|s| s.matches(address, identity.vendor, identity.device));
+                let driver = dir.link_target_name("driver");
+                let on_vfio = driver.as_ref().is_ok_and(|d| d == VFIO_DRIVER);
+                let interesting = by_nova
+                    || named
+                    || on_vfio
+                    || CLASSES_OF_INTEREST.contains(&(identity.class >> 8))
+                    || RDMA_VENDORS.contains(&identity.vendor);
+                (
+                    Some((identity, by_nova, driver, on_vfio, interesting)),
+                    interesting,
+                )
             });
-            let Some(identity) = identity else {
+            let Some((identity, by_nova, driver, on_vfio, interesting)) = listed else {
                 continue;
             };
-            // Unusable names under `net` are the nova unit's to report.
-            let nova = nova_check::nova_identity(&dir, &identity, with_netdevs, &mut Vec::new());
-            let by_nova = specs.iter().any(|spec| spec.matches(&nova));
-            let named = self
-                .devices
-                .iter()
-                .chain(&self.passthrough)
-                .any(|s| s.matches(address, identity.vendor, identity.device));
-            let driver = dir.link_target_name("driver");
-            let on_vfio = driver.as_ref().is_ok_and(|d| d == VFIO_DRIVER);
             if on_vfio {
                 vfio_bound.push(address.clone());
                 vfio_dirs.insert(address.clone(), dir.clone());
             }
-            let interesting = by_nova
-                || named
-                || on_vfio
-                || CLASSES_OF_INTEREST.contains(&(identity.class >> 8))
-                || RDMA_VENDORS.contains(&identity.vendor);
             if interesting {
                 units.push(Unit::Device {
                     address: address.clone(),
@@ -638,8 +656,8 @@ impl Collector for PciCollector {
             }
         }
         let listed: HashSet<&str> = addresses.iter().map(String::as_str).collect();
-        self.listing_held.retain(|address| listed.contains(address));
-        self.held.retain(|address| listed.contains(address));
+        self.held
+            .retain(|unit| unit == HOST_UNIT || listed.contains(unit));
         // A root port that is a device of interest itself is read as one.
         root_ports.retain(|port| {
             !units
@@ -682,11 +700,12 @@ impl Collector for PciCollector {
     }
 
     fn collect_unit(&self, unit: &Unit, out: &mut Output) {
-        let read_unit = |held: &mut HeldAttributes, out: &mut Output| {
+        let read_unit = |held: &mut HeldAttributes, labels: &mut LabelCache, out: &mut Output| {
             let mut read = Read {
                 collector: self,
                 reader: AttributeReader::default(),
                 held,
+                labels,
                 out,
             };
             match unit {
@@ -705,17 +724,24 @@ impl Collector for PciCollector {
                 }
             }
         };
-        match unit {
-            Unit::Device { address, .. } | Unit::RootPort { address } => {
-                self.held.read(address, |held, pushed| {
-                    // About as many as its last read: pushed without growing a list.
-                    out.samples.reserve(*pushed);
-                    read_unit(held, out);
-                    *pushed = out.samples.pushed();
-                })
-            }
+        let held_as = match unit {
+            Unit::Device { address, .. } | Unit::RootPort { address } => Some(address.as_str()),
+            Unit::Host => Some(HOST_UNIT),
             // They read nothing through held descriptors.
-            _ => read_unit(&mut HeldAttributes::default(), out),
+            _ => None,
+        };
+        match held_as {
+            Some(key) => self.held.read(key, |held, state| {
+                // About as many as its last read: pushed without growing a list.
+                out.samples.reserve(state.pushed);
+                read_unit(held, &mut state.labels, out);
+                state.pushed = out.samples.pushed();
+            }),
+            None => read_unit(
+                &mut HeldAttributes::default(),
+                &mut LabelCache::default(),
+                out,
+            ),
         }
     }
 }
@@ -726,6 +752,8 @@ struct Read<'a> {
     reader: AttributeReader,
     /// The unit's attributes held open between scrapes.
     held: &'a mut HeldAttributes,
+    /// The unit's label values, kept between scrapes.
+    labels: &'a mut LabelCache,
     out: &'a mut Output,
 }
 
@@ -763,7 +791,6 @@ fn collector_at(root: &Path) -> PciCollector {
         logged_unreadable: Default::default(),
         aliases: Default::default(),
         modprobe_rules: Default::default(),
-        listing_held: Default::default(),
         held: Default::default(),
         scrape: Default::default(),
     }
@@ -781,6 +808,7 @@ fn unit_read<R>(
         collector,
         reader: AttributeReader::default(),
         held,
+        labels: &mut LabelCache::default(),
         out: &mut out,
     });
     (got, out.errors.len())
