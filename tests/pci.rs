@@ -759,6 +759,46 @@ fn iommu_faults_from_the_kernel_log() {
     }
 }
 
+/// A device registered again below another root port (a new directory: another inode) has
+/// that port's AER read, and no longer the old one's: what the listing keeps of where a device
+/// sits goes with its directory.
+#[test]
+fn a_device_registered_again_elsewhere_has_its_new_root_port() {
+    let tree = util::TreeCopy::with_rootfs("pci_host");
+    let sys = tree.sys();
+    let exporter = util::start_on_root("pci", tree.root(), &[]);
+    let old_port = "hpcnode_pci_aer_root_port_messages_total{device=\"0000:3a:00.0\",";
+    // Twice: the second scrape finds the root port kept from the first.
+    for _ in 0..2 {
+        let text = scrape(&exporter);
+        assert!(text.contains(old_port), "{text}");
+    }
+    let old = sys.join("devices/pci0000:3a/0000:3a:00.0/0000:3b:00.0");
+    let new = sys.join("devices/pci0000:ad/0000:ad:00.0/0000:3b:00.0");
+    let copied = Command::new("cp")
+        .arg("-a")
+        .arg(&old)
+        .arg(&new)
+        .status()
+        .unwrap();
+    assert!(copied.success());
+    std::fs::remove_dir_all(&old).unwrap();
+    let link = sys.join("bus/pci/devices/0000:3b:00.0");
+    std::fs::remove_file(&link).unwrap();
+    std::os::unix::fs::symlink(
+        "../../../devices/pci0000:ad/0000:ad:00.0/0000:3b:00.0",
+        &link,
+    )
+    .unwrap();
+    let text = scrape(&exporter);
+    assert!(
+        text.contains("hpcnode_pci_device_info{device=\"0000:3b:00.0\""),
+        "{text}"
+    );
+    assert!(!text.contains(old_port), "{text}");
+    assert_eq!(errors_total(&text, "pci"), 0, "{text}");
+}
+
 /// A QEMU whose open files the exporter may not read (another user's, without CAP_SYS_PTRACE)
 /// is counted as unreadable and said once in the log, never guessed at; the scrape still
 /// succeeds.

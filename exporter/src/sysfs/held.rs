@@ -74,8 +74,8 @@ fn held_attribute_gone(errno: Errno) -> bool {
 }
 
 /// What tells a directory's entries changed: its inode and modification time.
-#[derive(Clone, Copy, PartialEq, Eq)]
-struct DirStamp {
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+pub struct DirStamp {
     device: u64,
     inode: u64,
     modified: (i64, u64),
@@ -389,6 +389,16 @@ impl HeldAttributes {
             held.fixed.insert(name.into(), buf[..len].into());
         }
         Ok(len)
+    }
+
+    /// `dir`'s stamp as this round looked at it, for what a collector derives from where the
+    /// directory is and keeps while it is the same (a PCI device's root port, from the path
+    /// its link leads to: the kernel never moves a device's directory, and one registered
+    /// again is another inode). `None` when it cannot be looked at, or outside sysfs while it
+    /// settles (its time may hide a change).
+    pub fn stamp(&mut self, dir: &SysDir) -> Option<DirStamp> {
+        let held = self.held_dir(dir)?;
+        (!held.check_links).then_some(held.stamp)
     }
 
     /// Reads `dir` from now on as if it were on sysfs: what a collector does there, tested on

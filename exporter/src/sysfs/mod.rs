@@ -35,7 +35,7 @@ use crate::error::{CollectError, ErrorKind};
 mod held;
 mod resolve;
 
-pub use held::{HeldAttributes, HeldBudget, HeldByUnit};
+pub use held::{DirStamp, HeldAttributes, HeldBudget, HeldByUnit};
 use resolve::{resolve, Scope};
 
 /// sysfs attributes are at most one page; anything longer is not an attribute.

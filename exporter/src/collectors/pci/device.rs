@@ -13,7 +13,7 @@ use crate::sysfs::{SysDir, SysfsError};
 
 use super::config_space::{self, ConfigSpace, BAR_COUNT};
 use super::host::IOMMU_GROUPS_DIR;
-use super::identity::{kernel_hex, parse_id16, read_id, Identity, KERNEL_HEX_BYTES};
+use super::identity::{kernel_hex, parse_id16, read_id, KERNEL_HEX_BYTES};
 use super::modules;
 use super::nova::DeviceType;
 use super::{
@@ -56,15 +56,7 @@ impl Read<'_> {
         let collector = self.collector;
         let labels: Labels = vec![("device", self.labels.get(address))];
         let listed = collector.scrape().listed.remove(address);
-        let (dir, listed) = match listed {
-            Some(ListedDevice {
-                dir,
-                driver,
-                identity,
-            }) => (Some(dir), Some((driver, identity))),
-            None => (None, None),
-        };
-        let dir = match collector.device_dir(address, dir) {
+        let dir = match collector.device_dir(address, listed.as_ref().map(|l| l.dir.clone())) {
             Ok(dir) => dir,
             Err(err) if err.is_absent() => {
                 // Meant for passthrough but not on the bus (removed, or a wrong address); any
@@ -129,12 +121,12 @@ impl Read<'_> {
     }
 
     /// Identity, driver, BARs, IRQ, config space, link, power and SR-IOV of one device;
-    /// `listed`: its `driver` link and identity as this scrape's listing read them.
+    /// `listed`: what this scrape's listing read of it.
     fn device_attributes(
         &mut self,
         dir: &SysDir,
         labels: &Labels,
-        listed: Option<(Result<String, SysfsError>, Identity)>,
+        listed: Option<ListedDevice>,
     ) -> DeviceState {
         // Label values: the unit's own, made once.
         let text = |read: &mut Self, name: &str| {
@@ -152,7 +144,14 @@ impl Read<'_> {
         let link = |read: &mut Self, target: Result<String, SysfsError>| {
             read.out.optional(target).unwrap_or_default()
         };
-        let (listed_driver, identity) = listed.unzip();
+        let (listed_driver, identity, listed_group) = match listed {
+            Some(listed) => (
+                Some(listed.driver),
+                Some(listed.identity),
+                listed.iommu_group,
+            ),
+            None => (None, None, None),
+        };
         let driver = listed_driver.unwrap_or_else(|| dir.link_target_name("driver"));
         let driver = link(self, driver);
         let physical_function = link(self, dir.link_target_name("physfn"));
@@ -174,7 +173,8 @@ impl Read<'_> {
             ),
         };
         let ids = parse_id16(vendor.as_str()).zip(parse_id16(device.as_str()));
-        let iommu_group = link(self, dir.link_target_name("iommu_group"));
+        let iommu_group = listed_group.unwrap_or_else(|| dir.link_target_name("iommu_group"));
+        let iommu_group = link(self, iommu_group);
         let mut info = labels.clone();
         info.extend([
             ("vendor_id", vendor),

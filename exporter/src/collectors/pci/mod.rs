@@ -34,7 +34,7 @@ use crate::flags::{repeated, ConfigError, Flags};
 use crate::logging::{self, Level};
 use crate::metrics::{Desc, Label, LabelCache, Room, Value};
 use crate::sysfs::{
-    AttributeReader, Entry, FileStamp, HeldAttributes, HeldByUnit, SysDir, SysfsError,
+    AttributeReader, DirStamp, Entry, FileStamp, HeldAttributes, HeldByUnit, SysDir, SysfsError,
 };
 
 use identity::{read_identity, Address, Identity};
@@ -199,9 +199,9 @@ struct ScrapeState {
     /// counts every group's, a device meant for passthrough checks its own group's, and one
     /// listing serves both (two units that ask at the same moment may both list it).
     group_members: HashMap<String, Arc<[String]>>,
-    /// The directories of the devices bound to vfio-pci as the listing opened them, for the
-    /// vfio holders unit to take.
-    vfio_bound: HashMap<String, Arc<SysDir>>,
+    /// The directories of the devices bound to vfio-pci as the listing opened them, and
+    /// their IOMMU groups as it read them, for the vfio holders unit to take.
+    vfio_bound: HashMap<String, (Arc<SysDir>, Option<String>)>,
 }
 
 /// The key in [`PciCollector::held`] of the host unit, which no PCI address can be.
@@ -214,6 +214,8 @@ struct UnitState {
     pushed: Room,
     /// Its label values, which repeat scrape after scrape (ids, driver, IOMMU group).
     labels: LabelCache,
+    /// A device's root port, as found while its directory had this stamp.
+    root_port: Option<(DirStamp, Option<String>)>,
 }
 
 /// A device of interest as the listing found it.
@@ -222,6 +224,9 @@ struct ListedDevice {
     /// The target name of its `driver` link.
     driver: Result<String, SysfsError>,
     identity: Identity,
+    /// The target name of its `iommu_group` link, read by the listing on vfio-pci: its unit
+    /// and the vfio holders unit both need it.
+    iommu_group: Option<Result<String, SysfsError>>,
 }
 
 impl PciCollector {
@@ -603,7 +608,7 @@ impl Collector for PciCollector {
                 continue;
             };
             // Read in the device's held set, in a round its unit's read goes on in.
-            let listed = self.held.read_opening(address, |held, _| {
+            let listed = self.held.read_opening(address, |held, state| {
                 let Some(identity) = read_identity(&dir, address, &mut reader, Some(held)) else {
                     return (None, false);
                 };
@@ -623,27 +628,37 @@ impl Collector for PciCollector {
                     || on_vfio
                     || CLASSES_OF_INTEREST.contains(&(identity.class >> 8))
                     || RDMA_VENDORS.contains(&identity.vendor);
-                (
-                    Some((identity, by_nova, driver, on_vfio, interesting)),
-                    interesting,
-                )
+                let root_port = match interesting.then(|| held.stamp(&dir)) {
+                    None => None,
+                    Some(stamp) => match &state.root_port {
+                        Some((kept, port)) if Some(*kept) == stamp => port.clone(),
+                        _ => {
+                            let port = devices
+                                .link_target(address)
+                                .ok()
+                                .and_then(|path| aer::root_port_of(&path));
+                            state.root_port = stamp.map(|stamp| (stamp, port.clone()));
+                            port
+                        }
+                    },
+                };
+                let listed = (identity, by_nova, driver, on_vfio, interesting, root_port);
+                (Some(listed), interesting)
             });
-            let Some((identity, by_nova, driver, on_vfio, interesting)) = listed else {
+            let Some((identity, by_nova, driver, on_vfio, interesting, root_port)) = listed else {
                 continue;
             };
+            let iommu_group = on_vfio.then(|| dir.link_target_name("iommu_group"));
             if on_vfio {
                 vfio_bound.push(address.clone());
-                vfio_dirs.insert(address.clone(), dir.clone());
+                let group = iommu_group.as_ref().and_then(|group| group.as_ref().ok());
+                vfio_dirs.insert(address.clone(), (dir.clone(), group.cloned()));
             }
             if interesting {
                 units.push(Unit::Device {
                     address: address.clone(),
                     nova_selected: by_nova,
                 });
-                let root_port = devices
-                    .link_target(address)
-                    .ok()
-                    .and_then(|path| aer::root_port_of(&path));
                 if let Some(root_port) = root_port.filter(|port| !root_ports.contains(port)) {
                     root_ports.push(root_port);
                 }
@@ -651,6 +666,7 @@ impl Collector for PciCollector {
                     dir,
                     driver,
                     identity,
+                    iommu_group,
                 };
                 of_interest.insert(address.clone(), device);
             }

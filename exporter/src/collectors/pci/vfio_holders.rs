@@ -40,11 +40,11 @@ impl Read<'_> {
         let collector = self.collector;
         let mut device_of_node: BTreeMap<String, &str> = BTreeMap::new();
         for address in devices {
-            let listed = collector.scrape().vfio_bound.remove(address);
+            let (listed, group) = collector.scrape().vfio_bound.remove(address).unzip();
             let Some(dir) = self.out.optional(collector.device_dir(address, listed)) else {
                 continue;
             };
-            for node in self.device_nodes(&dir) {
+            for node in self.device_nodes(&dir, group.flatten()) {
                 device_of_node.insert(node, address);
             }
         }
@@ -100,9 +100,11 @@ impl Read<'_> {
 
     /// The device nodes through which a process reaches this device: its group's node (both
     /// spellings: which one exists depends on no-IOMMU mode) and its cdev, when it has one.
-    fn device_nodes(&mut self, dir: &SysDir) -> Vec<String> {
+    /// `group`: its IOMMU group as the listing read it, if it did.
+    fn device_nodes(&mut self, dir: &SysDir, group: Option<String>) -> Vec<String> {
         let mut nodes = Vec::new();
-        if let Some(group) = self.out.optional(dir.link_target_name("iommu_group")) {
+        let group = group.map_or_else(|| dir.link_target_name("iommu_group"), Ok);
+        if let Some(group) = self.out.optional(group) {
             nodes.push(format!("/dev/vfio/{group}"));
             nodes.push(format!("/dev/vfio/noiommu-{group}"));
         }
