@@ -512,7 +512,7 @@ impl HeldAttributes {
 
 /// One [`HeldAttributes`] per unit of a collector (an RDMA device, a PCI device), with the
 /// collector's own state for the unit (`T`: the RDMA device's label values and label sets, a
-/// PCI unit's room), each with a lock of its own: the scrape claims a unit before reading it,
+/// PCI unit's room, label values and root port), each with a lock of its own: the scrape claims a unit before reading it,
 /// so only one read locks it, a read hung in a driver blocks no other unit, and units read at
 /// once share none of the collector's state.
 pub struct HeldByUnit<T = ()> {
@@ -581,6 +581,8 @@ impl<T: Default> HeldByUnit<T> {
         if new_round && unit.round_open {
             unit.held.end_round();
         }
+        // Open while it reads: one that panics leaves its round for the next opening to end.
+        unit.round_open = true;
         let (result, stays_open) = read(&mut unit.held, &mut unit.state);
         unit.round_open = stays_open;
         if !stays_open {
@@ -1028,6 +1030,13 @@ mod tests {
         // Not left open: that round ended with it, and this one closes "a", not read in it.
         assert_eq!(units.read("u", |held, ()| read("b", held)), 2);
         assert_eq!(units.read("u", |held, ()| read("b", held)), 1);
+        // Left open and gone on with: "a", read by the opening, stays when the read ends it.
+        assert_eq!(
+            units.read_opening("u", |held, ()| (read("a", held), true)),
+            2
+        );
+        assert_eq!(units.read("u", |held, ()| read("b", held)), 2);
+        assert_eq!(units.read("u", |held, ()| held.len()), 2);
     }
 
     /// On real sysfs a fixed attribute is read once and kept with no descriptor: a PCI

@@ -382,14 +382,15 @@ impl Read<'_> {
         config_space::parse(config).sriov.map(|s| s.num_vfs.into())
     }
 
-    /// Link speed and width from sysfs (`current_link_speed`, ...), else from the PCIe
-    /// capability when config space could be read.
+    /// Link speed and width from the PCIe capability when config space could be read, else
+    /// from sysfs (`current_link_speed`, ...).
     fn link_state(&mut self, dir: &SysDir, labels: &Labels, space: &ConfigSpace) {
-        // The PCIe capability, where the config space read has it (as root), is what the
-        // kernel reads for the `*_link_*` attributes, register for register (a config cycle
-        // each), and those registers were just read with it. The attributes are read where it
-        // is not (the 64-byte header of a reader short of root), and for a speed whose
-        // encoding is newer than this table.
+        // The PCIe capability, where the config space read has it (as root), holds what the
+        // kernel reads for the `*_link_*` attributes (a config cycle each), and those registers
+        // were just read with it. (For `max_link_speed` the kernel takes the top speed of Link
+        // Capabilities 2's vector, which Max Link Speed names on a compliant device.) The
+        // attributes are read where it is not (the 64-byte header of a reader short of root),
+        // and for a speed whose encoding is newer than this table.
         for (which, from_config, [speed_file, width_file]) in [
             (
                 "current",

@@ -643,7 +643,9 @@ impl Collector for PciCollector {
                     },
                 };
                 let listed = (identity, by_nova, driver, on_vfio, interesting, root_port);
-                (Some(listed), interesting)
+                // Open for any unit that reads the device (a root port is one, of no interest
+                // itself, in the same held set): ended by the next listing's read if none does.
+                (Some(listed), true)
             });
             let Some((identity, by_nova, driver, on_vfio, interesting, root_port)) = listed else {
                 continue;
@@ -864,6 +866,29 @@ mod tests {
             assert!(err.starts_with(&format!("invalid {flag}")), "{err}");
             assert!(!err.contains('\n'), "{err}");
         }
+    }
+
+    /// A root port, of no interest itself, is read by its unit in the held set the listing
+    /// read its identity in: the unit goes on in the listing's round, so neither closes what
+    /// the other holds, and its AER files stay open from one scrape to the next.
+    #[test]
+    fn a_root_port_keeps_what_its_listing_and_its_unit_hold() {
+        let sys = Path::new(env!("CARGO_MANIFEST_DIR")).join("../tests/fixtures/pci_host/sys");
+        let collector = collector_at(&sys);
+        for _ in 0..2 {
+            let units = collector.units().unwrap();
+            assert!(units.iter().any(
+                |unit| matches!(unit, Unit::RootPort { address } if address == "0000:3a:00.0")
+            ));
+            for unit in &units {
+                collector.collect_unit(unit, &mut Output::default());
+            }
+        }
+        let held = collector
+            .held
+            .read_opening("0000:3a:00.0", |held, _| (held.len(), false));
+        // vendor, device and class (the listing's), and six AER files (the unit's).
+        assert_eq!(held, 3 + 6);
     }
 
     #[test]
