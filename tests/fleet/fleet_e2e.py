@@ -218,7 +218,8 @@ def check_rules_loaded(vmalert):
 
 def firing(vmalert, insts):
     by_node = {}
-    for a in vmalert.get("/api/v1/alerts")["data"]["alerts"]:
+    # vmalert answers `"alerts": null` until a rule has an alert (a Go nil slice).
+    for a in vmalert.get("/api/v1/alerts")["data"]["alerts"] or []:
         if a["state"] != "firing":
             continue
         labels = a["labels"]
