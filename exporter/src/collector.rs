@@ -123,7 +123,8 @@ impl Output {
 
     /// The value of something a driver or kernel may rightly lack: `None` when it, or a
     /// directory on its path, does not exist; any other failure is counted and gives `None`.
-    /// The one not-found rule of every collector.
+    /// The one not-found rule of every collector (`SysDir::read_held_optional` applies it
+    /// inside sysfs reads, through the same `SysfsError::is_absent`).
     pub fn optional<T>(&mut self, result: Result<T, SysfsError>) -> Option<T> {
         match result {
             Err(err) if err.is_absent() => None,

@@ -693,6 +693,10 @@ mod tests {
             }
             tokio::time::sleep(Duration::from_millis(10)).await;
         }
+        assert!(
+            lock(&busy).is_empty(),
+            "the released listing still runs after 5 s"
+        );
         let again = text(hangs.scrape().await);
         assert!(again.contains("hpcnode_test_up{device=\"a\"} 1"), "{again}");
         assert!(again.contains("hpcnode_scrape_collector_success{collector=\"hangs\"} 1"));

@@ -122,8 +122,9 @@ def main():
         user = pwd.getpwnam(args.user)
         as_user = ["setpriv", "--reuid=%d" % user.pw_uid, "--regid=%d" % user.pw_gid,
                    "--clear-groups"]
-        # The tree, and the exporters' logs, readable and writable by that user.
-        os.chmod(workdir, 0o777)
+        # The tree reachable by that user (the logs are written through this process's
+        # descriptors).
+        os.chmod(workdir, 0o755)
     targets = []
     try:
         if args.host_sysfs:

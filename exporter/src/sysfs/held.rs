@@ -511,8 +511,8 @@ impl HeldAttributes {
 }
 
 /// One [`HeldAttributes`] per unit of a collector (an RDMA device, a PCI device), with the
-/// collector's own state for the unit (`T`: the RDMA device's label values and label sets, a
-/// PCI unit's room, label values and root port), each with a lock of its own: the scrape claims a unit before reading it,
+/// collector's own state for the unit (`T`: the RDMA device's room, label values and label sets,
+/// a PCI unit's room, label values and root port), each with a lock of its own: the scrape claims a unit before reading it,
 /// so only one read locks it, a read hung in a driver blocks no other unit, and units read at
 /// once share none of the collector's state.
 pub struct HeldByUnit<T = ()> {
