@@ -10,13 +10,13 @@
 
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
-use std::sync::Mutex;
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use regex::Regex;
 
 use crate::collector::{
-    CollectError, Collector, Host, Output, Registration, Settings, StartError, Started,
+    lock, CollectError, Collector, Host, Output, Registration, Settings, StartError, Started,
 };
 use crate::flags::{flag, optional, ConfigError, Flags};
 use crate::logging::OncePerCause;
@@ -161,6 +161,9 @@ struct RdmaCollector {
     netlink_socket: Mutex<Option<Socket>>,
     /// Why netlink failed, per device and cause: logged once, since it repeats every scrape.
     fallbacks_logged: OncePerCause<String>,
+    /// `class/infiniband` as the last listing opened it: the units open their devices from
+    /// it rather than open the root again for each.
+    class_dir: Mutex<Option<Arc<SysDir>>>,
 }
 
 /// Fallback causes remembered by the log-once filter: a few per device on any real node.
@@ -177,6 +180,7 @@ impl RdmaCollector {
             netlink_indexes: Mutex::new(None),
             netlink_socket: Mutex::new(None),
             fallbacks_logged: OncePerCause::new(MAX_LOGGED_FALLBACKS),
+            class_dir: Mutex::new(None),
         }
     }
 }
@@ -425,7 +429,14 @@ impl Collector for RdmaCollector {
     type Unit = Entry;
 
     fn units(&self) -> Result<Vec<Entry>, CollectError> {
-        match SysDir::open(&self.sysfs, CLASS_DIR).and_then(SysDir::into_entries) {
+        let listing = SysDir::open(&self.sysfs, CLASS_DIR)
+            .and_then(|class_dir| Ok((class_dir.entries()?, Arc::new(class_dir))));
+        let (listing, class_dir) = match listing {
+            Ok((devices, class_dir)) => (Ok(devices), Some(class_dir)),
+            Err(err) => (Err(err), None),
+        };
+        *lock(&self.class_dir) = class_dir;
+        match listing {
             Ok(mut devices) => {
                 devices
                     .retain(|device| device.name().map_or(true, |name| self.devices.allows(name)));
@@ -452,8 +463,12 @@ impl Collector for RdmaCollector {
         };
         // A device gone between the listing and its read (unplugged, driver unloaded) is
         // absent, not broken.
-        let Some(dir) = out.optional(SysDir::open(&self.sysfs, format!("{CLASS_DIR}/{device}")))
-        else {
+        let class_dir = lock(&self.class_dir).clone();
+        let dir = match class_dir {
+            Some(class_dir) => class_dir.link_dir(device),
+            None => SysDir::open(&self.sysfs, format!("{CLASS_DIR}/{device}")),
+        };
+        let Some(dir) = out.optional(dir) else {
             return;
         };
         // A device that went and came back (or another that took its name) is other
@@ -513,6 +528,40 @@ impl DeviceRead<'_> {
         self.state.labels.get(target.as_deref().unwrap_or_default())
     }
 
+    /// The address and driver of the device's parent (the targets of its `device` and
+    /// `device/driver` links), read again only when the device's directory or its parent's
+    /// changed. On sysfs neither moves while the device's directory lives: its parent is set
+    /// at registration, and the parent's driver made the device (unbinding it unregisters
+    /// the device first). In a fixture tree a link re-pointed changes the directory it is in,
+    /// and a parent's directory replaced takes the device's, which is inside it, along.
+    fn parent_labels(&mut self, dir: &SysDir) -> [LabelValue; 2] {
+        let parent = self.held.fixed_subdir(dir, "device");
+        let stamps = match &parent {
+            Ok(parent) => (self.held.stamp(dir).zip(self.held.stamp(parent)))
+                .map(|(own, parent)| (own, Some(parent))),
+            Err(err) if err.is_not_found() => self.held.stamp(dir).map(|own| (own, None)),
+            Err(_) => None,
+        };
+        if let Some((kept, labels)) = &self.state.parent {
+            if Some(*kept) == stamps {
+                return labels.clone();
+            }
+        }
+        let errors = self.out.errors.len();
+        let address = self.link(dir, "device");
+        let driver = match &parent {
+            Ok(parent) => self.link(parent, "driver"),
+            Err(_) => self.link(dir, "device/driver"),
+        };
+        let labels = [address, driver];
+        // An error is counted again at each read, as any other.
+        let read_well = self.out.errors.len() == errors;
+        self.state.parent = stamps
+            .filter(|_| read_well)
+            .map(|stamps| (stamps, labels.clone()));
+        labels
+    }
+
     fn device(&mut self, dir: &SysDir) {
         let labels = [
             self.device_label(),
@@ -521,9 +570,11 @@ impl DeviceRead<'_> {
             ("hca_type", self.text(dir, "hca_type")),
             ("node_guid", self.text(dir, "node_guid")),
             ("node_type", self.text(dir, "node_type")),
-            ("pci_address", self.link(dir, "device")),
-            ("driver", self.link(dir, "device/driver")),
         ];
+        let [pci_address, driver] = self.parent_labels(dir);
+        let labels = labels
+            .into_iter()
+            .chain([("pci_address", pci_address), ("driver", driver)]);
         self.push(&DEVICE_INFO, labels, Value::Int(1));
         let hw = self.held.fixed_subdir(dir, "hw_counters");
         if let Some(hw) = self.out.optional(hw) {
@@ -979,6 +1030,75 @@ mod tests {
         // The listing from before the change is not kept.
         let kept = collector.held.read("rxe0", |_, state| state.counters.len());
         assert_eq!(kept, 1);
+    }
+
+    /// The parent's address and driver, kept from one read to the next while the device's
+    /// directory and its parent's stay as they were, are read again when a link is
+    /// re-pointed in a fixture tree: the driver's, in the parent's directory, and the
+    /// parent's, in the device's.
+    #[test]
+    fn a_parent_or_driver_re_pointed_is_read_again() {
+        use std::os::unix::fs::symlink;
+        let tmp = tempfile::tempdir().unwrap();
+        let sys = tmp.path();
+        let pci = |address: &str| sys.join("devices/pci0000:00").join(address);
+        let device = pci("0000:05:00.0").join("infiniband/mlx5_0");
+        for dir in [&device, &pci("0000:06:00.0"), &sys.join(CLASS_DIR)] {
+            std::fs::create_dir_all(dir).unwrap();
+        }
+        let links = [
+            (
+                CLASS_DIR.to_string() + "/mlx5_0",
+                "../../devices/pci0000:00/0000:05:00.0/infiniband/mlx5_0",
+            ),
+            (
+                "devices/pci0000:00/0000:05:00.0/infiniband/mlx5_0/device".into(),
+                "../../../0000:05:00.0",
+            ),
+            (
+                "devices/pci0000:00/0000:05:00.0/driver".into(),
+                "../../../bus/pci/drivers/mlx5_core",
+            ),
+        ];
+        for (link, target) in links {
+            symlink(target, sys.join(link)).unwrap();
+        }
+        // As a fixture tree is by the time it is scraped: its directories' times settled, so
+        // that what was read from them is kept.
+        let settle = |dir: &Path| {
+            let an_hour_ago = std::time::SystemTime::now() - Duration::from_secs(3600);
+            let dir = std::fs::File::open(dir).unwrap();
+            dir.set_modified(an_hour_ago).unwrap();
+        };
+        let collector = RdmaCollector::new(sys.to_path_buf(), DeviceFilter::All);
+        let parent = || {
+            assert_eq!(collector.units().unwrap().len(), 1);
+            let info = read_family(&collector, "mlx5_0", &DEVICE_INFO);
+            let labels = &info[0].0;
+            let label = |name: &str| {
+                let value = labels.split(&format!("{name}=\"")).nth(1).unwrap();
+                value.split('"').next().unwrap().to_string()
+            };
+            (label("pci_address"), label("driver"))
+        };
+        for dir in [&device, &pci("0000:05:00.0")] {
+            settle(dir);
+        }
+        let first = ("0000:05:00.0".to_string(), "mlx5_core".to_string());
+        // The second read finds them kept.
+        assert_eq!(parent(), first);
+        assert_eq!(parent(), first);
+
+        let driver = pci("0000:05:00.0").join("driver");
+        std::fs::remove_file(&driver).unwrap();
+        symlink("../../../bus/pci/drivers/vfio-pci", &driver).unwrap();
+        settle(&pci("0000:05:00.0"));
+        assert_eq!(parent(), ("0000:05:00.0".into(), "vfio-pci".into()));
+
+        std::fs::remove_file(device.join("device")).unwrap();
+        symlink("../../../0000:06:00.0", device.join("device")).unwrap();
+        settle(&device);
+        assert_eq!(parent(), ("0000:06:00.0".into(), String::new()));
     }
 
     #[test]
