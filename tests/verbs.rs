@@ -6,7 +6,7 @@
 
 mod util;
 
-use std::io::{Read, Write};
+use std::io::{ErrorKind, Read, Write};
 use std::net::{TcpListener, TcpStream};
 use std::process::Command;
 use std::time::{Duration, Instant};
@@ -579,6 +579,24 @@ fn a_busy_port_is_skipped() {
     );
 }
 
+/// A connection whose session holds the responder's port and says nothing: one that arrives
+/// while a scheduled probe runs there is refused as busy (a reply at once), and is made again.
+fn session_holding_the_port(address: &str) -> TcpStream {
+    for _ in 0..20 {
+        let stream = TcpStream::connect(address).unwrap();
+        stream
+            .set_read_timeout(Some(Duration::from_millis(500)))
+            .unwrap();
+        match stream.peek(&mut [0; 1]) {
+            Err(err) if matches!(err.kind(), ErrorKind::WouldBlock | ErrorKind::TimedOut) => {
+                return stream;
+            }
+            _ => std::thread::sleep(Duration::from_millis(100)),
+        }
+    }
+    panic!("every session was refused");
+}
+
 /// While a responder session holds the port, the scheduler does not probe it: skipped as
 /// port_in_use, and probed again once the session ends.
 #[test]
@@ -587,7 +605,7 @@ fn a_scheduled_probe_waits_for_a_responder_session_on_its_port() {
         "127.0.0.0/8",
         &["--probe.verbs.interval=1s", "--probe.verbs.timeout=4s"],
     );
-    let silent = TcpStream::connect(&address).unwrap();
+    let silent = session_holding_the_port(&address);
     let labels = r#"device="rxe0",port="1",mode="loopback",peer="""#;
     wait_for(
         &exporter,
