@@ -62,6 +62,21 @@ fn openmetrics_when_prometheus_asks_for_it() {
     );
 }
 
+fn gunzip(body: &[u8]) -> String {
+    let mut decoded = String::new();
+    flate2::read::GzDecoder::new(body)
+        .read_to_string(&mut decoded)
+        .unwrap();
+    decoded
+}
+
+/// A scrape's lines but its collectors' durations, which differ from scrape to scrape.
+fn without_durations(text: &str) -> Vec<&str> {
+    text.lines()
+        .filter(|l| !l.starts_with("hpcnode_scrape_collector_duration_seconds{"))
+        .collect()
+}
+
 #[test]
 fn gzip_when_asked() {
     let exporter = procfs_exporter(&[]);
@@ -69,16 +84,7 @@ fn gzip_when_asked() {
     let response = exporter.get_with("/metrics", &[("Accept-Encoding", "gzip")]);
     assert_eq!(response.status, 200);
     assert_eq!(response.header("content-encoding"), Some("gzip"));
-    let mut decoded = String::new();
-    flate2::read::GzDecoder::new(&response.body[..])
-        .read_to_string(&mut decoded)
-        .unwrap();
-    let without_durations = |t: &str| -> Vec<String> {
-        t.lines()
-            .filter(|l| !l.starts_with("hpcnode_scrape_collector_duration_seconds{"))
-            .map(str::to_string)
-            .collect()
-    };
+    let decoded = gunzip(&response.body);
     assert_eq!(without_durations(&decoded), without_durations(&plain));
     assert!(response.body.len() < plain.len() / 3);
     let refused = exporter.get_with("/metrics", &[("Accept-Encoding", "gzip;q=0")]);
@@ -524,4 +530,32 @@ fn concurrent_scrapes_share_one_collection() {
         most_threads <= 24,
         "{most_threads} threads for {SCRAPES} concurrent scrapes"
     );
+}
+
+/// A large scrape's text, encoded a piece at a time as it is written (chunked), and gzipped
+/// piece by piece, is one whole exposition: each family's header once, though its samples
+/// span pieces; OpenMetrics' `# EOF` once, at the end; and gzip decodes to the plain text.
+#[test]
+fn a_large_scrape_written_in_pieces_is_one_text() {
+    let tree = TreeCopy::many_rdma_devices(LARGE_NODE);
+    let exporter = generated_node_exporter(&tree, "--web.max-requests=0");
+    let response = exporter.get("/metrics");
+    assert_eq!(response.header("transfer-encoding"), Some("chunked"));
+    let plain = response.text();
+    // Many pieces of at most 700 samples.
+    let samples = plain.lines().filter(|l| !l.starts_with('#')).count();
+    assert!(samples > 10 * 700, "{samples} samples");
+    let headers: Vec<&str> = plain.lines().filter(|l| l.starts_with("# TYPE ")).collect();
+    let distinct: std::collections::HashSet<&str> = headers.iter().copied().collect();
+    assert_eq!(headers.len(), distinct.len(), "{headers:#?}");
+
+    let openmetrics = [("Accept", "application/openmetrics-text; version=1.0.0")];
+    let openmetrics = exporter.get_with("/metrics", &openmetrics).text();
+    assert_eq!(openmetrics.matches("# EOF").count(), 1);
+    assert!(openmetrics.ends_with("\n# EOF\n"));
+
+    let gzipped = exporter.get_with("/metrics", &[("Accept-Encoding", "gzip")]);
+    assert_eq!(gzipped.header("content-encoding"), Some("gzip"));
+    let decoded = gunzip(&gzipped.body);
+    assert_eq!(without_durations(&decoded), without_durations(&plain));
 }

@@ -10,8 +10,9 @@
 //! - scrapes (`--web.max-requests`, at most one below the connection cap, so a connection is
 //!   always left for the health checks): beyond it, 503; each holds its slot until its body is
 //!   written or its connection is gone, so clients that do not read cannot pile up bodies;
-//! - collections: scrapes that arrive while one is running for the same response (format,
-//!   compression) wait for it and share its body, so concurrent scrapes cost one collection;
+//! - collections: scrapes that arrive while one is running wait for it and share its samples,
+//!   so concurrent scrapes cost one collection; each response encodes them a piece at a time
+//!   as it is written, so no whole text is held beside them;
 //! - TLS handshakes (`--web.config.file`): bounded in time, and a connection still in its
 //!   handshake is idle to the connection cap, so it is the first displaced;
 //! - basic auth: one bcrypt comparison at a time, results cached, so wrong passwords cost one
@@ -49,7 +50,7 @@ use tokio::sync::{watch, Notify, OwnedSemaphorePermit, Semaphore};
 
 use crate::collector::lock;
 use crate::logging::{self, Level, OncePerCause};
-use crate::metrics::{encode_with_capacity, Desc, Format, LabelValue, Samples, Value};
+use crate::metrics::{Desc, Encodable, Format, LabelValue, Pieces, Samples, Value};
 use crate::scrape::Scraper;
 use crate::web_config::{WebConfig, WebConfigFile, UNKNOWN_USER_HASH};
 
@@ -114,8 +115,8 @@ pub struct Server {
     telemetry_path: String,
     /// One permit per scrape in flight, held by its response body.
     scrape_slots: Arc<Semaphore>,
-    /// Collections running, by the response they are for; scrapes arriving meanwhile join.
-    flights: Mutex<Vec<(Variant, Flight)>>,
+    /// The collection running, if one is; scrapes arriving meanwhile join it.
+    flight: Mutex<Option<Flight>>,
     connections: Arc<Connections>,
     /// Accept failures and refusals, each logged once per cause.
     accept_log: OncePerCause<String>,
@@ -129,10 +130,6 @@ pub struct Server {
     handshake_errors: AtomicU64,
     handshake_timeouts: AtomicU64,
     auth_failures: AtomicU64,
-    /// How long the last encoded scrape was, uncompressed: the next one is made in one
-    /// allocation of about that, not grown by doubling (which also held the old and new
-    /// copies at once).
-    last_encoded_len: AtomicUsize,
 }
 
 /// What a scrape's response is: its format, and whether it is gzipped.
@@ -142,9 +139,9 @@ struct Variant {
     gzip: bool,
 }
 
-/// A running collection's result as its waiters see it: `None` until it is done, then the
-/// encoded body (`None` when encoding failed, which is logged).
-type Flight = watch::Receiver<Option<Option<Bytes>>>;
+/// A running collection's result as its waiters see it: `None` until it is done. Its sender
+/// dropped without a result: the collection's task panicked.
+type Flight = watch::Receiver<Option<Arc<Encodable>>>;
 
 impl Server {
     pub fn new(
@@ -163,7 +160,7 @@ impl Server {
             scraper,
             telemetry_path,
             scrape_slots: Arc::new(Semaphore::new(scrape_slots)),
-            flights: Mutex::default(),
+            flight: Mutex::default(),
             connections: Arc::new(Connections {
                 limit: limits.max_connections.max(1),
                 open: Mutex::default(),
@@ -176,7 +173,6 @@ impl Server {
             handshake_errors: AtomicU64::new(0),
             handshake_timeouts: AtomicU64::new(0),
             auth_failures: AtomicU64::new(0),
-            last_encoded_len: AtomicUsize::new(0),
         }
     }
 
@@ -195,6 +191,11 @@ impl Server {
                     let stream = match accepted {
                         Ok((stream, _)) => {
                             backoff = Duration::ZERO;
+                            // A scrape's text is written a piece at a time: without this the
+                            // last small segment waits for the client's delayed ACK (up to 40
+                            // ms on Linux). Go's net/http, node_exporter's, sets it too. A
+                            // socket that refuses it only answers slower.
+                            let _ = stream.set_nodelay(true);
                             stream
                         }
                         Err(err) => {
@@ -398,16 +399,17 @@ impl Server {
             format: negotiate_format(header(request, ACCEPT)),
             gzip: accepts_gzip(header(request, ACCEPT_ENCODING)),
         };
-        let mut flight = self.join_or_start(variant);
-        // An error: the collection's task panicked before it had a body.
-        let body = match flight.wait_for(Option::is_some).await {
-            Ok(done) => done.clone().flatten(),
+        let mut flight = self.join_or_start();
+        // An error: the collection's task panicked before it had samples.
+        let collected = match flight.wait_for(Option::is_some).await {
+            Ok(done) => done.clone(),
             Err(_) => None,
         };
-        let Some(body) = body else {
-            return plain(StatusCode::INTERNAL_SERVER_ERROR, "encoding failed\n");
+        let Some(collected) = collected else {
+            return plain(StatusCode::INTERNAL_SERVER_ERROR, "collection failed\n");
         };
-        let mut response = Response::new(Body::new(body).holding(slot));
+        let pieces = collected.pieces(variant.format);
+        let mut response = Response::new(Body::encoding(pieces, variant.gzip).holding(slot));
         let headers = response.headers_mut();
         headers.insert(
             CONTENT_TYPE,
@@ -420,51 +422,34 @@ impl Server {
         response
     }
 
-    /// The running collection for `variant`, or a new one. It runs as a task of its own, so a
-    /// client that goes away takes nothing from those waiting with it.
-    fn join_or_start(self: &Arc<Self>, variant: Variant) -> Flight {
-        let mut flights = lock(&self.flights);
-        if let Some((_, flight)) = flights.iter().find(|(v, _)| *v == variant) {
+    /// The running collection, or a new one. It runs as a task of its own, so a client that
+    /// goes away takes nothing from those waiting with it.
+    fn join_or_start(self: &Arc<Self>) -> Flight {
+        let mut running = lock(&self.flight);
+        if let Some(flight) = &*running {
             return flight.clone();
         }
         let (done, flight) = watch::channel(None);
-        flights.push((variant, flight.clone()));
+        *running = Some(flight.clone());
         let landing = Landing {
             server: self.clone(),
-            variant,
         };
         tokio::spawn(async move {
-            let body = landing.server.collect(variant).await;
+            let collected = landing.server.collect().await;
             // Scrapes from now on start a collection of their own.
             drop(landing);
-            let _ = done.send(Some(body));
+            let _ = done.send(Some(Arc::new(collected)));
         });
         flight
     }
 
-    /// One collection, encoded and compressed as `variant` asks.
-    async fn collect(&self, variant: Variant) -> Option<Bytes> {
+    /// One collection, its samples grouped for the encoder.
+    async fn collect(&self) -> Encodable {
         let mut samples = self.scraper.scrape().await;
         if let Some(web) = &self.web {
             samples.append(self.web_samples(web));
         }
-        let last_len = self.last_encoded_len.load(Ordering::Relaxed);
-        // Room for a few more series than last time.
-        let body = encode_with_capacity(samples, variant.format, last_len + last_len / 16)
-            .inspect(|text| self.last_encoded_len.store(text.len(), Ordering::Relaxed))
-            .map_err(|err| ("encoding metrics failed", err.to_string()))
-            .and_then(|text| match variant.gzip {
-                false => Ok(text.into_bytes()),
-                true => gzip(text.as_bytes())
-                    .map_err(|err| ("compressing metrics failed", err.to_string())),
-            });
-        match body {
-            Ok(body) => Some(Bytes::from(body)),
-            Err((msg, err)) => {
-                logging::log(Level::Error, msg, &[("err", &err)]);
-                None
-            }
-        }
+        Encodable::new(samples)
     }
 }
 
@@ -521,24 +506,14 @@ fn credentials_digest(user: &str, hash: &str, password: &str) -> [u8; 32] {
     digest
 }
 
-fn gzip(data: &[u8]) -> std::io::Result<Vec<u8>> {
-    let mut encoder = flate2::write::GzEncoder::new(
-        Vec::with_capacity(data.len() / 4),
-        flate2::Compression::fast(),
-    );
-    encoder.write_all(data)?;
-    encoder.finish()
-}
-
 /// Takes a finished (or panicked) collection out of the running ones.
 struct Landing {
     server: Arc<Server>,
-    variant: Variant,
 }
 
 impl Drop for Landing {
     fn drop(&mut self) {
-        lock(&self.server.flights).retain(|(variant, _)| *variant != self.variant);
+        *lock(&self.server.flight) = None;
     }
 }
 
@@ -622,17 +597,39 @@ impl Drop for Busy {
 /// A response body handed to hyper a chunk at a time: hyper asks for the next chunk only once
 /// it has written most of the last, so the body, and what it holds (a scrape's slot, its
 /// connection marked busy), is dropped only when the response is written or its connection is
-/// gone. The data is shared, never copied: concurrent scrapes send the same bytes.
+/// gone.
 struct Body {
-    data: Bytes,
+    data: BodyData,
     _slot: Option<OwnedSemaphorePermit>,
     _busy: Option<Busy>,
+}
+
+enum BodyData {
+    Whole(Bytes),
+    /// A scrape's text, encoded a piece at a time as hyper asks for it, and compressed when
+    /// `gzip` is there.
+    Encoding {
+        pieces: Pieces,
+        gzip: Option<flate2::write::GzEncoder<Vec<u8>>>,
+    },
 }
 
 impl Body {
     fn new(data: impl Into<Bytes>) -> Body {
         Body {
-            data: data.into(),
+            data: BodyData::Whole(data.into()),
+            _slot: None,
+            _busy: None,
+        }
+    }
+
+    fn encoding(pieces: Pieces, gzip: bool) -> Body {
+        let gzip = gzip.then(|| {
+            let out = Vec::with_capacity(BODY_CHUNK);
+            flate2::write::GzEncoder::new(out, flate2::Compression::fast())
+        });
+        Body {
+            data: BodyData::Encoding { pieces, gzip },
             _slot: None,
             _busy: None,
         }
@@ -653,24 +650,65 @@ impl Body {
     }
 }
 
+/// The next chunk of an encoding body: a piece of text as it comes, or once compressed about
+/// [`BODY_CHUNK`] of gzip; `None` at the end.
+fn next_chunk(
+    pieces: &mut Pieces,
+    gzip: &mut Option<flate2::write::GzEncoder<Vec<u8>>>,
+) -> std::io::Result<Option<Bytes>> {
+    loop {
+        let Some(piece) = pieces.next() else {
+            let Some(encoder) = gzip.take() else {
+                return Ok(None);
+            };
+            let rest = encoder.finish()?;
+            return Ok((!rest.is_empty()).then(|| Bytes::from(rest)));
+        };
+        let piece = piece.map_err(|_| std::io::Error::other("encoding metrics failed"))?;
+        let Some(encoder) = gzip else {
+            return Ok(Some(Bytes::from(piece)));
+        };
+        encoder.write_all(piece.as_bytes())?;
+        if encoder.get_ref().len() >= BODY_CHUNK {
+            let compressed = std::mem::replace(encoder.get_mut(), Vec::with_capacity(BODY_CHUNK));
+            return Ok(Some(Bytes::from(compressed)));
+        }
+    }
+}
+
 impl hyper::body::Body for Body {
     type Data = Bytes;
-    type Error = Infallible;
+    type Error = std::io::Error;
 
     fn poll_frame(
         self: Pin<&mut Self>,
         _cx: &mut Context<'_>,
-    ) -> Poll<Option<Result<Frame<Bytes>, Infallible>>> {
-        let this = self.get_mut();
-        if this.data.is_empty() {
-            return Poll::Ready(None);
-        }
-        let chunk = this.data.split_to(this.data.len().min(BODY_CHUNK));
-        Poll::Ready(Some(Ok(Frame::data(chunk))))
+    ) -> Poll<Option<Result<Frame<Bytes>, std::io::Error>>> {
+        let chunk = match &mut self.get_mut().data {
+            BodyData::Whole(data) if data.is_empty() => None,
+            BodyData::Whole(data) => Some(data.split_to(data.len().min(BODY_CHUNK))),
+            BodyData::Encoding { pieces, gzip } => match next_chunk(pieces, gzip) {
+                Ok(chunk) => chunk,
+                Err(err) => {
+                    // The head is sent: the connection is closed, and the client sees a
+                    // body cut short, never a partial text taken for a whole one.
+                    logging::log(
+                        Level::Error,
+                        "writing metrics failed",
+                        &[("err", &err.to_string())],
+                    );
+                    return Poll::Ready(Some(Err(err)));
+                }
+            },
+        };
+        Poll::Ready(chunk.map(|chunk| Ok(Frame::data(chunk))))
     }
 
     fn size_hint(&self) -> SizeHint {
-        SizeHint::with_exact(self.data.len() as u64)
+        match &self.data {
+            BodyData::Whole(data) => SizeHint::with_exact(data.len() as u64),
+            BodyData::Encoding { .. } => SizeHint::default(),
+        }
     }
 }
 

@@ -5,6 +5,7 @@
 //! encoder adds the unit and `_total` suffixes, so a name is spelled in exactly one place.
 
 use std::fmt;
+use std::ops::Range;
 use std::sync::Arc;
 
 use foldhash::{HashMap, HashMapExt};
@@ -434,24 +435,32 @@ impl Samples {
 
     /// The samples by metric, metrics in the order first pushed.
     pub fn families(&self) -> Vec<Family<'_>> {
+        (self.family_index().into_iter())
+            .map(|(desc, at)| Family {
+                desc: &self.descs[desc],
+                chunks: &self.chunks,
+                at,
+            })
+            .collect()
+    }
+
+    /// Each metric (by its index in `descs`, in the order first pushed) with where its
+    /// samples are: their chunk, and their index in it.
+    fn family_index(&self) -> Vec<(usize, Vec<(u32, u32)>)> {
         let mut counts = vec![0; self.descs.len()];
         for chunk in &self.chunks {
             for sample in &chunk.samples {
                 counts[sample.desc] += 1;
             }
         }
-        let mut families: Vec<Family> = (self.descs.iter().zip(counts))
-            .map(|(desc, count)| Family {
-                desc,
-                chunks: &self.chunks,
-                at: Vec::with_capacity(count),
-            })
+        let mut families: Vec<(usize, Vec<(u32, u32)>)> = (counts.into_iter().enumerate())
+            .map(|(desc, count)| (desc, Vec::with_capacity(count)))
             .collect();
         // A scrape holds far fewer than 2^32 units' chunks, and samples in each.
         for (chunk_index, chunk) in self.chunks.iter().enumerate() {
             for (index, sample) in chunk.samples.iter().enumerate() {
                 let at = (chunk_index as u32, index as u32);
-                families[sample.desc].at.push(at);
+                families[sample.desc].1.push(at);
             }
         }
         families
@@ -476,36 +485,138 @@ impl Format {
 
 /// Encodes one scrape's samples, families sorted by name for a stable output.
 pub fn encode(samples: Samples, format: Format) -> Result<String, fmt::Error> {
-    encode_with_capacity(samples, format, 0)
+    Arc::new(Encodable::new(samples)).pieces(format).collect()
 }
 
-/// [`encode`] into a text with room for `capacity` bytes (at least 64 KiB) from the start.
-pub fn encode_with_capacity(
-    samples: Samples,
-    format: Format,
-    capacity: usize,
-) -> Result<String, fmt::Error> {
-    let mut registry = Registry::default();
-    registry.register_collector(Box::new(Snapshot(samples)));
-    let mut out = String::with_capacity(capacity.max(64 * 1024));
-    match format {
-        Format::PrometheusText => {
-            prometheus_client::encoding::prometheus_text::encode(&mut out, &registry)?
-        }
-        Format::OpenMetrics => prometheus_client::encoding::text::encode(&mut out, &registry)?,
-    }
-    Ok(out)
-}
+/// The most samples one piece of a response holds (see [`Pieces`]): about 64 KiB of text.
+const PIECE_SAMPLES: usize = 700;
 
+/// A scrape's samples grouped by metric, families sorted by name for a stable output, to be
+/// encoded a piece at a time ([`Encodable::pieces`]) as a response is written: the whole
+/// text, larger than the samples, never exists at once, and concurrent responses share the
+/// samples.
 #[derive(Debug)]
-struct Snapshot(Samples);
+pub struct Encodable {
+    samples: Samples,
+    /// Each family's metric (its index in the samples' metrics) and where its samples are.
+    families: Vec<(usize, Vec<(u32, u32)>)>,
+}
+
+impl Encodable {
+    pub fn new(samples: Samples) -> Self {
+        let mut families = samples.family_index();
+        families.sort_by(|a, b| samples.descs[a.0].name.cmp(samples.descs[b.0].name));
+        Encodable { samples, families }
+    }
+
+    /// The text in `format`, a piece at a time.
+    pub fn pieces(self: Arc<Self>, format: Format) -> Pieces {
+        self.pieces_of(format, PIECE_SAMPLES)
+    }
+
+    fn pieces_of(self: Arc<Self>, format: Format, most_samples: usize) -> Pieces {
+        Pieces {
+            encodable: self,
+            format,
+            most_samples,
+            next: Some((0, 0)),
+        }
+    }
+}
+
+/// An [`Encodable`]'s text in pieces of at most `most_samples` samples each, which put
+/// together are the text the format has for the whole: a family split between two pieces
+/// has its header (`# HELP`, `# TYPE`, `# UNIT`) once, in the first.
+pub struct Pieces {
+    encodable: Arc<Encodable>,
+    format: Format,
+    most_samples: usize,
+    /// The family and sample the next piece starts at; `None` once the text is done.
+    next: Option<(usize, usize)>,
+}
+
+/// Samples of one family: its index in [`Encodable::families`], and which of its samples.
+type Segment = (usize, Range<usize>);
+
+impl Iterator for Pieces {
+    type Item = Result<String, fmt::Error>;
+
+    fn next(&mut self) -> Option<Self::Item> {
+        let (first, from) = self.next?;
+        let families = &self.encodable.families;
+        if first == families.len() {
+            self.next = None;
+            return match self.format {
+                Format::PrometheusText => None,
+                Format::OpenMetrics => {
+                    let mut eof = String::new();
+                    Some(prometheus_client::encoding::text::encode_eof(&mut eof).map(|()| eof))
+                }
+            };
+        }
+        let (mut family, mut sample, mut room) = (first, from, self.most_samples);
+        let mut segments = Vec::new();
+        while family < families.len() && room > 0 {
+            let end = sample + room.min(families[family].1.len() - sample);
+            segments.push((family, sample..end));
+            room -= end - sample;
+            (family, sample) = match end == families[family].1.len() {
+                true => (family + 1, 0),
+                false => (family, end),
+            };
+        }
+        self.next = Some((family, sample));
+        let text = self.encode(segments);
+        if from == 0 {
+            return Some(text);
+        }
+        // The family begun in the last piece: its header was written there.
+        let header = self.encode(vec![(first, 0..0)]);
+        Some(text.and_then(|mut text| {
+            let header = header?;
+            if !text.starts_with(&header) {
+                return Err(fmt::Error);
+            }
+            text.drain(..header.len());
+            Ok(text)
+        }))
+    }
+}
+
+impl Pieces {
+    fn encode(&self, segments: Vec<Segment>) -> Result<String, fmt::Error> {
+        let samples: usize = segments.iter().map(|(_, range)| range.len()).sum();
+        let mut out = String::with_capacity(256 + samples * 96);
+        let mut registry = Registry::default();
+        registry.register_collector(Box::new(Snapshot {
+            encodable: self.encodable.clone(),
+            segments,
+        }));
+        match self.format {
+            Format::PrometheusText => {
+                prometheus_client::encoding::prometheus_text::encode(&mut out, &registry)?
+            }
+            Format::OpenMetrics => {
+                prometheus_client::encoding::text::encode_registry(&mut out, &registry)?
+            }
+        }
+        Ok(out)
+    }
+}
+
+/// Segments of an [`Encodable`], as prometheus-client encodes a collector.
+#[derive(Debug)]
+struct Snapshot {
+    encodable: Arc<Encodable>,
+    segments: Vec<Segment>,
+}
 
 impl Collector for Snapshot {
     fn encode(&self, mut encoder: DescriptorEncoder) -> Result<(), fmt::Error> {
-        let mut families = self.0.families();
-        families.sort_by(|a, b| a.desc.name.cmp(b.desc.name));
-        for family in &families {
-            let desc = family.desc;
+        let Encodable { samples, families } = &*self.encodable;
+        for (family, range) in &self.segments {
+            let (desc, at) = &families[*family];
+            let desc = &samples.descs[*desc];
             let unit = desc.unit.map(prometheus_unit);
             let metric_type = match desc.kind {
                 Kind::Counter => MetricType::Counter,
@@ -513,7 +624,8 @@ impl Collector for Snapshot {
             };
             let mut metric =
                 encoder.encode_descriptor(desc.name, desc.help, unit.as_ref(), metric_type)?;
-            for (labels, value) in family.samples() {
+            for &(chunk, index) in &at[range.clone()] {
+                let (labels, value) = samples.chunks[chunk as usize].sample(index as usize);
                 let sample = metric.encode_family(&labels)?;
                 match (desc.kind, value) {
                     (Kind::Counter, Value::Int(v)) => ConstCounter::new(v).encode(sample)?,
@@ -572,6 +684,42 @@ mod tests {
         assert!(text.contains("# TYPE hpcnode_test_data_bytes counter\n"));
         assert!(text.contains("# UNIT hpcnode_test_data_bytes bytes\n"));
         assert!(text.ends_with("# EOF\n"));
+    }
+
+    /// A scrape's text in pieces of a few samples, put together, is the text encoded whole: a
+    /// family split between pieces has its header once, and OpenMetrics its one `# EOF`.
+    #[test]
+    fn pieces_put_together_are_the_whole_text() {
+        const SPEED: Desc = Desc::gauge("hpcnode_test_speed", "Test speed.", Some("bytes"));
+        let mut samples = sample_set();
+        for device in 0..7 {
+            let labels = [("device", device.to_string().into())];
+            samples.push(&BYTES, labels.clone(), Value::Int(device));
+            samples.push(&SPEED, labels, Value::Float(device as f64 / 2.0));
+        }
+        let encodable = Arc::new(Encodable::new(samples));
+        for format in [Format::PrometheusText, Format::OpenMetrics] {
+            let text = |most| {
+                let pieces = encodable.clone().pieces_of(format, most);
+                pieces.collect::<Result<Vec<String>, _>>().unwrap()
+            };
+            let whole = text(usize::MAX);
+            let eof = usize::from(format == Format::OpenMetrics);
+            assert_eq!(whole.len(), 1 + eof);
+            for most in 1..=16 {
+                let pieces = text(most);
+                assert_eq!(
+                    pieces.concat(),
+                    whole.concat(),
+                    "{format:?}, {most} a piece"
+                );
+                assert_eq!(pieces.len(), 16_usize.div_ceil(most) + eof);
+                for piece in &pieces {
+                    let samples = piece.lines().filter(|line| !line.starts_with('#'));
+                    assert!(samples.count() <= most, "{piece}");
+                }
+            }
+        }
     }
 
     #[test]

@@ -316,6 +316,30 @@ fn field(line: &str, key: &str) -> Option<String> {
     Some(value.to_string())
 }
 
+/// A chunked body's data (a response whose length the server did not know when it began: a
+/// scrape's text is encoded as it is written). A body cut short fails the test.
+fn dechunk(mut body: &[u8]) -> Vec<u8> {
+    let mut data = Vec::new();
+    loop {
+        let line = body.windows(2).position(|w| w == b"\r\n");
+        let line =
+            line.unwrap_or_else(|| panic!("a chunked body cut short after {} bytes", data.len()));
+        let size = String::from_utf8_lossy(&body[..line]);
+        let size = size.split(';').next().unwrap_or_default().trim();
+        let size =
+            usize::from_str_radix(size, 16).unwrap_or_else(|_| panic!("chunk size {size:?}"));
+        body = &body[line + 2..];
+        if size == 0 {
+            return data;
+        }
+        let chunk = body.get(..size);
+        data.extend_from_slice(
+            chunk.unwrap_or_else(|| panic!("a chunk of {size} bytes cut short")),
+        );
+        body = body.get(size + 2..).unwrap_or_default();
+    }
+}
+
 #[derive(Debug)]
 pub struct Response {
     pub status: u16,
@@ -336,14 +360,21 @@ impl Response {
             .and_then(|l| l.split(' ').nth(1))
             .and_then(|s| s.parse().ok())
             .expect("status line");
-        let headers = lines
+        let headers: Vec<(String, String)> = lines
             .filter_map(|l| l.split_once(':'))
             .map(|(k, v)| (k.trim().to_ascii_lowercase(), v.trim().to_string()))
             .collect();
+        let body = &bytes[split + 4..];
+        let chunked = (headers.iter())
+            .any(|(k, v)| k == "transfer-encoding" && v.eq_ignore_ascii_case("chunked"));
+        let body = match chunked {
+            true => dechunk(body),
+            false => body.to_vec(),
+        };
         Response {
             status,
             headers,
-            body: bytes[split + 4..].to_vec(),
+            body,
         }
     }
 
