@@ -478,7 +478,7 @@ fn clients_that_do_not_read_hold_their_scrape_slot() {
     scrapes_answer_again(&exporter, "slots not released");
 }
 
-/// Concurrent scrapes join the collection in progress and share its body: all are answered
+/// Concurrent scrapes join the collection in progress and share its samples: all are answered
 /// in full, and the threads stay those of one scrape (the old server ran one collection per
 /// scrape, with its own blocking threads).
 #[test]

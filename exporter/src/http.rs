@@ -65,6 +65,8 @@ const WRITE_STALL_TIMEOUT: Duration = Duration::from_secs(30);
 const SHUTDOWN_GRACE: Duration = Duration::from_secs(30);
 /// Bodies go to hyper in pieces of this size: it asks for the next once the last is written.
 const BODY_CHUNK: usize = 64 * 1024;
+/// A gzipped scrape goes to hyper once this much is compressed.
+const GZIP_CHUNK: usize = 16 * 1024;
 /// After a failed accept (EMFILE, ENFILE, ENOBUFS) the next waits this long, doubling up to
 /// [`ACCEPT_BACKOFF_MAX`] while failures go on, as Go's net/http does.
 const ACCEPT_BACKOFF_MIN: Duration = Duration::from_millis(5);
@@ -625,7 +627,7 @@ impl Body {
 
     fn encoding(pieces: Pieces, gzip: bool) -> Body {
         let gzip = gzip.then(|| {
-            let out = Vec::with_capacity(BODY_CHUNK);
+            let out = Vec::with_capacity(GZIP_CHUNK * 2);
             flate2::write::GzEncoder::new(out, flate2::Compression::fast())
         });
         Body {
@@ -651,7 +653,7 @@ impl Body {
 }
 
 /// The next chunk of an encoding body: a piece of text as it comes, or once compressed about
-/// [`BODY_CHUNK`] of gzip; `None` at the end.
+/// [`GZIP_CHUNK`] of gzip; `None` at the end.
 fn next_chunk(
     pieces: &mut Pieces,
     gzip: &mut Option<flate2::write::GzEncoder<Vec<u8>>>,
@@ -669,8 +671,11 @@ fn next_chunk(
             return Ok(Some(Bytes::from(piece)));
         };
         encoder.write_all(piece.as_bytes())?;
-        if encoder.get_ref().len() >= BODY_CHUNK {
-            let compressed = std::mem::replace(encoder.get_mut(), Vec::with_capacity(BODY_CHUNK));
+        // About four pieces of text: the runtime's one thread is not held much longer than
+        // for a plain chunk.
+        if encoder.get_ref().len() >= GZIP_CHUNK {
+            let compressed =
+                std::mem::replace(encoder.get_mut(), Vec::with_capacity(GZIP_CHUNK * 2));
             return Ok(Some(Bytes::from(compressed)));
         }
     }
@@ -690,8 +695,10 @@ impl hyper::body::Body for Body {
             BodyData::Encoding { pieces, gzip } => match next_chunk(pieces, gzip) {
                 Ok(chunk) => chunk,
                 Err(err) => {
-                    // The head is sent: the connection is closed, and the client sees a
-                    // body cut short, never a partial text taken for a whole one.
+                    // hyper closes the connection: over HTTP/1.1 (chunked) the client sees a
+                    // body cut short. An HTTP/1.0 body ends with its connection, so such a
+                    // client cannot tell; nothing a string is written into fails, so this is
+                    // the encoder refusing what it was given (see `Pieces`).
                     logging::log(
                         Level::Error,
                         "writing metrics failed",

@@ -488,7 +488,8 @@ pub fn encode(samples: Samples, format: Format) -> Result<String, fmt::Error> {
     Arc::new(Encodable::new(samples)).pieces(format).collect()
 }
 
-/// The most samples one piece of a response holds (see [`Pieces`]): about 64 KiB of text.
+/// The most samples one piece of a response holds (see [`Pieces`]): 60 to 140 KiB of text
+/// (a sample's line is 90 to 200 bytes as a rule).
 const PIECE_SAMPLES: usize = 700;
 
 /// A scrape's samples grouped by metric, families sorted by name for a stable output, to be
@@ -518,7 +519,7 @@ impl Encodable {
         Pieces {
             encodable: self,
             format,
-            most_samples,
+            most_samples: most_samples.max(1),
             next: Some((0, 0)),
         }
     }

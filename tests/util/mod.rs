@@ -336,7 +336,12 @@ fn dechunk(mut body: &[u8]) -> Vec<u8> {
         data.extend_from_slice(
             chunk.unwrap_or_else(|| panic!("a chunk of {size} bytes cut short")),
         );
-        body = body.get(size + 2..).unwrap_or_default();
+        assert_eq!(
+            body.get(size..size + 2),
+            Some(&b"\r\n"[..]),
+            "no CRLF after a chunk"
+        );
+        body = &body[size + 2..];
     }
 }
 

@@ -401,6 +401,14 @@ impl HeldAttributes {
         (!held.check_links).then_some(held.stamp)
     }
 
+    /// `dir`'s stamp on sysfs alone, for what a collector keeps of what the kernel fixes with
+    /// the directory (as [`HeldAttributes::read_fixed`] keeps attributes): elsewhere (fixture
+    /// trees, laid out as their makers like) `None`, and it is read each time.
+    pub fn sysfs_stamp(&mut self, dir: &SysDir) -> Option<DirStamp> {
+        let held = self.held_dir(dir)?;
+        held.on_sysfs.then_some(held.stamp)
+    }
+
     /// Reads `dir` from now on as if it were on sysfs: what a collector does there, tested on
     /// a tree of regular files.
     #[cfg(test)]

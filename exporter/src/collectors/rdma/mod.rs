@@ -529,36 +529,25 @@ impl DeviceRead<'_> {
     }
 
     /// The address and driver of the device's parent (the targets of its `device` and
-    /// `device/driver` links), read again only when the device's directory or its parent's
-    /// changed. On sysfs neither moves while the device's directory lives: its parent is set
-    /// at registration, and the parent's driver made the device (unbinding it unregisters
-    /// the device first). In a fixture tree a link re-pointed changes the directory it is in,
-    /// and a parent's directory replaced takes the device's, which is inside it, along.
+    /// `device/driver` links), on sysfs read once per device directory: neither moves while
+    /// the directory lives (its parent is set at registration; the parent's driver, or the
+    /// netdev a software device is made over, goes only with the device), and a device
+    /// registered again is another directory. Elsewhere read each time: a fixture tree may
+    /// re-point a link anywhere.
     fn parent_labels(&mut self, dir: &SysDir) -> [LabelValue; 2] {
-        let parent = self.held.fixed_subdir(dir, "device");
-        let stamps = match &parent {
-            Ok(parent) => (self.held.stamp(dir).zip(self.held.stamp(parent)))
-                .map(|(own, parent)| (own, Some(parent))),
-            Err(err) if err.is_not_found() => self.held.stamp(dir).map(|own| (own, None)),
-            Err(_) => None,
-        };
+        let stamp = self.held.sysfs_stamp(dir);
         if let Some((kept, labels)) = &self.state.parent {
-            if Some(*kept) == stamps {
+            if Some(*kept) == stamp {
                 return labels.clone();
             }
         }
         let errors = self.out.errors.len();
-        let address = self.link(dir, "device");
-        let driver = match &parent {
-            Ok(parent) => self.link(parent, "driver"),
-            Err(_) => self.link(dir, "device/driver"),
-        };
-        let labels = [address, driver];
+        let labels = [self.link(dir, "device"), self.link(dir, "device/driver")];
         // An error is counted again at each read, as any other.
         let read_well = self.out.errors.len() == errors;
-        self.state.parent = stamps
+        self.state.parent = stamp
             .filter(|_| read_well)
-            .map(|stamps| (stamps, labels.clone()));
+            .map(|stamp| (stamp, labels.clone()));
         labels
     }
 
@@ -1032,18 +1021,14 @@ mod tests {
         assert_eq!(kept, 1);
     }
 
-    /// The parent's address and driver, kept from one read to the next while the device's
-    /// directory and its parent's stay as they were, are read again when a link is
-    /// re-pointed in a fixture tree: the driver's, in the parent's directory, and the
-    /// parent's, in the device's.
-    #[test]
-    fn a_parent_or_driver_re_pointed_is_read_again() {
-        use std::os::unix::fs::symlink;
-        let tmp = tempfile::tempdir().unwrap();
-        let sys = tmp.path();
-        let pci = |address: &str| sys.join("devices/pci0000:00").join(address);
-        let device = pci("0000:05:00.0").join("infiniband/mlx5_0");
-        for dir in [&device, &pci("0000:06:00.0"), &sys.join(CLASS_DIR)] {
+    /// A device `mlx5_0` below PCI device `0000:05:00.0` (bound to mlx5_core), in `sys`.
+    fn device_below_a_pci_device(sys: &Path) {
+        let device = sys.join("devices/pci0000:00/0000:05:00.0/infiniband/mlx5_0");
+        for dir in [
+            &device,
+            &sys.join("devices/pci0000:00/0000:06:00.0"),
+            &sys.join(CLASS_DIR),
+        ] {
             std::fs::create_dir_all(dir).unwrap();
         }
         let links = [
@@ -1061,44 +1046,93 @@ mod tests {
             ),
         ];
         for (link, target) in links {
-            symlink(target, sys.join(link)).unwrap();
+            std::os::unix::fs::symlink(target, sys.join(link)).unwrap();
         }
-        // As a fixture tree is by the time it is scraped: its directories' times settled, so
-        // that what was read from them is kept.
+    }
+
+    /// The device's parent's address and driver, as its info series' labels say.
+    fn parent_labels(collector: &RdmaCollector) -> (String, String) {
+        assert_eq!(collector.units().unwrap().len(), 1);
+        let info = read_family(collector, "mlx5_0", &DEVICE_INFO);
+        let labels = &info[0].0;
+        let label = |name: &str| {
+            let value = labels.split(&format!("{name}=\"")).nth(1).unwrap();
+            value.split('"').next().unwrap().to_string()
+        };
+        (label("pci_address"), label("driver"))
+    }
+
+    fn re_point(link: &Path, target: &str) {
+        std::fs::remove_file(link).unwrap();
+        std::os::unix::fs::symlink(target, link).unwrap();
+    }
+
+    /// In a fixture tree the parent's address and driver are read each time: a link
+    /// re-pointed is seen at once, though the directories' times have settled (as they have
+    /// by the time a fixture is scraped).
+    #[test]
+    fn in_a_fixture_tree_a_parent_or_driver_re_pointed_is_read_again() {
+        let tmp = tempfile::tempdir().unwrap();
+        let sys = tmp.path();
+        device_below_a_pci_device(sys);
+        let pci = sys.join("devices/pci0000:00/0000:05:00.0");
+        let device = pci.join("infiniband/mlx5_0");
         let settle = |dir: &Path| {
             let an_hour_ago = std::time::SystemTime::now() - Duration::from_secs(3600);
             let dir = std::fs::File::open(dir).unwrap();
             dir.set_modified(an_hour_ago).unwrap();
         };
-        let collector = RdmaCollector::new(sys.to_path_buf(), DeviceFilter::All);
-        let parent = || {
-            assert_eq!(collector.units().unwrap().len(), 1);
-            let info = read_family(&collector, "mlx5_0", &DEVICE_INFO);
-            let labels = &info[0].0;
-            let label = |name: &str| {
-                let value = labels.split(&format!("{name}=\"")).nth(1).unwrap();
-                value.split('"').next().unwrap().to_string()
-            };
-            (label("pci_address"), label("driver"))
-        };
-        for dir in [&device, &pci("0000:05:00.0")] {
+        for dir in [&device, &pci] {
             settle(dir);
         }
+        let collector = RdmaCollector::new(sys.to_path_buf(), DeviceFilter::All);
         let first = ("0000:05:00.0".to_string(), "mlx5_core".to_string());
-        // The second read finds them kept.
-        assert_eq!(parent(), first);
-        assert_eq!(parent(), first);
+        assert_eq!(parent_labels(&collector), first);
+        assert_eq!(parent_labels(&collector), first);
 
-        let driver = pci("0000:05:00.0").join("driver");
-        std::fs::remove_file(&driver).unwrap();
-        symlink("../../../bus/pci/drivers/vfio-pci", &driver).unwrap();
-        settle(&pci("0000:05:00.0"));
-        assert_eq!(parent(), ("0000:05:00.0".into(), "vfio-pci".into()));
+        re_point(&pci.join("driver"), "../../../bus/pci/drivers/vfio-pci");
+        settle(&pci);
+        let rebound = ("0000:05:00.0".to_string(), "vfio-pci".to_string());
+        assert_eq!(parent_labels(&collector), rebound);
 
-        std::fs::remove_file(device.join("device")).unwrap();
-        symlink("../../../0000:06:00.0", device.join("device")).unwrap();
+        re_point(&device.join("device"), "../../../0000:06:00.0");
         settle(&device);
-        assert_eq!(parent(), ("0000:06:00.0".into(), String::new()));
+        assert_eq!(
+            parent_labels(&collector),
+            ("0000:06:00.0".into(), String::new())
+        );
+    }
+
+    /// On sysfs they are read once per device directory: a link cannot move while the
+    /// device's directory lives, and a device registered again is another directory.
+    #[test]
+    fn on_sysfs_the_parent_is_read_once_per_device_directory() {
+        let tmp = tempfile::tempdir().unwrap();
+        let sys = tmp.path();
+        device_below_a_pci_device(sys);
+        let pci = sys.join("devices/pci0000:00/0000:05:00.0");
+        let collector = RdmaCollector::new(sys.to_path_buf(), DeviceFilter::All);
+        let device_dir = SysDir::open(sys, format!("{CLASS_DIR}/mlx5_0")).unwrap();
+        collector
+            .held
+            .read("mlx5_0", |held, _| held.as_on_sysfs(&device_dir));
+        let first = ("0000:05:00.0".to_string(), "mlx5_core".to_string());
+        assert_eq!(parent_labels(&collector), first);
+        // What sysfs never does while the device is there: kept, not read again.
+        re_point(&pci.join("driver"), "../../../bus/pci/drivers/vfio-pci");
+        assert_eq!(parent_labels(&collector), first);
+
+        std::fs::remove_dir_all(pci.join("infiniband/mlx5_0")).unwrap();
+        device_below_a_pci_device_again(sys);
+        let rebound = ("0000:05:00.0".to_string(), "vfio-pci".to_string());
+        assert_eq!(parent_labels(&collector), rebound);
+    }
+
+    /// The device's directory made again (registered again), its links as before.
+    fn device_below_a_pci_device_again(sys: &Path) {
+        let device = sys.join("devices/pci0000:00/0000:05:00.0/infiniband/mlx5_0");
+        std::fs::create_dir_all(&device).unwrap();
+        std::os::unix::fs::symlink("../../../0000:05:00.0", device.join("device")).unwrap();
     }
 
     #[test]

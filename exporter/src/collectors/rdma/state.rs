@@ -23,13 +23,10 @@ pub(super) struct DeviceState {
     /// so its address names no other while it is here. Only the listings the last read used
     /// are kept: one whose directory changed is gone at the next read.
     pub(super) counters: foldhash::HashMap<usize, ListingSets>,
-    /// The `pci_address` and `driver` label values, as read while the device's directory and
-    /// its parent's (when it has one) had these stamps.
-    pub(super) parent: Option<(ParentStamps, [LabelValue; 2])>,
+    /// The `pci_address` and `driver` label values, as read on sysfs while the device's
+    /// directory had this stamp.
+    pub(super) parent: Option<(DirStamp, [LabelValue; 2])>,
 }
-
-/// A device directory's stamp and its parent's.
-pub(super) type ParentStamps = (DirStamp, Option<DirStamp>);
 
 /// The label sets of a port's series whose labels are its names alone.
 pub(super) struct PortSets {
