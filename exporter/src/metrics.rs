@@ -423,6 +423,16 @@ impl Samples {
         }
     }
 
+    /// Gives back the room its lists have beyond what they hold: a unit's first read grows
+    /// them step by step, up to twice what it pushed, and they are kept until the scrape is
+    /// encoded (later reads reserve what the last one pushed, and give back nothing).
+    pub fn shrink_to_fit(&mut self) {
+        for chunk in &mut self.chunks {
+            chunk.samples.shrink_to_fit();
+            chunk.labels.shrink_to_fit();
+        }
+    }
+
     pub fn append(&mut self, mut other: Samples) {
         let indexes: Vec<usize> = other.descs.iter().map(|d| self.desc_index(d)).collect();
         for chunk in &mut other.chunks {

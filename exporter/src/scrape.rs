@@ -532,6 +532,7 @@ impl<C: Collector> Run<C> {
             let read = catch_unwind(AssertUnwindSafe(|| {
                 self.collector.collect_unit(unit, &mut output)
             }));
+            output.samples.shrink_to_fit();
             let mut state = lock(&self.state);
             match read {
                 // After the deadline the scrape has taken the state: a late result is dropped.
