@@ -135,7 +135,7 @@ pub struct Server {
 }
 
 /// What a scrape's response is: its format, and whether it is gzipped.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy)]
 struct Variant {
     format: Format,
     gzip: bool,

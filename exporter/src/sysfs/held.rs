@@ -519,8 +519,9 @@ impl HeldAttributes {
 }
 
 /// One [`HeldAttributes`] per unit of a collector (an RDMA device, a PCI device), with the
-/// collector's own state for the unit (`T`: the RDMA device's room, label values and label sets,
-/// a PCI unit's room, label values and root port), each with a lock of its own: the scrape claims a unit before reading it,
+/// collector's own state for the unit (`T`: the RDMA device's room, label values and label
+/// sets, a PCI unit's room, label values and root port), each with a lock of its own: the
+/// scrape claims a unit before reading it,
 /// so only one read locks it, a read hung in a driver blocks no other unit, and units read at
 /// once share none of the collector's state.
 pub struct HeldByUnit<T = ()> {
@@ -688,7 +689,7 @@ impl Drop for HeldSlot {
 mod tests {
     use super::*;
     use crate::error::ErrorKind;
-    use crate::sysfs::tests::{dir_with, mkfifo};
+    use crate::sysfs::tests::{dir_with, mkfifo, settle};
     use crate::sysfs::AttributeReader;
     use std::fs;
     use std::path::Path;
@@ -725,16 +726,6 @@ mod tests {
         fs::write(&path, "4\n").unwrap();
         assert_eq!(read(&mut held).unwrap(), "4");
         assert_eq!((held.len(), budget.held()), (1, 1));
-    }
-
-    /// Sets a directory's modification time an hour back: settled, as a fixture tree is by
-    /// the time it is scraped.
-    fn settle(dir: &Path) {
-        let an_hour_ago = SystemTime::now() - Duration::from_secs(3600);
-        fs::File::open(dir)
-            .unwrap()
-            .set_modified(an_hour_ago)
-            .unwrap();
     }
 
     /// Reads in any order, across directories and through another [`SysDir`] of the same

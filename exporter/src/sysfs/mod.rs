@@ -738,7 +738,7 @@ impl From<SysfsError> for CollectError {
 }
 
 #[cfg(test)]
-mod tests {
+pub(crate) mod tests {
     use super::*;
     use std::ffi::{CString, OsStr};
     use std::fs;
@@ -752,6 +752,16 @@ mod tests {
         let c_path = CString::new(path.as_os_str().as_bytes()).unwrap();
         // SAFETY: mkfifo reads a NUL-terminated path that lives across the call.
         assert_eq!(unsafe { libc::mkfifo(c_path.as_ptr(), 0o644) }, 0);
+    }
+
+    /// Sets a directory's modification time an hour back: settled, as a fixture tree is by
+    /// the time it is scraped.
+    pub(crate) fn settle(dir: &Path) {
+        let an_hour_ago = std::time::SystemTime::now() - Duration::from_secs(3600);
+        fs::File::open(dir)
+            .unwrap()
+            .set_modified(an_hour_ago)
+            .unwrap();
     }
 
     pub(super) fn dir_with(files: &[(&str, &str)]) -> (tempfile::TempDir, SysDir) {
@@ -973,11 +983,8 @@ mod tests {
         let (tmp, dir) = dir_with(&[("sriov_numvfs", "4\n"), ("garbage", "x\n")]);
         fs::create_dir(tmp.path().join("subdir")).unwrap();
         // Settled: its absent names are remembered, as on sysfs.
-        let an_hour_ago = std::time::SystemTime::now() - Duration::from_secs(3600);
-        fs::File::open(tmp.path())
-            .unwrap()
-            .set_modified(an_hour_ago)
-            .unwrap();
+        settle(tmp.path());
+        let settled = fs::metadata(tmp.path()).unwrap().modified().unwrap();
         let mut held = HeldAttributes::default();
         let mut reader = AttributeReader::default();
         for _ in 0..2 {
@@ -1007,7 +1014,7 @@ mod tests {
         fs::write(tmp.path().join("sriov_totalvfs"), "8\n").unwrap();
         fs::File::open(tmp.path())
             .unwrap()
-            .set_modified(an_hour_ago)
+            .set_modified(settled)
             .unwrap();
         let total = dir.read_held_optional_u64("sriov_totalvfs", &mut held, &mut reader);
         assert_eq!(total.unwrap(), None);

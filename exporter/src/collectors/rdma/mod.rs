@@ -797,6 +797,7 @@ impl DeviceRead<'_> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::sysfs::tests::settle;
 
     fn settings(args: &[&str]) -> Result<RdmaSettings, ConfigError> {
         RdmaSettings::from_flags(&Flags::parse((REGISTRATION.flags)(), args)?)
@@ -982,11 +983,6 @@ mod tests {
         let tmp = tempfile::tempdir().unwrap();
         let hw = tmp.path().join(CLASS_DIR).join("rxe0/ports/1/hw_counters");
         std::fs::create_dir_all(&hw).unwrap();
-        let settle = || {
-            let an_hour_ago = std::time::SystemTime::now() - Duration::from_secs(3600);
-            let dir = std::fs::File::open(&hw).unwrap();
-            dir.set_modified(an_hour_ago).unwrap();
-        };
         let collector = RdmaCollector::new(tmp.path().to_path_buf(), DeviceFilter::All);
         let received = || {
             let samples = read_family(&collector, "rxe0", &PORT_HW_STAT).into_iter();
@@ -1006,13 +1002,13 @@ mod tests {
         };
         std::fs::write(hw.join("rcvd_pkts"), "1\n").unwrap();
         std::fs::write(hw.join("sent_pkts"), "2\n").unwrap();
-        settle();
+        settle(&hw);
         assert_eq!(received(), counters(&[("rcvd_pkts", 1), ("sent_pkts", 2)]));
         std::fs::write(hw.join("sent_pkts"), "3\n").unwrap();
         assert_eq!(received(), counters(&[("rcvd_pkts", 1), ("sent_pkts", 3)]));
         std::fs::remove_file(hw.join("rcvd_pkts")).unwrap();
         std::fs::write(hw.join("duplicate_request"), "4\n").unwrap();
-        settle();
+        settle(&hw);
         let now = counters(&[("duplicate_request", 4), ("sent_pkts", 3)]);
         assert_eq!(received(), now);
         assert_eq!(received(), now);
@@ -1023,11 +1019,9 @@ mod tests {
 
     /// A device `mlx5_0` below PCI device `0000:05:00.0` (bound to mlx5_core), in `sys`.
     fn device_below_a_pci_device(sys: &Path) {
-        let device = sys.join("devices/pci0000:00/0000:05:00.0/infiniband/mlx5_0");
         for dir in [
-            &device,
-            &sys.join("devices/pci0000:00/0000:06:00.0"),
-            &sys.join(CLASS_DIR),
+            sys.join("devices/pci0000:00/0000:06:00.0"),
+            sys.join(CLASS_DIR),
         ] {
             std::fs::create_dir_all(dir).unwrap();
         }
@@ -1037,17 +1031,21 @@ mod tests {
                 "../../devices/pci0000:00/0000:05:00.0/infiniband/mlx5_0",
             ),
             (
-                "devices/pci0000:00/0000:05:00.0/infiniband/mlx5_0/device".into(),
-                "../../../0000:05:00.0",
-            ),
-            (
                 "devices/pci0000:00/0000:05:00.0/driver".into(),
                 "../../../bus/pci/drivers/mlx5_core",
             ),
         ];
+        device_directory(sys);
         for (link, target) in links {
             std::os::unix::fs::symlink(target, sys.join(link)).unwrap();
         }
+    }
+
+    /// `mlx5_0`'s directory below `0000:05:00.0`, made (again: a device registered again).
+    fn device_directory(sys: &Path) {
+        let device = sys.join("devices/pci0000:00/0000:05:00.0/infiniband/mlx5_0");
+        std::fs::create_dir_all(&device).unwrap();
+        std::os::unix::fs::symlink("../../../0000:05:00.0", device.join("device")).unwrap();
     }
 
     /// The device's parent's address and driver, as its info series' labels say.
@@ -1077,11 +1075,6 @@ mod tests {
         device_below_a_pci_device(sys);
         let pci = sys.join("devices/pci0000:00/0000:05:00.0");
         let device = pci.join("infiniband/mlx5_0");
-        let settle = |dir: &Path| {
-            let an_hour_ago = std::time::SystemTime::now() - Duration::from_secs(3600);
-            let dir = std::fs::File::open(dir).unwrap();
-            dir.set_modified(an_hour_ago).unwrap();
-        };
         for dir in [&device, &pci] {
             settle(dir);
         }
@@ -1123,16 +1116,9 @@ mod tests {
         assert_eq!(parent_labels(&collector), first);
 
         std::fs::remove_dir_all(pci.join("infiniband/mlx5_0")).unwrap();
-        device_below_a_pci_device_again(sys);
+        device_directory(sys);
         let rebound = ("0000:05:00.0".to_string(), "vfio-pci".to_string());
         assert_eq!(parent_labels(&collector), rebound);
-    }
-
-    /// The device's directory made again (registered again), its links as before.
-    fn device_below_a_pci_device_again(sys: &Path) {
-        let device = sys.join("devices/pci0000:00/0000:05:00.0/infiniband/mlx5_0");
-        std::fs::create_dir_all(&device).unwrap();
-        std::os::unix::fs::symlink("../../../0000:05:00.0", device.join("device")).unwrap();
     }
 
     #[test]
