@@ -412,9 +412,14 @@ impl Samples {
     /// Where `desc` is in `descs`, added when it is not yet.
     fn desc_index(&mut self, desc: &Desc) -> usize {
         // Collectors push a metric's samples together, so the last one is nearly always it;
-        // a name is nearly always the same constant, told by its address before its bytes.
-        let same = |d: &Desc| std::ptr::eq(d.name, desc.name) || d.name == desc.name;
-        match self.descs.iter().rposition(same) {
+        // a name is nearly always the same constant, found by its address alone (comparing the
+        // bytes of every name passed on the way cost as much as the search).
+        let by_address = self
+            .descs
+            .iter()
+            .rposition(|d| std::ptr::eq(d.name, desc.name));
+        let found = by_address.or_else(|| self.descs.iter().rposition(|d| d.name == desc.name));
+        match found {
             Some(index) => index,
             None => {
                 self.descs.push(*desc);
