@@ -1,5 +1,5 @@
-//! The scrape: every started collector run concurrently under one deadline, each collector's
-//! units read by a few workers, and the framework's own metrics.
+//! The scrape: every started collector run under one deadline, their listings and units read
+//! by one crew of a few workers, and the framework's own metrics.
 //!
 //! Invariants:
 //! - a scrape never fails and never waits past the deadline because of a collector;
@@ -13,10 +13,8 @@
 use std::any::Any;
 use std::collections::HashMap;
 use std::convert::Infallible;
-use std::future::Future;
 use std::panic::{catch_unwind, AssertUnwindSafe};
-use std::pin::Pin;
-use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, OnceLock};
 use std::time::{Duration, Instant};
 
@@ -24,28 +22,29 @@ use crate::collector::{lock, CollectError, Collector, ErrorKind, Output, Started
 use crate::logging::{self, Level, OncePerCause};
 use crate::metrics::{Desc, Samples, Value};
 
-type RunFuture = Pin<Box<dyn Future<Output = RunOutcome> + Send>>;
-
 pub(crate) trait Erased: Send + Sync {
-    fn run(self: Arc<Self>, busy: Busy, timeout: Duration, deadline: Deadline) -> RunFuture;
+    /// This scrape's part of the collector, for the scrape's crew to work on.
+    fn run(self: Arc<Self>, busy: Busy, timeout: Duration, deadline: Instant) -> Arc<dyn Work>;
     fn stop(&self);
 }
 
 impl<C: Collector> Erased for C {
-    fn run(self: Arc<Self>, busy: Busy, timeout: Duration, deadline: Deadline) -> RunFuture {
-        Box::pin(run(self, busy, timeout, deadline))
+    fn run(self: Arc<Self>, busy: Busy, timeout: Duration, deadline: Instant) -> Arc<dyn Work> {
+        Arc::new(Run {
+            collector: self,
+            busy,
+            timeout,
+            deadline,
+            listing_taken: AtomicBool::new(false),
+            units: OnceLock::new(),
+            next: AtomicUsize::new(0),
+            state: Mutex::default(),
+        })
     }
 
     fn stop(&self) {
         Collector::stop(self)
     }
-}
-
-/// When a scrape answers, and how many workers read one collector's units.
-#[derive(Clone, Copy)]
-pub(crate) struct Deadline {
-    at: tokio::time::Instant,
-    workers: usize,
 }
 
 const BUILD_INFO: Desc = Desc::gauge(
@@ -230,6 +229,8 @@ struct RunState {
     /// Finished units' outputs by position in the listing, so output order is stable however
     /// the workers interleave.
     units: Vec<Option<Output>>,
+    /// Units done, whichever way: read, panicked, or skipped as still busy.
+    done: usize,
     /// Errors of the run itself (units skipped as still busy).
     errors: Vec<CollectError>,
     /// Whether the units were listed before the scrape took this state (a listing that ends
@@ -237,8 +238,9 @@ struct RunState {
     listed: bool,
     /// Why the run failed: the listing, a panic.
     failures: Vec<CollectError>,
-    /// A worker reached the deadline with units left to read.
-    cut_short: bool,
+    /// When its listing began, and when its last unit (or a failed listing) ended.
+    began: Option<Instant>,
+    ended: Option<Instant>,
 }
 
 /// How one collector's part of a scrape ended.
@@ -257,6 +259,8 @@ pub struct Scraper {
     errors: ErrorLog,
     revision: &'static str,
     workers: usize,
+    /// How long the crew may finish nothing before another worker is called (see [`Crew`]).
+    stalled_after: Duration,
 }
 
 impl Scraper {
@@ -278,7 +282,8 @@ impl Scraper {
             // Unit reads are system-call bound: one worker per CPU, a few at most.
             workers: std::thread::available_parallelism()
                 .map_or(1, |n| n.get())
-                .clamp(1, MAX_WORKERS_PER_COLLECTOR),
+                .clamp(1, MAX_WORKERS),
+            stalled_after: STALLED_AFTER,
         }
     }
 
@@ -295,21 +300,25 @@ impl Scraper {
 
     /// One scrape: every collector's samples plus the framework's own metrics.
     pub async fn scrape(&self) -> Samples {
+        let started = Instant::now();
         let deadline = tokio::time::Instant::now() + self.deadline;
         let runs: Vec<_> = self
             .slots
             .iter()
             .map(|slot| {
-                tokio::spawn(slot.collector.0.clone().run(
-                    slot.busy.clone(),
-                    self.deadline,
-                    Deadline {
-                        at: deadline,
-                        workers: self.workers,
-                    },
-                ))
+                let collector = slot.collector.0.clone();
+                collector.run(slot.busy.clone(), self.deadline, deadline.into_std())
             })
             .collect();
+        let crew = Arc::new(Crew {
+            runs: runs.clone(),
+            deadline: deadline.into_std(),
+            workers: self.workers,
+            active: AtomicUsize::new(0),
+            done: AtomicUsize::new(0),
+            pool: tokio::runtime::Handle::current(),
+        });
+        let overran = crew.work(deadline, self.stalled_after).await;
 
         let mut samples = Samples::default();
         samples.push(
@@ -321,14 +330,7 @@ impl Scraper {
             Value::Int(1),
         );
         for (slot, run) in self.slots.iter().zip(runs) {
-            let outcome = run.await.unwrap_or_else(|join_error| RunOutcome {
-                output: Output::default(),
-                failures: vec![CollectError::new(
-                    ErrorKind::Panic,
-                    format!("scrape task failed: {join_error}"),
-                )],
-                duration: self.deadline,
-            });
+            let outcome = run.outcome(overran, started);
             for error in outcome.output.errors.iter().chain(&outcome.failures) {
                 self.errors.record(slot.name, error);
             }
@@ -356,112 +358,146 @@ impl Scraper {
     }
 }
 
-/// Upper bound on threads reading one collector's units at once.
-const MAX_WORKERS_PER_COLLECTOR: usize = 4;
+/// Upper bound on the crew's workers while none is stuck.
+const MAX_WORKERS: usize = 4;
 
-/// One collector's part of a scrape: list its units, then read them with a few workers on the
-/// blocking pool, each unit skipped while an earlier read of it is still hung. Whatever has
-/// finished by the deadline is returned; the rest goes on alone and is dropped, and a unit left
-/// unread makes the run one timeout.
-///
-/// The first worker lists the units and starts the others, and the run's end is the last
-/// worker's: the async thread wakes once for it, not once for the listing and once per worker
-/// (each wake a context switch on a node that runs a job).
-async fn run<C: Collector>(
-    collector: Arc<C>,
-    busy: Busy,
-    timeout: Duration,
-    Deadline {
-        at: deadline,
-        workers,
-    }: Deadline,
-) -> RunOutcome {
-    let started = Instant::now();
-    let run = Arc::new(Run {
-        collector,
-        busy,
-        timeout,
-        deadline: deadline.into_std(),
-        units: OnceLock::new(),
-        next: AtomicUsize::new(0),
-        state: Mutex::default(),
-    });
-    // Dropped by the last worker to end, however it ends: that is the run's end.
-    let (finished, all_finished) = tokio::sync::oneshot::channel::<Infallible>();
-    let pool = tokio::runtime::Handle::current();
-    let first = (run.clone(), Arc::new(finished));
-    pool.clone().spawn_blocking(move || {
-        let (run, finished) = first;
-        run.guarded(|run| {
-            let Some(units) = run.list() else {
-                return;
-            };
-            for _ in 1..workers.min(units) {
-                let (run, finished) = (run.clone(), finished.clone());
-                pool.spawn_blocking(move || {
-                    run.guarded(|run| run.read());
-                    drop(finished);
-                });
-            }
-            run.read();
-        });
-        drop(finished);
-    });
-    let overran = tokio::time::timeout_at(deadline, all_finished)
-        .await
-        .is_err();
+/// A crew that has finished nothing for this long has every worker stuck, and is sent one more
+/// while work is left: a hung read hides only itself, whatever the number of workers. A
+/// scrape normally ends well before it, so this costs no wake-up.
+const STALLED_AFTER: Duration = Duration::from_millis(50);
 
-    let RunState {
-        units: read,
-        errors,
-        listed,
-        mut failures,
-        cut_short,
-    } = std::mem::take(&mut *lock(&run.state));
-    let Some(units) = run.units.get().filter(|_| listed) else {
-        if overran {
-            let error = timed_out(&run.busy, "did not finish listing its units in time");
-            failures.push(error);
-        } else if failures.is_empty() {
-            // Its worker ended without a listing or a failure: the pool dropped it unrun.
-            let error = "did not list its units: the blocking pool did not run its worker";
-            failures.push(CollectError::new(ErrorKind::Timeout, error));
+/// One collector's part of a scrape, as the crew works on it.
+pub(crate) trait Work: Send + Sync {
+    /// Takes and does the next piece of this run's work: its listing, then one unit at a time.
+    fn step(&self) -> Step;
+    /// Whether a piece is left for a worker to take now.
+    fn untaken(&self) -> bool;
+    /// What the run has produced, taken at the scrape's end: a run left unfinished (`overran`,
+    /// or no worker ever ran) fails as one timeout.
+    fn outcome(&self, overran: bool, scrape_started: Instant) -> RunOutcome;
+}
+
+/// What a worker's step did.
+pub(crate) enum Step {
+    /// Nothing was left to take in that run.
+    Nothing,
+    /// Listed this many units.
+    Listed(usize),
+    Read,
+}
+
+/// The workers of one scrape, on the blocking pool: each takes the collectors' listings and
+/// units in collector order, the first collector's units first, until none is left or the
+/// deadline. The scrape starts one per collector up to `workers`; a listing of several units
+/// calls more, up to `workers`. The async thread wakes once, when the last worker ends (or at
+/// the deadline), not once per collector: each wake is a context switch on a node that runs a
+/// job.
+struct Crew {
+    runs: Vec<Arc<dyn Work>>,
+    deadline: Instant,
+    workers: usize,
+    /// Workers still taking work, a stuck one included.
+    active: AtomicUsize,
+    /// Pieces done: a crew whose count stands still has every worker stuck.
+    done: AtomicUsize,
+    pool: tokio::runtime::Handle,
+}
+
+/// Held by every worker; the scrape's wait ends when the last one is dropped, however its
+/// worker ends (or when the pool drops a worker it never ran).
+type Ticket = Arc<tokio::sync::oneshot::Sender<Infallible>>;
+
+impl Crew {
+    /// Runs the crew until every worker has ended (`false`) or the deadline (`true`).
+    async fn work(
+        self: &Arc<Self>,
+        deadline: tokio::time::Instant,
+        stalled_after: Duration,
+    ) -> bool {
+        let (ticket, mut all_ended) = tokio::sync::oneshot::channel();
+        let ticket: Ticket = Arc::new(ticket);
+        for _ in 0..self.workers.min(self.runs.len()) {
+            self.active.fetch_add(1, Ordering::SeqCst);
+            self.spawn(ticket.clone());
         }
-        return RunOutcome {
-            output: Output::default(),
-            failures,
-            duration: started.elapsed(),
-        };
-    };
-    // One timeout per scrape, whether workers were still reading at the deadline or had
-    // stopped there with units left: what is missing is this scrape's, however many units.
-    if overran || cut_short {
-        let finished = read.iter().flatten().count();
-        failures.push(
-            timed_out(&run.busy, "did not read every unit in time")
-                .with("units_read", format!("{finished} of {}", units.len())),
-        );
+        // Only the workers keep the wait open; the scrape keeps a way to send more.
+        let more = Arc::downgrade(&ticket);
+        drop(ticket);
+        let mut done = self.done.load(Ordering::SeqCst);
+        loop {
+            let look = (tokio::time::Instant::now() + stalled_after).min(deadline);
+            if tokio::time::timeout_at(look, &mut all_ended).await.is_ok() {
+                return false;
+            }
+            if tokio::time::Instant::now() >= deadline {
+                return true;
+            }
+            let now_done = self.done.load(Ordering::SeqCst);
+            if now_done == done && self.untaken() {
+                if let Some(ticket) = more.upgrade() {
+                    self.active.fetch_add(1, Ordering::SeqCst);
+                    self.spawn(ticket);
+                }
+            }
+            done = now_done;
+        }
     }
-    let mut output = Output::default();
-    for unit in read.into_iter().flatten() {
-        output.samples.append(unit.samples);
-        output.errors.extend(unit.errors);
+
+    fn untaken(&self) -> bool {
+        self.runs.iter().any(|run| run.untaken())
     }
-    output.errors.extend(errors);
-    RunOutcome {
-        output,
-        failures,
-        duration: started.elapsed(),
+
+    /// Starts a worker already counted in `active`.
+    fn spawn(self: &Arc<Self>, ticket: Ticket) {
+        let crew = self.clone();
+        self.pool.spawn_blocking(move || {
+            crew.take_work(&ticket);
+            crew.active.fetch_sub(1, Ordering::SeqCst);
+        });
+    }
+
+    /// One worker: the first piece left in collector order, until none is left or the deadline.
+    /// A worker freed from a hung read after the deadline stops too: its scrape has answered,
+    /// and reading on would only hold units that a later scrape then reports as still running.
+    fn take_work(self: &Arc<Self>, ticket: &Ticket) {
+        while Instant::now() < self.deadline {
+            let step = self.runs.iter().find_map(|run| match run.step() {
+                Step::Nothing => None,
+                step => Some(step),
+            });
+            match step {
+                None => return,
+                Some(Step::Listed(units)) => self.call(units.saturating_sub(1), ticket),
+                Some(_) => {}
+            }
+            self.done.fetch_add(1, Ordering::SeqCst);
+        }
+    }
+
+    /// Up to `helpers` more workers, as long as fewer than `workers` are active.
+    fn call(self: &Arc<Self>, helpers: usize, ticket: &Ticket) {
+        for _ in 0..helpers {
+            let active = self
+                .active
+                .fetch_update(Ordering::SeqCst, Ordering::SeqCst, |active| {
+                    (active < self.workers).then_some(active + 1)
+                });
+            if active.is_err() {
+                return;
+            }
+            self.spawn(ticket.clone());
+        }
     }
 }
 
-/// What one collector run's workers share.
+/// What the crew's workers share of one collector's run.
 struct Run<C: Collector> {
     collector: Arc<C>,
     busy: Busy,
     /// A read older than this is hung.
     timeout: Duration,
     deadline: Instant,
+    listing_taken: AtomicBool,
     /// The units, once listed.
     units: OnceLock<Vec<C::Unit>>,
     /// The next unit to read, by position in the listing.
@@ -469,18 +505,98 @@ struct Run<C: Collector> {
     state: Mutex<RunState>,
 }
 
-impl<C: Collector> Run<C> {
-    /// Runs a worker's `work`; a panic in it (outside a unit's read, which catches its own)
-    /// is a failure of the run, not a worker gone without a word.
-    fn guarded(self: &Arc<Self>, work: impl FnOnce(&Arc<Self>)) {
-        if let Err(payload) = catch_unwind(AssertUnwindSafe(|| work(self))) {
-            lock(&self.state).failures.push(panicked(payload));
+impl<C: Collector> Work for Run<C> {
+    fn step(&self) -> Step {
+        if !self.listing_taken.swap(true, Ordering::SeqCst) {
+            return Step::Listed(self.guarded(|| self.list()).unwrap_or(0));
         }
+        let Some(units) = self.units.get() else {
+            return Step::Nothing;
+        };
+        if self.next.load(Ordering::SeqCst) >= units.len() {
+            return Step::Nothing;
+        }
+        let index = self.next.fetch_add(1, Ordering::SeqCst);
+        let Some(unit) = units.get(index) else {
+            return Step::Nothing;
+        };
+        self.guarded(|| self.read(index, unit));
+        Step::Read
+    }
+
+    fn untaken(&self) -> bool {
+        !self.listing_taken.load(Ordering::SeqCst)
+            || (self.units.get())
+                .is_some_and(|units| self.next.load(Ordering::SeqCst) < units.len())
+    }
+
+    fn outcome(&self, overran: bool, scrape_started: Instant) -> RunOutcome {
+        let RunState {
+            units: read,
+            done,
+            errors,
+            listed,
+            mut failures,
+            began,
+            ended,
+        } = std::mem::take(&mut *lock(&self.state));
+        let duration = match (began, ended) {
+            (Some(began), Some(ended)) => ended - began,
+            _ => scrape_started.elapsed(),
+        };
+        let Some(units) = self.units.get().filter(|_| listed) else {
+            // Without a failure of its own, the listing did not end in time, or every worker
+            // ended without taking it (the pool dropped them unrun).
+            if failures.is_empty() && overran {
+                let error = timed_out(&self.busy, "did not finish listing its units in time");
+                failures.push(error);
+            } else if failures.is_empty() {
+                let error = "did not list its units: the blocking pool did not run its worker";
+                failures.push(CollectError::new(ErrorKind::Timeout, error));
+            }
+            return RunOutcome {
+                output: Output::default(),
+                failures,
+                duration,
+            };
+        };
+        // One timeout per scrape, whether units were still being read at the deadline or
+        // never taken: what is missing is this scrape's, however many units.
+        if done < units.len() {
+            let finished = read.iter().flatten().count();
+            failures.push(
+                timed_out(&self.busy, "did not read every unit in time")
+                    .with("units_read", format!("{finished} of {}", units.len())),
+            );
+        }
+        let mut output = Output::default();
+        for unit in read.into_iter().flatten() {
+            output.samples.append(unit.samples);
+            output.errors.extend(unit.errors);
+        }
+        output.errors.extend(errors);
+        RunOutcome {
+            output,
+            failures,
+            duration,
+        }
+    }
+}
+
+impl<C: Collector> Run<C> {
+    /// Runs a piece of work; a panic in it (outside a unit's read and the listing, which catch
+    /// their own) is a failure of the run, not a worker gone without a word.
+    fn guarded<T>(&self, work: impl FnOnce() -> Option<T>) -> Option<T> {
+        catch_unwind(AssertUnwindSafe(work)).unwrap_or_else(|payload| {
+            lock(&self.state).failures.push(panicked(payload));
+            None
+        })
     }
 
     /// Lists the units (skipped while an earlier listing is hung); how many there are, or
     /// `None` when the listing failed (then in the state's failures).
     fn list(&self) -> Option<usize> {
+        let began = Instant::now();
         let listed = match BusyGuard::claim(&self.busy, LISTING, self.timeout, self.deadline) {
             None => Err(still_running("listing")),
             Some(_guard) => {
@@ -488,62 +604,55 @@ impl<C: Collector> Run<C> {
                 units.unwrap_or_else(|payload| Err(panicked(payload)))
             }
         };
+        let mut state = lock(&self.state);
+        state.began = Some(began);
         match listed {
             Ok(units) => {
                 let count = units.len();
                 let _ = self.units.set(units);
-                let mut state = lock(&self.state);
                 state.units = (0..count).map(|_| None).collect();
                 state.listed = true;
+                if count == 0 {
+                    state.ended = Some(Instant::now());
+                }
                 Some(count)
             }
             Err(error) => {
-                lock(&self.state).failures.push(error);
+                state.failures.push(error);
+                state.ended = Some(Instant::now());
                 None
             }
         }
     }
 
-    /// Reads the units no other worker has taken, until none is left or the deadline.
-    fn read(&self) {
-        let Some(units) = self.units.get() else {
-            return;
-        };
-        loop {
-            let index = self.next.fetch_add(1, Ordering::Relaxed);
-            let Some(unit) = units.get(index) else {
-                return;
-            };
-            // At the deadline the workers stop and what is left is this scrape's timeout.
-            // A worker freed from a hung read after the deadline stops too: its scrape has
-            // answered, and reading on would only hold units that a later scrape then
-            // reports as still running.
-            if Instant::now() >= self.deadline {
-                lock(&self.state).cut_short = true;
-                return;
-            }
-            let name = unit.to_string();
-            let Some(_guard) = BusyGuard::claim(&self.busy, &name, self.timeout, self.deadline)
-            else {
-                lock(&self.state).errors.push(still_running(&name));
-                continue;
-            };
+    /// Reads unit `index`, unless an earlier read of it is still running.
+    fn read(&self, index: usize, unit: &C::Unit) -> Option<()> {
+        let name = unit.to_string();
+        let claimed = BusyGuard::claim(&self.busy, &name, self.timeout, self.deadline);
+        let read = claimed.map(|_guard| {
             let mut output = Output::default();
             let read = catch_unwind(AssertUnwindSafe(|| {
                 self.collector.collect_unit(unit, &mut output)
             }));
             output.samples.shrink_to_fit();
-            let mut state = lock(&self.state);
-            match read {
-                // After the deadline the scrape has taken the state: a late result is dropped.
-                Ok(()) => {
-                    if let Some(slot) = state.units.get_mut(index) {
-                        *slot = Some(output);
-                    }
+            read.map(|()| output)
+        });
+        let mut state = lock(&self.state);
+        match read {
+            None => state.errors.push(still_running(&name)),
+            // After the deadline the scrape has taken the state: a late result is dropped.
+            Some(Ok(output)) => {
+                if let Some(slot) = state.units.get_mut(index) {
+                    *slot = Some(output);
                 }
-                Err(payload) => state.failures.push(panicked(payload)),
             }
+            Some(Err(payload)) => state.failures.push(panicked(payload)),
         }
+        state.done += 1;
+        if state.listed && state.done == state.units.len() {
+            state.ended = Some(Instant::now());
+        }
+        Some(())
     }
 }
 
@@ -824,7 +933,9 @@ mod tests {
             vec![("test", Started::new(collector.clone()))],
             Duration::from_millis(100),
         );
+        // One worker and no helper: `after` is left for the worker stuck on `hung`.
         scraper.workers = 1;
+        scraper.stalled_after = Duration::from_secs(3600);
         let first = text(scraper.scrape().await);
         assert!(first.contains("hpcnode_scrape_collector_success{collector=\"test\"} 0"));
 
@@ -840,6 +951,29 @@ mod tests {
             0,
             "a worker of a finished scrape read on"
         );
+    }
+
+    /// With its one worker stuck on a hung unit, the crew is sent another, which reads the
+    /// unit after it within the scrape.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_crew_with_every_worker_stuck_is_sent_another() {
+        let (release, wait) = mpsc::channel();
+        let collector = Arc::new(HungThenAfter {
+            release: Mutex::new(wait),
+            after_reads: AtomicU64::new(0),
+        });
+        let mut scraper = Scraper::new(
+            vec![("test", Started::new(collector.clone()))],
+            Duration::from_millis(500),
+        );
+        scraper.workers = 1;
+        scraper.stalled_after = Duration::from_millis(20);
+        let first = text(scraper.scrape().await);
+        assert_eq!(collector.after_reads.load(Ordering::SeqCst), 1, "{first}");
+        assert!(first.contains("hpcnode_scrape_collector_success{collector=\"test\"} 0"));
+        let timeout = "hpcnode_collector_errors_total{collector=\"test\",kind=\"timeout\"} 1";
+        assert!(first.contains(timeout), "{first}");
+        release.send(()).unwrap();
     }
 
     /// One unit whose read takes a while (slow, not hung).
