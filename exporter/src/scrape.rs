@@ -238,8 +238,7 @@ struct RunState {
     listed: bool,
     /// Why the run failed: the listing, a panic.
     failures: Vec<CollectError>,
-    /// When its listing began, and when its last unit (or a failed listing) ended.
-    began: Option<Instant>,
+    /// When its last unit (or a failed listing) ended.
     ended: Option<Instant>,
 }
 
@@ -259,7 +258,7 @@ pub struct Scraper {
     errors: ErrorLog,
     revision: &'static str,
     workers: usize,
-    /// How long the crew may finish nothing before another worker is called (see [`Crew`]).
+    /// How long the crew may finish nothing before it is sent another worker.
     stalled_after: Duration,
 }
 
@@ -283,7 +282,7 @@ impl Scraper {
             workers: std::thread::available_parallelism()
                 .map_or(1, |n| n.get())
                 .clamp(1, MAX_WORKERS),
-            stalled_after: STALLED_AFTER,
+            stalled_after: deadline / STALL_LOOKS_PER_DEADLINE,
         }
     }
 
@@ -315,7 +314,8 @@ impl Scraper {
             deadline: deadline.into_std(),
             workers: self.workers,
             active: AtomicUsize::new(0),
-            done: AtomicUsize::new(0),
+            pieces_done: AtomicUsize::new(0),
+            turn: AtomicUsize::new(0),
             pool: tokio::runtime::Handle::current(),
         });
         let overran = crew.work(deadline, self.stalled_after).await;
@@ -361,45 +361,45 @@ impl Scraper {
 /// Upper bound on the crew's workers while none is stuck.
 const MAX_WORKERS: usize = 4;
 
-/// A crew that has finished nothing for this long has every worker stuck, and is sent one more
-/// while work is left: a hung read hides only itself, whatever the number of workers. A
-/// scrape normally ends well before it, so this costs no wake-up.
-const STALLED_AFTER: Duration = Duration::from_millis(50);
+/// How often a scrape looks whether its crew is stuck, in parts of the deadline: a crew that
+/// has finished nothing for a tenth of the deadline, with work left, is sent one more worker.
+/// So a hung read hides only itself whatever the number of workers, and a scrape of reads
+/// that are slow but not hung has at most ten more (a read taking a tenth of the deadline is
+/// as good as hung: ten of them end the scrape). A scrape that ends sooner wakes for none.
+const STALL_LOOKS_PER_DEADLINE: u32 = 10;
 
 /// One collector's part of a scrape, as the crew works on it.
 pub(crate) trait Work: Send + Sync {
-    /// Takes and does the next piece of this run's work: its listing, then one unit at a time.
-    fn step(&self) -> Step;
-    /// Whether a piece is left for a worker to take now.
+    /// Takes and does this run's listing: how many units it listed (0 when it failed), or
+    /// `None` when another worker has taken it.
+    fn list(&self) -> Option<usize>;
+    /// Takes and reads (or skips as still running) this run's next unit; `false` when none is
+    /// left to take.
+    fn read_next(&self) -> bool;
+    /// Whether a listing or a unit is left for a worker to take now.
     fn untaken(&self) -> bool;
-    /// What the run has produced, taken at the scrape's end: a run left unfinished (`overran`,
-    /// or no worker ever ran) fails as one timeout.
+    /// What the run has produced, taken at the scrape's end: a run left unfinished fails as
+    /// one timeout.
     fn outcome(&self, overran: bool, scrape_started: Instant) -> RunOutcome;
 }
 
-/// What a worker's step did.
-pub(crate) enum Step {
-    /// Nothing was left to take in that run.
-    Nothing,
-    /// Listed this many units.
-    Listed(usize),
-    Read,
-}
-
-/// The workers of one scrape, on the blocking pool: each takes the collectors' listings and
-/// units in collector order, the first collector's units first, until none is left or the
-/// deadline. The scrape starts one per collector up to `workers`; a listing of several units
-/// calls more, up to `workers`. The async thread wakes once, when the last worker ends (or at
-/// the deadline), not once per collector: each wake is a context switch on a node that runs a
-/// job.
+/// The workers of one scrape, on the blocking pool. Each takes the collectors' listings first,
+/// in collector order, then their units, from a collector that turns with every unit (so one
+/// collector with many slow units delays the others, never starves them), until none is left
+/// or the deadline. The scrape starts one per collector up to `workers`, and a listing of
+/// several units calls more, up to `workers`. The async thread wakes once, when the last
+/// worker ends (or at the deadline), not once per collector: each wake is a context switch on
+/// a node that runs a job.
 struct Crew {
     runs: Vec<Arc<dyn Work>>,
     deadline: Instant,
     workers: usize,
     /// Workers still taking work, a stuck one included.
     active: AtomicUsize,
-    /// Pieces done: a crew whose count stands still has every worker stuck.
-    done: AtomicUsize,
+    /// Listings and units done: a crew whose count stands still has every worker stuck.
+    pieces_done: AtomicUsize,
+    /// The collector the next unit is looked for from.
+    turn: AtomicUsize,
     pool: tokio::runtime::Handle,
 }
 
@@ -408,7 +408,8 @@ struct Crew {
 type Ticket = Arc<tokio::sync::oneshot::Sender<Infallible>>;
 
 impl Crew {
-    /// Runs the crew until every worker has ended (`false`) or the deadline (`true`).
+    /// Runs the crew until every worker has ended or the deadline; whether the deadline came
+    /// first (workers that stopped at it included).
     async fn work(
         self: &Arc<Self>,
         deadline: tokio::time::Instant,
@@ -423,16 +424,16 @@ impl Crew {
         // Only the workers keep the wait open; the scrape keeps a way to send more.
         let more = Arc::downgrade(&ticket);
         drop(ticket);
-        let mut done = self.done.load(Ordering::SeqCst);
+        let mut done = self.pieces_done.load(Ordering::SeqCst);
         loop {
             let look = (tokio::time::Instant::now() + stalled_after).min(deadline);
             if tokio::time::timeout_at(look, &mut all_ended).await.is_ok() {
-                return false;
+                return Instant::now() >= self.deadline;
             }
             if tokio::time::Instant::now() >= deadline {
                 return true;
             }
-            let now_done = self.done.load(Ordering::SeqCst);
+            let now_done = self.pieces_done.load(Ordering::SeqCst);
             if now_done == done && self.untaken() {
                 if let Some(ticket) = more.upgrade() {
                     self.active.fetch_add(1, Ordering::SeqCst);
@@ -456,27 +457,31 @@ impl Crew {
         });
     }
 
-    /// One worker: the first piece left in collector order, until none is left or the deadline.
-    /// A worker freed from a hung read after the deadline stops too: its scrape has answered,
-    /// and reading on would only hold units that a later scrape then reports as still running.
+    /// One worker: listings, then units, until none is left or the deadline. A worker freed
+    /// from a hung read after the deadline stops too: its scrape has answered, and reading on
+    /// would only hold units that a later scrape then reports as still running.
     fn take_work(self: &Arc<Self>, ticket: &Ticket) {
         while Instant::now() < self.deadline {
-            let step = self.runs.iter().find_map(|run| match run.step() {
-                Step::Nothing => None,
-                step => Some(step),
-            });
-            match step {
-                None => return,
-                Some(Step::Listed(units)) => self.call(units.saturating_sub(1), ticket),
-                Some(_) => {}
+            if let Some(units) = self.runs.iter().find_map(|run| run.list()) {
+                self.call(units.saturating_sub(1), ticket);
+            } else {
+                let first = self.turn.fetch_add(1, Ordering::Relaxed);
+                let runs = self.runs.len();
+                let mut turns = (first..first + runs).map(|turn| &self.runs[turn % runs]);
+                if !turns.any(|run| run.read_next()) {
+                    return;
+                }
             }
-            self.done.fetch_add(1, Ordering::SeqCst);
+            self.pieces_done.fetch_add(1, Ordering::SeqCst);
         }
     }
 
     /// Up to `helpers` more workers, as long as fewer than `workers` are active.
     fn call(self: &Arc<Self>, helpers: usize, ticket: &Ticket) {
         for _ in 0..helpers {
+            if Instant::now() >= self.deadline {
+                return;
+            }
             let active = self
                 .active
                 .fetch_update(Ordering::SeqCst, Ordering::SeqCst, |active| {
@@ -494,7 +499,7 @@ impl Crew {
 struct Run<C: Collector> {
     collector: Arc<C>,
     busy: Busy,
-    /// A read older than this is hung.
+    /// A read older than this is hung; also the scrape's deadline, from its start.
     timeout: Duration,
     deadline: Instant,
     listing_taken: AtomicBool,
@@ -506,22 +511,36 @@ struct Run<C: Collector> {
 }
 
 impl<C: Collector> Work for Run<C> {
-    fn step(&self) -> Step {
-        if !self.listing_taken.swap(true, Ordering::SeqCst) {
-            return Step::Listed(self.guarded(|| self.list()).unwrap_or(0));
+    fn list(&self) -> Option<usize> {
+        if self.listing_taken.swap(true, Ordering::SeqCst) {
+            return None;
         }
+        let listed = self.guarded(|| self.list_units());
+        if listed.is_none() {
+            lock(&self.state).ended = Some(Instant::now());
+        }
+        Some(listed.unwrap_or(0))
+    }
+
+    fn read_next(&self) -> bool {
         let Some(units) = self.units.get() else {
-            return Step::Nothing;
+            return false;
         };
         if self.next.load(Ordering::SeqCst) >= units.len() {
-            return Step::Nothing;
+            return false;
         }
         let index = self.next.fetch_add(1, Ordering::SeqCst);
         let Some(unit) = units.get(index) else {
-            return Step::Nothing;
+            return false;
         };
         self.guarded(|| self.read(index, unit));
-        Step::Read
+        // Counted however the read ended, a panic outside its own catch included.
+        let mut state = lock(&self.state);
+        state.done += 1;
+        if state.listed && state.done == state.units.len() {
+            state.ended = Some(Instant::now());
+        }
+        true
     }
 
     fn untaken(&self) -> bool {
@@ -537,13 +556,9 @@ impl<C: Collector> Work for Run<C> {
             errors,
             listed,
             mut failures,
-            began,
             ended,
         } = std::mem::take(&mut *lock(&self.state));
-        let duration = match (began, ended) {
-            (Some(began), Some(ended)) => ended - began,
-            _ => scrape_started.elapsed(),
-        };
+        let duration = ended.map_or(self.timeout, |ended| ended - scrape_started);
         let Some(units) = self.units.get().filter(|_| listed) else {
             // Without a failure of its own, the listing did not end in time, or every worker
             // ended without taking it (the pool dropped them unrun).
@@ -595,8 +610,7 @@ impl<C: Collector> Run<C> {
 
     /// Lists the units (skipped while an earlier listing is hung); how many there are, or
     /// `None` when the listing failed (then in the state's failures).
-    fn list(&self) -> Option<usize> {
-        let began = Instant::now();
+    fn list_units(&self) -> Option<usize> {
         let listed = match BusyGuard::claim(&self.busy, LISTING, self.timeout, self.deadline) {
             None => Err(still_running("listing")),
             Some(_guard) => {
@@ -605,7 +619,6 @@ impl<C: Collector> Run<C> {
             }
         };
         let mut state = lock(&self.state);
-        state.began = Some(began);
         match listed {
             Ok(units) => {
                 let count = units.len();
@@ -619,7 +632,6 @@ impl<C: Collector> Run<C> {
             }
             Err(error) => {
                 state.failures.push(error);
-                state.ended = Some(Instant::now());
                 None
             }
         }
@@ -647,10 +659,6 @@ impl<C: Collector> Run<C> {
                 }
             }
             Some(Err(payload)) => state.failures.push(panicked(payload)),
-        }
-        state.done += 1;
-        if state.listed && state.done == state.units.len() {
-            state.ended = Some(Instant::now());
         }
         Some(())
     }
@@ -1106,6 +1114,41 @@ mod tests {
             }
             counted = now;
         }
+    }
+
+    /// One unit, read at once.
+    struct Quick;
+
+    impl Collector for Quick {
+        type Unit = String;
+
+        fn units(&self) -> Result<Vec<String>, CollectError> {
+            Ok(vec!["quick".into()])
+        }
+
+        fn collect_unit(&self, unit: &String, out: &mut Output) {
+            out.samples
+                .push(&UP, vec![("device", unit.clone().into())], Value::Int(1));
+        }
+    }
+
+    /// A collector with more slow units than the deadline allows delays the collector after
+    /// it, which the crew's worker reaches in turn: it finishes, with success 1.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_collector_of_many_units_does_not_starve_the_next() {
+        let mut scraper = Scraper::new(
+            vec![
+                ("many", Started::new(ManyUnits)),
+                ("quick", Started::new(Quick)),
+            ],
+            Duration::from_millis(100),
+        );
+        // One worker, which lists both before it reads either.
+        scraper.workers = 1;
+        let out = text(scraper.scrape().await);
+        assert!(out.contains("hpcnode_test_up{device=\"quick\"} 1"), "{out}");
+        assert!(out.contains("hpcnode_scrape_collector_success{collector=\"quick\"} 1"));
+        assert!(out.contains("hpcnode_scrape_collector_success{collector=\"many\"} 0"));
     }
 
     #[tokio::test]
