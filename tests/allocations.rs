@@ -85,7 +85,7 @@ fn second_scrape(root: &Path) -> (usize, usize) {
             (name, enabled.settings.start(&config.host).unwrap())
         })
         .collect();
-    let scraper = Scraper::new(started, config.host.scrape_timeout);
+    let scraper = Scraper::new(started, config.host.scrape_timeout, config.scrape_workers);
     let runtime = tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()

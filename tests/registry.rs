@@ -141,7 +141,11 @@ fn a_collector_added_by_one_row_gets_its_flags_settings_start_scrape_and_stop() 
             (name, enabled.settings.start(&config.host).unwrap())
         })
         .collect();
-    let scraper = Arc::new(Scraper::new(started, config.host.scrape_timeout));
+    let scraper = Arc::new(Scraper::new(
+        started,
+        config.host.scrape_timeout,
+        config.scrape_workers,
+    ));
     let runtime = tokio::runtime::Runtime::new().unwrap();
     let text = encode(runtime.block_on(scraper.scrape()), Format::PrometheusText).unwrap();
     for line in [

@@ -43,6 +43,8 @@ pub struct Config {
     pub web_config_file: Option<PathBuf>,
     /// The roots every path is read under, and the scrape deadline.
     pub host: Host,
+    /// Threads reading the node in one scrape while none is stuck.
+    pub scrape_workers: usize,
     pub log_level: Level,
     pub log_format: LogFormat,
     /// The enabled collectors with their validated settings, in registry order.
@@ -86,6 +88,7 @@ where
         listen_address: common.listen_address,
         telemetry_path: common.telemetry_path,
         max_requests: common.max_requests,
+        scrape_workers: common.scrape_workers,
         max_connections: common.max_connections,
         web_config_file: common.web_config_file,
         host: common.host,
@@ -170,6 +173,7 @@ pub fn command(registry: &[Registration]) -> Command {
         .arg(flag("path.procfs", "/proc", "procfs mountpoint."))
         .arg(flag("path.rootfs", "/", "Root filesystem (for /lib/modules and /etc)."))
         .arg(flag("scrape.timeout", "5s", "Deadline for each collector within one scrape (e.g. 500ms, 5s, 1m; at most 1h)."))
+        .arg(flag("scrape.workers", "1", "Threads reading the node in one scrape while none is stuck (1 to 16): 1 keeps a scrape on one CPU at a time, which a node running jobs wants; more shorten a scrape of many devices."))
         .arg(flag("log.level", "info", "Only log messages with the given severity or above: debug, info, warn, error."))
         .arg(flag("log.format", "logfmt", "Output format of log messages: logfmt or json."))
         .arg(switch("collector.disable-defaults", "Set all collectors to disabled by default."));
@@ -204,6 +208,7 @@ struct RawFlags {
     procfs: String,
     rootfs: String,
     scrape_timeout: String,
+    scrape_workers: String,
     log_level: String,
     log_format: String,
     enabled: Vec<&'static str>,
@@ -232,6 +237,7 @@ impl RawFlags {
             procfs: value("path.procfs"),
             rootfs: value("path.rootfs"),
             scrape_timeout: value("scrape.timeout"),
+            scrape_workers: value("scrape.workers"),
             log_level: value("log.level"),
             log_format: value("log.format"),
             enabled,
@@ -247,6 +253,7 @@ struct Common {
     max_connections: usize,
     web_config_file: Option<PathBuf>,
     host: Host,
+    scrape_workers: usize,
     log_level: Level,
     log_format: LogFormat,
     enabled: Vec<&'static str>,
@@ -257,6 +264,8 @@ struct Common {
 const MAX_CONNECTIONS: u64 = 1 << 20;
 /// The longest scrape deadline: Prometheus' own scrape timeouts are seconds to minutes.
 const MAX_SCRAPE_TIMEOUT: Duration = Duration::from_secs(3600);
+/// The most workers a scrape may have: its reads are system calls, a few CPUs' worth at most.
+const MAX_SCRAPE_WORKERS: u64 = 16;
 
 fn validate(raw: RawFlags) -> Result<Common, ConfigError> {
     let invalid = |flag: &str, value: &str, reason: &str| ConfigError::Invalid {
@@ -295,6 +304,9 @@ fn validate(raw: RawFlags) -> Result<Common, ConfigError> {
         .map_err(|reason| invalid("web.listen-address", &raw.listen_address, reason))?;
     let scrape_timeout = parse_duration_at_most(&raw.scrape_timeout, MAX_SCRAPE_TIMEOUT)
         .map_err(|reason| invalid("scrape.timeout", &raw.scrape_timeout, &reason))?;
+    let scrape_workers = parse_number(&raw.scrape_workers, 1, MAX_SCRAPE_WORKERS)
+        .map(|n| n as usize)
+        .map_err(|reason| invalid("scrape.workers", &raw.scrape_workers, &reason))?;
     Ok(Common {
         listen_address,
         telemetry_path,
@@ -307,6 +319,7 @@ fn validate(raw: RawFlags) -> Result<Common, ConfigError> {
             rootfs: path("path.rootfs", raw.rootfs)?,
             scrape_timeout,
         },
+        scrape_workers,
         log_level: Level::parse(&raw.log_level).ok_or_else(|| {
             invalid(
                 "log.level",
@@ -410,6 +423,7 @@ mod tests {
         );
         assert_eq!(config.telemetry_path, "/metrics");
         assert_eq!(config.max_requests, 40);
+        assert_eq!(config.scrape_workers, 1);
         assert_eq!(config.max_connections, 512);
         assert_eq!(config.host.sysfs, PathBuf::from("/sys"));
         assert_eq!(config.host.scrape_timeout, Duration::from_secs(5));
@@ -453,6 +467,11 @@ mod tests {
         );
         let err = config(&["--path.procfs="]).unwrap_err().to_string();
         assert_eq!(err, "invalid --path.procfs: must not be empty");
+        let err = config(&["--scrape.workers=0"]).unwrap_err().to_string();
+        assert_eq!(
+            err,
+            "invalid --scrape.workers \"0\": must be an integer from 1 to 16"
+        );
     }
 
     #[test]

@@ -125,7 +125,11 @@ fn run(config: Config, web_config: Option<Arc<WebConfigFile>>) -> anyhow::Result
         let name = enabled.registration.name;
         started.push((name, enabled.settings.start(&config.host)?));
     }
-    let scraper = Arc::new(Scraper::new(started, config.host.scrape_timeout));
+    let scraper = Arc::new(Scraper::new(
+        started,
+        config.host.scrape_timeout,
+        config.scrape_workers,
+    ));
     let server = Arc::new(Server::new(
         scraper.clone(),
         config.telemetry_path,

@@ -263,8 +263,13 @@ pub struct Scraper {
 }
 
 impl Scraper {
-    /// The started collectors, by name, in the order their output appears.
-    pub fn new(collectors: Vec<(&'static str, Started)>, deadline: Duration) -> Self {
+    /// The started collectors, by name, in the order their output appears; at most `workers`
+    /// threads read them at once while none is stuck.
+    pub fn new(
+        collectors: Vec<(&'static str, Started)>,
+        deadline: Duration,
+        workers: usize,
+    ) -> Self {
         let names: Vec<_> = collectors.iter().map(|(name, _)| *name).collect();
         Scraper {
             slots: collectors
@@ -278,10 +283,7 @@ impl Scraper {
             deadline,
             errors: ErrorLog::new(&names),
             revision: env!("HPCNODE_REVISION"),
-            // Unit reads are system-call bound: one worker per CPU, a few at most.
-            workers: std::thread::available_parallelism()
-                .map_or(1, |n| n.get())
-                .clamp(1, MAX_WORKERS),
+            workers: workers.max(1),
             stalled_after: deadline / STALL_LOOKS_PER_DEADLINE,
         }
     }
@@ -357,9 +359,6 @@ impl Scraper {
         samples
     }
 }
-
-/// Upper bound on the crew's workers while none is stuck.
-const MAX_WORKERS: usize = 4;
 
 /// How often a scrape looks whether its crew is stuck, in parts of the deadline: a crew that
 /// has finished nothing for a tenth of the deadline, with work left, is sent one more worker.
@@ -780,12 +779,14 @@ mod tests {
         let hangs = Scraper::new(
             vec![("hangs", Started::new(hangs))],
             Duration::from_millis(200),
+            2,
         );
         // A panic's hook may print a backtrace first: a deadline it cannot reach.
         let panics = ListingFails { hang: None };
         let panics = Scraper::new(
             vec![("panics", Started::new(panics))],
             Duration::from_secs(5),
+            2,
         );
         for (scraper, collector, kind) in
             [(&hangs, "hangs", "timeout"), (&panics, "panics", "panic")]
@@ -864,6 +865,7 @@ mod tests {
         let scraper = Scraper::new(
             vec![("test", Started::new(Shared(collector.clone())))],
             Duration::from_millis(200),
+            2,
         );
 
         let first = text(scraper.scrape().await);
@@ -940,9 +942,9 @@ mod tests {
         let mut scraper = Scraper::new(
             vec![("test", Started::new(collector.clone()))],
             Duration::from_millis(100),
+            1,
         );
         // One worker and no helper: `after` is left for the worker stuck on `hung`.
-        scraper.workers = 1;
         scraper.stalled_after = Duration::from_secs(3600);
         let first = text(scraper.scrape().await);
         assert!(first.contains("hpcnode_scrape_collector_success{collector=\"test\"} 0"));
@@ -973,8 +975,8 @@ mod tests {
         let mut scraper = Scraper::new(
             vec![("test", Started::new(collector.clone()))],
             Duration::from_millis(500),
+            1,
         );
-        scraper.workers = 1;
         scraper.stalled_after = Duration::from_millis(20);
         let first = text(scraper.scrape().await);
         assert_eq!(collector.after_reads.load(Ordering::SeqCst), 1, "{first}");
@@ -1008,7 +1010,11 @@ mod tests {
     /// deadline is not hung, so the other waits for it and reads it too.
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
     async fn concurrent_scrapes_both_read_a_slow_unit() {
-        let scraper = Scraper::new(vec![("test", Started::new(Slow))], Duration::from_secs(2));
+        let scraper = Scraper::new(
+            vec![("test", Started::new(Slow))],
+            Duration::from_secs(2),
+            2,
+        );
         let (first, second) = tokio::join!(scraper.scrape(), scraper.scrape());
         for out in [text(first), text(second)] {
             assert!(out.contains("hpcnode_test_up{device=\"slow\"} 1"), "{out}");
@@ -1088,6 +1094,7 @@ mod tests {
         let scraper = Scraper::new(
             vec![("test", Started::new(ManyUnits))],
             Duration::from_millis(20),
+            2,
         );
         let mut counted = 0;
         for _ in 0..10 {
@@ -1136,15 +1143,15 @@ mod tests {
     /// it, which the crew's worker reaches in turn: it finishes, with success 1.
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
     async fn a_collector_of_many_units_does_not_starve_the_next() {
-        let mut scraper = Scraper::new(
+        let scraper = Scraper::new(
             vec![
                 ("many", Started::new(ManyUnits)),
                 ("quick", Started::new(Quick)),
             ],
             Duration::from_millis(100),
+            // One worker, which lists both before it reads either.
+            1,
         );
-        // One worker, which lists both before it reads either.
-        scraper.workers = 1;
         let out = text(scraper.scrape().await);
         assert!(out.contains("hpcnode_test_up{device=\"quick\"} 1"), "{out}");
         assert!(out.contains("hpcnode_scrape_collector_success{collector=\"quick\"} 1"));
@@ -1153,15 +1160,15 @@ mod tests {
 
     #[tokio::test]
     async fn failure_and_panic_are_reported_not_propagated() {
-        let mut scraper = Scraper::new(
+        let scraper = Scraper::new(
             vec![
                 ("broken", Started::new(Broken)),
                 ("panics", Started::new(Panics)),
             ],
             Duration::from_secs(5),
+            // One worker: the unit after the one that panicked is read by the same worker.
+            1,
         );
-        // One worker: the unit after the one that panicked is read by the same worker.
-        scraper.workers = 1;
         let out = text(scraper.scrape().await);
         assert!(out.contains("hpcnode_test_up{device=\"b\"} 1"), "{out}");
         assert!(out.contains("hpcnode_scrape_collector_success{collector=\"broken\"} 0"));
