@@ -932,20 +932,28 @@ mod tests {
         }
     }
 
-    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-    async fn worker_freed_after_the_deadline_reads_no_further_unit() {
+    /// A scraper of one worker over [`HungThenAfter`], sent another worker when it finishes
+    /// nothing for `stalled_after`; and what releases the hung read.
+    fn hung_then_after(
+        deadline: Duration,
+        stalled_after: Duration,
+    ) -> (mpsc::Sender<()>, Arc<HungThenAfter>, Scraper) {
         let (release, wait) = mpsc::channel();
         let collector = Arc::new(HungThenAfter {
             release: Mutex::new(wait),
             after_reads: AtomicU64::new(0),
         });
-        let mut scraper = Scraper::new(
-            vec![("test", Started::new(collector.clone()))],
-            Duration::from_millis(100),
-            1,
-        );
-        // One worker and no helper: `after` is left for the worker stuck on `hung`.
-        scraper.stalled_after = Duration::from_secs(3600);
+        let mut scraper =
+            Scraper::new(vec![("test", Started::new(collector.clone()))], deadline, 1);
+        scraper.stalled_after = stalled_after;
+        (release, collector, scraper)
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn worker_freed_after_the_deadline_reads_no_further_unit() {
+        // No helper: `after` is left for the worker stuck on `hung`.
+        let (release, collector, scraper) =
+            hung_then_after(Duration::from_millis(100), Duration::from_secs(3600));
         let first = text(scraper.scrape().await);
         assert!(first.contains("hpcnode_scrape_collector_success{collector=\"test\"} 0"));
 
@@ -967,17 +975,8 @@ mod tests {
     /// unit after it within the scrape.
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
     async fn a_crew_with_every_worker_stuck_is_sent_another() {
-        let (release, wait) = mpsc::channel();
-        let collector = Arc::new(HungThenAfter {
-            release: Mutex::new(wait),
-            after_reads: AtomicU64::new(0),
-        });
-        let mut scraper = Scraper::new(
-            vec![("test", Started::new(collector.clone()))],
-            Duration::from_millis(500),
-            1,
-        );
-        scraper.stalled_after = Duration::from_millis(20);
+        let (release, collector, scraper) =
+            hung_then_after(Duration::from_millis(500), Duration::from_millis(20));
         let first = text(scraper.scrape().await);
         assert_eq!(collector.after_reads.load(Ordering::SeqCst), 1, "{first}");
         assert!(first.contains("hpcnode_scrape_collector_success{collector=\"test\"} 0"));
