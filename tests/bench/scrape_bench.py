@@ -137,6 +137,7 @@ class Target:
         self.body_bytes = 0
         self.samples = 0
         self.cpu_ticks = 0
+        self.switch_count = 0
         self.hwm_kib = None
         self.anon_kib = None
         self.file_kib = None
@@ -216,6 +217,20 @@ class Target:
 
     def cpu(self):
         return sum(self.cpu_split())
+
+    def switches(self):
+        """Voluntary and involuntary context switches so far, all threads alive now (a thread
+        that has exited takes its count with it)."""
+        total = 0
+        for task in os.listdir("/proc/%d/task" % self.proc.pid):
+            try:
+                with open("/proc/%d/task/%s/status" % (self.proc.pid, task)) as f:
+                    total += sum(int(line.split()[1]) for line in f
+                                 if line.startswith(("voluntary_ctxt_switches:",
+                                                     "nonvoluntary_ctxt_switches:")))
+            except (OSError, IndexError, ValueError):
+                pass
+        return total
 
     def cpu_split(self):
         """User and system CPU time so far, in clock ticks."""
@@ -321,18 +336,18 @@ def run_one(n, args, exporter, node_exporter):
         n_files = sum(len(fs) for _, _, fs in os.walk(sysfs))
         floor_ms = read_floor(workdir, os.path.join(sysfs, "devices"))
         held_floor = read_floor(workdir, os.path.join(sysfs, "devices"), held=True)
+        collectors = [] if args.all_collectors else ["--collector.disable-defaults",
+                                                     "--collector.rdma"]
         if exporter:
             targets.append(Target(
-                "hpcnode", lambda port: [exporter, "--web.listen-address=127.0.0.1:%d" % port,
-                                         "--collector.disable-defaults", "--collector.rdma",
-                                         "--path.sysfs=%s" % sysfs] + args.exporter_arg,
+                "hpcnode", lambda port: [exporter, "--web.listen-address=127.0.0.1:%d" % port]
+                + collectors + ["--path.sysfs=%s" % sysfs] + args.exporter_arg,
                 workdir, args))
         if args.compare:
             targets.append(Target(
                 "hpcnode-compare",
-                lambda port: [args.compare, "--web.listen-address=127.0.0.1:%d" % port,
-                              "--collector.disable-defaults", "--collector.rdma",
-                              "--path.sysfs=%s" % sysfs] + args.exporter_arg,
+                lambda port: [args.compare, "--web.listen-address=127.0.0.1:%d" % port]
+                + collectors + ["--path.sysfs=%s" % sysfs] + args.exporter_arg,
                 workdir, args))
         if node_exporter:
             targets.append(Target(
@@ -353,6 +368,7 @@ def run_one(n, args, exporter, node_exporter):
             t.latencies.clear()
             t.reconnects = 0
             t.cpu_ticks = t.cpu()
+            t.switch_count = t.switches()
         last = {}
         for i in range(args.scrapes):
             order = targets if i % 2 == 0 else list(reversed(targets))
@@ -363,6 +379,7 @@ def run_one(n, args, exporter, node_exporter):
                 last[t.label] = (status, body)
         for t in targets:
             t.cpu_ticks = t.cpu() - t.cpu_ticks
+            t.switch_count = t.switches() - t.switch_count
             t.memory()
             status, body = last[t.label]
             t.body_bytes = len(body)
@@ -404,6 +421,7 @@ def print_table(res, args):
         ("latency median (ms)", lambda t: statistics.median(t.latencies) * 1000, "%.2f"),
         ("latency p99 (ms)", lambda t: percentile(t.latencies, 0.99) * 1000, "%.2f"),
         ("CPU per scrape (ms)", lambda t: t.cpu_ticks * tick_ms / args.scrapes, "%.2f"),
+        ("context switches / scrape", lambda t: t.switch_count / args.scrapes, "%.1f"),
         ("peak RSS VmHWM (MiB)", lambda t: t.hwm_kib / 1024.0, "%.1f"),
         ("RSS at end: anon (MiB)", lambda t: t.anon_kib / 1024.0, "%.1f"),
         ("RSS at end: file (MiB)", lambda t: t.file_kib / 1024.0, "%.1f"),
@@ -439,7 +457,7 @@ def print_table(res, args):
               "file)" % (files, held, held * 1000 / max(files, 1)))
     compare = by.get("hpcnode-compare")
     if compare is not None and compare.latencies and by.get("hpcnode") is not None:
-        for name, fn, fmt in rows[:4]:
+        for name, fn, fmt in rows[:5]:
             h, c = fn(by["hpcnode"]), fn(compare)
             print("  %-26s hpcnode-compare %s, hpcnode / hpcnode-compare %s"
                   % (name, fmt % c, "%.2f" % (h / c) if c else "-"))
@@ -466,6 +484,9 @@ def main():
     ap.add_argument("--request-timeout", type=float, default=30.0, help="seconds per request")
     ap.add_argument("--start-timeout", type=float, default=20.0,
                     help="seconds to wait for an exporter to answer")
+    ap.add_argument("--all-collectors", action="store_true",
+                    help="run hpcnode_exporter with every collector on by default, as a node "
+                    "runs it (its eBPF probes need root), not the rdma collector alone")
     ap.add_argument("--exporter-arg", action="append", default=[],
                     help="extra argument for hpcnode_exporter (repeatable)")
     ap.add_argument("--node-exporter-arg", action="append", default=[],
