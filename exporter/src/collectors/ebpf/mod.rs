@@ -292,12 +292,12 @@ fn log_outcome(probe: Probe, outcome: &Outcome<Attachment>, trigger: &str) {
 
 /// The choice of hook for a probe into modules, which keeps the first program that loaded but
 /// could not attach (its module is not loaded, yet): [`sys::reattach`] attaches it later.
-struct KeepLoaded<'a> {
-    kernel: &'a sys::AyaKernel,
+struct KeepLoaded<'k, 'b> {
+    kernel: &'k sys::AyaKernel<'b>,
     loaded: Option<(probes::Hook, Attachment)>,
 }
 
-impl probes::Kernel for KeepLoaded<'_> {
+impl probes::Kernel for KeepLoaded<'_, '_> {
     type Attachment = Attachment;
     fn attach(&mut self, probe: Probe, attempt: &probes::Attempt) -> Result<Attachment, String> {
         let attachment = self.kernel.load_unattached(probe, attempt)?;
@@ -333,6 +333,7 @@ impl Probes {
                 .and_then(|dir| dir.read(name, &mut reader).ok().map(str::to_string))
         };
         let release = proc_value("sys/kernel/osrelease");
+        let loader = sys::bare_loader();
         let btf = match btf_path {
             Some(path) => sys::btf_file(path),
             None => sys::kernel_btf(),
@@ -367,7 +368,7 @@ impl Probes {
             }
         };
         let kernel_log = KernelLogCounts::new();
-        let mut kernel = sys::AyaKernel::new(btf.ok(), kernel_log.clone());
+        let mut kernel = sys::AyaKernel::new(loader, btf.as_ref().ok(), kernel_log.clone());
         let probes = Probe::ALL
             .into_iter()
             .map(|probe| {

@@ -21,6 +21,7 @@ use rustix::event::{PollFd, PollFlags};
 
 use super::kernel_log::{self, KernelLogCounts};
 use super::probes::{attempts, Attempt, Hook, Kernel, Probe};
+use crate::collector::lock;
 use crate::sysfs::{AttributeReader, SysDir};
 
 /// The compiled probes (ebpf/*.bpf.o, rebuilt by ebpf/build.sh), aligned for the ELF parser.
@@ -62,15 +63,35 @@ pub enum Attachment {
     Kmsg,
 }
 
-/// The running kernel, reached through aya and perf-event2.
-pub struct AyaKernel {
-    btf: Option<Btf>,
+/// The running kernel, reached through aya and perf-event2, for the probes' start.
+pub struct AyaKernel<'a> {
+    btf: Option<&'a Btf>,
+    /// One loader for every object: each `EbpfLoader::new` parses the kernel's BTF again.
+    loader: Mutex<EbpfLoader<'a>>,
     kernel_log: Arc<KernelLogCounts>,
 }
 
-impl AyaKernel {
-    pub fn new(btf: Option<Btf>, kernel_log: Arc<KernelLogCounts>) -> AyaKernel {
-        AyaKernel { btf, kernel_log }
+/// A loader with no BTF of its own, made before the caller parses the BTF it will use: making
+/// a loader parses the kernel's BTF (about 15 MiB of heap on 6.18), and two copies at once
+/// were the process's peak RSS.
+pub fn bare_loader<'a>() -> EbpfLoader<'a> {
+    let mut loader = EbpfLoader::new();
+    loader.btf(None);
+    loader
+}
+
+impl<'a> AyaKernel<'a> {
+    pub fn new(
+        mut loader: EbpfLoader<'a>,
+        btf: Option<&'a Btf>,
+        kernel_log: Arc<KernelLogCounts>,
+    ) -> AyaKernel<'a> {
+        loader.btf(btf);
+        AyaKernel {
+            btf,
+            loader: Mutex::new(loader),
+            kernel_log,
+        }
     }
 
     /// Loads the attempt's object and program without attaching it ([`attach_loaded`] does):
@@ -86,12 +107,11 @@ impl AyaKernel {
     }
 
     fn load_object_and_program(&self, probe: Probe, attempt: &Attempt) -> Result<Ebpf, String> {
-        let mut ebpf = EbpfLoader::new()
-            .btf(self.btf.as_ref())
-            .load(object(probe))
-            .map_err(|err| format!("loading the object: {}", creation_failure(&err)))?;
+        let loaded = lock(&self.loader).load(object(probe));
+        let mut ebpf =
+            loaded.map_err(|err| format!("loading the object: {}", creation_failure(&err)))?;
         let program = program_of(&mut ebpf, attempt.program)?;
-        load_program(program, attempt, self.btf.as_ref()).map_err(|err| creation_failure(&*err))?;
+        load_program(program, attempt, self.btf).map_err(|err| creation_failure(&*err))?;
         Ok(ebpf)
     }
 
@@ -102,7 +122,7 @@ impl AyaKernel {
             return Err("module names need kernel BTF".into());
         }
         let program = program_of(ebpf, namer.program)?;
-        load_program(program, namer, self.btf.as_ref())
+        load_program(program, namer, self.btf)
             .and_then(|()| attach_program(program, namer))
             .map_err(|err| format!("{}: {}", namer.program, creation_failure(&*err)))
     }
@@ -132,7 +152,7 @@ impl AyaKernel {
     }
 }
 
-impl Kernel for AyaKernel {
+impl Kernel for AyaKernel<'_> {
     type Attachment = Attachment;
 
     fn attach(&mut self, probe: Probe, attempt: &Attempt) -> Result<Attachment, String> {
