@@ -1,5 +1,5 @@
 //! The scrape: every started collector run under one deadline, their listings and units read
-//! by one crew of a few workers, and the framework's own metrics.
+//! by one crew of workers (one by default), and the framework's own metrics.
 //!
 //! Invariants:
 //! - a scrape never fails and never waits past the deadline because of a collector;
