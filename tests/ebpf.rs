@@ -368,6 +368,28 @@ fn iommu_and_vfio_probes_report_their_hooks() {
     );
 }
 
+/// Parsing the kernel's BTF holds at least the file's bytes on the heap; once the probes are
+/// attached that heap is given back, so the process keeps less anonymous memory than the file.
+#[test]
+fn the_kernels_btf_is_not_kept_once_the_probes_are_attached() {
+    if !require_bpf("the_kernels_btf_is_not_kept_once_the_probes_are_attached") {
+        return;
+    }
+    let btf_bytes = std::fs::metadata("/sys/kernel/btf/vmlinux").unwrap().len();
+    let exporter = Exporter::start(&EBPF_ONLY);
+    let text = exporter.get("/metrics").text();
+    assert!(text.contains("hpcnode_ebpf_probe_attached"), "{text}");
+    let status = std::fs::read_to_string(format!("/proc/{}/status", exporter.pid())).unwrap();
+    let anon_kib: u64 = (status.lines())
+        .find_map(|line| line.strip_prefix("RssAnon:"))
+        .and_then(|value| value.split_whitespace().next()?.parse().ok())
+        .unwrap();
+    assert!(
+        anon_kib * 1024 < btf_bytes,
+        "RssAnon {anon_kib} kB, the kernel's BTF {btf_bytes} bytes"
+    );
+}
+
 #[test]
 fn disabled_collector_loads_nothing() {
     let exporter = Exporter::start(&["--no-collector.ebpf", "--ebpf.strict"]);

@@ -414,7 +414,9 @@ impl Probes {
                 }
             })
             .collect();
+        // The BTF too (the kernel only borrowed it), before its heap is given back.
         drop(kernel);
+        drop(btf);
         sys::release_startup_memory();
         Probes {
             probes,

@@ -72,8 +72,8 @@ pub struct AyaKernel<'a> {
 }
 
 /// A loader with no BTF of its own, made before the caller parses the BTF it will use: making
-/// a loader parses the kernel's BTF (about 15 MiB of heap on 6.18), and two copies at once
-/// were the process's peak RSS.
+/// a loader parses the kernel's BTF (several MiB of heap), and two copies at once were the
+/// process's peak RSS.
 pub fn bare_loader<'a>() -> EbpfLoader<'a> {
     let mut loader = EbpfLoader::new();
     loader.btf(None);
