@@ -238,8 +238,10 @@ struct RunState {
     listed: bool,
     /// Why the run failed: the listing, a panic.
     failures: Vec<CollectError>,
-    /// When its last unit (or a failed listing) ended.
-    ended: Option<Instant>,
+    /// When each of its pieces (listing, units) that this scrape's workers are in began.
+    reading: Vec<Instant>,
+    /// How long this scrape's workers spent in its pieces, all together.
+    spent: Duration,
 }
 
 /// How one collector's part of a scrape ended.
@@ -313,14 +315,15 @@ impl Scraper {
             .collect();
         let crew = Arc::new(Crew {
             runs: runs.clone(),
+            started,
             deadline: deadline.into_std(),
+            stalled_after: self.stalled_after,
             workers: self.workers,
             active: AtomicUsize::new(0),
-            pieces_done: AtomicUsize::new(0),
             turn: AtomicUsize::new(0),
             pool: tokio::runtime::Handle::current(),
         });
-        let overran = crew.work(deadline, self.stalled_after).await;
+        let overran = crew.work(deadline).await;
 
         let mut samples = Samples::default();
         samples.push(
@@ -332,7 +335,7 @@ impl Scraper {
             Value::Int(1),
         );
         for (slot, run) in self.slots.iter().zip(runs) {
-            let outcome = run.outcome(overran, started);
+            let outcome = run.outcome(overran);
             for error in outcome.output.errors.iter().chain(&outcome.failures) {
                 self.errors.record(slot.name, error);
             }
@@ -360,12 +363,16 @@ impl Scraper {
     }
 }
 
-/// How often a scrape looks whether its crew is stuck, in parts of the deadline: a crew that
-/// has finished nothing for a tenth of the deadline, with work left, is sent one more worker.
-/// So a hung read hides only itself whatever the number of workers, and a scrape of reads
-/// that are slow but not hung has at most ten more (a read taking a tenth of the deadline is
-/// as good as hung: ten of them end the scrape). A scrape that ends sooner wakes for none.
+/// How often a scrape looks whether its workers are stuck, in parts of the deadline: a worker
+/// in one piece (a listing, a unit) for longer than a tenth of the deadline is stuck (hung, or
+/// as good as: ten such reads end the scrape), and at each look the scrape starts workers in
+/// place of the stuck ones, while work is left. A scrape that ends sooner wakes for none.
 const STALL_LOOKS_PER_DEADLINE: u32 = 10;
+
+/// Workers stuck in one collector's pieces after which the others leave it to them: a hung
+/// read hides only itself (a second worker reads the collector's other units), and a collector
+/// whose every read hangs (a wedged driver) holds two threads, not every worker of the scrape.
+const STUCK_PER_COLLECTOR: usize = 2;
 
 /// One collector's part of a scrape, as the crew works on it.
 pub(crate) trait Work: Send + Sync {
@@ -377,9 +384,11 @@ pub(crate) trait Work: Send + Sync {
     fn read_next(&self) -> bool;
     /// Whether a listing or a unit is left for a worker to take now.
     fn untaken(&self) -> bool;
+    /// How many of this scrape's workers have been in one of its pieces for `after` or longer.
+    fn stuck(&self, after: Duration) -> usize;
     /// What the run has produced, taken at the scrape's end: a run left unfinished fails as
     /// one timeout.
-    fn outcome(&self, overran: bool, scrape_started: Instant) -> RunOutcome;
+    fn outcome(&self, overran: bool) -> RunOutcome;
 }
 
 /// The workers of one scrape, on the blocking pool. Each takes the collectors' listings first,
@@ -391,12 +400,13 @@ pub(crate) trait Work: Send + Sync {
 /// a node that runs a job.
 struct Crew {
     runs: Vec<Arc<dyn Work>>,
+    started: Instant,
     deadline: Instant,
+    /// A worker in one piece this long is stuck.
+    stalled_after: Duration,
     workers: usize,
     /// Workers still taking work, a stuck one included.
     active: AtomicUsize,
-    /// Listings and units done: a crew whose count stands still has every worker stuck.
-    pieces_done: AtomicUsize,
     /// The collector the next unit is looked for from.
     turn: AtomicUsize,
     pool: tokio::runtime::Handle,
@@ -409,11 +419,7 @@ type Ticket = Arc<tokio::sync::oneshot::Sender<Infallible>>;
 impl Crew {
     /// Runs the crew until every worker has ended or the deadline; whether the deadline came
     /// first (workers that stopped at it included).
-    async fn work(
-        self: &Arc<Self>,
-        deadline: tokio::time::Instant,
-        stalled_after: Duration,
-    ) -> bool {
+    async fn work(self: &Arc<Self>, deadline: tokio::time::Instant) -> bool {
         let (ticket, mut all_ended) = tokio::sync::oneshot::channel();
         let ticket: Ticket = Arc::new(ticket);
         for _ in 0..self.workers.min(self.runs.len()) {
@@ -423,28 +429,34 @@ impl Crew {
         // Only the workers keep the wait open; the scrape keeps a way to send more.
         let more = Arc::downgrade(&ticket);
         drop(ticket);
-        let mut done = self.pieces_done.load(Ordering::SeqCst);
         loop {
-            let look = (tokio::time::Instant::now() + stalled_after).min(deadline);
+            let look = (tokio::time::Instant::now() + self.stalled_after).min(deadline);
             if tokio::time::timeout_at(look, &mut all_ended).await.is_ok() {
                 return Instant::now() >= self.deadline;
             }
             if tokio::time::Instant::now() >= deadline {
                 return true;
             }
-            let now_done = self.pieces_done.load(Ordering::SeqCst);
-            if now_done == done && self.untaken() {
-                if let Some(ticket) = more.upgrade() {
+            let stuck: usize = (self.runs.iter())
+                .map(|run| run.stuck(self.stalled_after))
+                .sum();
+            let free = self.active.load(Ordering::SeqCst).saturating_sub(stuck);
+            let open = |run: &Arc<dyn Work>| self.open(&**run) && run.untaken();
+            if free < self.workers && self.runs.iter().any(open) {
+                for _ in free..self.workers {
+                    let Some(ticket) = more.upgrade() else { break };
                     self.active.fetch_add(1, Ordering::SeqCst);
                     self.spawn(ticket);
                 }
             }
-            done = now_done;
         }
     }
 
-    fn untaken(&self) -> bool {
-        self.runs.iter().any(|run| run.untaken())
+    /// Whether workers may take `run`'s pieces: not while [`STUCK_PER_COLLECTOR`] are stuck
+    /// in it (looked at only once a piece can have been in progress that long).
+    fn open(&self, run: &dyn Work) -> bool {
+        self.started.elapsed() < self.stalled_after
+            || run.stuck(self.stalled_after) < STUCK_PER_COLLECTOR
     }
 
     /// Starts a worker already counted in `active`.
@@ -463,15 +475,14 @@ impl Crew {
         while Instant::now() < self.deadline {
             if let Some(units) = self.runs.iter().find_map(|run| run.list()) {
                 self.call(units.saturating_sub(1), ticket);
-            } else {
-                let first = self.turn.fetch_add(1, Ordering::Relaxed);
-                let runs = self.runs.len();
-                let mut turns = (first..first + runs).map(|turn| &self.runs[turn % runs]);
-                if !turns.any(|run| run.read_next()) {
-                    return;
-                }
+                continue;
             }
-            self.pieces_done.fetch_add(1, Ordering::SeqCst);
+            let first = self.turn.fetch_add(1, Ordering::Relaxed);
+            let runs = self.runs.len();
+            let mut turns = (first..first + runs).map(|turn| &self.runs[turn % runs]);
+            if !turns.any(|run| self.open(&**run) && run.read_next()) {
+                return;
+            }
         }
     }
 
@@ -514,10 +525,7 @@ impl<C: Collector> Work for Run<C> {
         if self.listing_taken.swap(true, Ordering::SeqCst) {
             return None;
         }
-        let listed = self.guarded(|| self.list_units());
-        if listed.is_none() {
-            lock(&self.state).ended = Some(Instant::now());
-        }
+        let listed = self.piece(|| self.guarded(|| self.list_units()));
         Some(listed.unwrap_or(0))
     }
 
@@ -532,13 +540,9 @@ impl<C: Collector> Work for Run<C> {
         let Some(unit) = units.get(index) else {
             return false;
         };
-        self.guarded(|| self.read(index, unit));
+        self.piece(|| self.guarded(|| self.read(index, unit)));
         // Counted however the read ended, a panic outside its own catch included.
-        let mut state = lock(&self.state);
-        state.done += 1;
-        if state.listed && state.done == state.units.len() {
-            state.ended = Some(Instant::now());
-        }
+        lock(&self.state).done += 1;
         true
     }
 
@@ -548,19 +552,33 @@ impl<C: Collector> Work for Run<C> {
                 .is_some_and(|units| self.next.load(Ordering::SeqCst) < units.len())
     }
 
-    fn outcome(&self, overran: bool, scrape_started: Instant) -> RunOutcome {
+    fn stuck(&self, after: Duration) -> usize {
+        let state = lock(&self.state);
+        state
+            .reading
+            .iter()
+            .filter(|began| began.elapsed() >= after)
+            .count()
+    }
+
+    fn outcome(&self, overran: bool) -> RunOutcome {
         let RunState {
             units: read,
             done,
             errors,
             listed,
             mut failures,
-            ended,
+            spent,
+            ..
         } = std::mem::take(&mut *lock(&self.state));
-        let duration = ended.map_or(self.timeout, |ended| ended - scrape_started);
         let Some(units) = self.units.get().filter(|_| listed) else {
             // Without a failure of its own, the listing did not end in time, or every worker
             // ended without taking it (the pool dropped them unrun).
+            let duration = if failures.is_empty() {
+                self.timeout
+            } else {
+                spent
+            };
             if failures.is_empty() && overran {
                 let error = timed_out(&self.busy, "did not finish listing its units in time");
                 failures.push(error);
@@ -576,12 +594,14 @@ impl<C: Collector> Work for Run<C> {
         };
         // One timeout per scrape, whether units were still being read at the deadline or
         // never taken: what is missing is this scrape's, however many units.
+        let mut duration = spent;
         if done < units.len() {
             let finished = read.iter().flatten().count();
             failures.push(
                 timed_out(&self.busy, "did not read every unit in time")
                     .with("units_read", format!("{finished} of {}", units.len())),
             );
+            duration = self.timeout;
         }
         let mut output = Output::default();
         for unit in read.into_iter().flatten() {
@@ -598,6 +618,20 @@ impl<C: Collector> Work for Run<C> {
 }
 
 impl<C: Collector> Run<C> {
+    /// Does one piece of the run's work, known meanwhile as in progress (for the crew's looks)
+    /// and its time added to the run's.
+    fn piece<T>(&self, work: impl FnOnce() -> T) -> T {
+        let began = Instant::now();
+        lock(&self.state).reading.push(began);
+        let done = work();
+        let mut state = lock(&self.state);
+        if let Some(at) = state.reading.iter().position(|&other| other == began) {
+            state.reading.swap_remove(at);
+        }
+        state.spent += began.elapsed();
+        done
+    }
+
     /// Runs a piece of work; a panic in it (outside a unit's read and the listing, which catch
     /// their own) is a failure of the run, not a worker gone without a word.
     fn guarded<T>(&self, work: impl FnOnce() -> Option<T>) -> Option<T> {
@@ -624,9 +658,6 @@ impl<C: Collector> Run<C> {
                 let _ = self.units.set(units);
                 state.units = (0..count).map(|_| None).collect();
                 state.listed = true;
-                if count == 0 {
-                    state.ended = Some(Instant::now());
-                }
                 Some(count)
             }
             Err(error) => {
@@ -985,6 +1016,74 @@ mod tests {
         release.send(()).unwrap();
     }
 
+    /// Twenty units whose every read hangs until the test releases them all (a wedged driver).
+    #[derive(Default)]
+    struct Wedged {
+        released: Mutex<bool>,
+        release: std::sync::Condvar,
+        reads: AtomicU64,
+    }
+
+    impl Collector for Arc<Wedged> {
+        type Unit = String;
+
+        fn units(&self) -> Result<Vec<String>, CollectError> {
+            Ok((0..20).map(|unit| format!("w{unit}")).collect())
+        }
+
+        fn collect_unit(&self, _unit: &String, _out: &mut Output) {
+            self.reads.fetch_add(1, Ordering::SeqCst);
+            let released = lock(&self.released);
+            let _released = self.release.wait_while(released, |released| !*released);
+        }
+    }
+
+    /// Fifty units, read at once.
+    struct Healthy;
+
+    impl Collector for Healthy {
+        type Unit = String;
+
+        fn units(&self) -> Result<Vec<String>, CollectError> {
+            Ok((0..50).map(|unit| format!("h{unit}")).collect())
+        }
+
+        fn collect_unit(&self, unit: &String, out: &mut Output) {
+            out.samples
+                .push(&UP, vec![("device", unit.clone().into())], Value::Int(1));
+        }
+    }
+
+    /// A collector whose every read hangs holds two threads, and the scrape's one worker is
+    /// replaced: the other collector is read whole, with success 1.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_collector_whose_every_read_hangs_holds_two_threads_not_the_scrape() {
+        let wedged = Arc::new(Wedged::default());
+        let scraper = Scraper::new(
+            vec![
+                ("wedged", Started::new(wedged.clone())),
+                ("healthy", Started::new(Healthy)),
+            ],
+            Duration::from_secs(1),
+            1,
+        );
+        let out = text(scraper.scrape().await);
+        *lock(&wedged.released) = true;
+        wedged.release.notify_all();
+        let healthy = out
+            .lines()
+            .filter(|l| l.starts_with("hpcnode_test_up{"))
+            .count();
+        assert_eq!(healthy, 50, "{out}");
+        assert!(out.contains("hpcnode_scrape_collector_success{collector=\"healthy\"} 1"));
+        assert!(out.contains("hpcnode_scrape_collector_success{collector=\"wedged\"} 0"));
+        let reads = wedged.reads.load(Ordering::SeqCst);
+        assert_eq!(
+            reads, STUCK_PER_COLLECTOR as u64,
+            "threads stuck in the wedged collector"
+        );
+    }
+
     /// One unit whose read takes a while (slow, not hung).
     struct Slow;
 
@@ -1147,7 +1246,7 @@ mod tests {
                 ("many", Started::new(ManyUnits)),
                 ("quick", Started::new(Quick)),
             ],
-            Duration::from_millis(100),
+            Duration::from_secs(1),
             // One worker, which lists both before it reads either.
             1,
         );

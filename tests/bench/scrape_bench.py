@@ -137,7 +137,7 @@ class Target:
         self.body_bytes = 0
         self.samples = 0
         self.cpu_ticks = 0
-        self.switch_count = 0
+        self.switch_count = 0  # switches() at the start of the timed scrapes, then the count
         self.hwm_kib = None
         self.anon_kib = None
         self.file_kib = None
@@ -219,18 +219,23 @@ class Target:
         return sum(self.cpu_split())
 
     def switches(self):
-        """Voluntary and involuntary context switches so far, all threads alive now (a thread
-        that has exited takes its count with it)."""
-        total = 0
+        """Voluntary and involuntary context switches so far, by thread id, of the threads
+        alive now."""
+        counts = {}
         for task in os.listdir("/proc/%d/task" % self.proc.pid):
             try:
                 with open("/proc/%d/task/%s/status" % (self.proc.pid, task)) as f:
-                    total += sum(int(line.split()[1]) for line in f
-                                 if line.startswith(("voluntary_ctxt_switches:",
-                                                     "nonvoluntary_ctxt_switches:")))
+                    counts[task] = sum(int(line.split()[1]) for line in f
+                                       if line.startswith(("voluntary_ctxt_switches:",
+                                                           "nonvoluntary_ctxt_switches:")))
             except (OSError, IndexError, ValueError):
                 pass
-        return total
+        return counts
+
+    def switches_since(self, before):
+        """Context switches since `before` (from `switches`), thread by thread: a thread made
+        since counts whole, one that has exited since takes its switches with it."""
+        return sum(n - before.get(task, 0) for task, n in self.switches().items())
 
     def cpu_split(self):
         """User and system CPU time so far, in clock ticks."""
@@ -379,7 +384,7 @@ def run_one(n, args, exporter, node_exporter):
                 last[t.label] = (status, body)
         for t in targets:
             t.cpu_ticks = t.cpu() - t.cpu_ticks
-            t.switch_count = t.switches() - t.switch_count
+            t.switch_count = t.switches_since(t.switch_count)
             t.memory()
             status, body = last[t.label]
             t.body_bytes = len(body)
