@@ -260,7 +260,7 @@ pub struct Scraper {
     errors: ErrorLog,
     revision: &'static str,
     workers: usize,
-    /// How long the crew may finish nothing before it is sent another worker.
+    /// How long a worker may be in one piece before it counts as stuck and is replaced.
     stalled_after: Duration,
 }
 
@@ -963,8 +963,8 @@ mod tests {
         }
     }
 
-    /// A scraper of one worker over [`HungThenAfter`], sent another worker when it finishes
-    /// nothing for `stalled_after`; and what releases the hung read.
+    /// A scraper of one worker over [`HungThenAfter`], whose worker stuck for `stalled_after`
+    /// is replaced; and what releases the hung read.
     fn hung_then_after(
         deadline: Duration,
         stalled_after: Duration,
