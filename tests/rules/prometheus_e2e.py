@@ -4,7 +4,7 @@
 Starts exporters on loopback, one on a writable copy of the real procfs fixture tree
 (tests/fixtures/procfs/sys), one on tests/fixtures/rdma_edge/sys, and the modules collector
 alone on the fixture roots tests/fixtures/modules_rhel7, modules_secureboot and modules_signed_files, and Debian's
-prometheus on loopback with its own config (1s scrape and evaluation intervals), a temporary
+prometheus on loopback with its own config (1 s scrapes, rule groups every 1.3 s), a temporary
 storage directory and the rule files of alerts/. Then, through Prometheus's HTTP API:
   - `up` is 1 for both targets and every rule evaluates without error;
   - the recording rules give the numbers that the fixture's facts predict while the test
@@ -93,6 +93,11 @@ NEEDS_LAB_KERNEL = {
     "hpcnode_vfio_aer_errors_total", "hpcnode_vfio_pin_failures_total",
 }
 FOR_IN_TEST = "2s"
+# Rule groups are evaluated every 1.3 s against 1 s scrapes, so that an evaluation and a scrape
+# drift past each other: at one interval for both, a run whose evaluations happened to fall
+# while a scrape was in flight (begun, not yet committed) recorded every sample without it, and
+# no recorded sample equalled the formula evaluated afterwards at its timestamp.
+RULE_INTERVAL_IN_TEST = "1300ms"
 OVERALL_TIMEOUT_S = 240
 REL = 1e-9  # recorded value against the same formula evaluated by Prometheus
 
@@ -588,11 +593,13 @@ def check_tls_scrape(prom, tls_inst):
 
 
 def rule_files_for_test(dest):
-    """alerts/*.yml as Prometheus loads them, with every alert's `for:` set to FOR_IN_TEST."""
+    """alerts/*.yml as Prometheus loads them, with every alert's `for:` set to FOR_IN_TEST and
+    every group evaluated every RULE_INTERVAL_IN_TEST."""
     files = []
     for path in lint.rule_files():
         doc = yaml.safe_load(path.read_text())
         for group in doc["groups"]:
+            group["interval"] = RULE_INTERVAL_IN_TEST
             for rule in group["rules"]:
                 if "alert" in rule and "for" in rule:
                     rule["for"] = FOR_IN_TEST
