@@ -61,9 +61,15 @@ def _write(path, text):
         f.write(text)
 
 
-def make_tree(root, n_hcas, ports=2):
+# A RoCE port's GID table: mlx5's 255 entries, the first two (its default GIDs, RoCE v1 and v2)
+# bound to its network device; the kernel fails reads of the unused ones, a tree has them empty.
+ROCE_GIDS = 255
+
+
+def make_tree(root, n_hcas, ports=2, ethernet=False):
     """A sysfs root with n_hcas ConnectX-6-like devices in the real layout (class symlinks into
-    devices/pci..., device and driver links). Returns the sysfs root path."""
+    devices/pci..., device and driver links); with `ethernet`, RoCE ports (link layer Ethernet,
+    a GID table of ROCE_GIDS entries). Returns the sysfs root path."""
     sysfs = os.path.join(root, "sys")
     cls = os.path.join(sysfs, "class", "infiniband")
     drv = os.path.join(sysfs, "bus", "pci", "drivers", "mlx5_core")
@@ -94,13 +100,23 @@ def make_tree(root, n_hcas, ports=2):
             for sub in ("counters", "hw_counters", "gid_attrs/types", "gid_attrs/ndevs", "gids"):
                 os.makedirs(os.path.join(pd, sub))
             for f, v in [("state", "4: ACTIVE"), ("phys_state", "5: LinkUp"),
-                         ("rate", "200 Gb/sec (4X HDR)"), ("link_layer", "InfiniBand"),
-                         ("lid", "0x%x" % (2 * i + p)), ("sm_lid", "0x1"),
+                         ("rate", "200 Gb/sec (4X HDR)"),
+                         ("link_layer", "Ethernet" if ethernet else "InfiniBand"),
+                         ("lid", "0x0" if ethernet else "0x%x" % (2 * i + p)),
+                         ("sm_lid", "0x0" if ethernet else "0x1"),
                          ("lid_mask_count", "0"), ("sm_sl", "0"), ("cap_mask", "0x2659e848")]:
                 _write(os.path.join(pd, f), v + "\n")
             _write(os.path.join(pd, "gids", "0"), "fe80:0000:0000:0000:%s\n" % guid)
-            _write(os.path.join(pd, "gid_attrs", "types", "0"), "IB/RoCE v1\n")
-            _write(os.path.join(pd, "gid_attrs", "ndevs", "0"), "")
+            if ethernet:
+                netdev = "ens%df%dnp%d\n" % (i + 1, p - 1, p - 1)
+                for g in range(ROCE_GIDS):
+                    used = g < 2
+                    _write(os.path.join(pd, "gid_attrs", "types", str(g)),
+                           ("IB/RoCE v1\n", "RoCE v2\n")[g] if used else "")
+                    _write(os.path.join(pd, "gid_attrs", "ndevs", str(g)), netdev if used else "")
+            else:
+                _write(os.path.join(pd, "gid_attrs", "types", "0"), "IB/RoCE v1\n")
+                _write(os.path.join(pd, "gid_attrs", "ndevs", "0"), "")
             for k, c in enumerate(PMA_COUNTERS):
                 _write(os.path.join(pd, "counters", c), "%d\n" % ((i + 1) * 1000003 * (k + 1) + p))
             for k, c in enumerate(HW_COUNTERS):
@@ -337,7 +353,7 @@ def run_one(n, args, exporter, node_exporter):
     workdir = tempfile.mkdtemp(prefix="hpcnode-bench-%d-" % n)
     targets = []
     try:
-        sysfs = make_tree(workdir, n)
+        sysfs = make_tree(workdir, n, ethernet=args.link_layer == "ethernet")
         n_files = sum(len(fs) for _, _, fs in os.walk(sysfs))
         floor_ms = read_floor(workdir, os.path.join(sysfs, "devices"))
         held_floor = read_floor(workdir, os.path.join(sysfs, "devices"), held=True)
@@ -441,6 +457,9 @@ def print_table(res, args):
           % (res["n"], 2 * res["n"], res["files"], args.scrapes, args.warmup,
              "new connection per scrape" if args.new_connection else "keep-alive",
              ", Prometheus Accept + gzip" if args.prometheus_headers else ""))
+    if args.link_layer == "ethernet":
+        print("  (RoCE ports: the kernel floors below read their GID tables too, which neither "
+              "exporter reads whole)")
     print("  %-26s %12s %14s %18s" % ("", "hpcnode", "node_exporter", "hpcnode/node_exp"))
     for name, fn, fmt in rows:
         vals = {k: (fn(t) if t.latencies else None) for k, t in by.items()}
@@ -489,6 +508,9 @@ def main():
     ap.add_argument("--request-timeout", type=float, default=30.0, help="seconds per request")
     ap.add_argument("--start-timeout", type=float, default=20.0,
                     help="seconds to wait for an exporter to answer")
+    ap.add_argument("--link-layer", choices=("infiniband", "ethernet"), default="infiniband",
+                    help="the ports' link layer: ethernet makes RoCE ports, each with a GID table "
+                         "of %d entries" % ROCE_GIDS)
     ap.add_argument("--all-collectors", action="store_true",
                     help="run hpcnode_exporter with every collector on by default, as a node "
                     "runs it (its eBPF probes need root), not the rdma collector alone")
