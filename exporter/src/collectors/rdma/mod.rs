@@ -187,6 +187,8 @@ impl RdmaCollector {
 
 /// Where the devices are, under `--path.sysfs`.
 const CLASS_DIR: &str = "class/infiniband";
+/// The index of a port's default GID in `gid_attrs/ndevs/`.
+const DEFAULT_GID: &str = "0";
 
 const DEVICE_INFO: Desc = Desc::gauge(
     "hpcnode_rdma_device_info",
@@ -671,24 +673,37 @@ impl DeviceRead<'_> {
         self.push_set(&PORT_HW_COUNTERS_SOURCE, source, Value::Int(1));
     }
 
-    /// The first network device bound to a GID of a RoCE port. Unused GID entries fail to read
-    /// on real kernels, so read failures here are expected and not reported; an entry whose
-    /// name is not UTF-8 is no GID entry, and is.
+    /// The first network device bound to a GID of a RoCE port. The default GID, index 0 (made
+    /// from the network device's address), has it on every RoCE port with one: read first,
+    /// through a held descriptor, so that a scrape need not list the GID table (255 entries on
+    /// mlx5, 1024 on rxe) every time; the table is read in order only where index 0 names none.
+    /// Unused GID entries fail to read on real kernels, so read failures here are expected and
+    /// not reported; an entry whose name is not UTF-8 is no GID entry, and is.
     fn netdev(&mut self, port_dir: &SysDir) -> String {
-        let Ok(ndevs) = port_dir.subdir("gid_attrs/ndevs") else {
+        // Made with the port, as its `counters/`.
+        let ndevs = (self.held.fixed_subdir(port_dir, "gid_attrs"))
+            .and_then(|gid_attrs| self.held.fixed_subdir(&gid_attrs, "ndevs"));
+        let Ok(ndevs) = ndevs else {
             return String::new();
         };
-        let indexes: Vec<String> = (ndevs.entries().unwrap_or_default().into_iter())
-            .filter_map(|index| self.out.reported(index.into_name()))
+        let bound_to = |read: &mut Self, index: &str| match ndevs.read_held(
+            index,
+            read.held,
+            &mut read.reader,
+        ) {
+            Ok(name) if !name.is_empty() => Some(name.to_string()),
+            _ => None,
+        };
+        if let Some(netdev) = bound_to(self, DEFAULT_GID) {
+            return netdev;
+        }
+        let indexes = self.held.fixed_entries(&ndevs).unwrap_or_default();
+        let indexes: Vec<&str> = (indexes.iter())
+            .filter_map(|index| self.out.reported(index.name()))
+            .filter(|index| *index != DEFAULT_GID)
             .collect();
-        indexes
-            .iter()
-            .find_map(
-                |index| match ndevs.read_held(index, self.held, &mut self.reader) {
-                    Ok(name) if !name.is_empty() => Some(name.to_string()),
-                    _ => None,
-                },
-            )
+        (indexes.into_iter())
+            .find_map(|index| bound_to(self, index))
             .unwrap_or_default()
     }
 
@@ -965,6 +980,49 @@ mod tests {
         std::fs::remove_dir_all(&device).unwrap();
         make_device(7);
         assert_eq!(received(), Some(Value::Int(7)));
+    }
+
+    /// A RoCE port's network device: its default GID's (index 0), read again each scrape; the
+    /// GID table in order only while index 0 names none, and only then is an entry of it
+    /// whose name is not UTF-8 reported.
+    #[test]
+    fn a_roce_ports_netdev_is_its_default_gids_else_the_first_bound() {
+        use std::os::unix::ffi::OsStrExt;
+        let tmp = tempfile::tempdir().unwrap();
+        let port = tmp.path().join(CLASS_DIR).join("mlx5_0/ports/1");
+        let ndevs = port.join("gid_attrs/ndevs");
+        std::fs::create_dir_all(&ndevs).unwrap();
+        for (file, content) in [
+            ("link_layer", "Ethernet"),
+            ("state", "4: ACTIVE"),
+            ("phys_state", "5: LinkUp"),
+            ("rate", "100 Gb/sec (4X EDR)"),
+        ] {
+            std::fs::write(port.join(file), content).unwrap();
+        }
+        for (index, netdev) in [("0", ""), ("1", ""), ("2", "bond0\n"), ("3", "ens1f1\n")] {
+            std::fs::write(ndevs.join(index), netdev).unwrap();
+        }
+        std::fs::write(ndevs.join(std::ffi::OsStr::from_bytes(b"bad\xff")), "").unwrap();
+        for dir in [&ndevs, &port.join("gid_attrs"), &port] {
+            settle(dir);
+        }
+        let collector = RdmaCollector::new(tmp.path().to_path_buf(), DeviceFilter::All);
+        let netdev = || {
+            let mut out = Output::default();
+            collector.collect_unit(&Entry::Name("mlx5_0".to_string()), &mut out);
+            let families = out.samples.families();
+            let info = families.iter().find(|f| f.desc.name == PORT_INFO.name);
+            let (labels, _) = info.unwrap().samples().next().unwrap();
+            let labels = labels.to_string();
+            let netdev = labels.split("netdev=\"").nth(1).unwrap().split('"').next();
+            (netdev.unwrap().to_string(), out.errors.len())
+        };
+        assert_eq!(netdev(), ("bond0".to_string(), 1));
+        std::fs::write(ndevs.join("0"), "ens1f0\n").unwrap();
+        assert_eq!(netdev(), ("ens1f0".to_string(), 0));
+        std::fs::write(ndevs.join("0"), "").unwrap();
+        assert_eq!(netdev(), ("bond0".to_string(), 1));
     }
 
     /// A port that goes takes its label sets with it; one that comes back gets its own.
