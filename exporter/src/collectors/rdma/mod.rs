@@ -187,8 +187,9 @@ impl RdmaCollector {
 
 /// Where the devices are, under `--path.sysfs`.
 const CLASS_DIR: &str = "class/infiniband";
-/// The index of a port's default GID in `gid_attrs/ndevs/`.
+/// The index of a port's default GID in `gid_attrs/ndevs/`, and its file below the port.
 const DEFAULT_GID: &str = "0";
+const DEFAULT_GID_NETDEV: &str = "gid_attrs/ndevs/0";
 
 const DEVICE_INFO: Desc = Desc::gauge(
     "hpcnode_rdma_device_info",
@@ -680,13 +681,7 @@ impl DeviceRead<'_> {
     /// Unused GID entries fail to read on real kernels, so read failures here are expected and
     /// not reported; an entry whose name is not UTF-8 is no GID entry, and is.
     fn netdev(&mut self, port_dir: &SysDir) -> String {
-        // Made with the port, as its `counters/`.
-        let ndevs = (self.held.fixed_subdir(port_dir, "gid_attrs"))
-            .and_then(|gid_attrs| self.held.fixed_subdir(&gid_attrs, "ndevs"));
-        let Ok(ndevs) = ndevs else {
-            return String::new();
-        };
-        let bound_to = |read: &mut Self, index: &str| match ndevs.read_held(
+        let bound_to = |read: &mut Self, dir: &SysDir, index: &str| match dir.read_held(
             index,
             read.held,
             &mut read.reader,
@@ -694,16 +689,22 @@ impl DeviceRead<'_> {
             Ok(name) if !name.is_empty() => Some(name.to_string()),
             _ => None,
         };
-        if let Some(netdev) = bound_to(self, DEFAULT_GID) {
+        if let Some(netdev) = bound_to(self, port_dir, DEFAULT_GID_NETDEV) {
             return netdev;
         }
+        // Made with the port, as its `counters/`.
+        let ndevs = (self.held.fixed_subdir(port_dir, "gid_attrs"))
+            .and_then(|gid_attrs| self.held.fixed_subdir(&gid_attrs, "ndevs"));
+        let Ok(ndevs) = ndevs else {
+            return String::new();
+        };
         let indexes = self.held.fixed_entries(&ndevs).unwrap_or_default();
         let indexes: Vec<&str> = (indexes.iter())
             .filter_map(|index| self.out.reported(index.name()))
             .filter(|index| *index != DEFAULT_GID)
             .collect();
         (indexes.into_iter())
-            .find_map(|index| bound_to(self, index))
+            .find_map(|index| bound_to(self, &ndevs, index))
             .unwrap_or_default()
     }
 
