@@ -431,8 +431,8 @@ impl HeldAttributes {
     /// listed. On sysfs the same directory may gain or lose entries with the same stamp
     /// (kernfs does not always move a directory's time), so this is only for directories whose
     /// entries the kernel makes with them: an RDMA device's `ports/`, a device's or port's
-    /// `hw_counters/`, whose ports and counters are registered with the device (a device
-    /// registered again is new directories).
+    /// `hw_counters/`, a port's GID table `gid_attrs/ndevs/`, whose ports, counters and GID
+    /// entries are registered with the device (a device registered again is new directories).
     pub fn fixed_entries(&mut self, dir: &SysDir) -> Result<Arc<[Entry]>, SysfsError> {
         let Some(held) = self.held_dir(dir) else {
             return dir.entries().map(Arc::from);
@@ -454,8 +454,9 @@ impl HeldAttributes {
     /// stays the same directory (its look, as for attributes: one `fstat`), so that a scrape
     /// opens no directory it opened before; one `dir` lacks is remembered as absent likewise.
     /// As for [`HeldAttributes::fixed_entries`], only for directories the kernel makes with
-    /// `dir` (an RDMA device's `ports/` and `hw_counters/`, a port's `counters/`): on sysfs
-    /// the directory that holds them is another one when they are made again.
+    /// `dir` (an RDMA device's `ports/` and `hw_counters/`, a port's `counters/` and
+    /// `gid_attrs/`, its `ndevs/`): on sysfs the directory that holds them is another one when
+    /// they are made again.
     pub fn fixed_subdir(&mut self, dir: &SysDir, name: &str) -> Result<Arc<SysDir>, SysfsError> {
         let budget = self.budget;
         let Some(held) = self.held_dir(dir) else {

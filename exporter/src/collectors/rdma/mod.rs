@@ -678,8 +678,11 @@ impl DeviceRead<'_> {
     /// from the network device's address), has it on every RoCE port with one: read first,
     /// through a held descriptor, so that a scrape need not list the GID table (255 entries on
     /// mlx5, 1024 on rxe) every time; the table is read in order only where index 0 names none.
-    /// Unused GID entries fail to read on real kernels, so read failures here are expected and
-    /// not reported; an entry whose name is not UTF-8 is no GID entry, and is.
+    /// Read by its path below the port, index 0's file is checked itself outside sysfs (see
+    /// [`HeldAttributes`]): a fixture that renames `gid_attrs/` or `ndevs/` aside, keeping it,
+    /// is read through the old one until the port's directory changes. Unused GID entries fail
+    /// to read on real kernels, so read failures here are expected and not reported; an entry
+    /// whose name is not UTF-8 is no GID entry, and is reported when the table is read.
     fn netdev(&mut self, port_dir: &SysDir) -> String {
         let bound_to = |read: &mut Self, dir: &SysDir, index: &str| match dir.read_held(
             index,
@@ -698,8 +701,8 @@ impl DeviceRead<'_> {
         let Ok(ndevs) = ndevs else {
             return String::new();
         };
-        let indexes = self.held.fixed_entries(&ndevs).unwrap_or_default();
-        let indexes: Vec<&str> = (indexes.iter())
+        let listing = self.held.fixed_entries(&ndevs).unwrap_or_default();
+        let indexes: Vec<&str> = (listing.iter())
             .filter_map(|index| self.out.reported(index.name()))
             .filter(|index| *index != DEFAULT_GID)
             .collect();
