@@ -61,9 +61,6 @@ impl Default for HeldAttributes {
     }
 }
 
-/// `SYSFS_MAGIC` of `linux/magic.h`: the `f_type` statfs reports for sysfs.
-const SYSFS_MAGIC: i64 = 0x6265_6572;
-
 /// How long after a directory's last modification its timestamp may still hide another one
 /// (filesystems keep times at a tick's, a second's, or FAT's two seconds' granularity).
 const SETTLING_TIME: Duration = Duration::from_secs(2);
@@ -214,14 +211,9 @@ impl HeldDir {
     }
 
     fn new(dir: &SysDir, stamp: DirStamp, round: u64) -> HeldDir {
-        let on_sysfs = rustix::fs::fstatfs(&dir.fd).is_ok_and(|fs| {
-            #[allow(clippy::unnecessary_cast)] // `f_type`'s width differs between targets.
-            let magic = fs.f_type as i64;
-            magic == SYSFS_MAGIC
-        });
         HeldDir {
             stamp,
-            on_sysfs,
+            on_sysfs: dir.on_sysfs(),
             looked_at_in: round,
             check_links: true,
             files: IndexMap::default(),

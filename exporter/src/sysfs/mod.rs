@@ -33,9 +33,11 @@ use rustix::io::Errno;
 use crate::error::{CollectError, ErrorKind};
 
 mod held;
+mod linked;
 mod resolve;
 
 pub use held::{DirStamp, HeldAttributes, HeldBudget, HeldByUnit};
+pub use linked::LinkedDirs;
 use resolve::{resolve, Scope};
 
 /// sysfs attributes are at most one page; anything longer is not an attribute.
@@ -190,6 +192,9 @@ pub struct SysDir {
     /// The full path, for messages.
     path: PathBuf,
 }
+
+/// `SYSFS_MAGIC` of `linux/magic.h`: the `f_type` statfs reports for sysfs.
+const SYSFS_MAGIC: i64 = 0x6265_6572;
 
 /// A new [`SysDir::id`].
 fn next_dir_id() -> u64 {
@@ -545,6 +550,13 @@ impl SysDir {
     /// The directory's entries, sorted so output order is stable: numeric names (ports, GID
     /// indexes) by value, then the other names, then the names that are not UTF-8.
     pub fn entries(&self) -> Result<Vec<Entry>, SysfsError> {
+        let entries = self.entries_with_inodes()?;
+        Ok(entries.into_iter().map(|(entry, _)| entry).collect())
+    }
+
+    /// As [`SysDir::entries`], each with the inode number the listing gives it: on sysfs its
+    /// kernfs node's id, which no other node takes while the kernel runs (see [`LinkedDirs`]).
+    pub fn entries_with_inodes(&self) -> Result<Vec<(Entry, u64)>, SysfsError> {
         // A descriptor of its own, so that the directory's stays at offset 0 for other readers.
         let listing = rustix::fs::openat(&self.fd, ".", dir_flags(), Mode::empty());
         let listing = listing.map_err(|errno| SysfsError::io(self.path.clone(), errno))?;
@@ -554,7 +566,17 @@ impl SysDir {
     /// As [`SysDir::entries`], for a directory opened only to be listed: its own descriptor is
     /// read, not one opened again.
     pub fn into_entries(self) -> Result<Vec<Entry>, SysfsError> {
-        list(self.fd, &self.path)
+        let entries = list(self.fd, &self.path)?;
+        Ok(entries.into_iter().map(|(entry, _)| entry).collect())
+    }
+
+    /// Whether the directory is on sysfs (and not on a tree of regular files made like it).
+    pub fn on_sysfs(&self) -> bool {
+        rustix::fs::fstatfs(&self.fd).is_ok_and(|fs| {
+            #[allow(clippy::unnecessary_cast)] // `f_type`'s width differs between targets.
+            let magic = fs.f_type as i64;
+            magic == SYSFS_MAGIC
+        })
     }
 
     /// The last path component of a symlink's target (`device` -> `0000:05:00.0`,
@@ -601,8 +623,9 @@ impl SysDir {
     }
 }
 
-/// The entries of the directory open as `fd` at `path`, sorted as [`SysDir::entries`] says.
-fn list(fd: OwnedFd, path: &Path) -> Result<Vec<Entry>, SysfsError> {
+/// The entries of the directory open as `fd` at `path` with their inode numbers, sorted as
+/// [`SysDir::entries`] says.
+fn list(fd: OwnedFd, path: &Path) -> Result<Vec<(Entry, u64)>, SysfsError> {
     let io_error = |errno| SysfsError::io(path.to_path_buf(), errno);
     let listing = rustix::fs::Dir::new(fd).map_err(io_error)?;
     let mut entries = Vec::new();
@@ -612,10 +635,10 @@ fn list(fd: OwnedFd, path: &Path) -> Result<Vec<Entry>, SysfsError> {
         if name == c"." || name == c".." {
             continue;
         }
-        entries.push(Entry::new(path, name));
+        entries.push((Entry::new(path, name), entry.ino()));
     }
     // A total order whatever the names.
-    entries.sort_by_cached_key(|entry| match entry {
+    entries.sort_by_cached_key(|(entry, _)| match entry {
         Entry::Name(name) => (
             name.parse::<u64>().map_or(1, |_| 0),
             name.parse::<u64>().unwrap_or(0),

@@ -35,7 +35,8 @@ use crate::flags::{repeated, ConfigError, Flags};
 use crate::logging::{self, Level};
 use crate::metrics::{Desc, Label, LabelCache, Room, Value};
 use crate::sysfs::{
-    AttributeReader, DirStamp, Entry, FileStamp, HeldAttributes, HeldByUnit, SysDir, SysfsError,
+    AttributeReader, DirStamp, Entry, FileStamp, HeldAttributes, HeldByUnit, LinkedDirs, SysDir,
+    SysfsError,
 };
 
 pub use descs::METRICS;
@@ -127,6 +128,7 @@ impl Settings for PciSettings {
             aliases: Stamped::default(),
             modprobe_rules: Stamped::default(),
             held: HeldByUnit::default(),
+            device_dirs: LinkedDirs::default(),
             scrape: Mutex::default(),
         }))
     }
@@ -182,6 +184,8 @@ struct PciCollector {
     /// reads), per root port and for the host unit ([`HOST_UNIT`]): the attributes read,
     /// held open between scrapes, and what the unit keeps.
     held: HeldByUnit<UnitState>,
+    /// The devices' directories, kept between scrapes on sysfs.
+    device_dirs: LinkedDirs,
     /// What the last listing opened, and what its units' reads share.
     scrape: Mutex<ScrapeState>,
 }
@@ -345,18 +349,23 @@ impl Collector for PciCollector {
         };
         let listing = self
             .sysfs_dir(DEVICES_DIR)
-            .and_then(|dir| dir.entries().map(|entries| (dir, entries)));
+            .and_then(|dir| dir.entries_with_inodes().map(|entries| (dir, entries)));
         let (devices, entries) = match listing {
             Ok(listing) => listing,
             // No PCI bus: nothing to report.
             Err(err) if err.is_absent() => return Ok(Vec::new()),
             Err(err) => return Err(err.into()),
         };
+        let on_sysfs = devices.on_sysfs();
         let mut addresses = Vec::new();
+        let mut inodes = Vec::new();
         let mut unnamed = Vec::new();
-        for entry in entries {
+        for (entry, inode) in entries {
             match entry {
-                Entry::Name(address) => addresses.push(address),
+                Entry::Name(address) => {
+                    addresses.push(address);
+                    inodes.push(inode);
+                }
                 entry => unnamed.push(Unit::Unnamed(entry)),
             }
         }
@@ -377,10 +386,10 @@ impl Collector for PciCollector {
         let mut vfio_bound = Vec::new();
         let mut vfio_dirs = HashMap::new();
         let mut of_interest = HashMap::new();
-        for address in &addresses {
+        for (address, inode) in addresses.iter().zip(inodes) {
             // A device that vanished or cannot be identified is not one of interest; a
             // device named by address that is absent is still listed (to report it absent).
-            let Ok(dir) = devices.link_dir(address).map(Arc::new) else {
+            let Ok(dir) = self.device_dirs.dir(&devices, on_sysfs, address, inode) else {
                 continue;
             };
             // Read in the device's held set, in a round its unit's read goes on in.
@@ -452,6 +461,7 @@ impl Collector for PciCollector {
         let listed: HashSet<&str> = addresses.iter().map(String::as_str).collect();
         self.held
             .retain(|unit| unit == HOST_UNIT || listed.contains(unit));
+        self.device_dirs.retain(|address| listed.contains(address));
         // A root port that is a device of interest itself is read as one.
         root_ports.retain(|port| {
             !units
@@ -586,6 +596,7 @@ fn collector_at(root: &Path) -> PciCollector {
         aliases: Default::default(),
         modprobe_rules: Default::default(),
         held: Default::default(),
+        device_dirs: Default::default(),
         scrape: Default::default(),
     }
 }

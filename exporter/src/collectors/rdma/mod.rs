@@ -23,7 +23,9 @@ use crate::logging::OncePerCause;
 use crate::metrics::{Desc, Label, LabelSet, LabelValue, Value};
 use crate::rdma_netlink::socket::Socket;
 use crate::rdma_port::{parse_rate, parse_state_id, ETHERNET_LINK_LAYER};
-use crate::sysfs::{AttributeReader, Entry, HeldAttributes, HeldByUnit, SysDir, SysfsError};
+use crate::sysfs::{
+    AttributeReader, Entry, HeldAttributes, HeldByUnit, LinkedDirs, SysDir, SysfsError,
+};
 
 mod netlink;
 mod state;
@@ -161,9 +163,18 @@ struct RdmaCollector {
     netlink_socket: Mutex<Option<Socket>>,
     /// Why netlink failed, per device and cause: logged once, since it repeats every scrape.
     fallbacks_logged: OncePerCause<String>,
-    /// `class/infiniband` as the last listing opened it: the units open their devices from
-    /// it rather than open the root again for each.
-    class_dir: Mutex<Option<Arc<SysDir>>>,
+    /// `class/infiniband` as the last listing opened and listed it: the units open their
+    /// devices from it rather than open the root again for each.
+    class_dir: Mutex<Option<Arc<ClassListing>>>,
+    /// The devices' directories, kept between scrapes on sysfs.
+    device_dirs: LinkedDirs,
+}
+
+/// `class/infiniband` as a listing opened it, and the inode number of each device's link.
+struct ClassListing {
+    dir: SysDir,
+    on_sysfs: bool,
+    inodes: HashMap<String, u64>,
 }
 
 /// Fallback causes remembered by the log-once filter: a few per device on any real node.
@@ -181,6 +192,7 @@ impl RdmaCollector {
             netlink_socket: Mutex::new(None),
             fallbacks_logged: OncePerCause::new(MAX_LOGGED_FALLBACKS),
             class_dir: Mutex::new(None),
+            device_dirs: LinkedDirs::default(),
         }
     }
 }
@@ -433,9 +445,21 @@ impl Collector for RdmaCollector {
 
     fn units(&self) -> Result<Vec<Entry>, CollectError> {
         let listing = SysDir::open(&self.sysfs, CLASS_DIR)
-            .and_then(|class_dir| Ok((class_dir.entries()?, Arc::new(class_dir))));
+            .and_then(|class_dir| Ok((class_dir.entries_with_inodes()?, class_dir)));
         let (listing, class_dir) = match listing {
-            Ok((devices, class_dir)) => (Ok(devices), Some(class_dir)),
+            Ok((devices, dir)) => {
+                let inodes = (devices.iter())
+                    .filter_map(|(device, inode)| Some((device.name().ok()?.to_string(), *inode)))
+                    .collect();
+                let on_sysfs = dir.on_sysfs();
+                let devices: Vec<Entry> = devices.into_iter().map(|(device, _)| device).collect();
+                let listing = ClassListing {
+                    dir,
+                    on_sysfs,
+                    inodes,
+                };
+                (Ok(devices), Some(Arc::new(listing)))
+            }
             Err(err) => (Err(err), None),
         };
         *lock(&self.class_dir) = class_dir;
@@ -444,11 +468,10 @@ impl Collector for RdmaCollector {
                 devices
                     .retain(|device| device.name().map_or(true, |name| self.devices.allows(name)));
                 // Devices gone since the last listing close their descriptors.
-                self.held.retain(|name| {
-                    devices
-                        .iter()
-                        .any(|device| device.name().ok() == Some(name))
-                });
+                let listed =
+                    |name: &str| (devices.iter()).any(|device| device.name().ok() == Some(name));
+                self.held.retain(listed);
+                self.device_dirs.retain(listed);
                 if matches!(self.hw_counters, HwCounters::Netlink { .. }) && !devices.is_empty() {
                     self.list_netlink_indexes(&devices);
                 }
@@ -468,8 +491,13 @@ impl Collector for RdmaCollector {
         // absent, not broken.
         let class_dir = lock(&self.class_dir).clone();
         let dir = match class_dir {
-            Some(class_dir) => class_dir.link_dir(device),
-            None => SysDir::open(&self.sysfs, format!("{CLASS_DIR}/{device}")),
+            Some(listing) => match listing.inodes.get(device) {
+                Some(inode) => {
+                    (self.device_dirs).dir(&listing.dir, listing.on_sysfs, device, *inode)
+                }
+                None => listing.dir.link_dir(device).map(Arc::new),
+            },
+            None => SysDir::open(&self.sysfs, format!("{CLASS_DIR}/{device}")).map(Arc::new),
         };
         let Some(dir) = out.optional(dir) else {
             return;
