@@ -652,7 +652,7 @@ impl HeldBudget {
         })
     }
 
-    fn reserve(&'static self) -> Option<HeldSlot> {
+    pub(super) fn reserve(&'static self) -> Option<HeldSlot> {
         self.held
             .fetch_update(Ordering::Relaxed, Ordering::Relaxed, |held| {
                 (held < self.limit).then_some(held + 1)
@@ -668,7 +668,7 @@ impl HeldBudget {
 }
 
 /// One descriptor's share of a [`HeldBudget`], given back when it is dropped.
-struct HeldSlot {
+pub(super) struct HeldSlot {
     budget: &'static HeldBudget,
 }
 

@@ -2,53 +2,71 @@
 //! `bus/pci/devices/<address>`), kept open from one scrape to the next on sysfs. Opening one
 //! walks its link's target from the root (`openat2`: 4.8 µs on a VM's `/sys`, the cost of nine
 //! held reads); on sysfs a link the listing shows with the inode number it had is the same
-//! kernfs node (kernfs numbers its nodes without reuse), which leads to the same directory: a
-//! device removed and added again, or another that took its name, is a new link. kernfs has
-//! numbered its nodes cyclically since 4.14 (before, the lowest free number came back at once):
-//! on older kernels, and on trees of regular files, which cannot tell a directory renamed aside
-//! and another made in its place without the walk, each is opened every time.
+//! kernfs node, which leads to the same directory: a device removed and added again, or
+//! another that took its name, is a new link. kernfs has numbered its nodes cyclically since
+//! 4.14, a number coming back only after 2^31 others (never, with 64-bit numbers, since 5.5);
+//! before, the lowest free number came back at once. On older kernels, and on trees of regular
+//! files, which cannot tell a directory renamed aside and another made in its place without the
+//! walk, each is opened every time.
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex, OnceLock, PoisonError};
 
+use super::held::{HeldBudget, HeldSlot};
 use super::{SysDir, SysfsError};
 use crate::kernel::release::major_minor;
 
-/// At most this many directories kept (a descriptor each); the others are opened each time.
-const MAX_KEPT: usize = 4096;
+/// A kept directory: its link's inode number when opened, the directory, and its two shares of
+/// the budget of held descriptors (its own, and the root it keeps open).
+type Kept = (u64, Arc<SysDir>, [HeldSlot; 2]);
 
-#[derive(Default)]
 pub struct LinkedDirs {
-    /// By the link's name: its inode number when opened, and the directory.
-    kept: Mutex<HashMap<String, (u64, Arc<SysDir>)>>,
+    /// By the link's name.
+    kept: Mutex<HashMap<String, Kept>>,
+    budget: &'static HeldBudget,
+}
+
+impl Default for LinkedDirs {
+    fn default() -> Self {
+        LinkedDirs {
+            kept: Mutex::default(),
+            budget: HeldBudget::process(),
+        }
+    }
 }
 
 impl LinkedDirs {
+    /// Whether the directories `listing`'s links lead to may be kept: on sysfs, of a kernel
+    /// that does not take a node's number back at once. Asked once per listing.
+    pub fn keeps(listing: &SysDir) -> bool {
+        listing.on_sysfs() && numbers_not_reused()
+    }
+
     /// The directory the link `name` of `listing` leads to, the listing having shown the link
     /// with inode number `inode`: the one kept for that link when it is the same link, else
-    /// opened now ([`SysDir::link_dir`]) and, where `on_sysfs` (the listing's
-    /// [`SysDir::on_sysfs`], asked once per listing), kept.
+    /// opened now ([`SysDir::link_dir`]) and, where `keep` ([`LinkedDirs::keeps`]) and the
+    /// budget of held descriptors allow, kept.
     pub fn dir(
         &self,
         listing: &SysDir,
-        on_sysfs: bool,
+        keep: bool,
         name: &str,
         inode: u64,
     ) -> Result<Arc<SysDir>, SysfsError> {
-        let on_sysfs = on_sysfs && numbers_not_reused();
-        if on_sysfs {
-            if let Some((kept, dir)) = self.lock().get(name) {
-                if *kept == inode {
-                    return Ok(dir.clone());
-                }
+        if !keep {
+            return listing.link_dir(name).map(Arc::new);
+        }
+        if let Some((kept, dir, _)) = self.lock().get(name) {
+            if *kept == inode {
+                return Ok(dir.clone());
             }
         }
         let dir = Arc::new(listing.link_dir(name)?);
         let mut kept = self.lock();
-        if on_sysfs && (kept.len() < MAX_KEPT || kept.contains_key(name)) {
-            kept.insert(name.to_string(), (inode, dir.clone()));
-        } else {
-            kept.remove(name);
+        // The one kept before, if any, gives its shares back first.
+        kept.remove(name);
+        if let Some(slots) = self.budget.reserve().zip(self.budget.reserve()) {
+            kept.insert(name.to_string(), (inode, dir.clone(), slots.into()));
         }
         Ok(dir)
     }
@@ -58,7 +76,7 @@ impl LinkedDirs {
         self.lock().retain(|name, _| listed(name));
     }
 
-    fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<String, (u64, Arc<SysDir>)>> {
+    fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<String, Kept>> {
         self.kept.lock().unwrap_or_else(PoisonError::into_inner)
     }
 }
@@ -96,7 +114,7 @@ mod tests {
     }
 
     #[test]
-    fn on_sysfs_the_same_link_keeps_its_directory_and_a_new_one_is_opened() {
+    fn where_kept_the_same_link_keeps_its_directory_and_a_new_one_is_opened() {
         let tmp = tempfile::tempdir().unwrap();
         std::fs::create_dir_all(tmp.path().join("class/x")).unwrap();
         let inode = link(tmp.path(), "dev0", "a");
@@ -118,13 +136,43 @@ mod tests {
         assert!(!Arc::ptr_eq(&reopened, &after));
     }
 
+    /// A kept directory takes two shares of the budget of held descriptors; without them it
+    /// is opened each time.
+    #[test]
+    fn beyond_the_budget_directories_are_opened_each_time() {
+        static BUDGET: HeldBudget = HeldBudget::new(3);
+        let tmp = tempfile::tempdir().unwrap();
+        std::fs::create_dir_all(tmp.path().join("class/x")).unwrap();
+        let first = link(tmp.path(), "dev0", "a");
+        let second = link(tmp.path(), "dev1", "b");
+        let listing = SysDir::open(tmp.path(), "class/x").unwrap();
+        let linked = LinkedDirs {
+            kept: Mutex::default(),
+            budget: &BUDGET,
+        };
+        let kept = linked.dir(&listing, true, "dev0", first).unwrap();
+        assert!(Arc::ptr_eq(
+            &kept,
+            &linked.dir(&listing, true, "dev0", first).unwrap()
+        ));
+        assert_eq!(BUDGET.held(), 2);
+        let unkept = linked.dir(&listing, true, "dev1", second).unwrap();
+        assert!(!Arc::ptr_eq(
+            &unkept,
+            &linked.dir(&listing, true, "dev1", second).unwrap()
+        ));
+        assert_eq!(BUDGET.held(), 2);
+        linked.retain(|_| false);
+        assert_eq!(BUDGET.held(), 0);
+    }
+
     #[test]
     fn elsewhere_every_directory_is_opened_each_time() {
         let tmp = tempfile::tempdir().unwrap();
         std::fs::create_dir_all(tmp.path().join("class/x")).unwrap();
         let inode = link(tmp.path(), "dev0", "a");
         let listing = SysDir::open(tmp.path(), "class/x").unwrap();
-        assert!(!listing.on_sysfs());
+        assert!(!LinkedDirs::keeps(&listing));
         let linked = LinkedDirs::default();
         let first = linked.dir(&listing, false, "dev0", inode).unwrap();
         let again = linked.dir(&listing, false, "dev0", inode).unwrap();

@@ -555,7 +555,7 @@ impl SysDir {
     }
 
     /// As [`SysDir::entries`], each with the inode number the listing gives it: on sysfs its
-    /// kernfs node's id, which no other node takes while the kernel runs (see [`LinkedDirs`]).
+    /// kernfs node's id, which another node takes only after 2^31 others (see [`LinkedDirs`]).
     pub fn entries_with_inodes(&self) -> Result<Vec<(Entry, u64)>, SysfsError> {
         // A descriptor of its own, so that the directory's stays at offset 0 for other readers.
         let listing = rustix::fs::openat(&self.fd, ".", dir_flags(), Mode::empty());

@@ -356,7 +356,7 @@ impl Collector for PciCollector {
             Err(err) if err.is_absent() => return Ok(Vec::new()),
             Err(err) => return Err(err.into()),
         };
-        let on_sysfs = devices.on_sysfs();
+        let keep = LinkedDirs::keeps(&devices);
         let mut addresses = Vec::new();
         let mut inodes = Vec::new();
         let mut unnamed = Vec::new();
@@ -389,7 +389,7 @@ impl Collector for PciCollector {
         for (address, inode) in addresses.iter().zip(inodes) {
             // A device that vanished or cannot be identified is not one of interest; a
             // device named by address that is absent is still listed (to report it absent).
-            let Ok(dir) = self.device_dirs.dir(&devices, on_sysfs, address, inode) else {
+            let Ok(dir) = self.device_dirs.dir(&devices, keep, address, inode) else {
                 continue;
             };
             // Read in the device's held set, in a round its unit's read goes on in.

@@ -170,10 +170,11 @@ struct RdmaCollector {
     device_dirs: LinkedDirs,
 }
 
-/// `class/infiniband` as a listing opened it, and the inode number of each device's link.
+/// `class/infiniband` as a listing opened it, whether its devices' directories are kept
+/// ([`LinkedDirs::keeps`]), and the inode number of each device's link.
 struct ClassListing {
     dir: SysDir,
-    on_sysfs: bool,
+    keep: bool,
     inodes: HashMap<String, u64>,
 }
 
@@ -451,13 +452,9 @@ impl Collector for RdmaCollector {
                 let inodes = (devices.iter())
                     .filter_map(|(device, inode)| Some((device.name().ok()?.to_string(), *inode)))
                     .collect();
-                let on_sysfs = dir.on_sysfs();
+                let keep = LinkedDirs::keeps(&dir);
                 let devices: Vec<Entry> = devices.into_iter().map(|(device, _)| device).collect();
-                let listing = ClassListing {
-                    dir,
-                    on_sysfs,
-                    inodes,
-                };
+                let listing = ClassListing { dir, keep, inodes };
                 (Ok(devices), Some(Arc::new(listing)))
             }
             Err(err) => (Err(err), None),
@@ -492,9 +489,7 @@ impl Collector for RdmaCollector {
         let class_dir = lock(&self.class_dir).clone();
         let dir = match class_dir {
             Some(listing) => match listing.inodes.get(device) {
-                Some(inode) => {
-                    (self.device_dirs).dir(&listing.dir, listing.on_sysfs, device, *inode)
-                }
+                Some(inode) => (self.device_dirs).dir(&listing.dir, listing.keep, device, *inode),
                 None => listing.dir.link_dir(device).map(Arc::new),
             },
             None => SysDir::open(&self.sysfs, format!("{CLASS_DIR}/{device}")).map(Arc::new),
