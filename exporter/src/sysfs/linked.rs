@@ -56,17 +56,20 @@ impl LinkedDirs {
         if !keep {
             return listing.link_dir(name).map(Arc::new);
         }
-        if let Some((kept, dir, _)) = self.lock().get(name) {
-            if *kept == inode {
-                return Ok(dir.clone());
+        {
+            let mut kept = self.lock();
+            match kept.get(name) {
+                Some((kept_inode, dir, _)) if *kept_inode == inode => return Ok(dir.clone()),
+                // Another link's directory is closed, and its shares given back, even when the
+                // new one does not open.
+                Some(_) => drop(kept.remove(name)),
+                None => {}
             }
         }
         let dir = Arc::new(listing.link_dir(name)?);
-        let mut kept = self.lock();
-        // The one kept before, if any, gives its shares back first.
-        kept.remove(name);
         if let Some(slots) = self.budget.reserve().zip(self.budget.reserve()) {
-            kept.insert(name.to_string(), (inode, dir.clone(), slots.into()));
+            let kept = (inode, dir.clone(), slots.into());
+            self.lock().insert(name.to_string(), kept);
         }
         Ok(dir)
     }
@@ -161,6 +164,16 @@ mod tests {
             &unkept,
             &linked.dir(&listing, true, "dev1", second).unwrap()
         ));
+        assert_eq!(BUDGET.held(), 2);
+        linked.retain(|name| name == "dev0");
+        assert_eq!(BUDGET.held(), 2);
+        // dev0's new link leads nowhere: the directory kept for its old link is closed.
+        let gone = link(tmp.path(), "dev0", "c");
+        std::fs::remove_dir(tmp.path().join("devices/c")).unwrap();
+        assert!(linked.dir(&listing, true, "dev0", gone).is_err());
+        assert_eq!(BUDGET.held(), 0);
+        let back = link(tmp.path(), "dev0", "a");
+        linked.dir(&listing, true, "dev0", back).unwrap();
         assert_eq!(BUDGET.held(), 2);
         linked.retain(|_| false);
         assert_eq!(BUDGET.held(), 0);
