@@ -14,6 +14,7 @@ use indexmap::IndexMap;
 use rustix::fs::FileType;
 use rustix::io::Errno;
 
+use super::linked::numbers_not_reused;
 use super::{is_plain_name, read_flags, Entry, SysDir, SysfsError};
 
 /// Attributes read scrape after scrape through descriptors kept open: a `pread` at offset 0 of
@@ -26,7 +27,8 @@ use super::{is_plain_name, read_flags, Entry, SysDir, SysfsError};
 /// removed with its device) or `ENOENT`, or when the directory it is in changed.
 ///
 /// Each round looks once at each directory read from (one `fstat` of the [`SysDir`] the
-/// caller opened), not at each file: a directory that is another inode, or whose entries
+/// caller opened; on sysfs none at one looked at through the same [`SysDir`] before, held or
+/// kept between scrapes), not at each file: a directory that is another inode, or whose entries
 /// changed (its modification time moved: a file removed, created or renamed over), drops what
 /// was held in it. A file rewritten in place leaves the directory as it was, and `pread` reads
 /// the new content. An attribute the directory lacks is remembered as absent until the
@@ -84,6 +86,8 @@ struct HeldDir {
     on_sysfs: bool,
     /// The round the directory was last looked at in.
     looked_at_in: u64,
+    /// The [`SysDir`] it was last looked at through (its id).
+    looked_through: u64,
     /// Whether each file must be checked for a name before its read (outside sysfs, while the
     /// directory settles).
     check_links: bool,
@@ -100,10 +104,20 @@ struct HeldDir {
     /// Attributes whose values the kernel fixes with the directory, as first read in it on
     /// sysfs (see [`HeldAttributes::read_fixed`]).
     fixed: FastMap<Box<str>, Box<[u8]>>,
-    /// Its subdirectories held open (see [`HeldAttributes::fixed_subdir`]), each with two
-    /// shares of the budget: its descriptor, and the root it keeps open (shared with others
-    /// as a rule, so this counts more than is held, never less).
-    subdirs: FastMap<Box<str>, (Arc<SysDir>, [HeldSlot; 2])>,
+    /// Its subdirectories held open (see [`HeldAttributes::fixed_subdir`]).
+    subdirs: FastMap<Box<str>, HeldSubdir>,
+}
+
+/// A subdirectory held open, with two shares of the budget: its descriptor, and the root it
+/// keeps open (shared with others as a rule, so this counts more than is held, never less).
+struct HeldSubdir {
+    dir: Arc<SysDir>,
+    /// The inode number its parent's listing gave it when opened (see
+    /// [`HeldAttributes::listed_subdir`]); `None` for one the kernel makes with its parent.
+    listed_inode: Option<u64>,
+    /// The round it was last asked for in.
+    used_in: u64,
+    _slots: [HeldSlot; 2],
 }
 
 /// A held file's name, inline when short (nearly every attribute's): each read compares it
@@ -215,6 +229,7 @@ impl HeldDir {
             stamp,
             on_sysfs: dir.on_sysfs(),
             looked_at_in: round,
+            looked_through: dir.id,
             check_links: true,
             files: IndexMap::default(),
             next_file: 0,
@@ -251,6 +266,14 @@ impl HeldAttributes {
                 self.last_dir = Some((dir.id, index));
                 return Some(&mut self.dirs[index]);
             }
+            // On sysfs a directory looked at before through the same descriptor (a directory
+            // held or kept between scrapes) is the same inode, and its time tells nothing
+            // there (see `HeldAttributes`): no `fstat`.
+            Some(index)
+                if self.dirs[index].on_sysfs && self.dirs[index].looked_through == dir.id =>
+            {
+                (index, true)
+            }
             Some(index) => match HeldDir::look(dir) {
                 None => {
                     self.dirs.swap_remove_index(index);
@@ -275,6 +298,7 @@ impl HeldAttributes {
         let held = &mut self.dirs[index];
         self.last_dir = Some((dir.id, index));
         held.looked_at_in = round;
+        held.looked_through = dir.id;
         held.check_links = !held.on_sysfs && !settled;
         if held.check_links {
             held.absent.clear();
@@ -450,33 +474,89 @@ impl HeldAttributes {
     /// `gid_attrs/`, its `ndevs/`): on sysfs the directory that holds them is another one when
     /// they are made again.
     pub fn fixed_subdir(&mut self, dir: &SysDir, name: &str) -> Result<Arc<SysDir>, SysfsError> {
-        let budget = self.budget;
+        self.held_subdir(dir, name, None)
+    }
+
+    /// The subdirectory `name` of `dir`, which a listing of `dir` this round gave with inode
+    /// number `inode`: held from one round to the next while it is the same directory, as
+    /// [`HeldAttributes::fixed_subdir`] holds one, for a directory the kernel makes and removes
+    /// apart from its parent (an IOMMU group in `kernel/iommu_groups/`). Outside sysfs the
+    /// parent's look tells it (a directory removed, made or renamed in it moves its time). On
+    /// sysfs, where it does not, the listing does: an entry with the inode number it had is the
+    /// same kernfs node, where kernfs does not take numbers back at once (see
+    /// [`super::LinkedDirs`]); on older kernels it is opened each time.
+    pub fn listed_subdir(
+        &mut self,
+        dir: &SysDir,
+        name: &str,
+        inode: u64,
+    ) -> Result<Arc<SysDir>, SysfsError> {
+        self.held_subdir(dir, name, Some(inode))
+    }
+
+    /// [`HeldAttributes::fixed_subdir`] (`listed_inode` `None`), or
+    /// [`HeldAttributes::listed_subdir`].
+    fn held_subdir(
+        &mut self,
+        dir: &SysDir,
+        name: &str,
+        listed_inode: Option<u64>,
+    ) -> Result<Arc<SysDir>, SysfsError> {
+        let (budget, round) = (self.budget, self.round);
         let Some(held) = self.held_dir(dir) else {
             return dir.subdir(name).map(Arc::new);
         };
-        if held.check_links {
+        let by_inode = held.on_sysfs && listed_inode.is_some();
+        if held.check_links || (by_inode && !numbers_not_reused()) {
             return dir.subdir(name).map(Arc::new);
         }
         if held.absent.contains(name) {
             return Err(SysfsError::io(dir.path(name), Errno::NOENT));
         }
-        if let Some((subdir, _)) = held.subdirs.get(name) {
-            return Ok(subdir.clone());
+        match held.subdirs.get_mut(name) {
+            Some(subdir) if !by_inode || subdir.listed_inode == listed_inode => {
+                subdir.used_in = round;
+                return Ok(subdir.dir.clone());
+            }
+            // Another node's directory is closed, and its shares given back, even when the
+            // new one does not open.
+            Some(_) => drop(held.subdirs.remove(name)),
+            None => {}
         }
         let subdir = match dir.subdir(name) {
             Ok(subdir) => Arc::new(subdir),
+            // An entry listed may be gone since (a listed subdirectory is not kept absent).
             Err(err) => {
-                if err.is_not_found() && is_plain_name(name) {
+                if err.is_not_found() && is_plain_name(name) && !by_inode {
                     held.absent.insert(name.into());
                 }
                 return Err(err);
             }
         };
         if let Some(slots) = budget.reserve().zip(budget.reserve()) {
-            held.subdirs
-                .insert(name.into(), (subdir.clone(), slots.into()));
+            let held_subdir = HeldSubdir {
+                dir: subdir.clone(),
+                listed_inode,
+                used_in: round,
+                _slots: slots.into(),
+            };
+            held.subdirs.insert(name.into(), held_subdir);
         }
         Ok(subdir)
+    }
+
+    /// The entries of the subdirectory `name` of `dir`, one the kernel makes with `dir` but
+    /// whose entries come and go (an IOMMU group's `devices/`), held as
+    /// [`HeldAttributes::fixed_subdir`] holds it. Outside sysfs they are listed again only
+    /// when its look says it changed (as [`HeldAttributes::fixed_entries`] lists); on sysfs,
+    /// where its time need not move, each time, through its own descriptor (no open).
+    pub fn subdir_entries(&mut self, dir: &SysDir, name: &str) -> Result<Arc<[Entry]>, SysfsError> {
+        let subdir = self.fixed_subdir(dir, name)?;
+        match self.held_dir(&subdir) {
+            Some(held) if !held.on_sysfs => self.fixed_entries(&subdir),
+            // Held by this set alone, or opened just now: no one else lists it.
+            _ => subdir.entries_from_start().map(Arc::from),
+        }
     }
 
     /// Closes the descriptors of attributes not read since the last call (a counter the
@@ -488,6 +568,7 @@ impl HeldAttributes {
                 return false;
             }
             held.files.retain(|_, file| file.read_in == round);
+            held.subdirs.retain(|_, subdir| subdir.used_in == round);
             // A directory's files are added once and then kept for many rounds: without the
             // room their list doubled into (a quarter of it on average).
             if held.files.capacity() > held.files.len() + held.files.len() / 8 {
@@ -920,6 +1001,133 @@ mod tests {
         assert_eq!(round(&mut held, "hw_counters").unwrap().0, "3");
     }
 
+    /// An IOMMU group's directory as `kernel/iommu_groups` holds it, and its members.
+    fn make_group(groups: &Path, group: &str, members: &[&str]) {
+        fs::create_dir_all(groups.join(group).join("devices")).unwrap();
+        fs::write(groups.join(group).join("type"), "DMA\n").unwrap();
+        for member in members {
+            fs::create_dir(groups.join(group).join("devices").join(member)).unwrap();
+        }
+    }
+
+    /// Runs `change` in `dir`, then sets `dir`'s time back to what it was.
+    fn with_time_kept(dir: &Path, change: impl FnOnce()) {
+        let time = fs::metadata(dir).unwrap().modified().unwrap();
+        change();
+        fs::File::open(dir).unwrap().set_modified(time).unwrap();
+    }
+
+    /// One scrape of the groups' directory as the PCI host unit reads it: the group `group`
+    /// (by its listing's inode number), its members, and its `type` as held.
+    fn read_group(
+        held: &mut HeldAttributes,
+        root: &Path,
+        group: &str,
+        as_on_sysfs: bool,
+    ) -> (Arc<SysDir>, Vec<String>) {
+        let groups = SysDir::open(root, "").unwrap();
+        let listing = groups.entries_with_inodes().unwrap();
+        let (_, inode) = (listing.iter())
+            .find(|(entry, _)| entry.name().ok() == Some(group))
+            .unwrap();
+        if as_on_sysfs {
+            held.as_on_sysfs(&groups);
+        }
+        let dir = held.listed_subdir(&groups, group, *inode).unwrap();
+        if as_on_sysfs {
+            held.as_on_sysfs(&dir);
+            let devices = held.fixed_subdir(&dir, "devices").unwrap();
+            held.as_on_sysfs(&devices);
+        }
+        let mut reader = AttributeReader::default();
+        assert_eq!(dir.read_held("type", held, &mut reader).unwrap(), "DMA");
+        let members = held.subdir_entries(&dir, "devices").unwrap();
+        let members = members.iter().map(|m| m.name().unwrap().to_string());
+        let members = members.collect();
+        held.end_round();
+        (dir, members)
+    }
+
+    /// As on sysfs, a listed subdirectory is kept while the listing shows it with the inode
+    /// number it had, and another in its place is opened; its entries are listed again each
+    /// round, so a member added is seen though no time moved; one not asked for in a round is
+    /// closed.
+    #[test]
+    fn as_on_sysfs_a_listed_subdirectory_is_kept_while_its_listing_shows_the_same_node() {
+        let tmp = tempfile::tempdir().unwrap();
+        let root = tmp.path();
+        make_group(root, "48", &["0000:3b:00.0"]);
+        settle(root);
+        let (budget, mut held) = held_within(16);
+        let (first, members) = read_group(&mut held, root, "48", true);
+        assert_eq!(members, ["0000:3b:00.0"]);
+        let (again, _) = read_group(&mut held, root, "48", true);
+        // Kept where kernfs does not take node numbers back at once (4.14 and later).
+        assert_eq!(Arc::ptr_eq(&first, &again), numbers_not_reused());
+
+        // As kernfs does, with no time moved.
+        with_time_kept(&root.join("48/devices"), || {
+            fs::create_dir(root.join("48/devices/0000:3b:00.1")).unwrap();
+        });
+        let (_, members) = read_group(&mut held, root, "48", true);
+        assert_eq!(members, ["0000:3b:00.0", "0000:3b:00.1"]);
+
+        with_time_kept(root, || {
+            fs::rename(root.join("48"), root.join("old")).unwrap();
+            make_group(root, "48", &["0000:5e:00.0"]);
+        });
+        let (replaced, members) = read_group(&mut held, root, "48", true);
+        assert!(!Arc::ptr_eq(&first, &replaced));
+        assert_eq!(members, ["0000:5e:00.0"]);
+
+        // A group no longer listed is closed, its shares given back: group 49's directory,
+        // its `devices/` and `type` are all that is held.
+        with_time_kept(root, || {
+            make_group(root, "49", &["0000:af:00.0"]);
+            fs::remove_dir_all(root.join("48")).unwrap();
+        });
+        let (_, members) = read_group(&mut held, root, "49", true);
+        assert_eq!(members, ["0000:af:00.0"]);
+        assert_eq!(held.len(), 3);
+        held.end_round();
+        assert_eq!((held.len(), budget.held()), (0, 0));
+    }
+
+    /// Outside sysfs a listed subdirectory is kept while its parent's look says nothing in it
+    /// changed, and its entries while its own look says so: a member added, or a group
+    /// renamed aside and another made in its place, is seen the next round.
+    #[test]
+    fn a_listed_subdirectory_and_its_entries_are_kept_while_unchanged() {
+        let tmp = tempfile::tempdir().unwrap();
+        let root = tmp.path();
+        make_group(root, "7", &["0000:3b:00.0"]);
+        let settle_all = || {
+            for dir in ["7/devices", "7", ""] {
+                settle(&root.join(dir));
+            }
+        };
+        settle_all();
+        let (_budget, mut held) = held_within(16);
+        let (first, members) = read_group(&mut held, root, "7", false);
+        assert_eq!(members, ["0000:3b:00.0"]);
+        let (again, _) = read_group(&mut held, root, "7", false);
+        assert!(Arc::ptr_eq(&first, &again));
+
+        fs::create_dir(root.join("7/devices/0000:3b:00.1")).unwrap();
+        let (_, members) = read_group(&mut held, root, "7", false);
+        assert_eq!(members, ["0000:3b:00.0", "0000:3b:00.1"]);
+        settle_all();
+        let (_, members) = read_group(&mut held, root, "7", false);
+        assert_eq!(members, ["0000:3b:00.0", "0000:3b:00.1"]);
+
+        fs::rename(root.join("7"), root.join("old")).unwrap();
+        make_group(root, "7", &["0000:5e:00.0"]);
+        settle_all();
+        let (replaced, members) = read_group(&mut held, root, "7", false);
+        assert!(!Arc::ptr_eq(&first, &replaced));
+        assert_eq!(members, ["0000:5e:00.0"]);
+    }
+
     /// A fixed attribute on sysfs is read once per directory: kept, with no descriptor, while
     /// the directory stays the same one (rewritten behind its back, it still reads as first
     /// read), read again once another directory (a device registered again) is in its place.
@@ -1053,6 +1261,21 @@ mod tests {
             assert_eq!(text.unwrap(), expected.trim());
             assert_eq!((held.len(), budget.held()), (0, 0));
             held.end_round();
+        }
+    }
+
+    /// A real sysfs directory listed again through its own descriptor lists what a fresh
+    /// listing does, round after round.
+    #[test]
+    fn a_sysfs_directory_listed_again_from_its_start_lists_it_all() {
+        let Ok(dir) = SysDir::open(Path::new("/sys"), "bus/pci/devices") else {
+            eprintln!("skipped: this machine has no /sys/bus/pci/devices");
+            return;
+        };
+        let fresh = dir.entries().unwrap();
+        assert!(!fresh.is_empty(), "no PCI device listed");
+        for _ in 0..2 {
+            assert_eq!(dir.entries_from_start().unwrap(), fresh);
         }
     }
 

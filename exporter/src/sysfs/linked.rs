@@ -86,7 +86,7 @@ impl LinkedDirs {
 
 /// Whether the running kernel's sysfs numbers its nodes without taking a number back at once:
 /// kernfs allocates them cyclically since 4.14.
-fn numbers_not_reused() -> bool {
+pub(super) fn numbers_not_reused() -> bool {
     static NOT_REUSED: OnceLock<bool> = OnceLock::new();
     *NOT_REUSED.get_or_init(|| {
         let uname = rustix::system::uname();

@@ -21,7 +21,7 @@
 
 use std::ffi::CStr;
 use std::fmt;
-use std::os::fd::{AsFd, OwnedFd};
+use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
 use std::os::unix::ffi::OsStringExt;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -192,6 +192,9 @@ pub struct SysDir {
     /// The full path, for messages.
     path: PathBuf,
 }
+
+/// The buffer a listing is read into.
+const LISTING_BYTES: usize = 16 << 10;
 
 /// `SYSFS_MAGIC` of `linux/magic.h`: the `f_type` statfs reports for sysfs.
 const SYSFS_MAGIC: i64 = 0x6265_6572;
@@ -560,13 +563,23 @@ impl SysDir {
         // A descriptor of its own, so that the directory's stays at offset 0 for other readers.
         let listing = rustix::fs::openat(&self.fd, ".", dir_flags(), Mode::empty());
         let listing = listing.map_err(|errno| SysfsError::io(self.path.clone(), errno))?;
-        list(listing, &self.path)
+        list(listing.as_fd(), &self.path)
     }
 
     /// As [`SysDir::entries`], for a directory opened only to be listed: its own descriptor is
     /// read, not one opened again.
     pub fn into_entries(self) -> Result<Vec<Entry>, SysfsError> {
-        let entries = list(self.fd, &self.path)?;
+        let entries = list(self.fd.as_fd(), &self.path)?;
+        Ok(entries.into_iter().map(|(entry, _)| entry).collect())
+    }
+
+    /// As [`SysDir::entries`], listed through the directory's own descriptor, from its start:
+    /// no descriptor opened. Only for a directory no other thread lists at once (one a held set
+    /// holds, listed under its `&mut`).
+    pub(super) fn entries_from_start(&self) -> Result<Vec<Entry>, SysfsError> {
+        let io_error = |errno| SysfsError::io(self.path.clone(), errno);
+        rustix::fs::seek(&self.fd, rustix::fs::SeekFrom::Start(0)).map_err(io_error)?;
+        let entries = list(self.fd.as_fd(), &self.path)?;
         Ok(entries.into_iter().map(|(entry, _)| entry).collect())
     }
 
@@ -624,12 +637,15 @@ impl SysDir {
 }
 
 /// The entries of the directory open as `fd` at `path` with their inode numbers, sorted as
-/// [`SysDir::entries`] says.
-fn list(fd: OwnedFd, path: &Path) -> Result<Vec<(Entry, u64)>, SysfsError> {
+/// [`SysDir::entries`] says; read from where `fd`'s offset is (its start, when just opened).
+fn list(fd: BorrowedFd<'_>, path: &Path) -> Result<Vec<(Entry, u64)>, SysfsError> {
     let io_error = |errno| SysfsError::io(path.to_path_buf(), errno);
-    let listing = rustix::fs::Dir::new(fd).map_err(io_error)?;
+    // Room for a device directory's entries or a PCI bus's few hundred in one `getdents64`;
+    // any name fits (at most 255 bytes).
+    let mut buf = Vec::with_capacity(LISTING_BYTES);
+    let mut listing = rustix::fs::RawDir::new(fd, buf.spare_capacity_mut());
     let mut entries = Vec::new();
-    for entry in listing {
+    while let Some(entry) = listing.next() {
         let entry = entry.map_err(io_error)?;
         let name = entry.file_name();
         if name == c"." || name == c".." {

@@ -6,7 +6,7 @@ use std::sync::Arc;
 
 use crate::kernel::cmdline;
 use crate::metrics::Value;
-use crate::sysfs::SysDir;
+use crate::sysfs::{Entry, SysDir, SysfsError};
 
 use super::{
     Read, IOMMU_ENABLED, IOMMU_GROUP_DEVICES, IOMMU_KERNEL_PARAMETER, IOMMU_UNITS,
@@ -49,16 +49,22 @@ impl Read<'_> {
 
         let groups = collector
             .sysfs_dir(IOMMU_GROUPS_DIR)
-            .and_then(|d| d.entries().map(|e| (d, e)));
+            .and_then(|d| d.entries_with_inodes().map(|e| (d, e)));
         if let Some((groups, entries)) = self.out.optional(groups) {
-            for group in entries {
+            for (group, inode) in entries {
                 let Some(group) = self.out.reported(group.into_name()) else {
                     continue;
                 };
-                // A path below the groups' directory, held open: not the group's too.
-                let kind = groups.read_held(&format!("{group}/type"), self.held, &mut self.reader);
+                // Held from one scrape to the next: a group's directory, its `type` and its
+                // `devices/` cost no open, and outside sysfs its listing none while unchanged.
+                let dir = self.held.listed_subdir(&groups, &group, inode);
+                let Some(dir) = self.out.reported(dir) else {
+                    continue;
+                };
+                let kind = dir.read_held("type", self.held, &mut self.reader);
                 let kind = self.labels.get(self.out.optional(kind).unwrap_or_default());
-                if let Some(members) = self.group_members(&group) {
+                let listing = self.held.subdir_entries(&dir, "devices");
+                if let Some(members) = self.keep_group_members(&group, listing) {
                     let labels = vec![("group", self.labels.get(&group)), ("type", kind)];
                     self.push(
                         &IOMMU_GROUP_DEVICES,
@@ -91,18 +97,28 @@ impl Read<'_> {
         }
     }
 
-    /// The names in `kernel/iommu_groups/<group>/devices`, listed by the first unit of the
-    /// scrape that asks (or by each of two that ask at once) and kept for the others. A
-    /// listing that fails is reported by each unit that tried it, and not kept; a name that is
-    /// not UTF-8, by the unit that listed it, and left out.
+    /// The names in `kernel/iommu_groups/<group>/devices`, as the host unit (which lists every
+    /// group) or the first device unit of the scrape that asks before it (or each of two that
+    /// ask at once) listed them, kept for the others. A listing that fails is reported by each
+    /// unit that tried it, and not kept; a name that is not UTF-8, by the unit that listed it,
+    /// and left out.
     pub(super) fn group_members(&mut self, group: &str) -> Option<Arc<[String]>> {
         if let Some(members) = self.collector.scrape().group_members.get(group) {
             return Some(members.clone());
         }
         let members_dir = format!("{IOMMU_GROUPS_DIR}/{group}/devices");
         let listing = (self.collector.sysfs_dir(&members_dir)).and_then(SysDir::into_entries);
-        let members: Arc<[String]> = (self.out.reported(listing)?.into_iter())
-            .filter_map(|member| self.out.reported(member.into_name()))
+        self.keep_group_members(group, listing.map(Arc::from))
+    }
+
+    /// The names `listing` of `group`'s `devices/` gave, kept for the scrape's other units.
+    fn keep_group_members(
+        &mut self,
+        group: &str,
+        listing: Result<Arc<[Entry]>, SysfsError>,
+    ) -> Option<Arc<[String]>> {
+        let members: Arc<[String]> = (self.out.reported(listing)?.iter())
+            .filter_map(|member| self.out.reported(member.name().map(str::to_string)))
             .collect();
         let mut scrape = self.collector.scrape();
         scrape
