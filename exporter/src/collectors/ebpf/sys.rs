@@ -757,7 +757,8 @@ mod tests {
         );
         let image = std::fs::read(path).unwrap();
         let file = std::fs::File::open(path).unwrap();
-        let not_elf = b"not an ELF image, but long enough to hold an ELF header of 64 bytes";
+        let not_elf =
+            written(b"not an ELF image, but long enough to hold an ELF header of 64 bytes");
         let (finit, init) = (libc::SYS_finit_module, libc::SYS_init_module);
         let image_at = image.as_ptr() as u64;
         // (syscall, its first two arguments or no entry, return value)
@@ -814,7 +815,8 @@ mod tests {
             return;
         }
         let (mut ebpf, _, fd) = load_raw_tp(Probe::KernelLog, None);
-        let short = "Loading of unsigned module is rejected";
+        let short = written(b"Loading of unsigned module is rejected");
+        let short = std::str::from_utf8(&short).unwrap();
         let long = "x".repeat(400);
         for text in [short, &long] {
             test_run_raw_tp(fd, &[text.as_ptr() as u64, text.len() as u64]);
@@ -825,6 +827,14 @@ mod tests {
         let second = ring.next().map(|r| kernel_log::ring_record_text(&r));
         assert_eq!(second, Some(Some("x".repeat(255))));
         assert!(ring.next().is_none());
+    }
+
+    /// `bytes` in memory written just now. A program reads a test's data as the kernel reads
+    /// a user address without faulting (`bpf_probe_read`), which fails on a page not mapped in
+    /// yet: a literal's page of the test binary may not be, and was not once in a full
+    /// parallel test run (the device's name read as empty).
+    fn written(bytes: &[u8]) -> Vec<u8> {
+        bytes.to_vec()
     }
 
     /// The IOMMU fault probe's raw_tp program, run by BPF_PROG_TEST_RUN with made-up
@@ -842,7 +852,7 @@ mod tests {
         let (ebpf, program, fd) = load_raw_tp(Probe::IommuFault, Some(&btf));
         // Wherever this kernel keeps init_name and kobj.name, every pointer-sized slot of this
         // stand-in `struct device` points at the name.
-        let name = c"0000:3b:00.0";
+        let name = written(b"0000:3b:00.0\0");
         let device = [name.as_ptr() as u64; 512];
         const WRITE: u64 = 1;
         let faults = [
