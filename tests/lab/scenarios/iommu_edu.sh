@@ -151,4 +151,29 @@ lab_expect "check vfio_bound fails" \
 lab_expect "check iommu_enabled still passes" \
   "$(lab_value unbound "hpcnode_pci_passthrough_check{device=\"$address\",check=\"iommu_enabled\"}")" == 1
 lab_expect "no driver bound" "$(lab_value unbound "hpcnode_pci_driver_bound{device=\"$address\"}")" == 0
+
+# Removed and found again by a rescan between two scrapes: its IOMMU group goes and comes back
+# as another sysfs directory, as a rule under the same number. The host unit holds a group's
+# directory from one scrape to the next while the listing shows it with the same inode number,
+# so it must open the new one: the old one, removed, lists no device.
+lab_scenario removed_and_rescanned
+group_inode() { ls -di "/sys/kernel/iommu_groups/$1" 2>/dev/null | awk '{ print $1 }'; }
+inode_before=$(group_inode "$group")
+echo 1 > "$edu/remove"
+lab_check "edu removed" lab_wait_until 10 sh -c "! test -e /sys/bus/pci/devices/$address"
+echo 1 > /sys/bus/pci/rescan
+lab_check "edu found again, in an IOMMU group" \
+  lab_wait_until 10 test -e "/sys/bus/pci/devices/$address/iommu_group"
+new_group=$(basename "$(readlink "/sys/bus/pci/devices/$address/iommu_group")")
+lab_info "group $group (inode $inode_before) before, group $new_group (inode $(group_inode "$new_group")) after"
+lab_scrape rescanned
+lab_expect "group $new_group has one device" \
+  "$(lab_value rescanned "hpcnode_iommu_group_devices{group=\"$new_group\"}")" == 1
+lab_expect "identity: group $new_group" "$(lab_series rescanned \
+  "hpcnode_pci_device_info{device=\"$address\",iommu_group=\"$new_group\"}")" == 1
+count_members() { set -- /sys/kernel/iommu_groups/*/devices/*; echo $#; }
+members=$(count_members)
+lab_expect "every group's devices counted, as the kernel lists them" \
+  "$(lab_value rescanned hpcnode_iommu_group_devices)" == "$members"
+lab_expect "no collector error" "$(lab_value rescanned 'hpcnode_collector_errors_total')" == 0
 lab_exporter_stop
