@@ -646,7 +646,14 @@ fn list(fd: BorrowedFd<'_>, path: &Path) -> Result<Vec<(Entry, u64)>, SysfsError
     let mut listing = rustix::fs::RawDir::new(fd, buf.spare_capacity_mut());
     let mut entries = Vec::new();
     while let Some(entry) = listing.next() {
-        let entry = entry.map_err(io_error)?;
+        let entry = match entry {
+            Ok(entry) => entry,
+            // As rustix's `Dir` (and readdir) have it: a directory removed while listed ends
+            // its listing, and an interrupted read is read again.
+            Err(Errno::NOENT) => break,
+            Err(Errno::INTR) => continue,
+            Err(errno) => return Err(io_error(errno)),
+        };
         let name = entry.file_name();
         if name == c"." || name == c".." {
             continue;
@@ -996,6 +1003,39 @@ pub(crate) mod tests {
             dir.link_target("device").unwrap(),
             Path::new("../../../0000:05:00.0")
         );
+    }
+
+    /// A listing longer than one read's buffer is read whole, fresh or again from its start; a
+    /// directory removed lists nothing, as readdir has it.
+    #[test]
+    fn a_long_listing_is_read_whole_and_a_removed_directory_lists_nothing() {
+        let (tmp, dir) = dir_with(&[]);
+        // About 200 KiB of entries: a dozen reads of the buffer.
+        let names: Vec<String> = (0..800)
+            .map(|n| format!("{n}{}", "x".repeat(240)))
+            .collect();
+        for name in &names {
+            fs::write(tmp.path().join(name), "").unwrap();
+        }
+        let listed = |entries: Vec<Entry>| -> Vec<String> {
+            entries
+                .into_iter()
+                .map(|e| e.into_name().unwrap())
+                .collect()
+        };
+        let mut expected = names.clone();
+        expected.sort();
+        let mut fresh = listed(dir.entries().unwrap());
+        fresh.sort();
+        assert_eq!(fresh, expected);
+        for _ in 0..2 {
+            let mut again = listed(dir.entries_from_start().unwrap());
+            again.sort();
+            assert_eq!(again, expected);
+        }
+        let removed = SysDir::open(tmp.path(), "").unwrap();
+        fs::remove_dir_all(tmp.path()).unwrap();
+        assert_eq!(removed.entries_from_start().unwrap(), []);
     }
 
     /// A link's target named in full, whatever its length: one of 255 bytes or more is read

@@ -165,7 +165,11 @@ echo 1 > /sys/bus/pci/rescan
 lab_check "edu found again, in an IOMMU group" \
   lab_wait_until 10 test -e "/sys/bus/pci/devices/$address/iommu_group"
 new_group=$(basename "$(readlink "/sys/bus/pci/devices/$address/iommu_group")")
-lab_info "group $group (inode $inode_before) before, group $new_group (inode $(group_inode "$new_group")) after"
+inode_after=$(group_inode "$new_group")
+lab_info "group $group (inode $inode_before) before, group $new_group (inode $inode_after) after"
+# What this scenario is for: the number taken back (the lowest free), by another node.
+lab_expect "group back under the same number" "$new_group" == "$group"
+lab_check "its directory another node" test "$inode_after" != "$inode_before"
 lab_scrape rescanned
 lab_expect "group $new_group has one device" \
   "$(lab_value rescanned "hpcnode_iommu_group_devices{group=\"$new_group\"}")" == 1

@@ -55,8 +55,10 @@ impl Read<'_> {
                 let Some(group) = self.out.reported(group.into_name()) else {
                     continue;
                 };
-                // Held from one scrape to the next: a group's directory, its `type` and its
-                // `devices/` cost no open, and outside sysfs its listing none while unchanged.
+                // Held from one scrape to the next within the budget (five shares a group:
+                // three descriptors, two of them keeping the root open), so a group's
+                // directory, `type` and `devices/` are not opened again, and outside sysfs its
+                // listing is not read again while unchanged.
                 let dir = self.held.listed_subdir(&groups, &group, inode);
                 let Some(dir) = self.out.reported(dir) else {
                     continue;
