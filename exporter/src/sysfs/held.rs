@@ -56,6 +56,9 @@ pub struct HeldAttributes {
     last_dir: Option<(u64, usize)>,
     budget: &'static HeldBudget,
     round: u64,
+    /// When this round first looked at a directory: the `now` of its looks (an earlier time
+    /// than each look's own only makes fewer directories settled), one clock read a round.
+    round_time: Option<Duration>,
 }
 
 impl Default for HeldAttributes {
@@ -208,9 +211,8 @@ impl HeldDir {
     }
 
     /// `dir` as it is now: `None` when it cannot be looked at (then nothing in it is held).
-    fn look(dir: &SysDir) -> Option<(DirStamp, bool)> {
-        // Taken before the look: a change after it gets this time or a later one.
-        let now = SystemTime::now().duration_since(UNIX_EPOCH).ok()?;
+    /// `now`: a time taken before the look (a change after it gets this time or a later one).
+    fn look(dir: &SysDir, now: Duration) -> Option<(DirStamp, bool)> {
         let stat = rustix::fs::fstat(&dir.fd).ok()?;
         let stamp = DirStamp {
             device: stat.st_dev,
@@ -249,7 +251,17 @@ impl HeldAttributes {
             last_dir: None,
             budget,
             round: 0,
+            round_time: None,
         }
+    }
+
+    /// The time this round's looks take as now (the field's); `None`
+    /// before 1970.
+    fn round_time(&mut self) -> Option<Duration> {
+        if self.round_time.is_none() {
+            self.round_time = SystemTime::now().duration_since(UNIX_EPOCH).ok();
+        }
+        self.round_time
     }
 
     /// What is held in `dir`, looked at once per round; `None` when it cannot be looked at.
@@ -276,7 +288,7 @@ impl HeldAttributes {
             {
                 (index, true)
             }
-            Some(index) => match HeldDir::look(dir) {
+            Some(index) => match HeldDir::look(dir, self.round_time()?) {
                 None => {
                     self.dirs.swap_remove_index(index);
                     // Another directory is at `index` now.
@@ -292,7 +304,7 @@ impl HeldAttributes {
                 }
             },
             None => {
-                let (stamp, settled) = HeldDir::look(dir)?;
+                let (stamp, settled) = HeldDir::look(dir, self.round_time()?)?;
                 let held = HeldDir::new(dir, stamp, round);
                 (self.dirs.insert_full(key.to_vec(), held).0, settled)
             }
@@ -583,6 +595,7 @@ impl HeldAttributes {
         });
         self.last_dir = None;
         self.round = round.wrapping_add(1);
+        self.round_time = None;
     }
 
     /// Descriptors held now.

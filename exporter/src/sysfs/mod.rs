@@ -660,16 +660,21 @@ fn list(fd: BorrowedFd<'_>, path: &Path) -> Result<Vec<(Entry, u64)>, SysfsError
         }
         entries.push((Entry::new(path, name), entry.ino()));
     }
-    // A total order whatever the names.
-    entries.sort_by_cached_key(|(entry, _)| match entry {
-        Entry::Name(name) => (
-            name.parse::<u64>().map_or(1, |_| 0),
-            name.parse::<u64>().unwrap_or(0),
-            name.clone(),
-        ),
-        Entry::NotUtf8 { escaped, .. } => (2, 0, escaped.clone()),
-    });
+    // A total order whatever the names. Each key is made again at each comparison, borrowing
+    // the name: keys made once would copy every name of a listing of hundreds.
+    entries.sort_unstable_by(|(a, _), (b, _)| sort_key(a).cmp(&sort_key(b)));
     Ok(entries)
+}
+
+/// Where [`list`] puts an entry: numbers by value, then names, then names not UTF-8.
+fn sort_key(entry: &Entry) -> (u8, u64, &str) {
+    match entry {
+        Entry::Name(name) => match name.parse::<u64>() {
+            Ok(number) => (0, number, name),
+            Err(_) => (1, 0, name),
+        },
+        Entry::NotUtf8 { escaped, .. } => (2, 0, escaped),
+    }
 }
 
 /// A file's identity and version as `stat` tells them ([`SysDir::stamp`]).

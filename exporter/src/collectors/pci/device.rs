@@ -193,17 +193,20 @@ impl Read<'_> {
 
         let space = self.config_space(dir);
         let space = self.out.optional(space).unwrap_or_default();
+        // Parsed where it was read into, not copied out first.
         let resource = dir.read_held("resource", self.held, &mut self.reader);
-        let resource = resource.map(str::to_string);
         let (bars_implemented, bars_assigned) = match self.out.optional(resource) {
-            Some(resource) => match parse_bars(&resource, &space.bars_in_header) {
+            Some(resource) => match parse_bars(resource, &space.bars_in_header) {
                 Some(bars) => bars,
                 None => {
-                    self.error(SysfsError::parse(
-                        &dir.path("resource"),
-                        "expected '0x<start> 0x<end> 0x<flags>' lines",
-                        &resource,
-                    ));
+                    self.out.errors.push(
+                        SysfsError::parse(
+                            &dir.path("resource"),
+                            "expected '0x<start> 0x<end> 0x<flags>' lines",
+                            resource,
+                        )
+                        .into(),
+                    );
                     (0, 0)
                 }
             },
@@ -317,8 +320,8 @@ impl Read<'_> {
     /// that can enable VFs shows. Elsewhere (fixture trees) the whole space is read each scrape.
     fn config_space(&mut self, dir: &SysDir) -> Result<ConfigSpace, SysfsError> {
         let whole = dir.read_fixed_bytes("config", self.held, &mut self.reader);
-        let mut config = match whole {
-            Ok(whole) => whole.to_vec(),
+        let whole = match whole {
+            Ok(whole) => whole,
             // Its failure costs the extended space alone: the standard part is parsed still.
             Err(err) => {
                 let standard = self.standard_part(dir)?;
@@ -326,9 +329,11 @@ impl Read<'_> {
                 return Ok(config_space::parse(&standard));
             }
         };
+        // Read now whole (outside sysfs): parsed where it was read into.
         if !self.held.keeps_fixed(dir, "config") {
-            return Ok(config_space::parse(&config));
+            return Ok(config_space::parse(whole));
         }
+        let mut config = whole.to_vec();
         let standard = config.len().min(STANDARD_CONFIG_BYTES);
         // A copy kept from a device that could not answer then (all ones, as in D3cold): read
         // whole again. A reader short of root keeps the 64-byte header, whose command register
