@@ -4,8 +4,7 @@
 use std::collections::HashMap;
 use std::os::fd::OwnedFd;
 use std::os::unix::ffi::OsStrExt;
-use std::sync::atomic::{AtomicUsize, Ordering};
-use std::sync::{Arc, Mutex, OnceLock, PoisonError, TryLockError};
+use std::sync::{Arc, Mutex, PoisonError, TryLockError};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use foldhash::fast::RandomState as FastState;
@@ -14,6 +13,7 @@ use indexmap::IndexMap;
 use rustix::fs::FileType;
 use rustix::io::Errno;
 
+use super::budget::{HeldBudget, HeldSlot};
 use super::linked::numbers_not_reused;
 use super::{is_plain_name, read_flags, Entry, SysDir, SysfsError};
 
@@ -33,11 +33,11 @@ use super::{is_plain_name, read_flags, Entry, SysDir, SysfsError};
 /// kept between scrapes) is not looked at again: it is the same inode, and what is held in it
 /// lasts as long as that descriptor. A file rewritten in place leaves the directory as it was,
 /// and `pread` reads the new content. An attribute the directory lacks is remembered as absent
-/// until the directory changes (on sysfs: until it is another one), so that an optional attribute (`aer_dev_*` without AER, `sriov_*`
-/// without SR-IOV) costs no failed open per scrape: sysfs creates a device's attributes with
-/// its directory, and a device registered again is a new directory (another inode). Outside
-/// sysfs (fixture trees), a directory modified less than
-/// [`SETTLING_TIME`] before the look may change again within the same timestamp, so while it
+/// until the directory changes (on sysfs: until it is another one), so that an optional
+/// attribute (`aer_dev_*` without AER, `sriov_*` without SR-IOV) costs no failed open per
+/// scrape: sysfs creates a device's attributes with its directory, and a device registered
+/// again is a new directory (another inode). Outside sysfs (fixture trees), a directory
+/// modified less than [`SETTLING_TIME`] before the look may change again within the same timestamp, so while it
 /// settles each of its files is checked itself: an inode with no name left (`st_nlink` 0:
 /// removed, or replaced by a rename) is opened again. A sysfs attribute is never renamed over,
 /// so sysfs reads need neither.
@@ -255,8 +255,7 @@ impl HeldAttributes {
         }
     }
 
-    /// The time this round's looks take as now (the field's); `None`
-    /// before 1970.
+    /// The time this round's looks take as now, read at its first look; `None` before 1970.
     fn round_time(&mut self) -> Option<Duration> {
         if self.round_time.is_none() {
             self.round_time = SystemTime::now().duration_since(UNIX_EPOCH).ok();
@@ -707,72 +706,6 @@ impl<T: Default> HeldByUnit<T> {
 
     pub fn is_empty(&self) -> bool {
         self.len() == 0
-    }
-}
-
-/// The bound on descriptors held by [`HeldAttributes`] across the process, so that holding
-/// never takes the descriptors connections and other reads need.
-pub struct HeldBudget {
-    limit: usize,
-    held: AtomicUsize,
-}
-
-/// Most descriptors ever held, whatever the open-file limit: a 64-HCA node holds about 7000.
-const MAX_HELD: usize = 1 << 16;
-
-static PROCESS_BUDGET: OnceLock<HeldBudget> = OnceLock::new();
-
-impl HeldBudget {
-    pub const fn new(limit: usize) -> Self {
-        HeldBudget {
-            limit,
-            held: AtomicUsize::new(0),
-        }
-    }
-
-    /// Sets the process's budget to `spare`, the descriptors the open-file limit leaves beside
-    /// connections and the exporter's own (`None`: no limit), at most [`MAX_HELD`]. main calls
-    /// it before the collectors start; a later call changes nothing.
-    pub fn set_process(spare: Option<u64>) {
-        let spare = spare.map_or(MAX_HELD, |n| usize::try_from(n).unwrap_or(MAX_HELD));
-        PROCESS_BUDGET.get_or_init(|| HeldBudget::new(spare.min(MAX_HELD)));
-    }
-
-    /// The process's budget: as [`HeldBudget::set_process`] set it, else half the soft
-    /// open-file limit in force at the first read, at most [`MAX_HELD`].
-    pub fn process() -> &'static HeldBudget {
-        PROCESS_BUDGET.get_or_init(|| {
-            let soft = rustix::process::getrlimit(rustix::process::Resource::Nofile).current;
-            let half = soft.map_or(MAX_HELD, |soft| {
-                usize::try_from(soft / 2).unwrap_or(MAX_HELD)
-            });
-            HeldBudget::new(half.min(MAX_HELD))
-        })
-    }
-
-    pub(super) fn reserve(&'static self) -> Option<HeldSlot> {
-        self.held
-            .fetch_update(Ordering::Relaxed, Ordering::Relaxed, |held| {
-                (held < self.limit).then_some(held + 1)
-            })
-            .ok()
-            .map(|_| HeldSlot { budget: self })
-    }
-
-    /// Descriptors held now, process-wide.
-    pub fn held(&self) -> usize {
-        self.held.load(Ordering::Relaxed)
-    }
-}
-
-/// One descriptor's share of a [`HeldBudget`], given back when it is dropped.
-pub(super) struct HeldSlot {
-    budget: &'static HeldBudget,
-}
-
-impl Drop for HeldSlot {
-    fn drop(&mut self) {
-        self.budget.held.fetch_sub(1, Ordering::Relaxed);
     }
 }
 

@@ -12,7 +12,7 @@
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex, OnceLock, PoisonError};
 
-use super::held::{HeldBudget, HeldSlot};
+use super::budget::{HeldBudget, HeldSlot};
 use super::{SysDir, SysfsError};
 use crate::kernel::release::major_minor;
 
@@ -100,6 +100,13 @@ mod tests {
     use super::*;
     use std::os::unix::fs::symlink;
 
+    /// A root with an empty `class/x`.
+    fn class_tree() -> tempfile::TempDir {
+        let tmp = tempfile::tempdir().unwrap();
+        std::fs::create_dir_all(tmp.path().join("class/x")).unwrap();
+        tmp
+    }
+
     /// `class/x/<name>` linking to `devices/<target>`, listed: the link's inode number.
     fn link(root: &std::path::Path, name: &str, target: &str) -> u64 {
         std::fs::create_dir_all(root.join("devices").join(target)).unwrap();
@@ -118,8 +125,7 @@ mod tests {
 
     #[test]
     fn where_kept_the_same_link_keeps_its_directory_and_a_new_one_is_opened() {
-        let tmp = tempfile::tempdir().unwrap();
-        std::fs::create_dir_all(tmp.path().join("class/x")).unwrap();
+        let tmp = class_tree();
         let inode = link(tmp.path(), "dev0", "a");
         let listing = SysDir::open(tmp.path(), "class/x").unwrap();
         let linked = LinkedDirs::default();
@@ -144,8 +150,7 @@ mod tests {
     #[test]
     fn beyond_the_budget_directories_are_opened_each_time() {
         static BUDGET: HeldBudget = HeldBudget::new(3);
-        let tmp = tempfile::tempdir().unwrap();
-        std::fs::create_dir_all(tmp.path().join("class/x")).unwrap();
+        let tmp = class_tree();
         let first = link(tmp.path(), "dev0", "a");
         let second = link(tmp.path(), "dev1", "b");
         let listing = SysDir::open(tmp.path(), "class/x").unwrap();
@@ -181,8 +186,7 @@ mod tests {
 
     #[test]
     fn elsewhere_every_directory_is_opened_each_time() {
-        let tmp = tempfile::tempdir().unwrap();
-        std::fs::create_dir_all(tmp.path().join("class/x")).unwrap();
+        let tmp = class_tree();
         let inode = link(tmp.path(), "dev0", "a");
         let listing = SysDir::open(tmp.path(), "class/x").unwrap();
         assert!(!LinkedDirs::keeps(&listing));

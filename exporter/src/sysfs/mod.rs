@@ -32,11 +32,13 @@ use rustix::io::Errno;
 
 use crate::error::{CollectError, ErrorKind};
 
+mod budget;
 mod held;
 mod linked;
 mod resolve;
 
-pub use held::{DirStamp, HeldAttributes, HeldBudget, HeldByUnit};
+pub use budget::HeldBudget;
+pub use held::{DirStamp, HeldAttributes, HeldByUnit};
 pub use linked::LinkedDirs;
 use resolve::{resolve, Scope};
 
@@ -553,8 +555,7 @@ impl SysDir {
     /// The directory's entries, sorted so output order is stable: numeric names (ports, GID
     /// indexes) by value, then the other names, then the names that are not UTF-8.
     pub fn entries(&self) -> Result<Vec<Entry>, SysfsError> {
-        let entries = self.entries_with_inodes()?;
-        Ok(entries.into_iter().map(|(entry, _)| entry).collect())
+        self.entries_with_inodes().map(without_inodes)
     }
 
     /// As [`SysDir::entries`], each with the inode number the listing gives it: on sysfs its
@@ -569,8 +570,7 @@ impl SysDir {
     /// As [`SysDir::entries`], for a directory opened only to be listed: its own descriptor is
     /// read, not one opened again.
     pub fn into_entries(self) -> Result<Vec<Entry>, SysfsError> {
-        let entries = list(self.fd.as_fd(), &self.path)?;
-        Ok(entries.into_iter().map(|(entry, _)| entry).collect())
+        list(self.fd.as_fd(), &self.path).map(without_inodes)
     }
 
     /// As [`SysDir::entries`], listed through the directory's own descriptor, from its start:
@@ -579,8 +579,7 @@ impl SysDir {
     pub(super) fn entries_from_start(&self) -> Result<Vec<Entry>, SysfsError> {
         let io_error = |errno| SysfsError::io(self.path.clone(), errno);
         rustix::fs::seek(&self.fd, rustix::fs::SeekFrom::Start(0)).map_err(io_error)?;
-        let entries = list(self.fd.as_fd(), &self.path)?;
-        Ok(entries.into_iter().map(|(entry, _)| entry).collect())
+        list(self.fd.as_fd(), &self.path).map(without_inodes)
     }
 
     /// Whether the directory is on sysfs (and not on a tree of regular files made like it).
@@ -664,6 +663,10 @@ fn list(fd: BorrowedFd<'_>, path: &Path) -> Result<Vec<(Entry, u64)>, SysfsError
     // the name: keys made once would copy every name of a listing of hundreds.
     entries.sort_unstable_by(|(a, _), (b, _)| sort_key(a).cmp(&sort_key(b)));
     Ok(entries)
+}
+
+fn without_inodes(entries: Vec<(Entry, u64)>) -> Vec<Entry> {
+    entries.into_iter().map(|(entry, _)| entry).collect()
 }
 
 /// Where [`list`] puts an entry: numbers by value, then names, then names not UTF-8.
