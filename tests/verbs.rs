@@ -322,14 +322,36 @@ fn responder_threads(exporter: &Exporter) -> usize {
         .count()
 }
 
-#[test]
-fn hostile_peers_cost_a_counted_failure_and_nothing_else() {
+/// A responder for 127.0.0.0/8 whose token is `right-token`, with a 1 s step timeout; the
+/// token file's directory is returned with it, to live as long.
+fn responder_with_token() -> (tempfile::TempDir, Exporter, String) {
     let dir = tempfile::tempdir().unwrap();
     let token = format!(
         "--probe.verbs.token-file={}",
         token_file(dir.path(), "right-token\n").display()
     );
     let (exporter, address) = responder("127.0.0.0/8", &[&token, "--probe.verbs.timeout=1s"]);
+    (dir, exporter, address)
+}
+
+/// Waits (bounded) until the responder's connections left no thread, and no file descriptor
+/// above the `files` it had before them.
+fn await_nothing_left_behind(exporter: &Exporter, files: usize) {
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while responder_threads(exporter) > 0 || exporter.open_files() > files {
+        assert!(
+            Instant::now() < deadline,
+            "connections left threads ({}) or files ({} > {files}) behind",
+            responder_threads(exporter),
+            exporter.open_files()
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}
+
+#[test]
+fn hostile_peers_cost_a_counted_failure_and_nothing_else() {
+    let (_token, exporter, address) = responder_with_token();
     let files = exporter.open_files();
     let connect = || TcpStream::connect(&address).unwrap();
 
@@ -369,16 +391,7 @@ fn hostile_peers_cost_a_counted_failure_and_nothing_else() {
 
     // Still serving, with no thread or file descriptor left behind by any session.
     assert!(text.contains("hpcnode_scrape_collector_success{collector=\"verbs\"} 1"));
-    let deadline = Instant::now() + Duration::from_secs(10);
-    while responder_threads(&exporter) > 0 || exporter.open_files() > files {
-        assert!(
-            Instant::now() < deadline,
-            "sessions left threads ({}) or files ({} > {files}) behind",
-            responder_threads(&exporter),
-            exporter.open_files()
-        );
-        std::thread::sleep(Duration::from_millis(50));
-    }
+    await_nothing_left_behind(&exporter, files);
     let log = exporter.log();
     assert!(log.contains("result=bad_token"), "{log}");
 }
@@ -388,12 +401,7 @@ fn hostile_peers_cost_a_counted_failure_and_nothing_else() {
 /// proof worthless.
 #[test]
 fn a_replayed_session_is_rejected() {
-    let dir = tempfile::tempdir().unwrap();
-    let token = format!(
-        "--probe.verbs.token-file={}",
-        token_file(dir.path(), "right-token\n").display()
-    );
-    let (exporter, address) = responder("127.0.0.0/8", &[&token, "--probe.verbs.timeout=1s"]);
+    let (_token, exporter, address) = responder_with_token();
     let mut recorded = TcpStream::connect(&address).unwrap();
     let sent = prove(&mut recorded, b"right-token");
     // Accepted: the responder went on to its device, which this machine lacks.
@@ -734,12 +742,7 @@ fn connect_from(source: &str, address: &str) -> TcpStream {
 /// when the flood stops.
 #[test]
 fn idle_connections_cannot_keep_a_peer_with_the_token_out() {
-    let dir = tempfile::tempdir().unwrap();
-    let token = format!(
-        "--probe.verbs.token-file={}",
-        token_file(dir.path(), "right-token\n").display()
-    );
-    let (exporter, address) = responder("127.0.0.0/8", &[&token, "--probe.verbs.timeout=1s"]);
+    let (_token, exporter, address) = responder_with_token();
     let files = exporter.open_files();
     let started = Instant::now();
     let idle: Vec<TcpStream> = (0..2)
@@ -794,16 +797,7 @@ fn idle_connections_cannot_keep_a_peer_with_the_token_out() {
     let crowded = "verbs responder session from 127.0.0.2: closed before it proved the token";
     let log = exporter.log_with(crowded);
     assert_eq!(log.matches(crowded).count(), 1, "{log}");
-    let deadline = Instant::now() + Duration::from_secs(10);
-    while responder_threads(&exporter) > 0 || exporter.open_files() > files {
-        assert!(
-            Instant::now() < deadline,
-            "the flood left threads ({}) or files ({} > {files}) behind",
-            responder_threads(&exporter),
-            exporter.open_files()
-        );
-        std::thread::sleep(Duration::from_millis(50));
-    }
+    await_nothing_left_behind(&exporter, files);
 }
 
 #[test]
