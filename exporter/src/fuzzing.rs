@@ -4,14 +4,19 @@
 //! result, so a wrong parse fails as a panic would. Built only with the `fuzzing` feature and
 //! for tests (which replay the committed seed corpus), so the crate's API stays what it is.
 
+use std::io::Write;
+use std::net::{Shutdown, TcpListener, TcpStream};
 use std::path::{Path, PathBuf};
-use std::sync::OnceLock;
+use std::sync::{Arc, OnceLock};
+use std::time::Duration;
 
 use crate::collectors::ebpf::kernel_log::{self, KernelLogCounts};
 use crate::collectors::mic::micras;
 use crate::collectors::pci::identity::{self, Address};
 use crate::collectors::pci::{config_space, modules as pci_modules, nova};
-use crate::collectors::verbs::oob;
+use crate::collectors::verbs::oob::{self, Channel};
+use crate::collectors::verbs::peer::{self, SessionError};
+use crate::collectors::verbs::{PortClaims, Target};
 use crate::kernel::module_file::{Signature, SignatureCache};
 use crate::kernel::{cmdline, keys, modprobe};
 use crate::rdma_netlink::message::{self, Command, Dump, Resource};
@@ -227,6 +232,39 @@ pub fn verbs_oob(data: &[u8]) {
     }
 }
 
+/// A verbs probe peer's bytes to the responder, over loopback TCP (the peer's end then closed
+/// for writing, so nothing waits on a timeout): the handshake and the session slot, with the
+/// slot free and then held by another session. No input proves the token (the proof covers
+/// the responder's fresh nonce), so each ends in an error: never with the slot, and never in
+/// `busy`, which a peer is told only after its proof.
+pub fn verbs_handshake(data: &[u8]) {
+    static LISTENER: OnceLock<TcpListener> = OnceLock::new();
+    let listener =
+        LISTENER.get_or_init(|| TcpListener::bind("127.0.0.1:0").expect("bind a loopback port"));
+    let claims = Arc::new(PortClaims::default());
+    let target = Target {
+        sysfs: PathBuf::from("/sys"),
+        device: "fuzz0".into(),
+        port: 1,
+        gid_index: None,
+    };
+    for taken in [false, true] {
+        let other_session = taken.then(|| claims.claim(&target));
+        let mut client = TcpStream::connect(listener.local_addr().unwrap()).unwrap();
+        let (responder, _) = listener.accept().unwrap();
+        // A handshake reads two frames at most; this much fits the socket's buffer unread.
+        client.write_all(&data[..data.len().min(1024)]).unwrap();
+        client.shutdown(Shutdown::Write).unwrap();
+        let mut channel = Channel::new(responder, Duration::from_secs(1)).unwrap();
+        match peer::admit(&mut channel, b"fuzz-token", &claims, &target) {
+            Ok(_) => panic!("a peer got the session slot without the token"),
+            Err(SessionError::Busy) => panic!("a peer was told busy before its proof"),
+            Err(_) => {}
+        }
+        drop(other_session);
+    }
+}
+
 /// A datagram of RDMA netlink replies, decoded as the reply to each dump the collector asks
 /// for: whatever it accepts is bounded by what it was given.
 pub fn rdma_netlink(data: &[u8]) {
@@ -272,7 +310,7 @@ mod tests {
     #[test]
     fn the_seed_corpus_runs_through_every_target() {
         type Target = (&'static str, fn(&[u8]));
-        let targets: [Target; 14] = [
+        let targets: [Target; 15] = [
             ("sysfs_attribute", sysfs_attribute),
             ("proc_modules", proc_modules),
             ("module_file", module_file),
@@ -285,6 +323,7 @@ mod tests {
             ("pci_config_space", pci_config_space),
             ("pci_identity", pci_identity),
             ("verbs_oob", verbs_oob),
+            ("verbs_handshake", verbs_handshake),
             ("rdma_netlink", rdma_netlink),
             ("flag_values", flag_values),
         ];
