@@ -21,6 +21,7 @@ use crate::kernel::module_file::{Signature, SignatureCache};
 use crate::kernel::{cmdline, keys, modprobe};
 use crate::rdma_netlink::message::{self, Command, Dump, Resource};
 use crate::sysfs::{AttributeReader, SysDir};
+use crate::web_config::WebConfigFile;
 use crate::{collectors, flags, rdma_port};
 
 /// The micras files, in the order a fuzz input's NUL-separated parts fill them.
@@ -212,6 +213,31 @@ pub fn pci_config_space(data: &[u8]) {
     assert_eq!(config_space::parse(data).readable_bytes, data.len());
 }
 
+/// A web config and a rewrite of it (the input split at its first NUL), the first loaded at
+/// start, the second taken or refused by a reload: whatever the bytes, the config in force
+/// afterwards guards what the one at start did.
+pub fn web_config(data: &[u8]) {
+    let (first, second) = match data.iter().position(|&byte| byte == 0) {
+        Some(nul) => (&data[..nul], &data[nul + 1..]),
+        None => (data, data),
+    };
+    let dir = scratch_dir().join("web");
+    std::fs::create_dir_all(&dir).expect("create the web config's directory");
+    let path = dir.join("web.yml");
+    std::fs::write(&path, first).expect("write the web config");
+    let Ok(file) = WebConfigFile::open_settling(&path, Duration::ZERO) else {
+        return;
+    };
+    let at_start = file.current().posture();
+    // A rename: another inode, so the reload sees a change even with the same bytes.
+    let staged = dir.join(".web.yml");
+    std::fs::write(&staged, second).expect("write the rewrite");
+    std::fs::rename(&staged, &path).expect("rename the rewrite into place");
+    file.look();
+    let now = file.current().posture();
+    assert_eq!(at_start.refuses(&now), None, "{at_start:?} became {now:?}");
+}
+
 /// PCI addresses and id attributes.
 pub fn pci_identity(data: &[u8]) {
     let text = String::from_utf8_lossy(data);
@@ -310,7 +336,7 @@ mod tests {
     #[test]
     fn the_seed_corpus_runs_through_every_target() {
         type Target = (&'static str, fn(&[u8]));
-        let targets: [Target; 15] = [
+        let targets: [Target; 16] = [
             ("sysfs_attribute", sysfs_attribute),
             ("proc_modules", proc_modules),
             ("module_file", module_file),
@@ -326,6 +352,7 @@ mod tests {
             ("verbs_handshake", verbs_handshake),
             ("rdma_netlink", rdma_netlink),
             ("flag_values", flag_values),
+            ("web_config", web_config),
         ];
         let seeds = Path::new(env!("CARGO_MANIFEST_DIR")).join("../fuzz/seeds");
         for (name, target) in targets {

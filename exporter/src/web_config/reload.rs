@@ -36,6 +36,8 @@ pub const RELOAD_FAILURE_REASONS: [&str; 5] =
 /// The web config file, read again off the request path when it or a file it names changes.
 pub struct WebConfigFile {
     path: PathBuf,
+    /// How long a changed file must hold still before it is read ([`SETTLE`]).
+    settle: Duration,
     /// What the config at start guards; no reload may guard less.
     posture: Posture,
     current: Mutex<Arc<WebConfig>>,
@@ -83,10 +85,19 @@ impl WebConfigFile {
     /// Reads the file for the first time (an error here is a startup error) and starts the
     /// thread that takes its changes.
     pub fn open(path: &Path) -> Result<Arc<WebConfigFile>, WebConfigError> {
+        WebConfigFile::open_settling(path, SETTLE)
+    }
+
+    /// As [`WebConfigFile::open`], with changes read once they held still for `settle`.
+    pub(crate) fn open_settling(
+        path: &Path,
+        settle: Duration,
+    ) -> Result<Arc<WebConfigFile>, WebConfigError> {
         let loaded = load_within(path, READ_DEADLINE)?;
         let (look, looks) = mpsc::sync_channel(1);
         let file = Arc::new(WebConfigFile {
             path: path.to_path_buf(),
+            settle,
             posture: loaded.config.posture(),
             current: Mutex::new(Arc::new(loaded.config)),
             look,
@@ -122,7 +133,7 @@ impl WebConfigFile {
     }
 
     /// One look from the reader thread: a changed file, once settled, read and taken or refused.
-    fn look(&self) {
+    pub(crate) fn look(&self) {
         let mut watched = lock(&self.watched);
         let mut seen = identities(&watched);
         if watched.iter().map(|(_, id)| *id).eq(seen.iter().copied()) {
@@ -130,7 +141,7 @@ impl WebConfigFile {
         }
         let mut settled = false;
         for _ in 0..MAX_SETTLE_LOOKS {
-            std::thread::sleep(SETTLE);
+            std::thread::sleep(self.settle);
             let again = identities(&watched);
             settled = again == seen;
             seen = again;

@@ -137,3 +137,66 @@ fn tls_needs_cert_and_key_and_refuses_old_versions() {
         .to_string();
     assert!(err.starts_with("min_version: TLS11 is refused"), "{err}");
 }
+
+mod proptests {
+    use super::*;
+    use crate::test_strategies::text;
+    use proptest::prelude::*;
+
+    const MARKER: &str = "MARKER7f3a";
+    const TOKENS: &[&str] = &[
+        "\n",
+        "  ",
+        "    ",
+        ": ",
+        "- ",
+        "[",
+        "]",
+        "{",
+        "}",
+        ", ",
+        "'",
+        "\"",
+        "#",
+        "|",
+        MARKER,
+        "tls_server_config",
+        "http_server_config",
+        "basic_auth_users",
+        "headers",
+        "http2",
+        "cert",
+        "key",
+        "client_ca",
+        "client_auth_type",
+        "RequireAndVerifyClientCert",
+        "min_version",
+        "max_version",
+        "TLS13",
+        "cipher_suites",
+        "curve_preferences",
+        "client_allowed_sans",
+        "X-Frame-Options",
+        "deny",
+        "true",
+        "-----BEGIN CERTIFICATE-----",
+        "-----END CERTIFICATE-----",
+        "-----BEGIN PRIVATE KEY-----",
+        UNKNOWN_USER_HASH,
+    ];
+
+    proptest! {
+        /// Whatever the file holds, an error names keys and reasons, never a value; only an
+        /// error reading a file the config names shows that name.
+        #[test]
+        fn no_error_quotes_what_the_file_holds(text in text(TOKENS)) {
+            if let Err(err) = parse(&text) {
+                let message = err.to_string();
+                prop_assert!(
+                    !message.contains(MARKER) || matches!(err, WebConfigError::File(_)),
+                    "{text:?} gave {message}"
+                );
+            }
+        }
+    }
+}
