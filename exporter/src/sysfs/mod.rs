@@ -474,12 +474,7 @@ impl SysDir {
         let flags = OFlags::PATH | OFlags::CLOEXEC;
         let stat =
             rustix::fs::fstat(self.open_entry(name, flags).map_err(io_error)?).map_err(io_error)?;
-        Ok(FileStamp {
-            device: stat.st_dev,
-            inode: stat.st_ino,
-            size: stat.st_size,
-            modified: (stat.st_mtime, stat.st_mtime_nsec),
-        })
+        Ok(FileStamp::of(&stat))
     }
 
     /// A text file that spans many pages (procfs seq files such as `/proc/modules`, index files
@@ -705,12 +700,51 @@ pub struct FileStamp {
     modified: (i64, u64),
 }
 
+impl FileStamp {
+    fn of(stat: &rustix::fs::Stat) -> FileStamp {
+        FileStamp {
+            device: stat.st_dev,
+            inode: stat.st_ino,
+            size: stat.st_size,
+            modified: (stat.st_mtime, stat.st_mtime_nsec),
+        }
+    }
+}
+
 /// A file named by a flag (a config or token file; not under a root, so its links are
-/// followed as for any path the operator writes), read as [`SysDir::read_file`] reads.
+/// followed as for any path the operator writes), opened: its stamp, taken from the open
+/// file before any read, tells whether what was made from it before still holds.
+pub struct NamedFile {
+    fd: OwnedFd,
+    path: PathBuf,
+    stamp: FileStamp,
+}
+
+impl NamedFile {
+    pub fn open(path: &Path) -> Result<NamedFile, SysfsError> {
+        let io_error = |errno| SysfsError::io(path.to_path_buf(), errno);
+        let fd = rustix::fs::open(path, read_flags(), Mode::empty()).map_err(io_error)?;
+        let stamp = FileStamp::of(&rustix::fs::fstat(&fd).map_err(io_error)?);
+        Ok(NamedFile {
+            fd,
+            path: path.to_path_buf(),
+            stamp,
+        })
+    }
+
+    pub fn stamp(&self) -> FileStamp {
+        self.stamp
+    }
+
+    /// Read as [`SysDir::read_file`] reads.
+    pub fn read(&self, limit: usize) -> Result<Vec<u8>, SysfsError> {
+        read_to_end(&self.fd, self.path.clone(), limit)
+    }
+}
+
+/// A file named by a flag, read whole as [`NamedFile::read`] reads.
 pub fn read_named_file(path: &Path, limit: usize) -> Result<Vec<u8>, SysfsError> {
-    let fd = rustix::fs::open(path, read_flags(), Mode::empty())
-        .map_err(|errno| SysfsError::io(path.to_path_buf(), errno))?;
-    read_to_end(&fd, path.to_path_buf(), limit)
+    NamedFile::open(path)?.read(limit)
 }
 
 /// A secret named by a flag, read as [`read_named_file`] reads (a regular file only), refused
