@@ -855,7 +855,7 @@ fn holders_the_exporter_may_not_see_are_counted_not_guessed() {
 /// over /dev in the process's own mount namespace: the host's /dev is left alone.
 const MAKE_AND_HOLD_NODE: &str = r#"set -e
 mount -t tmpfs tmpfs /dev
-mkdir /dev/vfio
+mkdir -p /dev/vfio/devices
 if [ "$1" = file ]; then : > "/dev/vfio/$2"; else mknod "/dev/vfio/$2" c $1; fi
 mode=$3
 node=/dev/vfio/$2
@@ -923,7 +923,8 @@ impl Drop for NodeHolder {
 /// A vfio holder is a process whose open file is the device, not one whose link names it
 /// (issue 36, defect 5). Real processes, each with a `/dev/vfio/<group>` of its own making in a
 /// mount namespace of its own, hold it open, all named QEMU with a guest: the one whose node
-/// is a character device with the numbers sysfs gives group 13 holds the device; a regular
+/// is a character device with the numbers sysfs gives group 13 holds the device, as does one
+/// with the numbers of the other device's cdev at `/dev/vfio/devices/vfio0`; a regular
 /// file made by nobody in a user namespace of its own (the reported forgery), a node of
 /// another device, the right node opened `O_PATH` only, and a regular file named as group 77,
 /// whose device is gone, hold nothing and are not stale holders: they are counted as
@@ -939,6 +940,12 @@ fn vfio_holders_are_proven_by_the_open_file_not_its_name() {
     // Group 13's node as this tree's sysfs gives it: the numbers of a device every kernel has
     // (mem's null), so that the holder can open the node it makes with them.
     std::fs::write(tree.sys().join("devices/virtual/vfio/13/dev"), "1:3\n").unwrap();
+    // The idle Radeon's vfio cdev (iommufd's way in), likewise: full's numbers.
+    let cdev = tree
+        .sys()
+        .join("bus/pci/devices/0000:06:00.0/vfio-dev/vfio0");
+    std::fs::create_dir_all(&cdev).unwrap();
+    std::fs::write(cdev.join("dev"), "1:7\n").unwrap();
     let bin = tempfile::tempdir().unwrap();
     std::fs::set_permissions(bin.path(), std::fs::Permissions::from_mode(0o755)).unwrap();
     // The kernel names a script's process after the script: `qemu-system-x86`.
@@ -958,6 +965,14 @@ fn vfio_holders_are_proven_by_the_open_file_not_its_name() {
         "--mount",
     ];
     let vm = NodeHolder::start(&root, "1 3", "13", "read", &qemu, "instance-0000002a");
+    let iommufd_vm = NodeHolder::start(
+        &root,
+        "1 7",
+        "devices/vfio0",
+        "read",
+        &qemu,
+        "instance-0000002b",
+    );
     let forged = [
         NodeHolder::start(&nobody, "file", "13", "read", &qemu, "instance-FORGED"),
         NodeHolder::start(&root, "1 5", "13", "read", &qemu, "instance-FORGED"),
@@ -987,6 +1002,8 @@ fn vfio_holders_are_proven_by_the_open_file_not_its_name() {
         &[
             "hpcnode_pci_vfio_device_holders{device=\"0000:07:00.0\"} 1",
             &format!("hpcnode_pci_vfio_holder_info{{device=\"0000:07:00.0\",pid=\"{}\",comm=\"qemu-system-x86\",guest=\"instance-0000002a\",uuid=\"8f0c6a3e-5b0e-4f6b-9d2a-1c3e5f7a9b0d\"}} 1", vm.pid()),
+            "hpcnode_pci_vfio_device_holders{device=\"0000:06:00.0\"} 1",
+            &format!("hpcnode_pci_vfio_holder_info{{device=\"0000:06:00.0\",pid=\"{}\",comm=\"qemu-system-x86\",guest=\"instance-0000002b\",uuid=\"8f0c6a3e-5b0e-4f6b-9d2a-1c3e5f7a9b0d\"}} 1", iommufd_vm.pid()),
             "hpcnode_pci_vfio_unproven_holds{reason=\"not_the_device\"} 3",
             "hpcnode_pci_vfio_unproven_holds{reason=\"path_only\"} 1",
             "hpcnode_scrape_collector_success{collector=\"pci\"} 1",

@@ -28,6 +28,7 @@
 
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::path::Path;
+use std::sync::Arc;
 
 use rustix::fs::OFlags;
 
@@ -111,11 +112,19 @@ enum Hold<'a> {
     Unproven(Unproven),
 }
 
-/// What tells the vfio nodes in this scrape: the numbers of the nodes of the devices bound to
-/// vfio-pci, and vfio's majors, read when a descriptor first needs them.
+/// The devices bound to vfio-pci, and what tells their nodes and vfio's, read when a descriptor
+/// named like a vfio node first needs it: a host where nothing is so named reads none of it.
 struct VfioNodes<'a> {
+    /// Each device's address, and its directory and IOMMU group as the listing opened and read
+    /// them, if it did.
+    bound: Vec<(&'a str, Option<Arc<SysDir>>, Option<String>)>,
+    /// The numbers of their nodes, and vfio's majors.
+    known: Option<KnownNodes<'a>>,
+}
+
+struct KnownNodes<'a> {
     devices: HashMap<DeviceNumber, &'a str>,
-    majors: Option<Vec<u32>>,
+    majors: Vec<u32>,
 }
 
 impl Read<'_> {
@@ -123,20 +132,14 @@ impl Read<'_> {
     /// a vfio node that is no such device's any more (its device removed or rebound).
     pub(super) fn vfio_holders(&mut self, devices: &[String]) {
         let collector = self.collector;
-        let mut nodes = VfioNodes {
-            devices: HashMap::new(),
-            majors: None,
-        };
-        let class = self.out.optional(collector.sysfs_dir(VFIO_CLASS_DIR));
-        for address in devices {
-            let (listed, group) = collector.scrape().vfio_bound.remove(address).unzip();
-            let Some(dir) = self.out.optional(collector.device_dir(address, listed)) else {
-                continue;
-            };
-            for number in self.device_numbers(&dir, class.as_ref(), group.flatten()) {
-                nodes.devices.insert(number, address.as_str());
-            }
-        }
+        let bound = devices
+            .iter()
+            .map(|address| {
+                let (listed, group) = collector.scrape().vfio_bound.remove(address).unzip();
+                (address.as_str(), listed, group.flatten())
+            })
+            .collect();
+        let mut nodes = VfioNodes { bound, known: None };
 
         let Some(proc) = self.out.reported(SysDir::open(&collector.procfs, "")) else {
             return;
@@ -187,10 +190,37 @@ impl Read<'_> {
         }
     }
 
+    /// The numbers of the nodes of the devices bound to vfio-pci, and the majors
+    /// `/proc/devices` gives vfio.
+    fn known_nodes<'a>(
+        &mut self,
+        proc: &SysDir,
+        bound: &[(&'a str, Option<Arc<SysDir>>, Option<String>)],
+    ) -> KnownNodes<'a> {
+        let collector = self.collector;
+        let class = self.out.optional(collector.sysfs_dir(VFIO_CLASS_DIR));
+        let mut devices = HashMap::new();
+        for (address, listed, group) in bound {
+            let dir = collector.device_dir(address, listed.clone());
+            let Some(dir) = self.out.optional(dir) else {
+                continue;
+            };
+            for number in self.device_numbers(&dir, class.as_ref(), group.clone()) {
+                devices.insert(number, *address);
+            }
+        }
+        let majors = proc.read_text_file("devices", MAX_DEVICES_BYTES);
+        let majors = self.out.reported(majors.map(|text| vfio_majors(&text)));
+        KnownNodes {
+            devices,
+            majors: majors.unwrap_or_default(),
+        }
+    }
+
     /// The numbers of the device nodes through which a process reaches this device, as sysfs
-    /// gives them: its group's (either spelling: which one exists depends on no-IOMMU mode)
-    /// and its cdev's, when it has one. `group`: its IOMMU group as the listing read it, if it
-    /// did; `class`: `class/vfio`, where vfio has any group.
+    /// gives them: its group's (`noiommu-<group>` in no-IOMMU mode) and its cdev's, when it
+    /// has one. `group`: its IOMMU group as the listing read it, if it did; `class`:
+    /// `class/vfio`, where vfio has any group.
     fn device_numbers(
         &mut self,
         dir: &SysDir,
@@ -200,10 +230,13 @@ impl Read<'_> {
         let mut numbers = Vec::new();
         let group = group.map_or_else(|| dir.link_target_name("iommu_group"), Ok);
         if let (Some(class), Some(group)) = (class, self.out.optional(group)) {
-            for name in [format!("{group}/dev"), format!("noiommu-{group}/dev")] {
-                let number = device_number(class, &name, &mut self.reader);
-                numbers.extend(self.out.optional(number));
-            }
+            let number = match device_number(class, &format!("{group}/dev"), &mut self.reader) {
+                Err(err) if err.is_absent() => {
+                    device_number(class, &format!("noiommu-{group}/dev"), &mut self.reader)
+                }
+                number => number,
+            };
+            numbers.extend(self.out.optional(number));
         }
         let Some(cdevs) = self.out.optional(dir.subdir("vfio-dev")) else {
             return numbers;
@@ -297,17 +330,16 @@ impl Read<'_> {
         nodes: &mut VfioNodes<'a>,
     ) -> Result<Hold<'a>, SysfsError> {
         let device = match fds.open_file(fd)? {
+            OpenFile::CharDevice(major, minor) => (major, minor),
+            OpenFile::Other => return Ok(Hold::Unproven(Unproven::NotTheDevice)),
             OpenFile::NotOnProcfs => return Ok(Hold::Unproven(Unproven::NotProcfs)),
-            OpenFile::CharDevice(major, minor) => Some((major, minor)),
-            OpenFile::Other => None,
         };
-        if device.is_some() && nodes.majors.is_none() {
-            let majors = proc.read_text_file("devices", MAX_DEVICES_BYTES);
-            let majors = self.out.reported(majors.map(|text| vfio_majors(&text)));
-            nodes.majors = Some(majors.unwrap_or_default());
-        }
-        let majors = nodes.majors.as_deref().unwrap_or_default();
-        let hold = classify(node, device, &nodes.devices, majors);
+        let known = match nodes.known.take() {
+            Some(known) => known,
+            None => self.known_nodes(proc, &nodes.bound),
+        };
+        let hold = classify(node, device, &known.devices, &known.majors);
+        nodes.known = Some(known);
         if matches!(hold, Hold::Unproven(_)) {
             return Ok(hold);
         }
@@ -391,22 +423,19 @@ fn vfio_device_node(target: &Path) -> Option<String> {
     (is_group || is_cdev).then(|| target.to_string())
 }
 
-/// What a descriptor whose link reads `node` holds, from the character device open behind it
-/// (`None`: the file is none): the node of a device bound to vfio-pci (`devices`, by number),
-/// a vfio node of no such device (its major one of vfio's, `majors`), or nothing that is a
-/// vfio device. How it was opened is checked apart.
+/// What a descriptor whose link reads `node` holds, from the character device open behind it:
+/// the node of a device bound to vfio-pci (`devices`, by number), a vfio node of no such device
+/// (its major one of vfio's, `majors`), or nothing that is a vfio device. How it was opened is
+/// checked apart.
 fn classify<'a>(
     node: &str,
-    device: Option<DeviceNumber>,
+    number: DeviceNumber,
     devices: &HashMap<DeviceNumber, &'a str>,
     majors: &[u32],
 ) -> Hold<'a> {
-    let Some(number) = device else {
-        return Hold::Unproven(Unproven::NotTheDevice);
-    };
     match devices.get(&number) {
         // A removed node is no device's now, whatever its numbers.
-        Some(address) if !node.ends_with(DELETED) => Hold::Device(address),
+        Some(address) if !node.ends_with(DELETED) => Hold::Device(*address),
         _ if majors.contains(&number.0) => Hold::Stale,
         _ => Hold::Unproven(Unproven::NotTheDevice),
     }
@@ -593,30 +622,18 @@ mod tests {
     fn a_hold_is_the_device_behind_the_name() {
         let devices = HashMap::from([((243, 2), "0000:07:00.0"), ((236, 0), "0000:07:00.0")]);
         let hold = |node, device| classify(node, device, &devices, &[236, 243]);
-        assert_eq!(
-            hold("/dev/vfio/13", Some((243, 2))),
-            Hold::Device("0000:07:00.0")
-        );
-        let cdev = hold("/dev/vfio/devices/vfio0", Some((236, 0)));
+        assert_eq!(hold("/dev/vfio/13", (243, 2)), Hold::Device("0000:07:00.0"));
+        let cdev = hold("/dev/vfio/devices/vfio0", (236, 0));
         assert_eq!(cdev, Hold::Device("0000:07:00.0"));
         // A group whose device left vfio-pci, its node still there or removed with the group.
-        assert_eq!(hold("/dev/vfio/77", Some((243, 5))), Hold::Stale);
-        assert_eq!(hold("/dev/vfio/13 (deleted)", Some((243, 2))), Hold::Stale);
-        // A regular file (no device), or a node of another device.
-        for (node, device) in [
-            ("/dev/vfio/13", None),
-            ("/dev/vfio/13", Some((1, 3))),
-            ("/dev/vfio/77", Some((1, 5))),
-        ] {
-            let name = format!("{node} {device:?}");
-            assert_eq!(
-                hold(node, device),
-                Hold::Unproven(Unproven::NotTheDevice),
-                "{name}"
-            );
+        assert_eq!(hold("/dev/vfio/77", (243, 5)), Hold::Stale);
+        assert_eq!(hold("/dev/vfio/13 (deleted)", (243, 2)), Hold::Stale);
+        // A node of another device, under a group's name or a stale one's.
+        for node in ["/dev/vfio/13", "/dev/vfio/77"] {
+            assert_eq!(hold(node, (1, 3)), Hold::Unproven(Unproven::NotTheDevice));
         }
         // Without vfio's majors (an unreadable /proc/devices), nothing is stale.
-        let unknown = classify("/dev/vfio/77", Some((243, 5)), &devices, &[]);
+        let unknown = classify("/dev/vfio/77", (243, 5), &devices, &[]);
         assert_eq!(unknown, Hold::Unproven(Unproven::NotTheDevice));
     }
 
