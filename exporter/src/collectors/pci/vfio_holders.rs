@@ -115,11 +115,17 @@ enum Hold<'a> {
 /// The devices bound to vfio-pci, and what tells their nodes and vfio's, read when a descriptor
 /// named like a vfio node first needs it: a host where nothing is so named reads none of it.
 struct VfioNodes<'a> {
-    /// Each device's address, and its directory and IOMMU group as the listing opened and read
-    /// them, if it did.
-    bound: Vec<(&'a str, Option<Arc<SysDir>>, Option<String>)>,
+    bound: Vec<BoundDevice<'a>>,
     /// The numbers of their nodes, and vfio's majors.
     known: Option<KnownNodes<'a>>,
+}
+
+/// A device bound to vfio-pci, with its directory and IOMMU group as the listing opened and
+/// read them, if it did.
+struct BoundDevice<'a> {
+    address: &'a str,
+    dir: Option<Arc<SysDir>>,
+    group: Option<String>,
 }
 
 struct KnownNodes<'a> {
@@ -135,8 +141,12 @@ impl Read<'_> {
         let bound = devices
             .iter()
             .map(|address| {
-                let (listed, group) = collector.scrape().vfio_bound.remove(address).unzip();
-                (address.as_str(), listed, group.flatten())
+                let (dir, group) = collector.scrape().vfio_bound.remove(address).unzip();
+                BoundDevice {
+                    address,
+                    dir,
+                    group: group.flatten(),
+                }
             })
             .collect();
         let mut nodes = VfioNodes { bound, known: None };
@@ -192,21 +202,17 @@ impl Read<'_> {
 
     /// The numbers of the nodes of the devices bound to vfio-pci, and the majors
     /// `/proc/devices` gives vfio.
-    fn known_nodes<'a>(
-        &mut self,
-        proc: &SysDir,
-        bound: &[(&'a str, Option<Arc<SysDir>>, Option<String>)],
-    ) -> KnownNodes<'a> {
+    fn known_nodes<'a>(&mut self, proc: &SysDir, bound: &[BoundDevice<'a>]) -> KnownNodes<'a> {
         let collector = self.collector;
         let class = self.out.optional(collector.sysfs_dir(VFIO_CLASS_DIR));
         let mut devices = HashMap::new();
-        for (address, listed, group) in bound {
-            let dir = collector.device_dir(address, listed.clone());
+        for device in bound {
+            let dir = collector.device_dir(device.address, device.dir.clone());
             let Some(dir) = self.out.optional(dir) else {
                 continue;
             };
-            for number in self.device_numbers(&dir, class.as_ref(), group.clone()) {
-                devices.insert(number, *address);
+            for number in self.device_numbers(&dir, class.as_ref(), device.group.clone()) {
+                devices.insert(number, device.address);
             }
         }
         let majors = proc.read_text_file("devices", MAX_DEVICES_BYTES);
@@ -435,7 +441,7 @@ fn classify<'a>(
 ) -> Hold<'a> {
     match devices.get(&number) {
         // A removed node is no device's now, whatever its numbers.
-        Some(address) if !node.ends_with(DELETED) => Hold::Device(*address),
+        Some(address) if !node.ends_with(DELETED) => Hold::Device(address),
         _ if majors.contains(&number.0) => Hold::Stale,
         _ => Hold::Unproven(Unproven::NotTheDevice),
     }
