@@ -54,12 +54,12 @@ fn passthrough_host_with_kolla_nova_config() {
             "hpcnode_iommu_kernel_parameter_info{parameter=\"intel_iommu\",value=\"on\"} 1",
             "hpcnode_iommu_group_devices{group=\"40\",type=\"DMA-FQ\"} 3",
             "hpcnode_vfio_module_loaded{module=\"vfio_pci\"} 1",
-            // libvirt's QEMU holds the active Radeon's group; nobody holds the idle one; a
-            // second QEMU holds a group whose device is gone.
-            "hpcnode_pci_vfio_device_holders{device=\"0000:07:00.0\"} 1",
+            // The tree's /proc is no procfs: the links of libvirt's QEMU to the active Radeon's
+            // group and of a second QEMU to a group whose device is gone are names, not holds
+            // (vfio_holders_are_proven_by_the_open_file_not_its_name holds them for real).
+            "hpcnode_pci_vfio_device_holders{device=\"0000:07:00.0\"} 0",
             "hpcnode_pci_vfio_device_holders{device=\"0000:06:00.0\"} 0",
-            "hpcnode_pci_vfio_holder_info{device=\"0000:07:00.0\",pid=\"4211\",comm=\"qemu-system-x86\",guest=\"instance-0000002a\",uuid=\"8f0c6a3e-5b0e-4f6b-9d2a-1c3e5f7a9b0d\"} 1",
-            "hpcnode_pci_vfio_stale_holder_info{node=\"/dev/vfio/77\",pid=\"5120\",comm=\"qemu-system-x86\",guest=\"instance-00000031\",uuid=\"1d7c0b52-33a4-4c0e-8e0f-6a2b9c4d5e61\"} 1",
+            "hpcnode_pci_vfio_unproven_holds{reason=\"not_procfs\"} 2",
             // Idle on vfio-pci: decode off, IRQ 255, D3hot, MSI off, and still ready.
             "hpcnode_pci_memory_decode_enabled{device=\"0000:06:00.0\"} 0",
             "hpcnode_pci_irq{device=\"0000:06:00.0\"} 255",
@@ -114,6 +114,11 @@ fn passthrough_host_with_kolla_nova_config() {
         "{text}"
     );
     assert!(!text.contains("hpcnode_nova_config_errors{"), "{text}");
+    assert!(!text.contains("hpcnode_pci_vfio_holder_info{"), "{text}");
+    assert!(
+        !text.contains("hpcnode_pci_vfio_stale_holder_info{"),
+        "{text}"
+    );
     // Neither the bridge, the NIC nor the SATA controller is a device of interest.
     for address in ["0000:ae:00.0", "0000:b0:00.0", "0000:00:17.0"] {
         assert!(
@@ -840,8 +845,8 @@ fn holders_the_exporter_may_not_see_are_counted_not_guessed() {
             "hpcnode_scrape_collector_success{collector=\"pci\"} 1",
         ],
     );
-    let log = exporter.log_with("vfio holders");
-    assert_eq!(log.matches("vfio holders").count(), 1, "{log}");
+    let log = exporter.log_with("open files are unreadable");
+    assert_eq!(log.matches("open files are unreadable").count(), 1, "{log}");
     assert!(log.contains("CAP_SYS_PTRACE"), "{log}");
 }
 
@@ -963,4 +968,195 @@ fn an_unchanged_nova_config_is_parsed_once() {
     file.set_modified(modified + std::time::Duration::from_secs(1))
         .unwrap();
     assert_lines(&scrape(&exporter), &[&matching("ff", 0)]);
+}
+
+/// How a [`NodeHolder`] makes its `/dev/vfio/<name>`: `$1` the node (`file`, or a character
+/// device's `MAJOR MINOR`), `$2` its name, `$3` how it is opened (`read`, or `path` for
+/// `O_PATH`), then the program to run with it open as descriptor 9 and its arguments. A tmpfs
+/// over /dev in the process's own mount namespace: the host's /dev is left alone.
+const MAKE_AND_HOLD_NODE: &str = r#"set -e
+mount -t tmpfs tmpfs /dev
+mkdir -p /dev/vfio/devices
+if [ "$1" = file ]; then : > "/dev/vfio/$2"; else mknod "/dev/vfio/$2" c $1; fi
+mode=$3
+node=/dev/vfio/$2
+shift 3
+exec /usr/bin/python3 -c 'import os, sys
+flags = os.O_PATH if sys.argv[1] == "path" else os.O_RDONLY
+os.dup2(os.open(sys.argv[2], flags), 9)
+os.execv(sys.argv[3], sys.argv[3:])' "$mode" "$node" "$@"
+"#;
+
+/// A process that holds a `/dev/vfio/<name>` of its own making open (see
+/// [`MAKE_AND_HOLD_NODE`]) as a QEMU with a guest name; killed on drop.
+struct NodeHolder(std::process::Child);
+
+impl NodeHolder {
+    /// `namespaces`: the command that puts the process in its namespaces (`unshare ...`).
+    fn start(
+        namespaces: &[&str],
+        node: &str,
+        name: &str,
+        open: &str,
+        qemu: &Path,
+        guest: &str,
+    ) -> NodeHolder {
+        use std::io::BufRead;
+        use std::process::Stdio;
+        let guest = format!("guest={guest},debug-threads=on");
+        let mut child = Command::new(namespaces[0])
+            .args(&namespaces[1..])
+            .args(["/bin/sh", "-c", MAKE_AND_HOLD_NODE, "sh", node, name, open])
+            .arg(qemu)
+            .args([
+                "-name",
+                &guest,
+                "-uuid",
+                "8f0c6a3e-5b0e-4f6b-9d2a-1c3e5f7a9b0d",
+            ])
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .spawn()
+            .expect("start a node holder (util-linux unshare and setpriv, /usr/bin/python3)");
+        let mut ready = String::new();
+        std::io::BufReader::new(child.stdout.take().unwrap())
+            .read_line(&mut ready)
+            .unwrap();
+        assert_eq!(
+            ready, "holding\n",
+            "{node} {name} {open}: the holder did not start"
+        );
+        NodeHolder(child)
+    }
+
+    fn pid(&self) -> u32 {
+        self.0.id()
+    }
+}
+
+impl Drop for NodeHolder {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+/// A vfio holder is a process whose open file is the device, not one whose link names it
+/// (issue 36, defect 5). Real processes, each with a `/dev/vfio/<group>` of its own making in a
+/// mount namespace of its own, hold it open, all named QEMU with a guest: the one whose node
+/// is a character device with the numbers sysfs gives group 13 holds the device, as does one
+/// with the numbers of the other device's cdev at `/dev/vfio/devices/vfio0`; a regular
+/// file made by nobody in a user namespace of its own (the reported forgery), a node of
+/// another device, the right node opened `O_PATH` only, and a regular file named as group 77,
+/// whose device is gone, hold nothing and are not stale holders: they are counted as
+/// unproven, and logged once per reason, without what their links read.
+#[test]
+fn vfio_holders_are_proven_by_the_open_file_not_its_name() {
+    use std::os::unix::fs::PermissionsExt;
+    assert!(
+        util::is_root(),
+        "needs root, as CI runs it: mount namespaces, mknod, and every process's descriptors"
+    );
+    let tree = util::TreeCopy::with_rootfs("pci_host");
+    // Group 13's node as this tree's sysfs gives it: the numbers of a device every kernel has
+    // (mem's null), so that the holder can open the node it makes with them.
+    std::fs::write(tree.sys().join("devices/virtual/vfio/13/dev"), "1:3\n").unwrap();
+    // The idle Radeon's vfio cdev (iommufd's way in), likewise: full's numbers.
+    let cdev = tree
+        .sys()
+        .join("bus/pci/devices/0000:06:00.0/vfio-dev/vfio0");
+    std::fs::create_dir_all(&cdev).unwrap();
+    std::fs::write(cdev.join("dev"), "1:7\n").unwrap();
+    let bin = tempfile::tempdir().unwrap();
+    std::fs::set_permissions(bin.path(), std::fs::Permissions::from_mode(0o755)).unwrap();
+    // The kernel names a script's process after the script: `qemu-system-x86`.
+    let qemu = bin.path().join("qemu-system-x86_64");
+    std::fs::write(&qemu, "#!/bin/sh\necho holding\nread _\n").unwrap();
+    std::fs::set_permissions(&qemu, std::fs::Permissions::from_mode(0o755)).unwrap();
+
+    let root = ["unshare", "--mount", "--propagation", "private"];
+    let nobody = [
+        "setpriv",
+        "--reuid=65534",
+        "--regid=65534",
+        "--clear-groups",
+        "unshare",
+        "--user",
+        "--map-root-user",
+        "--mount",
+    ];
+    let vm = NodeHolder::start(&root, "1 3", "13", "read", &qemu, "instance-0000002a");
+    let iommufd_vm = NodeHolder::start(
+        &root,
+        "1 7",
+        "devices/vfio0",
+        "read",
+        &qemu,
+        "instance-0000002b",
+    );
+    let forged = [
+        NodeHolder::start(&nobody, "file", "13", "read", &qemu, "instance-FORGED"),
+        NodeHolder::start(&root, "1 5", "13", "read", &qemu, "instance-FORGED"),
+        NodeHolder::start(&root, "1 3", "13", "path", &qemu, "instance-FORGED"),
+        NodeHolder::start(
+            &nobody,
+            "file",
+            "77",
+            "read",
+            &qemu,
+            "instance-FORGED-STALE",
+        ),
+    ];
+
+    let args = [
+        "--collector.disable-defaults".to_string(),
+        "--collector.pci".to_string(),
+        "--path.procfs=/proc".to_string(),
+        tree.sys_arg(),
+        format!("--path.rootfs={}", tree.root().display()),
+    ];
+    let args: Vec<&str> = args.iter().map(String::as_str).collect();
+    let exporter = Exporter::start(&args);
+    let text = scrape(&exporter);
+    assert_lines(
+        &text,
+        &[
+            "hpcnode_pci_vfio_device_holders{device=\"0000:07:00.0\"} 1",
+            &format!("hpcnode_pci_vfio_holder_info{{device=\"0000:07:00.0\",pid=\"{}\",comm=\"qemu-system-x86\",guest=\"instance-0000002a\",uuid=\"8f0c6a3e-5b0e-4f6b-9d2a-1c3e5f7a9b0d\"}} 1", vm.pid()),
+            "hpcnode_pci_vfio_device_holders{device=\"0000:06:00.0\"} 1",
+            &format!("hpcnode_pci_vfio_holder_info{{device=\"0000:06:00.0\",pid=\"{}\",comm=\"qemu-system-x86\",guest=\"instance-0000002b\",uuid=\"8f0c6a3e-5b0e-4f6b-9d2a-1c3e5f7a9b0d\"}} 1", iommufd_vm.pid()),
+            "hpcnode_pci_vfio_unproven_holds{reason=\"not_the_device\"} 3",
+            "hpcnode_pci_vfio_unproven_holds{reason=\"path_only\"} 1",
+            "hpcnode_scrape_collector_success{collector=\"pci\"} 1",
+        ],
+    );
+    assert!(!text.contains("instance-FORGED"), "{text}");
+    assert!(
+        !text.contains("hpcnode_pci_vfio_stale_holder_info{"),
+        "{text}"
+    );
+    assert_eq!(errors_total(&text, "pci"), 0, "{text}");
+    scrape(&exporter);
+    // Once per reason, with a forger's pid; never what a link reads.
+    let log = exporter.log_with("not counted as a hold");
+    let lines: Vec<&str> = log
+        .lines()
+        .filter(|line| line.contains("not counted as a hold"))
+        .collect();
+    assert_eq!(lines.len(), 2, "{log}");
+    for reason in [
+        "its open file is not a vfio group's or device's character device",
+        "opened with O_PATH, without access to the device",
+    ] {
+        assert!(log.contains(&format!("reason=\"{reason}\"")), "{log}");
+    }
+    let forgers: Vec<String> = forged.iter().map(|f| f.pid().to_string()).collect();
+    for line in lines {
+        let pid = line.rsplit_once("pid=").unwrap().1;
+        assert!(forgers.iter().any(|forger| forger == pid), "{line}");
+    }
+    assert!(
+        !log.contains("/dev/vfio") && !log.contains("FORGED"),
+        "{log}"
+    );
 }

@@ -94,8 +94,7 @@ NO_INPUT = [
     ({"hpcnode_module_modprobe_rule"}, "no variant has a modprobe.d rule against an expected module"),
     ({"hpcnode_module_file_signed", "hpcnode_module_file_signer_trust"},
      "the typical node has no module files (prometheus_e2e.sh checks them on modules_signed_files)"),
-    ({"hpcnode_pci_vfio_holder_info", "hpcnode_pci_vfio_stale_holder_info", "hpcnode_pci_device_info"},
-     "no VM runs on the typical node (prometheus_e2e.sh checks them on pci_host, the lab on edu)"),
+    (e2e.NEEDS_HELD_VFIO_DEVICE, "no VM runs on the typical node (tests/pci.rs holds a node, the lab holds edu)"),
     ({"hpcnode_pci_aer_messages_total", "hpcnode_pci_aer_root_port_messages_total", "hpcnode_pci_aer_errors_total"},
      "the typical node's GPU is a capture from a 3.13 kernel, without AER statistics (prometheus_e2e.sh: pci_host)"),
 ]

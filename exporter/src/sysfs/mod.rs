@@ -27,7 +27,7 @@ use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 
-use rustix::fs::{FileType, Mode, OFlags};
+use rustix::fs::{AtFlags, FileType, Mode, OFlags, StatxFlags};
 use rustix::io::Errno;
 
 use crate::error::{CollectError, ErrorKind};
@@ -224,6 +224,20 @@ const LISTING_BYTES: usize = 16 << 10;
 
 /// `SYSFS_MAGIC` of `linux/magic.h`: the `f_type` statfs reports for sysfs.
 const SYSFS_MAGIC: i64 = 0x6265_6572;
+/// `PROC_SUPER_MAGIC`: the same for procfs.
+const PROC_SUPER_MAGIC: i64 = 0x9fa0;
+
+/// What the file behind a process's open descriptor is ([`SysDir::open_file`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum OpenFile {
+    /// A character device, by its major and minor numbers.
+    CharDevice(u32, u32),
+    /// Anything else: a regular file, a directory, a socket, a pipe, a block device.
+    Other,
+    /// Not looked at: the directory is not on procfs, so its entries are plain links, names
+    /// that prove nothing (a fixture tree).
+    NotOnProcfs,
+}
 
 /// A new [`SysDir::id`].
 fn next_dir_id() -> u64 {
@@ -595,10 +609,51 @@ impl SysDir {
 
     /// Whether the directory is on sysfs (and not on a tree of regular files made like it).
     pub fn on_sysfs(&self) -> bool {
+        self.on_filesystem(SYSFS_MAGIC)
+    }
+
+    fn on_filesystem(&self, magic: i64) -> bool {
         rustix::fs::fstatfs(&self.fd).is_ok_and(|fs| {
             #[allow(clippy::unnecessary_cast)] // `f_type`'s width differs between targets.
-            let magic = fs.f_type as i64;
-            magic == SYSFS_MAGIC
+            let f_type = fs.f_type as i64;
+            f_type == magic
+        })
+    }
+
+    /// The file behind descriptor `name` of this `/proc/<pid>/fd` directory, as `stat` finds
+    /// it through the kernel's link: the open file itself, wherever it lives (another mount
+    /// namespace, a node since deleted), never a path looked up by its name. Attributes as
+    /// cached (`AT_STATX_DONT_SYNC`): a FUSE or NFS file's server is not asked, so it cannot
+    /// stall the scrape.
+    pub fn open_file(&self, name: &str) -> Result<OpenFile, SysfsError> {
+        if !self.on_filesystem(PROC_SUPER_MAGIC) {
+            return Ok(OpenFile::NotOnProcfs);
+        }
+        let io_error = |errno| SysfsError::io(self.path(name), errno);
+        if !is_plain_name(name) {
+            return Err(io_error(Errno::INVAL));
+        }
+        let statx = rustix::fs::statx(&self.fd, name, AtFlags::STATX_DONT_SYNC, StatxFlags::TYPE);
+        let (mode, device) = match statx {
+            Ok(stat) => (
+                u32::from(stat.stx_mode),
+                (stat.stx_rdev_major, stat.stx_rdev_minor),
+            ),
+            // Before Linux 4.11; and before 4.18 no unprivileged FUSE mount to stall it.
+            Err(Errno::NOSYS) => {
+                let stat =
+                    rustix::fs::statat(&self.fd, name, AtFlags::empty()).map_err(io_error)?;
+                let rdev = stat.st_rdev;
+                (
+                    stat.st_mode,
+                    (rustix::fs::major(rdev), rustix::fs::minor(rdev)),
+                )
+            }
+            Err(errno) => return Err(io_error(errno)),
+        };
+        Ok(match FileType::from_raw_mode(mode) {
+            FileType::CharacterDevice => OpenFile::CharDevice(device.0, device.1),
+            _ => OpenFile::Other,
         })
     }
 

@@ -147,6 +147,11 @@ pub(super) const VFIO_UNREADABLE_PROCESSES: Desc = Desc::gauge(
     "Processes whose open files the exporter could not read while looking for vfio holders (another user's, without CAP_SYS_PTRACE): their holds are not reported.",
     None,
 );
+pub(super) const VFIO_UNPROVEN_HOLDS: Desc = Desc::gauge(
+    "hpcnode_pci_vfio_unproven_holds",
+    "Open descriptors named like a vfio group or device node whose open file is not that device, by reason: not counted as holds.",
+    None,
+);
 pub(super) const VFIO_MODULE_LOADED: Desc = Desc::gauge(
     "hpcnode_vfio_module_loaded",
     "1 when the vfio module is loaded (or built in with parameters), from /sys/module.",
@@ -189,7 +194,7 @@ pub(super) const NOVA_SCHEDULER_PCI_FILTER: Desc = Desc::gauge(
 );
 
 /// Every metric this collector emits (for the METRICS.md check).
-pub const METRICS: [Desc; 37] = [
+pub const METRICS: [Desc; 38] = [
     DEVICE_INFO,
     DRIVER_BOUND,
     MEMORY_DECODE,
@@ -220,6 +225,7 @@ pub const METRICS: [Desc; 37] = [
     VFIO_HOLDER_INFO,
     VFIO_STALE_HOLDER_INFO,
     VFIO_UNREADABLE_PROCESSES,
+    VFIO_UNPROVEN_HOLDS,
     NOVA_CONFIG_VALID,
     NOVA_CONFIG_ERRORS,
     NOVA_SPEC_DEVICES,

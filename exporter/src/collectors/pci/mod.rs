@@ -32,7 +32,7 @@ use crate::collector::{
     CollectError, Collector, Host, Output, Registration, Settings, StartError, Started,
 };
 use crate::flags::{repeated, ConfigError, Flags};
-use crate::logging::{self, Level};
+use crate::logging::{self, Level, OncePerCause};
 use crate::metrics::{Desc, Label, LabelCache, Room, Value};
 use crate::sysfs::{
     AttributeReader, DirStamp, Entry, FileStamp, HeldAttributes, HeldByUnit, LinkedDirs, SysDir,
@@ -44,6 +44,7 @@ use descs::*;
 use identity::{read_identity, Address, Identity};
 use modules::{ModprobeRules, Stamped};
 use nova_check::NovaFiles;
+use vfio_holders::Unproven;
 
 pub const REGISTRATION: Registration = Registration {
     name: "pci",
@@ -130,6 +131,7 @@ impl Settings for PciSettings {
             ),
             nova_scheduler_configs: self.nova_scheduler_configs,
             logged_unreadable: AtomicBool::new(false),
+            logged_unproven: Unproven::log_filter(),
             aliases: Stamped::default(),
             modprobe_rules: Stamped::default(),
             held: HeldByUnit::default(),
@@ -182,6 +184,8 @@ struct PciCollector {
     nova_scheduler_configs: Vec<PathBuf>,
     /// Whether the vfio holder scan has logged that some processes were unreadable.
     logged_unreadable: AtomicBool,
+    /// The reasons the vfio holder scan has logged for descriptors it did not count.
+    logged_unproven: OncePerCause<Unproven>,
     /// `modules.alias` by kernel release, kept while its stamp stays the same.
     aliases: Stamped<(String, FileStamp), String>,
     /// The modprobe.d rules, kept while the stamps of their directories and files stay the same.
@@ -278,6 +282,18 @@ impl PciCollector {
                 Level::Warn,
                 "vfio holders: some processes' open files are unreadable; their holds are not reported (needs CAP_SYS_PTRACE or root)",
                 &[("processes", &count.to_string())],
+            );
+        }
+    }
+
+    /// Says once per reason, in the log, that a descriptor named like a vfio node was not
+    /// counted as a hold: the first process's pid and why, never what its link reads.
+    fn log_unproven_hold(&self, reason: Unproven, pid: u32) {
+        if self.logged_unproven.is_new(reason) {
+            logging::log(
+                Level::Warn,
+                "vfio holders: a descriptor named like a vfio device node is not the device; not counted as a hold",
+                &[("reason", reason.reason()), ("pid", &pid.to_string())],
             );
         }
     }
@@ -581,6 +597,7 @@ fn collector_at(root: &std::path::Path) -> PciCollector {
         nova: Default::default(),
         nova_scheduler_configs: Vec::new(),
         logged_unreadable: Default::default(),
+        logged_unproven: Unproven::log_filter(),
         aliases: Default::default(),
         modprobe_rules: Default::default(),
         held: Default::default(),

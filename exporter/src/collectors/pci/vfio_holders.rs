@@ -1,26 +1,58 @@
 //! Who holds the devices bound to vfio-pci: the processes with the device's vfio group
 //! (`/dev/vfio/<group>`, `/dev/vfio/noiommu-<group>`) or its vfio cdev
-//! (`/dev/vfio/devices/vfio<N>`, 6.2+, used with iommufd) open, found by reading the links in
-//! `/proc/<pid>/fd`; for QEMU, the guest's name and UUID from its command line (what libvirt
-//! and Nova pass). The container (`/dev/vfio/vfio`) and `/dev/iommu` name no device and are
-//! not counted.
+//! (`/dev/vfio/devices/vfio<N>`, 6.2+, used with iommufd) open; for QEMU, the guest's name and
+//! UUID from its command line (what libvirt and Nova pass). The container (`/dev/vfio/vfio`)
+//! and `/dev/iommu` name no device and are not counted.
+//!
+//! A hold is a kernel fact, not a name. The text of a `/proc/<pid>/fd` link is only the cheap
+//! filter (a process's sockets and files are passed over with no more system calls than
+//! before): any process can have a file open that reads `/dev/vfio/13` there, a regular file
+//! or a node it made in a mount namespace of its own. A descriptor so named is a hold when
+//! `stat` through the link finds the open file to be a character device with the numbers
+//! sysfs gives the group's or the cdev's node (`class/vfio/<group>/dev`,
+//! `<device>/vfio-dev/vfio<N>/dev`), opened for access: not `O_PATH` (its `fdinfo` flags),
+//! which opens the real node with no permission on it. A vfio character device (its major
+//! `vfio` or `vfio-dev` in `/proc/devices`) that is no bound device's node is a stale hold.
+//! Whatever else is named like a node is counted as unproven, by reason, and logged once per
+//! reason with its pid, never with what its link reads.
+//!
+//! The holder's mount namespace is not what decides: `stat` through the kernel's link reaches
+//! the open file itself, so its numbers are the same from any namespace, and no unprivileged
+//! process has a vfio device open without permission on the real node (it can make no device
+//! node: mknod needs CAP_MKNOD in the initial user namespace, and what it mounts in a user
+//! namespace is nodev). A VM in a container (KubeVirt, a device given to a pod) holds the real
+//! device and is reported; one in a namespace of its own holding a look-alike is not.
 //!
 //! Reading another user's `/proc/<pid>/fd` links takes ptrace read access (CAP_SYS_PTRACE, or
 //! root): without it, those processes are counted as unreadable, not guessed at.
 
-use std::collections::{BTreeMap, BTreeSet};
+use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::path::Path;
+use std::sync::Arc;
 
+use rustix::fs::OFlags;
+
+use crate::logging::OncePerCause;
 use crate::metrics::Value;
-use crate::sysfs::{Entry, SysDir};
+use crate::sysfs::{AttributeReader, Entry, OpenFile, SysDir, SysfsError};
 
 use super::{
-    Read, VFIO_DEVICE_HOLDERS, VFIO_HOLDER_INFO, VFIO_STALE_HOLDER_INFO, VFIO_UNREADABLE_PROCESSES,
+    Read, VFIO_DEVICE_HOLDERS, VFIO_HOLDER_INFO, VFIO_STALE_HOLDER_INFO, VFIO_UNPROVEN_HOLDS,
+    VFIO_UNREADABLE_PROCESSES,
 };
 
 /// `/proc/<pid>/cmdline` is read up to this size: libvirt's QEMU command lines run to tens of
 /// KiB; anything longer is refused, not cut.
 const MAX_CMDLINE_BYTES: usize = 1 << 20;
+/// `/proc/devices` is read up to this size: a few hundred bytes on a typical host.
+const MAX_DEVICES_BYTES: usize = 64 << 10;
+/// Where sysfs has the vfio groups' nodes (`<group>/dev`, `noiommu-<group>/dev`).
+const VFIO_CLASS_DIR: &str = "class/vfio";
+/// What the link of a descriptor reads after its node was removed.
+const DELETED: &str = " (deleted)";
+
+/// A character device's major and minor numbers.
+type DeviceNumber = (u32, u32);
 
 /// A process holding a vfio device node open.
 #[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord)]
@@ -33,26 +65,96 @@ struct Holder {
     uuid: String,
 }
 
+/// Why a descriptor named like a vfio device node is not a hold.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub(super) enum Unproven {
+    /// Its open file is not a vfio character device: a regular file, or a node of another
+    /// device, made where the name says.
+    NotTheDevice,
+    /// Opened with `O_PATH`: it names the node without access to the device.
+    PathOnly,
+    /// `--path.procfs` is not procfs: its descriptors are plain links, names only.
+    NotProcfs,
+}
+
+impl Unproven {
+    /// What logs each reason once: room for the three in one generation.
+    pub(super) fn log_filter() -> OncePerCause<Unproven> {
+        OncePerCause::new(2 * 3)
+    }
+
+    fn label(self) -> &'static str {
+        match self {
+            Unproven::NotTheDevice => "not_the_device",
+            Unproven::PathOnly => "path_only",
+            Unproven::NotProcfs => "not_procfs",
+        }
+    }
+
+    pub(super) fn reason(self) -> &'static str {
+        match self {
+            Unproven::NotTheDevice => {
+                "its open file is not a vfio group's or device's character device"
+            }
+            Unproven::PathOnly => "opened with O_PATH, without access to the device",
+            Unproven::NotProcfs => "--path.procfs is not procfs: its descriptors are names only",
+        }
+    }
+}
+
+/// What a descriptor named like a vfio device node holds.
+#[derive(Debug, PartialEq, Eq)]
+enum Hold<'a> {
+    /// The node of this device bound to vfio-pci.
+    Device(&'a str),
+    /// A vfio group or cdev of no device bound to vfio-pci now.
+    Stale,
+    Unproven(Unproven),
+}
+
+/// The devices bound to vfio-pci, and what tells their nodes and vfio's, read when a descriptor
+/// named like a vfio node first needs it: a host where nothing is so named reads none of it.
+struct VfioNodes<'a> {
+    bound: Vec<BoundDevice<'a>>,
+    /// The numbers of their nodes, and vfio's majors.
+    known: Option<KnownNodes<'a>>,
+}
+
+/// A device bound to vfio-pci, with its directory and IOMMU group as the listing opened and
+/// read them, if it did.
+struct BoundDevice<'a> {
+    address: &'a str,
+    dir: Option<Arc<SysDir>>,
+    group: Option<String>,
+}
+
+struct KnownNodes<'a> {
+    devices: HashMap<DeviceNumber, &'a str>,
+    majors: Vec<u32>,
+}
+
 impl Read<'_> {
     /// For every device bound to vfio-pci: the processes holding it, and the processes holding
-    /// a vfio node that names no such device any more (its device removed or rebound).
+    /// a vfio node that is no such device's any more (its device removed or rebound).
     pub(super) fn vfio_holders(&mut self, devices: &[String]) {
         let collector = self.collector;
-        let mut device_of_node: BTreeMap<String, &str> = BTreeMap::new();
-        for address in devices {
-            let (listed, group) = collector.scrape().vfio_bound.remove(address).unzip();
-            let Some(dir) = self.out.optional(collector.device_dir(address, listed)) else {
-                continue;
-            };
-            for node in self.device_nodes(&dir, group.flatten()) {
-                device_of_node.insert(node, address);
-            }
-        }
+        let bound = devices
+            .iter()
+            .map(|address| {
+                let (dir, group) = collector.scrape().vfio_bound.remove(address).unzip();
+                BoundDevice {
+                    address,
+                    dir,
+                    group: group.flatten(),
+                }
+            })
+            .collect();
+        let mut nodes = VfioNodes { bound, known: None };
 
         let Some(proc) = self.out.reported(SysDir::open(&collector.procfs, "")) else {
             return;
         };
-        let scan = self.scan_processes(&proc);
+        let scan = self.scan_processes(&proc, &mut nodes);
         self.push(
             &VFIO_UNREADABLE_PROCESSES,
             Vec::new(),
@@ -61,20 +163,20 @@ impl Read<'_> {
         if scan.unreadable > 0 {
             collector.log_unreadable_processes(scan.unreadable);
         }
+        for (reason, count) in scan.unproven {
+            let labels = vec![("reason", reason.label().into())];
+            self.push(&VFIO_UNPROVEN_HOLDS, labels, Value::Int(count));
+        }
 
         let mut holders: BTreeMap<&str, BTreeSet<Holder>> = BTreeMap::new();
         let mut stale: BTreeSet<(String, Holder)> = BTreeSet::new();
-        for (pid, nodes) in scan.holding {
+        for (pid, holds) in scan.holding {
             let holder = self.holder(&proc, pid);
-            for node in nodes {
-                match device_of_node.get(&node) {
-                    Some(address) => {
-                        holders.entry(address).or_default().insert(holder.clone());
-                    }
-                    None => {
-                        stale.insert((node, holder.clone()));
-                    }
-                }
+            for address in holds.devices {
+                holders.entry(address).or_default().insert(holder.clone());
+            }
+            for node in holds.stale {
+                stale.insert((node, holder.clone()));
             }
         }
         for address in devices {
@@ -98,28 +200,66 @@ impl Read<'_> {
         }
     }
 
-    /// The device nodes through which a process reaches this device: its group's node (both
-    /// spellings: which one exists depends on no-IOMMU mode) and its cdev, when it has one.
-    /// `group`: its IOMMU group as the listing read it, if it did.
-    fn device_nodes(&mut self, dir: &SysDir, group: Option<String>) -> Vec<String> {
-        let mut nodes = Vec::new();
-        let group = group.map_or_else(|| dir.link_target_name("iommu_group"), Ok);
-        if let Some(group) = self.out.optional(group) {
-            nodes.push(format!("/dev/vfio/{group}"));
-            nodes.push(format!("/dev/vfio/noiommu-{group}"));
-        }
-        let cdevs = dir.subdir("vfio-dev").and_then(SysDir::into_entries);
-        for cdev in self.out.optional(cdevs).unwrap_or_default() {
-            if let Some(name) = self.out.reported(cdev.into_name()) {
-                nodes.push(format!("/dev/vfio/devices/{name}"));
+    /// The numbers of the nodes of the devices bound to vfio-pci, and the majors
+    /// `/proc/devices` gives vfio.
+    fn known_nodes<'a>(&mut self, proc: &SysDir, bound: &[BoundDevice<'a>]) -> KnownNodes<'a> {
+        let collector = self.collector;
+        let class = self.out.optional(collector.sysfs_dir(VFIO_CLASS_DIR));
+        let mut devices = HashMap::new();
+        for device in bound {
+            let dir = collector.device_dir(device.address, device.dir.clone());
+            let Some(dir) = self.out.optional(dir) else {
+                continue;
+            };
+            for number in self.device_numbers(&dir, class.as_ref(), device.group.clone()) {
+                devices.insert(number, device.address);
             }
         }
-        nodes
+        let majors = proc.read_text_file("devices", MAX_DEVICES_BYTES);
+        let majors = self.out.reported(majors.map(|text| vfio_majors(&text)));
+        KnownNodes {
+            devices,
+            majors: majors.unwrap_or_default(),
+        }
     }
 
-    /// Every process's open vfio device nodes, and how many processes' open files could not
-    /// be read. A process that exits during the scan is simply gone.
-    fn scan_processes(&mut self, proc: &SysDir) -> ProcessScan {
+    /// The numbers of the device nodes through which a process reaches this device, as sysfs
+    /// gives them: its group's (`noiommu-<group>` in no-IOMMU mode) and its cdev's, when it
+    /// has one. `group`: its IOMMU group as the listing read it, if it did; `class`:
+    /// `class/vfio`, where vfio has any group.
+    fn device_numbers(
+        &mut self,
+        dir: &SysDir,
+        class: Option<&SysDir>,
+        group: Option<String>,
+    ) -> Vec<DeviceNumber> {
+        let mut numbers = Vec::new();
+        let group = group.map_or_else(|| dir.link_target_name("iommu_group"), Ok);
+        if let (Some(class), Some(group)) = (class, self.out.optional(group)) {
+            let number = match device_number(class, &format!("{group}/dev"), &mut self.reader) {
+                Err(err) if err.is_absent() => {
+                    device_number(class, &format!("noiommu-{group}/dev"), &mut self.reader)
+                }
+                number => number,
+            };
+            numbers.extend(self.out.optional(number));
+        }
+        let Some(cdevs) = self.out.optional(dir.subdir("vfio-dev")) else {
+            return numbers;
+        };
+        for cdev in self.out.reported(cdevs.entries()).unwrap_or_default() {
+            if let Some(name) = self.out.reported(cdev.into_name()) {
+                let number = device_number(&cdevs, &format!("{name}/dev"), &mut self.reader);
+                numbers.extend(self.out.reported(number));
+            }
+        }
+        numbers
+    }
+
+    /// Every process's vfio holds, how many processes' open files could not be read, and the
+    /// descriptors named like vfio nodes that hold none. A process that exits during the scan
+    /// is simply gone.
+    fn scan_processes<'a>(&mut self, proc: &SysDir, nodes: &mut VfioNodes<'a>) -> ProcessScan<'a> {
         let mut scan = ProcessScan::default();
         let entries = self.out.reported(proc.entries()).unwrap_or_default();
         for pid in entries.iter().filter_map(process_id) {
@@ -138,28 +278,83 @@ impl Read<'_> {
                     continue;
                 }
             };
-            let mut nodes = BTreeSet::new();
+            let mut holds = ProcessHolds::default();
             let mut denied = false;
             for fd in &entries {
                 let Ok(fd) = fd.name() else {
                     continue;
                 };
-                match fds.link_target(fd) {
-                    Ok(target) => nodes.extend(vfio_device_node(&target)),
-                    Err(err) if err.is_permission_denied() => denied = true,
+                let node = match fds.link_target(fd) {
+                    Ok(target) => vfio_device_node(&target),
+                    Err(err) if err.is_permission_denied() => {
+                        denied = true;
+                        break;
+                    }
                     // Closed since the listing, or the process exited.
-                    Err(_) => {}
-                }
-                if denied {
-                    break;
+                    Err(_) => None,
+                };
+                let Some(node) = node else {
+                    continue;
+                };
+                match self.hold(proc, &fds, pid, fd, &node, nodes) {
+                    Ok(Hold::Device(address)) => {
+                        holds.devices.insert(address);
+                    }
+                    Ok(Hold::Stale) => {
+                        holds.stale.insert(node);
+                    }
+                    Ok(Hold::Unproven(reason)) => {
+                        *scan.unproven.entry(reason).or_default() += 1;
+                        self.collector.log_unproven_hold(reason, pid);
+                    }
+                    Err(err) if err.is_permission_denied() => {
+                        denied = true;
+                        break;
+                    }
+                    // Closed since its link was read, or the process exited.
+                    Err(err) if err.is_absent() => {}
+                    Err(err) => self.error(err),
                 }
             }
             scan.unreadable += u64::from(denied);
-            if !nodes.is_empty() {
-                scan.holding.push((pid, nodes));
+            if !holds.devices.is_empty() || !holds.stale.is_empty() {
+                scan.holding.push((pid, holds));
             }
         }
         scan
+    }
+
+    /// What descriptor `fd` of process `pid`, whose link reads `node`, holds: told by the file
+    /// open behind it, not by the name.
+    fn hold<'a>(
+        &mut self,
+        proc: &SysDir,
+        fds: &SysDir,
+        pid: u32,
+        fd: &str,
+        node: &str,
+        nodes: &mut VfioNodes<'a>,
+    ) -> Result<Hold<'a>, SysfsError> {
+        let device = match fds.open_file(fd)? {
+            OpenFile::CharDevice(major, minor) => (major, minor),
+            OpenFile::Other => return Ok(Hold::Unproven(Unproven::NotTheDevice)),
+            OpenFile::NotOnProcfs => return Ok(Hold::Unproven(Unproven::NotProcfs)),
+        };
+        let known = match nodes.known.take() {
+            Some(known) => known,
+            None => self.known_nodes(proc, &nodes.bound),
+        };
+        let hold = classify(node, device, &known.devices, &known.majors);
+        nodes.known = Some(known);
+        if matches!(hold, Hold::Unproven(_)) {
+            return Ok(hold);
+        }
+        let fdinfo = format!("{pid}/fdinfo/{fd}");
+        match opened_path_only(proc.read(&fdinfo, &mut self.reader)?) {
+            Some(false) => Ok(hold),
+            Some(true) => Ok(Hold::Unproven(Unproven::PathOnly)),
+            None => Err(SysfsError::parse(&proc.path(&fdinfo), "no flags line", "")),
+        }
     }
 
     /// Who process `pid` is: its command name and, for QEMU, the guest it runs.
@@ -184,11 +379,22 @@ impl Read<'_> {
 }
 
 #[derive(Default)]
-struct ProcessScan {
-    /// Processes holding vfio device nodes, and which.
-    holding: Vec<(u32, BTreeSet<String>)>,
+struct ProcessScan<'a> {
+    /// Processes holding vfio device nodes, and what.
+    holding: Vec<(u32, ProcessHolds<'a>)>,
     /// Processes whose open files could not be read (another user's, without ptrace access).
     unreadable: u64,
+    /// Descriptors named like vfio device nodes that hold none, by reason.
+    unproven: BTreeMap<Unproven, u64>,
+}
+
+/// What one process holds.
+#[derive(Default)]
+struct ProcessHolds<'a> {
+    /// The devices bound to vfio-pci whose nodes it holds.
+    devices: BTreeSet<&'a str>,
+    /// The vfio nodes it holds that are no bound device's, as its links name them.
+    stale: BTreeSet<String>,
 }
 
 fn process_id(entry: &Entry) -> Option<u32> {
@@ -207,19 +413,76 @@ fn holder_labels(holder: Holder) -> Vec<(&'static str, crate::metrics::LabelValu
     ]
 }
 
-/// The vfio node an open file is, when it names a device: a group or a device cdev. A node
-/// removed while held (its group gone with its last device) reads `/dev/vfio/12 (deleted)`:
-/// kept whole, so it never matches a device's node and shows as stale.
+/// The vfio node an open file is named as, when the name is a device's: a group or a device
+/// cdev. A node removed while held (its group gone with its last device) reads
+/// `/dev/vfio/12 (deleted)`: kept whole, so that it shows as stale. Only the filter before
+/// the proof ([`classify`]).
 fn vfio_device_node(target: &Path) -> Option<String> {
     let target = target.to_str()?;
     let name = target.strip_prefix("/dev/vfio/")?;
-    let name = name.strip_suffix(" (deleted)").unwrap_or(name);
+    let name = name.strip_suffix(DELETED).unwrap_or(name);
     let group = name.strip_prefix("noiommu-").unwrap_or(name);
     let is_group = !group.is_empty() && group.bytes().all(|b| b.is_ascii_digit());
     let is_cdev = name
         .strip_prefix("devices/vfio")
         .is_some_and(|n| !n.is_empty() && n.bytes().all(|b| b.is_ascii_digit()));
     (is_group || is_cdev).then(|| target.to_string())
+}
+
+/// What a descriptor whose link reads `node` holds, from the character device open behind it:
+/// the node of a device bound to vfio-pci (`devices`, by number), a vfio node of no such device
+/// (its major one of vfio's, `majors`), or nothing that is a vfio device. How it was opened is
+/// checked apart.
+fn classify<'a>(
+    node: &str,
+    number: DeviceNumber,
+    devices: &HashMap<DeviceNumber, &'a str>,
+    majors: &[u32],
+) -> Hold<'a> {
+    match devices.get(&number) {
+        // A removed node is no device's now, whatever its numbers.
+        Some(address) if !node.ends_with(DELETED) => Hold::Device(address),
+        _ if majors.contains(&number.0) => Hold::Stale,
+        _ => Hold::Unproven(Unproven::NotTheDevice),
+    }
+}
+
+/// A `dev` attribute: a node's `MAJOR:MINOR`.
+fn device_number(
+    dir: &SysDir,
+    name: &str,
+    reader: &mut AttributeReader,
+) -> Result<DeviceNumber, SysfsError> {
+    let text = dir.read(name, reader)?;
+    let number = text
+        .split_once(':')
+        .and_then(|(major, minor)| Some((major.parse().ok()?, minor.parse().ok()?)));
+    number.ok_or_else(|| SysfsError::parse(&dir.path(name), "not MAJOR:MINOR", text))
+}
+
+/// The majors `/proc/devices` gives vfio's group nodes (`vfio`) and device cdevs
+/// (`vfio-dev`), among its character devices (`%3d %s` lines, before the block devices).
+fn vfio_majors(devices: &str) -> Vec<u32> {
+    devices
+        .lines()
+        .skip_while(|line| !line.starts_with("Character devices:"))
+        .skip(1)
+        .take_while(|line| !line.trim().is_empty())
+        .filter_map(|line| {
+            let (major, name) = line.trim().split_once(' ')?;
+            matches!(name, "vfio" | "vfio-dev").then(|| major.parse().ok())?
+        })
+        .collect()
+}
+
+/// Whether a descriptor was opened with `O_PATH`, from its `fdinfo` (`flags:` in octal);
+/// `None` without a flags line.
+fn opened_path_only(fdinfo: &str) -> Option<bool> {
+    let flags = fdinfo
+        .lines()
+        .find_map(|line| line.strip_prefix("flags:"))?;
+    let flags = u32::from_str_radix(flags.trim(), 8).ok()?;
+    Some(flags & OFlags::PATH.bits() != 0)
 }
 
 /// A QEMU process: its command name (`qemu-system-x86` as the kernel cuts it, `qemu-kvm` on
@@ -357,6 +620,47 @@ mod tests {
                 "{target}"
             );
         }
+    }
+
+    /// Which descriptors named like vfio nodes hold what, by the device behind them: group
+    /// 13's node is 243:2 and the device's cdev 236:0, as sysfs gives them.
+    #[test]
+    fn a_hold_is_the_device_behind_the_name() {
+        let devices = HashMap::from([((243, 2), "0000:07:00.0"), ((236, 0), "0000:07:00.0")]);
+        let hold = |node, device| classify(node, device, &devices, &[236, 243]);
+        assert_eq!(hold("/dev/vfio/13", (243, 2)), Hold::Device("0000:07:00.0"));
+        let cdev = hold("/dev/vfio/devices/vfio0", (236, 0));
+        assert_eq!(cdev, Hold::Device("0000:07:00.0"));
+        // A group whose device left vfio-pci, its node still there or removed with the group.
+        assert_eq!(hold("/dev/vfio/77", (243, 5)), Hold::Stale);
+        assert_eq!(hold("/dev/vfio/13 (deleted)", (243, 2)), Hold::Stale);
+        // A node of another device, under a group's name or a stale one's.
+        for node in ["/dev/vfio/13", "/dev/vfio/77"] {
+            assert_eq!(hold(node, (1, 3)), Hold::Unproven(Unproven::NotTheDevice));
+        }
+        // Without vfio's majors (an unreadable /proc/devices), nothing is stale.
+        let unknown = classify("/dev/vfio/77", (243, 5), &devices, &[]);
+        assert_eq!(unknown, Hold::Unproven(Unproven::NotTheDevice));
+    }
+
+    /// `/proc/devices` as the kernel writes it (`%3d %s`), with vfio's group and cdev regions:
+    /// those majors, not the container's misc major, nor anything among the block devices.
+    #[test]
+    fn vfio_majors_are_its_character_devices() {
+        let devices = "Character devices:\n  1 mem\n  5 /dev/tty\n 10 misc\n236 vfio-dev\n\
+                       243 vfio\n254 gpiochip\n\nBlock devices:\n  7 loop\n259 blkext\n";
+        assert_eq!(vfio_majors(devices), [236, 243]);
+        assert_eq!(vfio_majors("Block devices:\n243 vfio\n"), [] as [u32; 0]);
+    }
+
+    /// `fdinfo` as 6.18 writes it for `/dev/null` opened `O_PATH` and read-only.
+    #[test]
+    fn path_only_descriptors_from_their_flags() {
+        let path = "pos:\t0\nflags:\t012000000\nmnt_id:\t24\nino:\t3\n";
+        let read = "pos:\t0\nflags:\t02100000\nmnt_id:\t24\nino:\t3\n";
+        assert_eq!(opened_path_only(path), Some(true));
+        assert_eq!(opened_path_only(read), Some(false));
+        assert_eq!(opened_path_only("pos:\t0\n"), None);
     }
 
     #[test]
