@@ -10,7 +10,8 @@
 //! (`.ko.xz`, `.ko.zst`, `.ko.gz`) carry all of it inside the compressed stream.
 //!
 //! Only the end of an image is kept: a module streams through a bounded tail buffer, so memory
-//! stays at a signature's size whatever the module's, and the bytes decoded are bounded too.
+//! stays at a signature's size and a decoder's window whatever the module's, and the bytes
+//! decoded are bounded too: per image, and per scrape.
 
 use std::collections::HashMap;
 use std::fmt;
@@ -19,7 +20,10 @@ use std::os::unix::fs::MetadataExt;
 use std::path::PathBuf;
 use std::sync::Mutex;
 
+use xz4rust::{XzDecoder, XzError, XzNextBlockResult};
+
 use crate::collector::lock;
+use crate::error::{CollectError, ErrorKind};
 use crate::kernel::modprobe::module_key;
 use crate::sysfs::{SysDir, SysfsError};
 
@@ -35,8 +39,15 @@ const TAIL_BYTES: usize = MAX_SIGNATURE_BYTES + MODULE_SIGNATURE_SIZE + SIGNATUR
 const MAX_COMPRESSED_BYTES: u64 = 128 << 20;
 /// Decompressed images are decoded up to this size, several times the largest module.
 const MAX_IMAGE_BYTES: u64 = 512 << 20;
-/// zstd windows allowed: the kernel's `zstd` compresses modules with a few MiB at most.
-const MAX_ZSTD_WINDOW: u64 = 64 << 20;
+/// What one scrape decodes at most, all files together: about 2 s of xz. A file it does not
+/// reach is decoded at a later scrape, once the files before it are cached.
+const MAX_DECODED_PER_READ: u64 = MAX_IMAGE_BYTES;
+/// The most of an image a decoder keeps to decode the rest (xz's dictionary, zstd's window):
+/// 64 MiB, xz -9's dictionary. kbuild compresses modules with a 1 MiB one (`xz --check=crc32
+/// --lzma2=dict=1MiB`), xz's default is 8 MiB, zstd's levels a few MiB.
+const MAX_WINDOW: u64 = 64 << 20;
+/// Compressed input is read, and decoded output taken, this much at a time.
+const READ_CHUNK: usize = 64 << 10;
 
 /// How a module file is compressed, from its name as `modules.dep` lists it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -113,11 +124,66 @@ pub enum Signature {
     Malformed(&'static str),
 }
 
-/// Signatures of the module files read in the last scrape, by path and the file's identity: a
+/// Verdicts on the module files read in the last scrape, by path and the file's identity: a
 /// file is decoded again only when it changes (a package update, a DKMS rebuild), not at every
-/// scrape (mlx5_ib and its dependencies are 8 MiB of xz to decode).
+/// scrape (mlx5_ib and its dependencies are 8 MiB of xz to decode). A file refused for its
+/// bytes (not a valid stream, too large) is remembered the same way, so that an unchanged bomb
+/// costs one decode, not one a scrape.
+pub struct SignatureCache {
+    state: Mutex<CacheState>,
+    limits: Limits,
+}
+
 #[derive(Default)]
-pub struct SignatureCache(Mutex<HashMap<PathBuf, (FileIdentity, Signature)>>);
+struct CacheState {
+    files: HashMap<PathBuf, (FileIdentity, Verdict)>,
+    /// Bytes decompressed since the start, every file and attempt.
+    decoded: u64,
+}
+
+/// What a file's bytes give: its signature, or why they are no module image.
+type Verdict = Result<Signature, Refusal>;
+
+/// Why a module file's bytes were refused; it holds for as long as the file is unchanged.
+#[derive(Debug, Clone, PartialEq, Eq)]
+struct Refusal(&'static str);
+
+/// How much decoding a read of the cache (one scrape) may do.
+#[derive(Debug, Clone, Copy)]
+struct Limits {
+    /// One image: past this, the file is refused.
+    image: u64,
+    /// All the files decoded in one read: those left once it is spent wait for the next.
+    read: u64,
+}
+
+impl Default for SignatureCache {
+    fn default() -> Self {
+        SignatureCache::with_limits(Limits {
+            image: MAX_IMAGE_BYTES,
+            read: MAX_DECODED_PER_READ,
+        })
+    }
+}
+
+/// Why a module file has no verdict this time.
+#[derive(Debug, thiserror::Error)]
+pub enum ModuleFileError {
+    #[error(transparent)]
+    Read(#[from] SysfsError),
+    /// This read's decoding budget went to the files before it: read at a later scrape.
+    #[error("decode {path}: deferred to the next scrape, {budget_mib} MiB of module images decoded in this one")]
+    Deferred { path: PathBuf, budget_mib: u64 },
+}
+
+impl From<ModuleFileError> for CollectError {
+    fn from(err: ModuleFileError) -> CollectError {
+        match err {
+            ModuleFileError::Read(err) => err.into(),
+            deferred => CollectError::new(ErrorKind::Timeout, deferred.to_string()),
+        }
+    }
+}
 
 /// What tells a changed file: same path, same inode, size and change times means same bytes.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -142,36 +208,56 @@ impl FileIdentity {
 }
 
 impl SignatureCache {
+    fn with_limits(limits: Limits) -> SignatureCache {
+        SignatureCache {
+            state: Mutex::default(),
+            limits,
+        }
+    }
+
     /// The signatures of `files` (paths below `dir`, as `modules.dep` names them), in order.
     /// The cache keeps these files only, so it never outgrows one scrape's list.
-    pub fn read(&self, dir: &SysDir, files: &[String]) -> Vec<Result<Signature, SysfsError>> {
-        let mut cache = lock(&self.0);
+    pub fn read(&self, dir: &SysDir, files: &[String]) -> Vec<Result<Signature, ModuleFileError>> {
+        let mut state = lock(&self.state);
         let mut kept = HashMap::new();
+        let mut budget = self.limits.read;
         let signatures = files
             .iter()
             .map(|file| {
                 let path = dir.path(file);
-                let (identity, signature) = read_signature(dir, file, cache.remove(&path))?;
-                kept.insert(path, (identity, signature.clone()));
-                Ok(signature)
+                let cached = state.files.remove(&path);
+                let before = budget;
+                let read = read_signature(dir, file, cached, self.limits.image, &mut budget);
+                state.decoded += before - budget;
+                let (identity, verdict) = read?;
+                kept.insert(path.clone(), (identity, verdict.clone()));
+                verdict.map_err(|Refusal(reason)| SysfsError::parse(&path, reason, "").into())
             })
             .collect();
-        *cache = kept;
+        state.files = kept;
         signatures
+    }
+
+    /// Bytes of module images decompressed since the start.
+    pub fn decoded_bytes(&self) -> u64 {
+        lock(&self.state).decoded
     }
 }
 
 /// The signature of module file `file`, a path below `dir`, read to the end of its image
-/// unless `cached` was read from the same file.
+/// unless `cached` was read from the same file: at most `image` bytes decoded, and not more
+/// than `budget` holds (what it decodes is taken from it).
 fn read_signature(
     dir: &SysDir,
     file: &str,
-    cached: Option<(FileIdentity, Signature)>,
-) -> Result<(FileIdentity, Signature), SysfsError> {
+    cached: Option<(FileIdentity, Verdict)>,
+    image: u64,
+    budget: &mut u64,
+) -> Result<(FileIdentity, Verdict), ModuleFileError> {
     let path = dir.path(file);
     let Some((compression, _)) = Compression::of(file) else {
         let reason = "not a module file (.ko, .ko.xz, .ko.zst, .ko.gz)";
-        return Err(SysfsError::parse(&path, reason, file));
+        return Err(SysfsError::parse(&path, reason, file).into());
     };
     let (mut opened, size) = dir.open_regular_file(file)?;
     let io_error = |source| SysfsError::Io {
@@ -179,71 +265,79 @@ fn read_signature(
         source,
     };
     let identity = FileIdentity::of(&opened.metadata().map_err(io_error)?);
-    if let Some((cached_identity, signature)) = cached {
+    if let Some((cached_identity, verdict)) = cached {
         if cached_identity == identity {
-            return Ok((identity, signature));
+            return Ok((identity, verdict));
         }
     }
-    let mut tail = Tail::new(MAX_IMAGE_BYTES);
     if compression == Compression::None {
         let start = size.saturating_sub(TAIL_BYTES as u64);
         opened.seek(SeekFrom::Start(start)).map_err(io_error)?;
+        let mut end = Vec::with_capacity(TAIL_BYTES);
         opened
             .take(TAIL_BYTES as u64)
-            .read_to_end(&mut tail.bytes)
+            .read_to_end(&mut end)
             .map_err(io_error)?;
-        return Ok((identity, parse_appended_signature(&tail.bytes)));
+        return Ok((identity, Ok(parse_appended_signature(&end))));
     }
     if size > MAX_COMPRESSED_BYTES {
-        let reason = "compressed module larger than 128 MiB";
-        return Err(SysfsError::parse(&path, reason, &size.to_string()));
+        let refusal = Refusal("compressed module larger than 128 MiB");
+        return Ok((identity, Err(refusal)));
     }
-    let input = BufReader::new(opened.take(MAX_COMPRESSED_BYTES));
-    match decompress(compression, input, &mut tail) {
-        _ if tail.overflowed => {
-            let reason = "decompressed module larger than 512 MiB";
-            Err(SysfsError::parse(&path, reason, &tail.total.to_string()))
+    if *budget == 0 {
+        let budget_mib = MAX_DECODED_PER_READ >> 20;
+        return Err(ModuleFileError::Deferred { path, budget_mib });
+    }
+    // Within what is left of the budget; stopped by the budget short of the image limit, the
+    // file is not refused but deferred.
+    let mut tail = Tail::new(image.min(*budget));
+    let input = BufReader::with_capacity(READ_CHUNK, opened.take(MAX_COMPRESSED_BYTES));
+    let decoding = decompress(compression, input, &mut tail);
+    *budget -= tail.total.min(tail.limit);
+    let verdict = match decoding {
+        _ if tail.overflowed && tail.limit < image => {
+            let budget_mib = MAX_DECODED_PER_READ >> 20;
+            return Err(ModuleFileError::Deferred { path, budget_mib });
         }
-        Ok(()) => Ok((identity, parse_appended_signature(tail.end()))),
-        Err(Decoding::Io(source)) => Err(io_error(source)),
-        Err(Decoding::Format(reason, detail)) => Err(SysfsError::parse(&path, reason, &detail)),
-    }
+        _ if tail.overflowed => Err(Refusal("decompressed module larger than 512 MiB")),
+        Ok(()) => Ok(parse_appended_signature(tail.end())),
+        Err(Decoding::Io(source)) => return Err(io_error(source).into()),
+        Err(Decoding::Format(reason)) => Err(Refusal(reason)),
+    };
+    Ok((identity, verdict))
 }
 
 /// Why a compressed stream could not be decoded: reading failed, or the data is not valid.
 enum Decoding {
     Io(io::Error),
-    Format(&'static str, String),
+    Format(&'static str),
 }
 
-/// Decodes a whole compressed module image into `tail`.
+/// Decodes a whole compressed module image into `tail`, as it comes: what a decoder keeps
+/// is its window (xz's dictionary, zstd's window, deflate's 32 KiB), never the image.
 fn decompress(
     compression: Compression,
     mut input: impl io::BufRead,
     tail: &mut Tail,
 ) -> Result<(), Decoding> {
     // Decoders report bad data as io errors of these kinds; anything else is the file's I/O.
+    // Their messages may quote the data, so only the reason is kept.
     let classify = |reason: &'static str| {
         move |err: io::Error| match err.kind() {
             io::ErrorKind::InvalidData
             | io::ErrorKind::InvalidInput
-            | io::ErrorKind::UnexpectedEof => Decoding::Format(reason, err.to_string()),
+            | io::ErrorKind::UnexpectedEof => Decoding::Format(reason),
             _ => Decoding::Io(err),
         }
     };
     match compression {
         Compression::None => io::copy(&mut input, tail).map(drop).map_err(Decoding::Io),
-        Compression::Xz => lzma_rs::xz_decompress(&mut input, tail).map_err(|err| match err {
-            lzma_rs::error::Error::IoError(err) => classify("not a valid xz stream")(err),
-            err => Decoding::Format("not a valid xz stream", err.to_string()),
-        }),
+        Compression::Xz => decompress_xz(input, tail),
         Compression::Zstd => {
             let reason = "not a valid zstd stream";
-            let mut decoder = ruzstd::decoding::StreamingDecoder::new_with_max_window_size(
-                input,
-                MAX_ZSTD_WINDOW,
-            )
-            .map_err(|err| Decoding::Format(reason, err.to_string()))?;
+            let mut decoder =
+                ruzstd::decoding::StreamingDecoder::new_with_max_window_size(input, MAX_WINDOW)
+                    .map_err(|_| Decoding::Format(reason))?;
             io::copy(&mut decoder, tail)
                 .map(drop)
                 .map_err(classify(reason))
@@ -254,6 +348,48 @@ fn decompress(
                 .map(drop)
                 .map_err(classify("not a valid gzip stream"))
         }
+    }
+}
+
+/// Decodes one xz stream into `tail` (what follows it is ignored, as the kernel ignores it).
+fn decompress_xz(mut input: impl io::BufRead, tail: &mut Tail) -> Result<(), Decoding> {
+    let mut decoder = XzDecoder::in_heap_with_alloc_dict_size(0, MAX_WINDOW as usize);
+    let mut out = vec![0; READ_CHUNK];
+    loop {
+        let data = input.fill_buf().map_err(Decoding::Io)?;
+        if data.is_empty() {
+            return Err(Decoding::Format("not a valid xz stream: cut short"));
+        }
+        let (consumed, produced, end) = match decoder.decode(data, &mut out) {
+            Ok(XzNextBlockResult::NeedMoreData(consumed, produced)) => (consumed, produced, false),
+            Ok(XzNextBlockResult::EndOfStream(consumed, produced)) => (consumed, produced, true),
+            Err(err) => return Err(Decoding::Format(xz_refusal(&err))),
+        };
+        input.consume(consumed);
+        tail.write_all(&out[..produced]).map_err(Decoding::Io)?;
+        if end {
+            return Ok(());
+        }
+    }
+}
+
+/// The reason an xz stream is refused, without the values its error carries (checksums and
+/// sizes from the file).
+fn xz_refusal(err: &XzError) -> &'static str {
+    match err {
+        XzError::NeedsLargerInputBuffer => "not a valid xz stream: cut short",
+        XzError::DictionaryTooLarge(_) => "xz dictionary larger than 64 MiB",
+        XzError::UnsupportedStreamHeaderOption
+        | XzError::UnsupportedBlockHeaderOption
+        | XzError::UnsupportedLzmaProperties(_)
+        | XzError::UnsupportedCheckType(_)
+        | XzError::Sha256NotSupported => {
+            "xz stream with a check or filter other than CRC32, CRC64 and LZMA2"
+        }
+        XzError::ContentCrc32Mismatch(..) | XzError::ContentCrc64Mismatch(..) => {
+            "not a valid xz stream: the image does not match its check"
+        }
+        _ => "not a valid xz stream",
     }
 }
 
@@ -486,7 +622,7 @@ pub(crate) mod tests {
         SysDir::open(&root, "lib/modules/6.12.117+deb12-amd64").unwrap()
     }
 
-    fn signature_of(file: &str) -> Result<Signature, SysfsError> {
+    fn signature_of(file: &str) -> Result<Signature, ModuleFileError> {
         let cache = SignatureCache::default();
         cache
             .read(&fixture_modules(), &[file.to_string()])
@@ -567,7 +703,10 @@ pub(crate) mod tests {
             text.contains("lab_truncated.ko.xz") && text.contains("not a valid xz stream"),
             "{text}"
         );
-        assert!(signature_of("extra/absent.ko").unwrap_err().is_not_found());
+        assert!(matches!(
+            signature_of("extra/absent.ko"),
+            Err(ModuleFileError::Read(err)) if err.is_not_found()
+        ));
         let err = signature_of("modules.dep").unwrap_err().to_string();
         assert!(err.contains("not a module file"), "{err}");
     }
@@ -612,6 +751,134 @@ pub(crate) mod tests {
         let mut tail = Tail::new(2 << 20);
         assert!(decompress(Compression::Gzip, &gzip[..], &mut tail).is_ok());
         assert_eq!((tail.total, tail.end().len()), (1 << 20, TAIL_BYTES));
+    }
+
+    /// `image` compressed as `compression` by another library's encoder (xz: lzma-rs's, which
+    /// writes literals only).
+    pub(crate) fn compressed(compression: Compression, image: &[u8]) -> Vec<u8> {
+        match compression {
+            Compression::None => image.to_vec(),
+            Compression::Xz => {
+                let mut out = Vec::new();
+                lzma_rs::xz_compress(&mut &image[..], &mut out).unwrap();
+                out
+            }
+            Compression::Zstd => ruzstd::encoding::compress_to_vec(
+                image,
+                ruzstd::encoding::CompressionLevel::Fastest,
+            ),
+            Compression::Gzip => {
+                let mut gzip =
+                    flate2::write::GzEncoder::new(Vec::new(), flate2::Compression::fast());
+                gzip.write_all(image).unwrap();
+                gzip.finish().unwrap()
+            }
+        }
+    }
+
+    const COMPRESSED: [(Compression, &str); 3] = [
+        (Compression::Xz, "xz"),
+        (Compression::Zstd, "zst"),
+        (Compression::Gzip, "gz"),
+    ];
+
+    /// A cache with small limits, a directory of module files, and reads of them.
+    struct Scratch {
+        dir: tempfile::TempDir,
+        cache: SignatureCache,
+    }
+
+    impl Scratch {
+        fn new(image: u64, read: u64) -> Scratch {
+            Scratch {
+                dir: tempfile::tempdir().unwrap(),
+                cache: SignatureCache::with_limits(Limits { image, read }),
+            }
+        }
+
+        /// Writes `name` anew (a new inode, as package managers and DKMS do).
+        fn write(&self, name: &str, bytes: &[u8]) {
+            let path = self.dir.path().join(name);
+            let _ = std::fs::remove_file(&path);
+            std::fs::write(path, bytes).unwrap();
+        }
+
+        fn read(&self, files: &[&str]) -> Vec<Result<Signature, ModuleFileError>> {
+            let dir = SysDir::open(self.dir.path(), "").unwrap();
+            let files: Vec<String> = files.iter().map(|f| f.to_string()).collect();
+            self.cache.read(&dir, &files)
+        }
+    }
+
+    #[test]
+    fn a_refused_file_is_not_decoded_again_until_it_changes() {
+        for (compression, suffix) in COMPRESSED {
+            let scratch = Scratch::new(1 << 20, 8 << 20);
+            let file = format!("bomb.ko.{suffix}");
+            // Zeros twice the image limit: refused once 1 MiB is decoded.
+            scratch.write(&file, &compressed(compression, &vec![0; 2 << 20]));
+            for _ in 0..3 {
+                let err = scratch.read(&[&file]).remove(0).unwrap_err().to_string();
+                assert!(
+                    err.contains(&file) && err.contains("decompressed module larger than"),
+                    "{err}"
+                );
+                assert_eq!(scratch.cache.decoded_bytes(), 1 << 20, "{file}");
+            }
+            // A corrupt stream is refused once too.
+            let mut corrupt = compressed(compression, &[7; 4096]);
+            let middle = corrupt.len() / 2;
+            corrupt[middle] ^= 0x55;
+            corrupt.truncate(corrupt.len() - 3);
+            scratch.write(&file, &corrupt);
+            let first = scratch.read(&[&file]).remove(0).unwrap_err().to_string();
+            let decoded = scratch.cache.decoded_bytes();
+            let again = scratch.read(&[&file]).remove(0).unwrap_err().to_string();
+            assert_eq!((first, decoded), (again, scratch.cache.decoded_bytes()));
+            // Replaced by a module: decoded, and its verdict kept the same way.
+            let image = signed_image(b"\x30\x03\x02\x01\x01", |_| {});
+            scratch.write(&file, &compressed(compression, &image));
+            let verdict = Signature::Malformed("PKCS#7 element missing or of an unexpected type");
+            for _ in 0..2 {
+                assert_eq!(scratch.read(&[&file]).remove(0).unwrap(), verdict);
+                let expected = (1 << 20) + (decoded - (1 << 20)) + image.len() as u64;
+                assert_eq!(scratch.cache.decoded_bytes(), expected, "{file}");
+            }
+        }
+    }
+
+    #[test]
+    fn a_scrape_decodes_no_more_than_its_budget() {
+        // Three images of 600 KiB against 1 MiB a read: each read decodes what it can, those
+        // it cannot reach are deferred (neither refused nor cached), and every file is read
+        // by the third.
+        let scratch = Scratch::new(1 << 20, 1 << 20);
+        let image: Vec<u8> = (0..600 << 10).map(|i: u32| (i % 251) as u8).collect();
+        let files = ["a.ko.gz", "b.ko.zst", "c.ko.xz"];
+        for (file, (compression, _)) in files.iter().zip(COMPRESSED.iter().rev()) {
+            scratch.write(file, &compressed(*compression, &image));
+        }
+        let deferred = |read: &Result<Signature, ModuleFileError>| {
+            matches!(read, Err(ModuleFileError::Deferred { .. }))
+        };
+        let first = scratch.read(&files);
+        assert_eq!(first[0].as_ref().unwrap(), &Signature::Unsigned);
+        assert!(deferred(&first[1]) && deferred(&first[2]), "{first:?}");
+        assert_eq!(scratch.cache.decoded_bytes(), 1 << 20);
+        let mut second = scratch.read(&files);
+        assert_eq!(second[1].as_ref().unwrap(), &Signature::Unsigned);
+        assert!(deferred(&second[2]), "{second:?}");
+        // Counted as a timeout: decoding took this scrape's time.
+        let err = CollectError::from(second.remove(2).unwrap_err());
+        assert_eq!(err.kind, ErrorKind::Timeout);
+        assert!(err.cause.contains("c.ko.xz: deferred"), "{}", err.cause);
+        let third = scratch.read(&files);
+        assert!(third
+            .iter()
+            .all(|read| read.as_ref().unwrap() == &Signature::Unsigned));
+        // Each image whole once, and the starts the budget cut short: b's, then c's.
+        let decoded = 3 * image.len() as u64 + 2 * ((1 << 20) - image.len() as u64);
+        assert_eq!(scratch.cache.decoded_bytes(), decoded);
     }
 
     #[test]
