@@ -39,9 +39,11 @@ const TAIL_BYTES: usize = MAX_SIGNATURE_BYTES + MODULE_SIGNATURE_SIZE + SIGNATUR
 const MAX_COMPRESSED_BYTES: u64 = 128 << 20;
 /// Decompressed images are decoded up to this size, several times the largest module.
 const MAX_IMAGE_BYTES: u64 = 512 << 20;
-/// What one scrape decodes at most, all files together: about 2 s of xz. A file it does not
-/// reach is decoded at a later scrape, once the files before it are cached.
-const MAX_DECODED_PER_READ: u64 = MAX_IMAGE_BYTES;
+/// A scrape starts decoding a file only while it has decoded less than this, so that it
+/// decodes at most 576 MiB with the file it started last (about 2 s of xz). A file it does
+/// not reach is decoded at a later scrape, once the files before it are cached; a file it
+/// starts is decoded to its verdict, so that none is decoded twice.
+const DECODE_BUDGET_BYTES: u64 = 64 << 20;
 /// The most of an image a decoder keeps to decode the rest (xz's dictionary, zstd's window):
 /// 64 MiB, xz -9's dictionary. kbuild compresses modules with a 1 MiB one (`xz --check=crc32
 /// --lzma2=dict=1MiB`), xz's default is 8 MiB, zstd's levels a few MiB.
@@ -153,15 +155,15 @@ struct Refusal(&'static str);
 struct Limits {
     /// One image: past this, the file is refused.
     image: u64,
-    /// All the files decoded in one read: those left once it is spent wait for the next.
-    read: u64,
+    /// Files are started while a read has decoded less than this; the rest wait.
+    budget: u64,
 }
 
 impl Default for SignatureCache {
     fn default() -> Self {
         SignatureCache::with_limits(Limits {
             image: MAX_IMAGE_BYTES,
-            read: MAX_DECODED_PER_READ,
+            budget: DECODE_BUDGET_BYTES,
         })
     }
 }
@@ -172,8 +174,8 @@ pub enum ModuleFileError {
     #[error(transparent)]
     Read(#[from] SysfsError),
     /// This read's decoding budget went to the files before it: read at a later scrape.
-    #[error("decode {path}: deferred to the next scrape, {budget_mib} MiB of module images decoded in this one")]
-    Deferred { path: PathBuf, budget_mib: u64 },
+    #[error("decode {path}: deferred to the next scrape, {decoded_mib} MiB of module images decoded in this one")]
+    Deferred { path: PathBuf, decoded_mib: u64 },
 }
 
 impl From<ModuleFileError> for CollectError {
@@ -220,21 +222,20 @@ impl SignatureCache {
     pub fn read(&self, dir: &SysDir, files: &[String]) -> Vec<Result<Signature, ModuleFileError>> {
         let mut state = lock(&self.state);
         let mut kept = HashMap::new();
-        let mut budget = self.limits.read;
+        let mut decoded = 0;
         let signatures = files
             .iter()
             .map(|file| {
                 let path = dir.path(file);
                 let cached = state.files.remove(&path);
-                let before = budget;
-                let read = read_signature(dir, file, cached, self.limits.image, &mut budget);
-                state.decoded += before - budget;
-                let (identity, verdict) = read?;
+                let (identity, verdict) =
+                    read_signature(dir, file, cached, self.limits, &mut decoded)?;
                 kept.insert(path.clone(), (identity, verdict.clone()));
                 verdict.map_err(|Refusal(reason)| SysfsError::parse(&path, reason, "").into())
             })
             .collect();
         state.files = kept;
+        state.decoded += decoded;
         signatures
     }
 
@@ -245,14 +246,14 @@ impl SignatureCache {
 }
 
 /// The signature of module file `file`, a path below `dir`, read to the end of its image
-/// unless `cached` was read from the same file: at most `image` bytes decoded, and not more
-/// than `budget` holds (what it decodes is taken from it).
+/// unless `cached` was read from the same file; `decoded`: what this read has decoded so far,
+/// to which the file's decoding is added.
 fn read_signature(
     dir: &SysDir,
     file: &str,
     cached: Option<(FileIdentity, Verdict)>,
-    image: u64,
-    budget: &mut u64,
+    limits: Limits,
+    decoded: &mut u64,
 ) -> Result<(FileIdentity, Verdict), ModuleFileError> {
     let path = dir.path(file);
     let Some((compression, _)) = Compression::of(file) else {
@@ -284,21 +285,15 @@ fn read_signature(
         let refusal = Refusal("compressed module larger than 128 MiB");
         return Ok((identity, Err(refusal)));
     }
-    if *budget == 0 {
-        let budget_mib = MAX_DECODED_PER_READ >> 20;
-        return Err(ModuleFileError::Deferred { path, budget_mib });
+    if *decoded >= limits.budget {
+        let decoded_mib = *decoded >> 20;
+        return Err(ModuleFileError::Deferred { path, decoded_mib });
     }
-    // Within what is left of the budget; stopped by the budget short of the image limit, the
-    // file is not refused but deferred.
-    let mut tail = Tail::new(image.min(*budget));
+    let mut tail = Tail::new(limits.image);
     let input = BufReader::with_capacity(READ_CHUNK, opened.take(MAX_COMPRESSED_BYTES));
     let decoding = decompress(compression, input, &mut tail);
-    *budget -= tail.total.min(tail.limit);
+    *decoded += tail.total.min(tail.limit);
     let verdict = match decoding {
-        _ if tail.overflowed && tail.limit < image => {
-            let budget_mib = MAX_DECODED_PER_READ >> 20;
-            return Err(ModuleFileError::Deferred { path, budget_mib });
-        }
         _ if tail.overflowed => Err(Refusal("decompressed module larger than 512 MiB")),
         Ok(()) => Ok(parse_appended_signature(tail.end())),
         Err(Decoding::Io(source)) => return Err(io_error(source).into()),
@@ -789,10 +784,10 @@ pub(crate) mod tests {
     }
 
     impl Scratch {
-        fn new(image: u64, read: u64) -> Scratch {
+        fn new(image: u64, budget: u64) -> Scratch {
             Scratch {
                 dir: tempfile::tempdir().unwrap(),
-                cache: SignatureCache::with_limits(Limits { image, read }),
+                cache: SignatureCache::with_limits(Limits { image, budget }),
             }
         }
 
@@ -848,37 +843,37 @@ pub(crate) mod tests {
     }
 
     #[test]
-    fn a_scrape_decodes_no_more_than_its_budget() {
-        // Three images of 600 KiB against 1 MiB a read: each read decodes what it can, those
-        // it cannot reach are deferred (neither refused nor cached), and every file is read
-        // by the third.
+    fn a_scrape_starts_no_file_past_its_budget() {
+        // Four images of 600 KiB, files started while less than 1 MiB is decoded: a read
+        // decodes two, the others are deferred (neither refused nor cached) to the next, and
+        // no image is decoded twice.
         let scratch = Scratch::new(1 << 20, 1 << 20);
         let image: Vec<u8> = (0..600 << 10).map(|i: u32| (i % 251) as u8).collect();
-        let files = ["a.ko.gz", "b.ko.zst", "c.ko.xz"];
-        for (file, (compression, _)) in files.iter().zip(COMPRESSED.iter().rev()) {
-            scratch.write(file, &compressed(*compression, &image));
+        let files = ["a.ko.gz", "b.ko.zst", "c.ko.xz", "d.ko.gz"];
+        let compressions = [
+            Compression::Gzip,
+            Compression::Zstd,
+            Compression::Xz,
+            Compression::Gzip,
+        ];
+        for (file, compression) in files.iter().zip(compressions) {
+            scratch.write(file, &compressed(compression, &image));
         }
-        let deferred = |read: &Result<Signature, ModuleFileError>| {
-            matches!(read, Err(ModuleFileError::Deferred { .. }))
-        };
-        let first = scratch.read(&files);
-        assert_eq!(first[0].as_ref().unwrap(), &Signature::Unsigned);
-        assert!(deferred(&first[1]) && deferred(&first[2]), "{first:?}");
-        assert_eq!(scratch.cache.decoded_bytes(), 1 << 20);
-        let mut second = scratch.read(&files);
-        assert_eq!(second[1].as_ref().unwrap(), &Signature::Unsigned);
-        assert!(deferred(&second[2]), "{second:?}");
+        let unsigned =
+            |read: &Result<Signature, ModuleFileError>| matches!(read, Ok(Signature::Unsigned));
+        let mut first = scratch.read(&files);
+        assert!(first[..2].iter().all(unsigned), "{first:?}");
+        assert_eq!(scratch.cache.decoded_bytes(), 2 * image.len() as u64);
         // Counted as a timeout: decoding took this scrape's time.
-        let err = CollectError::from(second.remove(2).unwrap_err());
-        assert_eq!(err.kind, ErrorKind::Timeout);
-        assert!(err.cause.contains("c.ko.xz: deferred"), "{}", err.cause);
-        let third = scratch.read(&files);
-        assert!(third
-            .iter()
-            .all(|read| read.as_ref().unwrap() == &Signature::Unsigned));
-        // Each image whole once, and the starts the budget cut short: b's, then c's.
-        let decoded = 3 * image.len() as u64 + 2 * ((1 << 20) - image.len() as u64);
-        assert_eq!(scratch.cache.decoded_bytes(), decoded);
+        for (read, file) in first.drain(2..).zip(["c.ko.xz", "d.ko.gz"]) {
+            let err = CollectError::from(read.unwrap_err());
+            assert_eq!(err.kind, ErrorKind::Timeout);
+            let cause = format!("{file}: deferred to the next scrape, 1 MiB of module images");
+            assert!(err.cause.contains(&cause), "{}", err.cause);
+        }
+        let second = scratch.read(&files);
+        assert!(second.iter().all(unsigned), "{second:?}");
+        assert_eq!(scratch.cache.decoded_bytes(), 4 * image.len() as u64);
     }
 
     #[test]
