@@ -842,6 +842,31 @@ pub(crate) mod tests {
         }
     }
 
+    /// A file of `tests/fixtures/module_bombs` (module_bombs.sh says how each was made).
+    pub(crate) fn bomb_fixture(name: &str) -> Vec<u8> {
+        let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("../tests/fixtures/module_bombs");
+        std::fs::read(dir.join(name)).unwrap()
+    }
+
+    #[test]
+    fn xz_as_distributions_write_it_and_a_dictionary_past_the_limit() {
+        let scratch = Scratch::new(MAX_IMAGE_BYTES, DECODE_BUDGET_BYTES);
+        // xz's defaults (CRC64, 8 MiB dictionary) rather than kbuild's.
+        scratch.write("crc64.ko.xz", &bomb_fixture("unsigned_crc64.ko.xz"));
+        // The same module, its block header asking for a 128 MiB dictionary: refused before
+        // any is allocated or decoded.
+        scratch.write("dict.ko.xz", &bomb_fixture("dict_128m.ko.xz"));
+        let [crc64, dict] =
+            <[_; 2]>::try_from(scratch.read(&["crc64.ko.xz", "dict.ko.xz"])).unwrap();
+        assert_eq!(crc64.unwrap(), Signature::Unsigned);
+        let err = dict.unwrap_err().to_string();
+        assert!(
+            err.contains("dict.ko.xz: xz dictionary larger than 64 MiB"),
+            "{err}"
+        );
+        assert_eq!(scratch.cache.decoded_bytes(), 14320);
+    }
+
     #[test]
     fn a_scrape_starts_no_file_past_its_budget() {
         // Four images of 600 KiB, files started while less than 1 MiB is decoded: a read
@@ -1074,11 +1099,12 @@ pub(crate) mod tests {
 
 #[cfg(test)]
 mod proptests {
-    use super::tests::{der, name, pkcs7};
+    use super::tests::{bomb_fixture, compressed, der, fixture_modules, name, pkcs7};
     use super::*;
-    use crate::test_strategies::bytes;
+    use crate::test_strategies::{binary, bytes};
     use proptest::collection::vec;
     use proptest::prelude::*;
+    use proptest::sample::Index;
 
     const TRAILER_TOKENS: &[&str] = &[
         "~Module signature appended~\n",
@@ -1111,7 +1137,72 @@ mod proptests {
         }
     }
 
+    /// A module image: arbitrary bytes, or runs and repeats that compress well.
+    fn image() -> impl Strategy<Value = Vec<u8>> {
+        prop_oneof![
+            vec(any::<u8>(), 0..4096),
+            (any::<u8>(), 1..300_000usize).prop_map(|(byte, len)| vec![byte; len]),
+            (vec(any::<u8>(), 1..64), 1..2000usize).prop_map(|(piece, n)| piece.repeat(n)),
+        ]
+    }
+
+    /// The last bytes of `image`, as a tail keeps them.
+    fn end_of(image: &[u8]) -> &[u8] {
+        &image[image.len().saturating_sub(TAIL_BYTES)..]
+    }
+
+    /// `stream` decoded by lzma-rs, the reference: the image, or whether it was refused.
+    fn reference_xz(stream: &[u8]) -> Option<Vec<u8>> {
+        let mut image = Vec::new();
+        lzma_rs::xz_decompress(&mut &stream[..], &mut image).ok()?;
+        Some(image)
+    }
+
     proptest! {
+        #[test]
+        fn written_streams_decode_to_their_image(
+            image in image(),
+            compression in prop::sample::select(&[Compression::Xz, Compression::Zstd, Compression::Gzip][..]),
+        ) {
+            let stream = compressed(compression, &image);
+            let mut tail = Tail::new(1 << 20);
+            prop_assert!(decompress(compression, &stream[..], &mut tail).is_ok());
+            prop_assert_eq!(tail.total, image.len() as u64);
+            prop_assert_eq!(tail.end(), end_of(&image));
+        }
+
+        /// A real xz stream (xz-utils' encoder, CRC64 and CRC32) or a written one, damaged:
+        /// refused, or read as lzma-rs reads it. Never read where lzma-rs refuses; refused
+        /// sometimes where it reads, as xz-utils refuses (a range coder that does not end
+        /// clean: the image checks out, the stream is corrupt).
+        #[test]
+        fn damaged_xz_streams_are_refused_or_read_as_the_reference_reads_them(
+            stream in prop_oneof![
+                Just(bomb_fixture("unsigned_crc64.ko.xz")),
+                Just(std::fs::read(fixture_modules().path("updates/dkms/lab_mok.ko.xz")).unwrap()),
+                image().prop_map(|image| compressed(Compression::Xz, &image)),
+            ],
+            at in any::<Index>(),
+            flip in 1..=255u8,
+            cut in any::<bool>(),
+        ) {
+            let mut stream = stream;
+            let at = at.index(stream.len());
+            if cut {
+                stream.truncate(at);
+            } else {
+                stream[at] ^= flip;
+            }
+            let mut tail = Tail::new(1 << 20);
+            let ours = decompress(Compression::Xz, &stream[..], &mut tail);
+            if ours.is_ok() {
+                let Some(image) = reference_xz(&stream) else {
+                    return Err(TestCaseError::fail("read a stream the reference refuses"));
+                };
+                prop_assert_eq!(tail.end(), end_of(&image));
+            }
+        }
+
         #[test]
         fn any_module_end_gives_a_verdict(data in bytes(TRAILER_TOKENS)) {
             if let Signature::Signed(signers) = parse_appended_signature(&data) {
@@ -1133,7 +1224,16 @@ mod proptests {
 
         #[test]
         fn any_compressed_input_is_decoded_or_refused(
-            data in bytes(&["\u{fd}7zXZ\0", "\x28\u{b5}\x2f\u{fd}", "\x1f\u{8b}\x08", "\0"]),
+            // Magic numbers, and an xz stream header and block header that pass their CRCs
+            // (kbuild's: CRC32, a 1 MiB dictionary).
+            data in binary(&[
+                b"\xfd7zXZ\0",
+                b"\x28\xb5\x2f\xfd",
+                b"\x1f\x8b\x08",
+                b"\0",
+                b"\xfd7zXZ\0\0\x01\x69\x22\xde\x36",
+                b"\x02\0\x21\x01\x10\0\0\0\xa8\x70\x8e\x86",
+            ]),
             compression in prop::sample::select(&[Compression::Xz, Compression::Zstd, Compression::Gzip][..]),
         ) {
             let mut tail = Tail::new(1 << 20);
