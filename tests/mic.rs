@@ -287,11 +287,11 @@ fn bad_input_is_reported_and_the_rest_exported() {
     assert_eq!(error_count(&fourth, "not_regular_file"), 4.0);
     assert_eq!(error_count(&fourth, "io"), 4.0);
     for cause in [
-        "mic1/state: unknown state: \\\"sleeping\\\"",
+        "mic1/state: unknown state (8 bytes)",
         "mic1/boot_count: not an unsigned integer",
         "mic1/flashversion: not a hex build number",
         "mic1/post_code: not a regular file",
-        "mic1/temp: expected unsigned numbers: \\\"banana\\\"",
+        "mic1/temp: expected unsigned numbers (6 bytes)",
         "mic1/temp: status not 0-3",
         "mic1/temp: fewer lines than the driver prints",
         "mic1/power: fewer lines than the driver prints",
@@ -302,6 +302,12 @@ fn bad_input_is_reported_and_the_rest_exported() {
         let log = exporter.log_with(cause);
         assert_eq!(log.matches(cause).count(), 1, "{cause:?} in log:\n{log}");
     }
+    // Named and counted, never quoted.
+    let log = exporter.log();
+    assert!(
+        !log.contains("sleeping") && !log.contains("banana"),
+        "{log}"
+    );
 }
 
 /// The fake libmicmgmt, compiled into a temporary directory readable by everyone.

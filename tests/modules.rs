@@ -334,7 +334,7 @@ fn broken_input_is_reported_and_the_rest_exported() {
     }
     for cause in [
         "tainted: not an unsigned integer",
-        "Sleeping",
+        "modules: expected 'name size refcount deps state address [(taints)]'",
         "lockdown: expected modes with one in [brackets]",
         "sig_enforce: expected Y or N",
         "expected 4 attribute bytes and a 0 or 1",
@@ -344,6 +344,11 @@ fn broken_input_is_reported_and_the_rest_exported() {
         // The log is read on a thread of its own, which may lag behind the scrape.
         let log = exporter.log_with(cause);
         assert_eq!(log.matches(cause).count(), 1, "{cause:?} in log:\n{log}");
+    }
+    // Named and counted, never quoted.
+    let log = exporter.log();
+    for content in ["lots", "Sleeping", "maybe", "../../etc"] {
+        assert!(!log.contains(content), "{content:?} in log:\n{log}");
     }
 }
 

@@ -293,7 +293,8 @@ fn repeated_alias_name_without_device_type_is_refused() {
             "hpcnode_collector_errors_total{collector=\"pci\",kind=\"parse\"} 1",
         ],
     );
-    let cause = "[pci] alias (line 7): alias";
+    // The alias is named by where it is: its name is the file's text.
+    let cause = "[pci] alias (line 7): the alias on line 6 has this name too";
     let log = exporter.log_with(cause);
     assert_eq!(log.matches(cause).count(), 1, "{log}");
 }
@@ -842,4 +843,124 @@ fn holders_the_exporter_may_not_see_are_counted_not_guessed() {
     let log = exporter.log_with("vfio holders");
     assert_eq!(log.matches("vfio holders").count(), 1, "{log}");
     assert!(log.contains("CAP_SYS_PTRACE"), "{log}");
+}
+
+/// The Nova config files of the nova tests below, in a directory of their own; `flag` is the
+/// `--collector.pci.nova-config` of `nova.conf` in it.
+struct NovaConf {
+    dir: tempfile::TempDir,
+}
+
+impl NovaConf {
+    fn new(text: &str) -> NovaConf {
+        let conf = NovaConf {
+            dir: tempfile::tempdir().unwrap(),
+        };
+        std::fs::write(conf.path(), text).unwrap();
+        conf
+    }
+
+    fn path(&self) -> std::path::PathBuf {
+        self.dir.path().join("nova.conf")
+    }
+
+    fn flag(&self) -> String {
+        format!("--collector.pci.nova-config={}", self.path().display())
+    }
+}
+
+/// A nova.conf over the size limit is refused by its name and the reason: none of its bytes
+/// (there, the RabbitMQ transport URL with its password) reach the log or the metrics.
+#[test]
+fn an_oversized_nova_config_is_refused_without_its_content() {
+    let mut text = String::from("[DEFAULT]\ntransport_url = rabbit://nova:SECRET-7f3a@mq:5672/\n");
+    while text.len() <= 4 << 20 {
+        text.push_str("# the options and their help, as nova.conf.sample has them\n");
+    }
+    let conf = NovaConf::new(&text);
+    let exporter = start("pci_host", &[&conf.flag()]);
+    let text = scrape(&exporter);
+    let path = conf.path().display().to_string();
+    assert_lines(
+        &text,
+        &[
+            &format!("hpcnode_nova_config_valid{{path=\"{path}\"}} 0"),
+            &format!("hpcnode_nova_config_errors{{path=\"{path}\",reason=\"unreadable\"}} 1"),
+        ],
+    );
+    let log = exporter.log_with("longer than");
+    let refused = log.lines().find(|line| line.contains("longer than"));
+    assert!(refused.is_some_and(|line| line.contains(&path)), "{log}");
+    assert!(
+        !log.contains("SECRET-7f3a") && !text.contains("SECRET-7f3a"),
+        "{log}"
+    );
+}
+
+/// 262144 invalid device_spec lines (under the size limit): the first values are checked and
+/// each reported, the rest counted in one error, so that a scrape's work (the values parsed
+/// and reported), its memory and its log stay bounded whatever the file holds.
+#[test]
+fn a_nova_config_of_many_invalid_device_specs_is_bounded() {
+    const LINES: usize = 262_144;
+    let mut text = String::from("[pci]\ndevice_spec = {\"vendor_id\": \"MARK-7f3a\"}\n");
+    text.push_str(&"device_spec=ZZ\n".repeat(LINES - 1));
+    let conf = NovaConf::new(&text);
+    let exporter = start("pci_host", &[&conf.flag()]);
+    let before = exporter.status_field("VmHWM");
+    let text = scrape(&exporter);
+    scrape(&exporter);
+    let grown_kib = exporter.status_field("VmHWM").saturating_sub(before);
+    let path = conf.path().display().to_string();
+    assert_lines(
+        &text,
+        &[
+            &format!(
+                "hpcnode_nova_config_errors{{path=\"{path}\",reason=\"invalid_device_spec\"}} 256"
+            ),
+            &format!("hpcnode_nova_config_errors{{path=\"{path}\",reason=\"too_many_values\"}} 1"),
+            "hpcnode_scrape_collector_success{collector=\"pci\"} 1",
+        ],
+    );
+    let ignored = format!(
+        "[pci] device_spec (line 258): {} device specs past the first 256, ignored",
+        LINES - 256
+    );
+    let log = exporter.log_with(&ignored);
+    assert!(log.contains(&ignored), "{log}");
+    let nova_lines = log.lines().filter(|l| l.contains("nova config")).count();
+    assert!(nova_lines <= 257, "{nova_lines} log lines");
+    assert!(!log.contains("MARK-7f3a"), "{log}");
+    // The file (4 MB) is read whole; its lines are not all kept (today's main: over 100 MB).
+    assert!(grown_kib < 32 << 10, "peak RSS grew by {grown_kib} KiB");
+}
+
+/// A Nova config is parsed (its regular expressions compiled) once per version of the file:
+/// while its stamp (device, inode, size, modification time) stays the same, what was parsed
+/// is what counts, even if the bytes were changed behind the stamp's back; a new stamp is
+/// parsed again.
+#[test]
+fn an_unchanged_nova_config_is_parsed_once() {
+    let spec = |bus: &str| {
+        format!("[pci]\ndevice_spec = {{\"address\": {{\"bus\": \"{bus}\", \"slot\": \"00\"}}}}\n")
+    };
+    let conf = NovaConf::new(&spec("3b"));
+    let exporter = start("pci_host", &[&conf.flag()]);
+    let path = conf.path().display().to_string();
+    let matching = |bus: &str, count: usize| {
+        format!("hpcnode_nova_device_spec_matching_devices{{path=\"{path}\",option=\"device_spec\",spec=\"{{\\\"address\\\":{{\\\"bus\\\":\\\"{bus}\\\",\\\"slot\\\":\\\"00\\\"}}}}\"}} {count}")
+    };
+    assert_lines(&scrape(&exporter), &[&matching("3b", 1)]);
+    // Rewritten in place (the same inode and size) and its modification time put back.
+    let modified = std::fs::metadata(conf.path()).unwrap().modified().unwrap();
+    let file = std::fs::OpenOptions::new()
+        .write(true)
+        .open(conf.path())
+        .unwrap();
+    std::os::unix::fs::FileExt::write_all_at(&file, spec("ff").as_bytes(), 0).unwrap();
+    file.set_modified(modified).unwrap();
+    assert_lines(&scrape(&exporter), &[&matching("3b", 1)]);
+    file.set_modified(modified + std::time::Duration::from_secs(1))
+        .unwrap();
+    assert_lines(&scrape(&exporter), &[&matching("ff", 0)]);
 }

@@ -15,6 +15,7 @@ use hpcnode_exporter::collectors::verbs::auth::Transcript;
 use hpcnode_exporter::collectors::verbs::engine::Endpoint;
 use hpcnode_exporter::collectors::verbs::ffi::ABI_LAYOUT;
 use hpcnode_exporter::collectors::verbs::oob::{decode, Message, VERSION};
+use hpcnode_exporter::collectors::verbs::peer::MAX_HANDSHAKES;
 use util::{Exporter, BINARY};
 
 /// Exporter flags that load the real library.
@@ -161,12 +162,17 @@ fn real_library_loads_and_each_failure_is_counted() {
     assert!(log.contains("result=port_not_active"), "{log}");
 }
 
-#[test]
-fn unreachable_peer_is_counted() {
-    let closed = TcpListener::bind("127.0.0.1:0")
+/// A loopback address nothing listens on.
+fn closed_address() -> std::net::SocketAddr {
+    TcpListener::bind("127.0.0.1:0")
         .unwrap()
         .local_addr()
-        .unwrap();
+        .unwrap()
+}
+
+#[test]
+fn unreachable_peer_is_counted() {
+    let closed = closed_address();
     let peer = format!("--probe.verbs.peer={closed}");
     let exporter = Exporter::start(&[
         "--collector.disable-defaults",
@@ -218,13 +224,8 @@ fn hello() -> Vec<u8> {
 fn prove(stream: &mut TcpStream, token: &[u8]) -> Vec<u8> {
     let hello = hello();
     stream.write_all(&hello).unwrap();
-    let mut challenge = [0u8; 8 + 32];
-    stream
-        .set_read_timeout(Some(Duration::from_secs(10)))
-        .unwrap();
-    stream.read_exact(&mut challenge).unwrap();
-    let Ok((Message::Challenge { nonce }, _)) = decode(&challenge) else {
-        panic!("no challenge: {challenge:?}");
+    let Message::Challenge { nonce } = read_frame(stream) else {
+        panic!("no challenge");
     };
     let proof = Message::Proof {
         proof: Transcript::new(&[0x5a; 32], &nonce, &CLIENT, 10).client_proof(token),
@@ -232,6 +233,22 @@ fn prove(stream: &mut TcpStream, token: &[u8]) -> Vec<u8> {
     .encode();
     stream.write_all(&proof).unwrap();
     [hello, proof].concat()
+}
+
+/// The next frame from the responder (a reject in place of a challenge is named).
+fn read_frame(stream: &mut TcpStream) -> Message {
+    stream
+        .set_read_timeout(Some(Duration::from_secs(10)))
+        .unwrap();
+    let mut frame = vec![0u8; 8];
+    stream.read_exact(&mut frame).unwrap();
+    frame.resize(8 + usize::from(u16::from_be_bytes([frame[6], frame[7]])), 0);
+    stream.read_exact(&mut frame[8..]).unwrap();
+    match decode(&frame) {
+        Ok((Message::Reject { reason }, _)) => panic!("rejected: {}", reason.as_str()),
+        Ok((message, _)) => message,
+        Err(err) => panic!("{err}: {frame:?}"),
+    }
 }
 
 /// What the responder sends before closing (nothing, for a peer it drops). A reset (it closed
@@ -269,18 +286,22 @@ fn sessions(result: &str, count: u32) -> String {
 /// An exporter whose responder listens on a free loopback port for `allow`, with `extra` flags;
 /// returned with that port's address once the responder answers.
 fn responder(allow: &str, extra: &[&str]) -> (Exporter, String) {
+    responder_loading(&real_library(), allow, extra)
+}
+
+/// As [`responder`], loading `library` (a `--probe.verbs.library` flag).
+fn responder_loading(library: &str, allow: &str, extra: &[&str]) -> (Exporter, String) {
     let address = format!("127.0.0.1:{}", free_port());
-    let (listen, allow, library, sysfs) = (
+    let (listen, allow, sysfs) = (
         format!("--probe.verbs.listen={address}"),
         format!("--probe.verbs.allow={allow}"),
-        real_library(),
         edge_sysfs(),
     );
     let mut args = vec![
         "--collector.disable-defaults",
         "--collector.verbs",
         "--probe.verbs.device=rxe0",
-        &library,
+        library,
         &listen,
         &allow,
         &sysfs,
@@ -291,28 +312,47 @@ fn responder(allow: &str, extra: &[&str]) -> (Exporter, String) {
     (exporter, address)
 }
 
-#[test]
-fn hostile_peers_cost_a_counted_failure_and_nothing_else() {
+/// The responder's connection threads, by name (the kernel keeps 15 characters of
+/// "hpcnode-verbs-responder").
+fn responder_threads(exporter: &Exporter) -> usize {
+    std::fs::read_dir(format!("/proc/{}/task", exporter.pid()))
+        .unwrap()
+        .filter_map(|task| std::fs::read_to_string(task.ok()?.path().join("comm")).ok())
+        .filter(|name| name.trim() == "hpcnode-verbs-r")
+        .count()
+}
+
+/// A responder for 127.0.0.0/8 whose token is `right-token`, with a 1 s step timeout; the
+/// token file's directory is returned with it, to live as long.
+fn responder_with_token() -> (tempfile::TempDir, Exporter, String) {
     let dir = tempfile::tempdir().unwrap();
     let token = format!(
         "--probe.verbs.token-file={}",
         token_file(dir.path(), "right-token\n").display()
     );
     let (exporter, address) = responder("127.0.0.0/8", &[&token, "--probe.verbs.timeout=1s"]);
-    // Session threads by name (the kernel keeps 15 characters of "hpcnode-verbs-responder").
-    let session_threads = || {
-        std::fs::read_dir(format!("/proc/{}/task", exporter.pid()))
-            .unwrap()
-            .filter_map(|task| std::fs::read_to_string(task.unwrap().path().join("comm")).ok())
-            .filter(|name| name.trim() == "hpcnode-verbs-r")
-            .count()
-    };
-    let open_files = || {
-        std::fs::read_dir(format!("/proc/{}/fd", exporter.pid()))
-            .unwrap()
-            .count()
-    };
-    let files = open_files();
+    (dir, exporter, address)
+}
+
+/// Waits (bounded) until the responder's connections left no thread, and no file descriptor
+/// above the `files` it had before them.
+fn await_nothing_left_behind(exporter: &Exporter, files: usize) {
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while responder_threads(exporter) > 0 || exporter.open_files() > files {
+        assert!(
+            Instant::now() < deadline,
+            "connections left threads ({}) or files ({} > {files}) behind",
+            responder_threads(exporter),
+            exporter.open_files()
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}
+
+#[test]
+fn hostile_peers_cost_a_counted_failure_and_nothing_else() {
+    let (_token, exporter, address) = responder_with_token();
+    let files = exporter.open_files();
     let connect = || TcpStream::connect(&address).unwrap();
 
     // Garbage: rejected at the header, connection closed.
@@ -335,24 +375,11 @@ fn hostile_peers_cost_a_counted_failure_and_nothing_else() {
     assert_eq!(reply(wrong), reject(1));
     wait_for(&exporter, &sessions("bad_token", 1));
 
-    // One session at a time: a silent session holds the responder, the next is turned away.
-    // The first is being served (its session thread runs, not the last one's) before the
-    // second arrives.
-    let await_sessions = |count: usize| {
-        let deadline = Instant::now() + Duration::from_secs(10);
-        while session_threads() != count {
-            assert!(Instant::now() < deadline, "never {count} session threads");
-            std::thread::sleep(Duration::from_millis(10));
-        }
-    };
-    await_sessions(0);
+    // Silence: the connection holds nothing, and is closed at the handshake deadline.
     let silent = connect();
-    await_sessions(1);
-    let mut second = connect();
-    second.write_all(&hello()).unwrap();
-    assert_eq!(reply(second), reject(2));
+    let started = Instant::now();
     assert_eq!(reply(silent), b"");
-    wait_for(&exporter, &sessions("busy", 1));
+    assert!(started.elapsed() < Duration::from_secs(5));
     wait_for(&exporter, &sessions("timeout", 2));
 
     // The right token: the responder tries its device, which this machine lacks, and says so.
@@ -364,16 +391,7 @@ fn hostile_peers_cost_a_counted_failure_and_nothing_else() {
 
     // Still serving, with no thread or file descriptor left behind by any session.
     assert!(text.contains("hpcnode_scrape_collector_success{collector=\"verbs\"} 1"));
-    let deadline = Instant::now() + Duration::from_secs(10);
-    while session_threads() > 0 || open_files() > files {
-        assert!(
-            Instant::now() < deadline,
-            "sessions left threads ({}) or files ({} > {files}) behind",
-            session_threads(),
-            open_files()
-        );
-        std::thread::sleep(Duration::from_millis(50));
-    }
+    await_nothing_left_behind(&exporter, files);
     let log = exporter.log();
     assert!(log.contains("result=bad_token"), "{log}");
 }
@@ -383,12 +401,7 @@ fn hostile_peers_cost_a_counted_failure_and_nothing_else() {
 /// proof worthless.
 #[test]
 fn a_replayed_session_is_rejected() {
-    let dir = tempfile::tempdir().unwrap();
-    let token = format!(
-        "--probe.verbs.token-file={}",
-        token_file(dir.path(), "right-token\n").display()
-    );
-    let (exporter, address) = responder("127.0.0.0/8", &[&token, "--probe.verbs.timeout=1s"]);
+    let (_token, exporter, address) = responder_with_token();
     let mut recorded = TcpStream::connect(&address).unwrap();
     let sent = prove(&mut recorded, b"right-token");
     // Accepted: the responder went on to its device, which this machine lacks.
@@ -579,45 +592,106 @@ fn a_busy_port_is_skipped() {
     );
 }
 
-/// A connection whose session holds the responder's port and says nothing: one that arrives
-/// while a scheduled probe runs there is refused as busy (a reply at once), and is made again.
-fn session_holding_the_port(address: &str) -> TcpStream {
+/// The stand-in libibverbs whose device list waits at a gate
+/// (`tests/support/gated_libibverbs.c`), built into a directory of its own.
+struct GatedLibrary {
+    dir: tempfile::TempDir,
+}
+
+impl GatedLibrary {
+    fn build() -> GatedLibrary {
+        let dir = tempfile::tempdir().unwrap();
+        let gate = format!("-DGATE=\"{}\"", dir.path().join("gate").display());
+        let output = Command::new("gcc")
+            .args(["-shared", "-fPIC", "-Wall", "-Werror", &gate, "-o"])
+            .arg(dir.path().join("libibverbs.so.1"))
+            .arg(util::tests_dir().join("support/gated_libibverbs.c"))
+            .output()
+            .expect("gcc is required for this test");
+        assert!(
+            output.status.success(),
+            "{}",
+            String::from_utf8_lossy(&output.stderr)
+        );
+        GatedLibrary { dir }
+    }
+
+    fn flag(&self) -> String {
+        let library = self.dir.path().join("libibverbs.so.1");
+        format!("--probe.verbs.library={}", library.display())
+    }
+
+    /// From now on a session that opens its device waits, holding the port.
+    fn close(&self) {
+        std::fs::write(self.dir.path().join("gate"), "").unwrap();
+    }
+
+    /// Lets the waiting session go on (to find no device).
+    fn open(&self) {
+        std::fs::remove_file(self.dir.path().join("gate")).unwrap();
+    }
+
+    /// Whether a session waits at the closed gate.
+    fn held(&self) -> bool {
+        self.dir.path().join("gate.held").exists()
+    }
+}
+
+/// A session that proved the (empty) token and now holds the responder's port, waiting at the
+/// closed gate. One that comes while a scheduled probe runs there is refused as busy (a reply
+/// at once), and is made again.
+fn session_holding_the_port(address: &str, library: &GatedLibrary) -> TcpStream {
     for _ in 0..20 {
-        let stream = TcpStream::connect(address).unwrap();
+        let mut stream = TcpStream::connect(address).unwrap();
+        prove(&mut stream, b"");
         stream
-            .set_read_timeout(Some(Duration::from_millis(500)))
+            .set_read_timeout(Some(Duration::from_millis(10)))
             .unwrap();
-        match stream.peek(&mut [0; 1]) {
-            Err(err) if matches!(err.kind(), ErrorKind::WouldBlock | ErrorKind::TimedOut) => {
-                return stream;
+        let deadline = Instant::now() + Duration::from_secs(10);
+        while !library.held() {
+            match stream.peek(&mut [0; 1]) {
+                Err(err) if matches!(err.kind(), ErrorKind::WouldBlock | ErrorKind::TimedOut) => {
+                    assert!(Instant::now() < deadline, "no session reached the gate");
+                }
+                _ => break,
             }
-            _ => std::thread::sleep(Duration::from_millis(100)),
         }
+        if library.held() {
+            return stream;
+        }
+        std::thread::sleep(Duration::from_millis(100));
     }
     panic!("every session was refused");
 }
 
 /// While a responder session holds the port, the scheduler does not probe it: skipped as
-/// port_in_use, and probed again once the session ends.
+/// port_in_use, and probed again once the session ends. The scheduled probe is against a closed
+/// peer, so that it fails before it opens the device (and never waits at the gate itself).
 #[test]
 fn a_scheduled_probe_waits_for_a_responder_session_on_its_port() {
-    let (exporter, address) = responder(
+    let library = GatedLibrary::build();
+    let closed = closed_address();
+    let peer = format!("--probe.verbs.peer={closed}");
+    let (exporter, address) = responder_loading(
+        &library.flag(),
         "127.0.0.0/8",
-        &["--probe.verbs.interval=1s", "--probe.verbs.timeout=4s"],
+        &["--probe.verbs.interval=1s", &peer],
     );
-    let silent = session_holding_the_port(&address);
-    let labels = r#"device="rxe0",port="1",mode="loopback",peer="""#;
+    library.close();
+    let held = session_holding_the_port(&address, &library);
+    let labels = format!(r#"device="rxe0",port="1",mode="peer",peer="{closed}""#);
     wait_for(
         &exporter,
         &format!("hpcnode_verbs_probe_skipped_total{{{labels},reason=\"port_in_use\"}} 2"),
     );
-    assert_eq!(reply(silent), b"");
-    wait_for(&exporter, &sessions("timeout", 1));
+    library.open();
+    assert_eq!(reply(held), reject(4));
+    wait_for(&exporter, &sessions("error", 1));
     let runs = |text: &str| {
         text.lines()
             .find(|line| {
                 line.starts_with(&format!(
-                    "hpcnode_verbs_probe_runs_total{{{labels},result=\"error\"}}"
+                    "hpcnode_verbs_probe_runs_total{{{labels},result=\"peer_unreachable\"}}"
                 ))
             })
             .and_then(|line| line.rsplit(' ').next()?.parse::<u64>().ok())
@@ -629,6 +703,101 @@ fn a_scheduled_probe_waits_for_a_responder_session_on_its_port() {
         assert!(Instant::now() < deadline, "no run after the session ended");
         std::thread::sleep(Duration::from_millis(100));
     }
+}
+
+/// A peer that proves the token while a session holds the port is told busy, after its proof:
+/// a connection is not refused as busy before it proved the token. The session that held the
+/// port goes on once its device answers.
+#[test]
+fn a_peer_with_the_token_is_told_busy_while_a_session_runs() {
+    let library = GatedLibrary::build();
+    let (exporter, address) = responder_loading(&library.flag(), "127.0.0.0/8", &[]);
+    library.close();
+    let held = session_holding_the_port(&address, &library);
+    let mut second = TcpStream::connect(&address).unwrap();
+    prove(&mut second, b"");
+    assert_eq!(reply(second), reject(2));
+    wait_for(&exporter, &sessions("busy", 1));
+    library.open();
+    assert_eq!(reply(held), reject(4));
+    let text = wait_for(&exporter, &sessions("error", 1));
+    assert!(text.contains(&sessions("busy", 1)), "{text}");
+}
+
+/// A connection to `address` from the loopback address `source`.
+fn connect_from(source: &str, address: &str) -> TcpStream {
+    let socket = socket2::Socket::new(socket2::Domain::IPV4, socket2::Type::STREAM, None).unwrap();
+    let source: std::net::SocketAddr = format!("{source}:0").parse().unwrap();
+    socket.bind(&source.into()).unwrap();
+    let address: std::net::SocketAddr = address.parse().unwrap();
+    socket.connect(&address.into()).unwrap();
+    socket.into()
+}
+
+/// Allow-listed connections that never send a byte do not keep out a peer that proves the
+/// token: it is served (its session goes on to the device, which this machine lacks, and is
+/// told so; not busy), and each idle one is closed at the handshake deadline. Nor does a flood
+/// of them from another address, more than the responder takes handshakes for at once, each
+/// made again as soon as it is closed: the responder's threads stay bounded, and none is left
+/// when the flood stops.
+#[test]
+fn idle_connections_cannot_keep_a_peer_with_the_token_out() {
+    let (_token, exporter, address) = responder_with_token();
+    let files = exporter.open_files();
+    let started = Instant::now();
+    let idle: Vec<TcpStream> = (0..2)
+        .map(|_| TcpStream::connect(&address).unwrap())
+        .collect();
+    let mut served = TcpStream::connect(&address).unwrap();
+    prove(&mut served, b"right-token");
+    assert_eq!(reply(served), reject(4));
+    for stream in idle {
+        assert_eq!(reply(stream), b"");
+    }
+    assert!(
+        started.elapsed() < Duration::from_secs(4),
+        "the idle connections were closed after {:?}",
+        started.elapsed()
+    );
+    wait_for(&exporter, &sessions("timeout", 2));
+    wait_for(&exporter, &sessions("error", 1));
+
+    let flooding = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(true));
+    let flood = {
+        let (flooding, address) = (flooding.clone(), address.clone());
+        std::thread::spawn(move || {
+            let mut open = std::collections::VecDeque::new();
+            while flooding.load(std::sync::atomic::Ordering::Relaxed) {
+                open.push_back(connect_from("127.0.0.2", &address));
+                if open.len() > 3 * MAX_HANDSHAKES {
+                    open.pop_front();
+                }
+                std::thread::sleep(Duration::from_millis(2));
+            }
+        })
+    };
+    let mut most_threads = 0;
+    for round in 2..=6 {
+        std::thread::sleep(Duration::from_millis(200));
+        most_threads = most_threads.max(responder_threads(&exporter));
+        let mut served = TcpStream::connect(&address).unwrap();
+        prove(&mut served, b"right-token");
+        assert_eq!(reply(served), reject(4), "round {round}");
+        wait_for(&exporter, &sessions("error", round));
+    }
+    flooding.store(false, std::sync::atomic::Ordering::Relaxed);
+    flood.join().unwrap();
+    assert!(
+        most_threads <= 2 * MAX_HANDSHAKES,
+        "{most_threads} responder threads"
+    );
+    let text = exporter.get("/metrics").text();
+    assert!(text.contains(&sessions("busy", 0)), "{text}");
+    // Hundreds closed to make room: one line for their address.
+    let crowded = "verbs responder session from 127.0.0.2: closed before it proved the token";
+    let log = exporter.log_with(crowded);
+    assert_eq!(log.matches(crowded).count(), 1, "{log}");
+    await_nothing_left_behind(&exporter, files);
 }
 
 #[test]

@@ -4,189 +4,12 @@
 
 mod util;
 
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::process::Command;
 use std::time::{Duration, Instant};
 
+use util::web::{bcrypt_hash, curl, eventually, port, sample, start, sum, Pki};
 use util::Exporter;
-
-/// Certificates, keys and config files in one temporary directory.
-struct Pki {
-    dir: tempfile::TempDir,
-}
-
-impl Pki {
-    fn new() -> Pki {
-        let pki = Pki {
-            dir: tempfile::tempdir().unwrap(),
-        };
-        pki.ca("ca");
-        pki.signed(
-            "server",
-            "ca",
-            &["subjectAltName=DNS:localhost,IP:127.0.0.1"],
-        );
-        pki.signed(
-            "client",
-            "ca",
-            &[
-                "subjectAltName=DNS:scraper.example",
-                "extendedKeyUsage=clientAuth",
-            ],
-        );
-        pki
-    }
-
-    fn path(&self, name: &str) -> PathBuf {
-        self.dir.path().join(name)
-    }
-
-    fn openssl(&self, args: &[&str]) {
-        let out = Command::new("openssl")
-            .args(args)
-            .current_dir(self.dir.path())
-            .output()
-            .expect("openssl");
-        assert!(
-            out.status.success(),
-            "openssl {args:?}: {}",
-            String::from_utf8_lossy(&out.stderr)
-        );
-    }
-
-    fn key(&self, name: &str) {
-        self.openssl(&[
-            "genpkey",
-            "-algorithm",
-            "EC",
-            "-pkeyopt",
-            "ec_paramgen_curve:P-256",
-            "-out",
-            &format!("{name}.key"),
-        ]);
-    }
-
-    /// A self-signed CA `name.crt` with its key.
-    fn ca(&self, name: &str) {
-        self.key(name);
-        self.openssl(&[
-            "req",
-            "-x509",
-            "-new",
-            "-key",
-            &format!("{name}.key"),
-            "-subj",
-            &format!("/CN={name}"),
-            "-days",
-            "2",
-            "-out",
-            &format!("{name}.crt"),
-        ]);
-    }
-
-    /// A leaf certificate `name.crt` signed by `ca`, with `extensions` (openssl's syntax).
-    fn signed(&self, name: &str, ca: &str, extensions: &[&str]) {
-        self.key(name);
-        self.openssl(&[
-            "req",
-            "-new",
-            "-key",
-            &format!("{name}.key"),
-            "-subj",
-            &format!("/CN={name}"),
-            "-out",
-            &format!("{name}.csr"),
-        ]);
-        let ext = format!("{name}.ext");
-        std::fs::write(
-            self.path(&ext),
-            format!(
-                "basicConstraints=critical,CA:FALSE\n{}\n",
-                extensions.join("\n")
-            ),
-        )
-        .unwrap();
-        self.openssl(&[
-            "x509",
-            "-req",
-            "-in",
-            &format!("{name}.csr"),
-            "-CA",
-            &format!("{ca}.crt"),
-            "-CAkey",
-            &format!("{ca}.key"),
-            "-CAcreateserial",
-            "-days",
-            "2",
-            "-extfile",
-            &ext,
-            "-out",
-            &format!("{name}.crt"),
-        ]);
-    }
-
-    /// Writes `text` to `name` by renaming a new file into place, as rotation tools do.
-    fn write(&self, name: &str, text: &str) -> PathBuf {
-        let staged = self.path(&format!(".{name}.new"));
-        std::fs::write(&staged, text).unwrap();
-        std::fs::rename(&staged, self.path(name)).unwrap();
-        self.path(name)
-    }
-}
-
-fn bcrypt_hash(password: &str) -> String {
-    bcrypt::hash(password, 4).unwrap()
-}
-
-/// curl's exit status and the HTTP status it got (0: none).
-fn curl(port: &str, path: &str, args: &[&str]) -> (i32, u16, String) {
-    let url = format!("https://localhost:{port}{path}");
-    let resolve = format!("localhost:{port}:127.0.0.1");
-    let out = Command::new("curl")
-        .args([
-            "-sS",
-            "-m",
-            "20",
-            "--resolve",
-            &resolve,
-            "-D",
-            "-",
-            "-o",
-            "/dev/null",
-        ])
-        .args(["-w", "\n%{http_code}"])
-        .args(args)
-        .arg(&url)
-        .output()
-        .expect("curl");
-    let stdout = String::from_utf8_lossy(&out.stdout).to_string();
-    let status = stdout.lines().last().unwrap_or("0").parse().unwrap_or(0);
-    (out.status.code().unwrap_or(-1), status, stdout)
-}
-
-fn port(exporter: &Exporter) -> String {
-    exporter.address.rsplit(':').next().unwrap().to_string()
-}
-
-fn start(config: &Path) -> Exporter {
-    let flag = format!("--web.config.file={}", config.display());
-    Exporter::start(&["--collector.disable-defaults", &flag])
-}
-
-/// The value of an unlabelled (or exactly labelled) sample in `/metrics`.
-fn sample(port: &str, auth: &[&str], name: &str) -> u64 {
-    let resolve = format!("localhost:{port}:127.0.0.1");
-    let out = Command::new("curl")
-        .args(["-sS", "--resolve", &resolve])
-        .args(auth)
-        .arg(format!("https://localhost:{port}/metrics"))
-        .output()
-        .unwrap();
-    let text = String::from_utf8_lossy(&out.stdout);
-    text.lines()
-        .find_map(|line| line.strip_prefix(name)?.strip_prefix(' ')?.parse().ok())
-        .unwrap_or_else(|| panic!("no {name} in:\n{text}"))
-}
 
 #[test]
 fn tls_with_basic_auth_guards_every_path() {
@@ -235,7 +58,22 @@ fn tls_with_basic_auth_guards_every_path() {
     assert!(!plain.status.success());
 
     let auth = ["--cacert", ca, "-u", "alice:wonderland"];
-    assert_eq!(sample(&port, &auth, "hpcnode_web_auth_failures_total"), 12);
+    assert_eq!(
+        sample(
+            &port,
+            &auth,
+            "hpcnode_web_auth_failures_total{reason=\"missing\"}"
+        ),
+        4
+    );
+    assert_eq!(
+        sample(
+            &port,
+            &auth,
+            "hpcnode_web_auth_failures_total{reason=\"wrong\"}"
+        ),
+        8
+    );
     // Both curl's refusal (it aborts the handshake) and the plain HTTP request.
     assert!(
         sample(
@@ -245,13 +83,13 @@ fn tls_with_basic_auth_guards_every_path() {
         ) >= 2
     );
     assert_eq!(
-        sample(&port, &auth, "hpcnode_web_config_reload_failures_total"),
+        sum(&port, &auth, "hpcnode_web_config_reload_failures_total"),
         0
     );
     // Once per cause, not once per request.
     let log = exporter.log();
     assert_eq!(
-        log.matches("request unauthorized").count(),
+        log.matches("request refused").count(),
         2,
         "no credentials, wrong ones:\n{log}"
     );
@@ -334,15 +172,14 @@ fn certificate_and_users_rotate_without_restart_and_a_broken_file_keeps_the_last
         200
     );
 
-    // Users: the next request sees the new file.
+    // Users: taken once the file has settled.
     pki.write("web.yml", &users("bob", "two"));
+    eventually("bob's password is taken", || {
+        curl(&port, "/metrics", &["--cacert", &ca, "-u", "bob:two"]).1 == 200
+    });
     assert_eq!(
         curl(&port, "/metrics", &["--cacert", &ca, "-u", "alice:one"]).1,
         401
-    );
-    assert_eq!(
-        curl(&port, "/metrics", &["--cacert", &ca, "-u", "bob:two"]).1,
-        200
     );
 
     // Certificate: a server certificate from a new CA, renamed into place.
@@ -353,6 +190,9 @@ fn certificate_and_users_rotate_without_restart_and_a_broken_file_keeps_the_last
     std::fs::rename(pki.path(".server.key"), pki.path("server.key")).unwrap();
     std::fs::rename(pki.path(".server.crt"), pki.path("server.crt")).unwrap();
     let newca = pki.path("newca.crt").to_str().unwrap().to_string();
+    eventually("the new certificate is served", || {
+        curl(&port, "/metrics", &["--cacert", &newca, "-u", "bob:two"]).1 == 200
+    });
     assert_eq!(
         curl(&port, "/metrics", &["--cacert", &ca, "-u", "bob:two"]).0,
         60
@@ -363,15 +203,27 @@ fn certificate_and_users_rotate_without_restart_and_a_broken_file_keeps_the_last
     );
 
     // A broken file: reported, and the last good one stays in force.
-    pki.write("web.yml", "basic_auth_users:\n  carol: not-a-hash\n");
-    let auth = ["--cacert", newca.as_str(), "-u", "bob:two"];
-    assert_eq!(curl(&port, "/metrics", &auth).1, 200);
-    assert_eq!(
-        sample(&port, &auth, "hpcnode_web_config_reload_failures_total"),
-        1
+    pki.write(
+        "web.yml",
+        "tls_server_config:\n  cert_file: server.crt\n  key_file: server.key\n\
+         basic_auth_users:\n  carol: not-a-hash\n",
     );
-    let log = exporter.log_with("web config file invalid");
-    assert!(log.contains("carol"), "{log}");
+    let auth = ["--cacert", newca.as_str(), "-u", "bob:two"];
+    let invalid = "hpcnode_web_config_reload_failures_total{reason=\"invalid\"}";
+    eventually("the broken file is counted", || {
+        sample(&port, &auth, invalid) == 1
+    });
+    assert_eq!(curl(&port, "/metrics", &auth).1, 200);
+    // Named by its key and reason, never by what it holds.
+    let log = exporter.log_with("web config file not reloaded");
+    assert!(
+        log.contains("basic_auth_users: the hash of user 1 of 1 is not bcrypt"),
+        "{log}"
+    );
+    assert!(
+        !log.contains("carol") && !log.contains("not-a-hash"),
+        "{log}"
+    );
 }
 
 #[test]
@@ -457,7 +309,8 @@ fn promtool_and_the_exporter_agree_on_every_config() {
     let verify =
         format!("{tls}  client_auth_type: RequireAndVerifyClientCert\n  client_ca_file: ca.crt\n");
     let mut cases: Vec<(String, Option<bool>)> = vec![
-        (String::new(), None),
+        // promtool takes an empty file (plain HTTP, no auth); the exporter refuses it.
+        (String::new(), Some(false)),
         (tls.to_string(), None),
         (format!("{tls}  certfile: server.crt\n"), None),
         (format!("{tls}basic_auth_users:\n  alice: {hash}\n"), None),

@@ -4,18 +4,24 @@
 //! result, so a wrong parse fails as a panic would. Built only with the `fuzzing` feature and
 //! for tests (which replay the committed seed corpus), so the crate's API stays what it is.
 
+use std::io::Write;
+use std::net::{Shutdown, TcpListener, TcpStream};
 use std::path::{Path, PathBuf};
-use std::sync::OnceLock;
+use std::sync::{Arc, OnceLock};
+use std::time::Duration;
 
 use crate::collectors::ebpf::kernel_log::{self, KernelLogCounts};
 use crate::collectors::mic::micras;
 use crate::collectors::pci::identity::{self, Address};
 use crate::collectors::pci::{config_space, modules as pci_modules, nova};
-use crate::collectors::verbs::oob;
+use crate::collectors::verbs::oob::{self, Channel};
+use crate::collectors::verbs::peer::{self, SessionError};
+use crate::collectors::verbs::{PortClaims, Target};
 use crate::kernel::module_file::{Signature, SignatureCache};
 use crate::kernel::{cmdline, keys, modprobe};
 use crate::rdma_netlink::message::{self, Command, Dump, Resource};
 use crate::sysfs::{AttributeReader, SysDir};
+use crate::web_config::WebConfigFile;
 use crate::{collectors, flags, rdma_port};
 
 /// The micras files, in the order a fuzz input's NUL-separated parts fill them.
@@ -207,6 +213,31 @@ pub fn pci_config_space(data: &[u8]) {
     assert_eq!(config_space::parse(data).readable_bytes, data.len());
 }
 
+/// A web config and a rewrite of it (the input split at its first NUL), the first loaded at
+/// start, the second taken or refused by a reload: whatever the bytes, the config in force
+/// afterwards guards what the one at start did.
+pub fn web_config(data: &[u8]) {
+    let (first, second) = match data.iter().position(|&byte| byte == 0) {
+        Some(nul) => (&data[..nul], &data[nul + 1..]),
+        None => (data, data),
+    };
+    let dir = scratch_dir().join("web");
+    std::fs::create_dir_all(&dir).expect("create the web config's directory");
+    let path = dir.join("web.yml");
+    std::fs::write(&path, first).expect("write the web config");
+    let Ok(file) = WebConfigFile::open_settling(&path, Duration::ZERO) else {
+        return;
+    };
+    let at_start = file.current().posture();
+    // A rename: another inode, so the reload sees a change even with the same bytes.
+    let staged = dir.join(".web.yml");
+    std::fs::write(&staged, second).expect("write the rewrite");
+    std::fs::rename(&staged, &path).expect("rename the rewrite into place");
+    file.look();
+    let now = file.current().posture();
+    assert_eq!(at_start.refuses(&now), None, "{at_start:?} became {now:?}");
+}
+
 /// PCI addresses and id attributes.
 pub fn pci_identity(data: &[u8]) {
     let text = String::from_utf8_lossy(data);
@@ -224,6 +255,39 @@ pub fn verbs_oob(data: &[u8]) {
     while let Ok((message, used)) = oob::decode(rest) {
         assert_eq!(oob::decode(&message.encode()), Ok((message, used)));
         rest = &rest[used..];
+    }
+}
+
+/// A verbs probe peer's bytes to the responder, over loopback TCP (the peer's end then closed
+/// for writing, so nothing waits on a timeout): the handshake and the session slot, with the
+/// slot free and then held by another session. No input proves the token (the proof covers
+/// the responder's fresh nonce), so each ends in an error: never with the slot, and never in
+/// `busy`, which a peer is told only after its proof.
+pub fn verbs_handshake(data: &[u8]) {
+    static LISTENER: OnceLock<TcpListener> = OnceLock::new();
+    let listener =
+        LISTENER.get_or_init(|| TcpListener::bind("127.0.0.1:0").expect("bind a loopback port"));
+    let claims = Arc::new(PortClaims::default());
+    let target = Target {
+        sysfs: PathBuf::from("/sys"),
+        device: "fuzz0".into(),
+        port: 1,
+        gid_index: None,
+    };
+    for taken in [false, true] {
+        let other_session = taken.then(|| claims.claim(&target));
+        let mut client = TcpStream::connect(listener.local_addr().unwrap()).unwrap();
+        let (responder, _) = listener.accept().unwrap();
+        // A handshake reads two frames at most; this much fits the socket's buffer unread.
+        client.write_all(&data[..data.len().min(1024)]).unwrap();
+        client.shutdown(Shutdown::Write).unwrap();
+        let mut channel = Channel::new(responder, Duration::from_secs(1)).unwrap();
+        match peer::admit(&mut channel, b"fuzz-token", &claims, &target) {
+            Ok(_) => panic!("a peer got the session slot without the token"),
+            Err(SessionError::Busy) => panic!("a peer was told busy before its proof"),
+            Err(_) => {}
+        }
+        drop(other_session);
     }
 }
 
@@ -272,7 +336,7 @@ mod tests {
     #[test]
     fn the_seed_corpus_runs_through_every_target() {
         type Target = (&'static str, fn(&[u8]));
-        let targets: [Target; 14] = [
+        let targets: [Target; 16] = [
             ("sysfs_attribute", sysfs_attribute),
             ("proc_modules", proc_modules),
             ("module_file", module_file),
@@ -285,8 +349,10 @@ mod tests {
             ("pci_config_space", pci_config_space),
             ("pci_identity", pci_identity),
             ("verbs_oob", verbs_oob),
+            ("verbs_handshake", verbs_handshake),
             ("rdma_netlink", rdma_netlink),
             ("flag_values", flag_values),
+            ("web_config", web_config),
         ];
         let seeds = Path::new(env!("CARGO_MANIFEST_DIR")).join("../fuzz/seeds");
         for (name, target) in targets {

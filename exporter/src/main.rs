@@ -46,7 +46,7 @@ fn main() -> ExitCode {
     // Read and validated before anything starts: a broken file is a bad command line.
     let web_config = match config.web_config_file.as_deref().map(WebConfigFile::open) {
         None => None,
-        Some(Ok(web)) => Some(Arc::new(web)),
+        Some(Ok(web)) => Some(web),
         Some(Err(err)) => {
             eprintln!("hpcnode_exporter: error: --web.config.file: {err}");
             return ExitCode::from(2);

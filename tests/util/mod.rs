@@ -4,6 +4,7 @@
 
 pub mod golden;
 pub mod kernel;
+pub mod web;
 
 use std::io::{BufRead, BufReader, Read, Write};
 use std::net::TcpStream;

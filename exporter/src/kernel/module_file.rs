@@ -231,7 +231,7 @@ impl SignatureCache {
                 let (identity, verdict) =
                     read_signature(dir, file, cached, self.limits, &mut decoded)?;
                 kept.insert(path.clone(), (identity, verdict.clone()));
-                verdict.map_err(|Refusal(reason)| SysfsError::parse(&path, reason, "").into())
+                verdict.map_err(|Refusal(reason)| SysfsError::invalid(&path, reason).into())
             })
             .collect();
         state.files = kept;

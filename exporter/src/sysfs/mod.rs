@@ -57,11 +57,14 @@ pub enum SysfsError {
     NotRegularFile { path: PathBuf },
     #[error("read {path}: mode {mode:04o} lets its group or others at it (chmod 600 {path})")]
     NotPrivate { path: PathBuf, mode: u32 },
-    #[error("parse {path}: {reason}: {content:?}")]
+    /// Never the content: a file may hold anything (a secret, a terminal escape), so its name,
+    /// the reason and how much was read are all a log line may carry.
+    #[error("parse {path}: {reason}{}", bytes_read(.len))]
     Parse {
         path: PathBuf,
         reason: &'static str,
-        content: String,
+        /// The length of what could not be parsed, where there was one text to parse.
+        len: Option<usize>,
     },
     #[error("list {dir}: entry name is not UTF-8: {name}")]
     NameNotUtf8 { dir: PathBuf, name: String },
@@ -93,11 +96,27 @@ impl SysfsError {
         matches!(self, SysfsError::Io { source, .. } if source.kind() == std::io::ErrorKind::PermissionDenied)
     }
 
+    /// `content` could not be parsed: only its length is kept.
     pub fn parse(path: &Path, reason: &'static str, content: &str) -> Self {
+        SysfsError::unparsed(path.to_path_buf(), reason, content.len())
+    }
+
+    /// The file is not what it should be, for `reason` alone (a module's signature block, a
+    /// compressed stream): no one text was parsed.
+    pub fn invalid(path: &Path, reason: &'static str) -> Self {
         SysfsError::Parse {
             path: path.to_path_buf(),
             reason,
-            content: content.chars().take(64).collect(),
+            len: None,
+        }
+    }
+
+    /// `len` bytes (binary, or not text) could not be parsed.
+    pub fn unparsed(path: PathBuf, reason: &'static str, len: usize) -> Self {
+        SysfsError::Parse {
+            path,
+            reason,
+            len: Some(len),
         }
     }
 
@@ -110,6 +129,11 @@ impl SysfsError {
             },
         }
     }
+}
+
+/// ` (N bytes)` after a parse error's reason, where it has a length.
+fn bytes_read(len: &Option<usize>) -> String {
+    len.map_or_else(String::new, |len| format!(" ({len} bytes)"))
 }
 
 /// One reusable read buffer per device read.
@@ -425,12 +449,8 @@ impl SysDir {
     /// What one read gave, refused when it filled the buffer (more than a page).
     fn one_page<'r>(&self, name: &str, content: &'r [u8]) -> Result<&'r [u8], SysfsError> {
         if content.len() > MAX_ATTRIBUTE_BYTES {
-            let text = String::from_utf8_lossy(content);
-            return Err(SysfsError::parse(
-                &self.path(name),
-                "longer than a page",
-                &text,
-            ));
+            let reason = "longer than a page";
+            return Err(SysfsError::unparsed(self.path(name), reason, content.len()));
         }
         Ok(content)
     }
@@ -439,10 +459,10 @@ impl SysDir {
     fn text<'r>(&self, name: &str, content: &'r [u8]) -> Result<&'r str, SysfsError> {
         match std::str::from_utf8(content) {
             Ok(text) => Ok(text.trim()),
-            Err(_) => Err(SysfsError::parse(
-                &self.path(name),
+            Err(_) => Err(SysfsError::unparsed(
+                self.path(name),
                 "not UTF-8 text",
-                &String::from_utf8_lossy(content),
+                content.len(),
             )),
         }
     }
@@ -454,23 +474,14 @@ impl SysDir {
         let flags = OFlags::PATH | OFlags::CLOEXEC;
         let stat =
             rustix::fs::fstat(self.open_entry(name, flags).map_err(io_error)?).map_err(io_error)?;
-        Ok(FileStamp {
-            device: stat.st_dev,
-            inode: stat.st_ino,
-            size: stat.st_size,
-            modified: (stat.st_mtime, stat.st_mtime_nsec),
-        })
+        Ok(FileStamp::of(&stat))
     }
 
     /// A text file that spans many pages (procfs seq files such as `/proc/modules`, index files
     /// such as `modules.builtin`), read to its end but never past `max_bytes`.
     pub fn read_text_file(&self, name: &str, max_bytes: usize) -> Result<String, SysfsError> {
         String::from_utf8(self.read_file(name, max_bytes)?).map_err(|err| {
-            SysfsError::parse(
-                &self.path(name),
-                "not UTF-8 text",
-                &String::from_utf8_lossy(err.as_bytes()),
-            )
+            SysfsError::unparsed(self.path(name), "not UTF-8 text", err.as_bytes().len())
         })
     }
 
@@ -689,12 +700,51 @@ pub struct FileStamp {
     modified: (i64, u64),
 }
 
+impl FileStamp {
+    fn of(stat: &rustix::fs::Stat) -> FileStamp {
+        FileStamp {
+            device: stat.st_dev,
+            inode: stat.st_ino,
+            size: stat.st_size,
+            modified: (stat.st_mtime, stat.st_mtime_nsec),
+        }
+    }
+}
+
 /// A file named by a flag (a config or token file; not under a root, so its links are
-/// followed as for any path the operator writes), read as [`SysDir::read_file`] reads.
+/// followed as for any path the operator writes), opened: its stamp, taken from the open
+/// file before any read, tells whether what was made from it before still holds.
+pub struct NamedFile {
+    fd: OwnedFd,
+    path: PathBuf,
+    stamp: FileStamp,
+}
+
+impl NamedFile {
+    pub fn open(path: &Path) -> Result<NamedFile, SysfsError> {
+        let io_error = |errno| SysfsError::io(path.to_path_buf(), errno);
+        let fd = rustix::fs::open(path, read_flags(), Mode::empty()).map_err(io_error)?;
+        let stamp = FileStamp::of(&rustix::fs::fstat(&fd).map_err(io_error)?);
+        Ok(NamedFile {
+            fd,
+            path: path.to_path_buf(),
+            stamp,
+        })
+    }
+
+    pub fn stamp(&self) -> FileStamp {
+        self.stamp
+    }
+
+    /// Read as [`SysDir::read_file`] reads.
+    pub fn read(&self, limit: usize) -> Result<Vec<u8>, SysfsError> {
+        read_to_end(&self.fd, self.path.clone(), limit)
+    }
+}
+
+/// A file named by a flag, read whole as [`NamedFile::read`] reads.
 pub fn read_named_file(path: &Path, limit: usize) -> Result<Vec<u8>, SysfsError> {
-    let fd = rustix::fs::open(path, read_flags(), Mode::empty())
-        .map_err(|errno| SysfsError::io(path.to_path_buf(), errno))?;
-    read_to_end(&fd, path.to_path_buf(), limit)
+    NamedFile::open(path)?.read(limit)
 }
 
 /// A secret named by a flag, read as [`read_named_file`] reads (a regular file only), refused
@@ -738,11 +788,8 @@ fn read_to_end(fd: &OwnedFd, path: PathBuf, limit: usize) -> Result<Vec<u8>, Sys
             Ok(len) => {
                 content.extend_from_slice(&chunk[..len]);
                 if content.len() > limit {
-                    return Err(SysfsError::parse(
-                        &path,
-                        "longer than this file may be",
-                        &String::from_utf8_lossy(&content[..content.len().min(64)]),
-                    ));
+                    let reason = "longer than this file may be";
+                    return Err(SysfsError::unparsed(path, reason, content.len()));
                 }
             }
             Err(Errno::INTR) => continue,
@@ -782,7 +829,7 @@ impl From<SysfsError> for CollectError {
     fn from(err: SysfsError) -> Self {
         let error = CollectError::new(err.kind(), err.to_string());
         match &err {
-            // The quoted content may change every read; the file and the reason are the fault.
+            // The length may change every read; the file and the reason are the fault.
             SysfsError::Parse { path, reason, .. } => {
                 error.keyed_by(format!("{}: {reason}", path.display()))
             }
@@ -972,6 +1019,41 @@ pub(crate) mod tests {
             .unwrap_err();
         assert_eq!(err.kind(), ErrorKind::Parse);
         assert!(err.to_string().contains("symbol_error"), "{err}");
+    }
+
+    /// A parse error says which file, why and how many bytes, never what the file holds:
+    /// whatever reader met it (a page, a held descriptor, a whole file, a named file).
+    #[test]
+    fn parse_errors_name_the_file_never_its_content() {
+        let marker = "MARKER-7f3a";
+        let page = format!("{marker} {}", "x".repeat(MAX_ATTRIBUTE_BYTES));
+        let (tmp, dir) = dir_with(&[("text", &format!("{marker} !?\n")), ("page", &page)]);
+        fs::write(
+            tmp.path().join("binary"),
+            [marker.as_bytes(), b"\xff\xfe"].concat(),
+        )
+        .unwrap();
+        let mut reader = AttributeReader::default();
+        let mut held = HeldAttributes::default();
+        let errors = [
+            dir.read_u64("text", &mut reader).unwrap_err(),
+            dir.read_held_u64("text", &mut held, &mut reader)
+                .unwrap_err(),
+            dir.read("page", &mut reader).unwrap_err(),
+            dir.read("binary", &mut reader).unwrap_err(),
+            dir.read_text_file("binary", 1 << 10).unwrap_err(),
+            dir.read_file("page", 64).unwrap_err(),
+            read_named_file(&tmp.path().join("page"), 64).unwrap_err(),
+            SysfsError::parse(&dir.path("text"), "a reason", marker),
+        ];
+        for err in errors {
+            let shown = err.to_string();
+            assert_eq!(err.kind(), ErrorKind::Parse, "{shown}");
+            assert!(shown.contains(tmp.path().to_str().unwrap()), "{shown}");
+            assert!(!shown.contains("MARKER"), "{shown}");
+            let logged = CollectError::from(err);
+            assert!(!logged.cause.contains("MARKER") && !logged.key().contains("MARKER"));
+        }
     }
 
     #[test]

@@ -68,7 +68,7 @@ impl Read<'_> {
                     (keys.trust(signers), first.unwrap_or_default())
                 }
                 Signature::Malformed(reason) => {
-                    self.error(SysfsError::parse(&path, reason, ""));
+                    self.error(SysfsError::invalid(&path, reason));
                     (Trust::Unknown, String::new())
                 }
             };

@@ -57,10 +57,10 @@ impl Read<'_> {
             .read_bytes(SECURE_BOOT_VARIABLE, &mut self.reader)
             .and_then(|bytes| match bytes {
                 [_, _, _, _, data @ (0 | 1)] => Ok(u64::from(*data)),
-                _ => Err(SysfsError::parse(
-                    &path,
+                _ => Err(SysfsError::unparsed(
+                    path,
                     "expected 4 attribute bytes and a 0 or 1",
-                    &format!("{bytes:02x?}"),
+                    bytes.len(),
                 )),
             });
         match enabled {

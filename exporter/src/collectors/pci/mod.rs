@@ -24,7 +24,7 @@ mod vfio_holders;
 
 use std::collections::{HashMap, HashSet};
 use std::fmt;
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, PoisonError};
 
@@ -43,6 +43,7 @@ pub use descs::METRICS;
 use descs::*;
 use identity::{read_identity, Address, Identity};
 use modules::{ModprobeRules, Stamped};
+use nova_check::NovaFiles;
 
 pub const REGISTRATION: Registration = Registration {
     name: "pci",
@@ -122,7 +123,11 @@ impl Settings for PciSettings {
             rootfs: host.rootfs.clone(),
             devices: self.devices,
             passthrough: self.passthrough,
-            nova_configs: self.nova_configs,
+            nova: NovaFiles::new(
+                self.nova_configs
+                    .into_iter()
+                    .chain(self.nova_scheduler_configs.iter().cloned()),
+            ),
             nova_scheduler_configs: self.nova_scheduler_configs,
             logged_unreadable: AtomicBool::new(false),
             aliases: Stamped::default(),
@@ -172,7 +177,8 @@ struct PciCollector {
     rootfs: PathBuf,
     devices: Vec<DeviceSelector>,
     passthrough: Vec<DeviceSelector>,
-    nova_configs: Vec<PathBuf>,
+    /// Every Nova config file given (configs and scheduler configs), with what was parsed.
+    nova: NovaFiles,
     nova_scheduler_configs: Vec<PathBuf>,
     /// Whether the vfio holder scan has logged that some processes were unreadable.
     logged_unreadable: AtomicBool,
@@ -275,17 +281,6 @@ impl PciCollector {
             );
         }
     }
-
-    /// Every Nova config file given, once, in the order given: each is checked the same way.
-    fn nova_files(&self) -> Vec<&Path> {
-        let mut files: Vec<&Path> = Vec::new();
-        for path in self.nova_configs.iter().chain(&self.nova_scheduler_configs) {
-            if !files.contains(&path.as_path()) {
-                files.push(path);
-            }
-        }
-        files
-    }
 }
 
 /// Class codes (base class and subclass) of the devices this collector is for.
@@ -370,16 +365,9 @@ impl Collector for PciCollector {
             }
         }
         // Errors in these files are the nova unit's to report.
-        let specs: Vec<nova::DeviceSpec> = self
-            .nova_files()
-            .into_iter()
-            .flat_map(|path| {
-                nova_check::read_nova_config(path)
-                    .map(|c| c.specs)
-                    .unwrap_or_default()
-            })
-            .collect();
-        let with_netdevs = specs.iter().any(nova::DeviceSpec::names_netdev);
+        let configs: Vec<_> = self.nova.read().filter_map(|(_, c)| c.ok()).collect();
+        let specs: Vec<&nova::DeviceSpec> = configs.iter().flat_map(|c| &c.specs).collect();
+        let with_netdevs = specs.iter().any(|spec| spec.names_netdev());
         let mut reader = AttributeReader::default();
         let mut units = Vec::new();
         let mut root_ports: Vec<String> = Vec::new();
@@ -480,7 +468,7 @@ impl Collector for PciCollector {
         }
         // The host's IOMMU state matters where there is a device to pass through or check;
         // a node without one stays silent.
-        if !self.nova_files().is_empty() {
+        if !self.nova.is_empty() {
             units.insert(0, Unit::Nova);
         }
         if !units.is_empty() {
@@ -583,14 +571,14 @@ fn with_label(labels: &[Label], label: Label) -> impl Iterator<Item = Label> + '
 
 /// A collector of the tree at `root` (sysfs, procfs and rootfs alike) with no flags set.
 #[cfg(test)]
-fn collector_at(root: &Path) -> PciCollector {
+fn collector_at(root: &std::path::Path) -> PciCollector {
     PciCollector {
         sysfs: root.to_path_buf(),
         procfs: root.join("proc"),
         rootfs: root.to_path_buf(),
         devices: Vec::new(),
         passthrough: Vec::new(),
-        nova_configs: Vec::new(),
+        nova: Default::default(),
         nova_scheduler_configs: Vec::new(),
         logged_unreadable: Default::default(),
         aliases: Default::default(),
@@ -621,6 +609,8 @@ fn unit_read<R>(
 
 #[cfg(test)]
 mod tests {
+    use std::path::Path;
+
     use super::*;
 
     fn settings(args: &[&str]) -> Result<PciSettings, ConfigError> {

@@ -8,6 +8,7 @@
 //! (`_ALIAS_SCHEMA`, `get_alias_from_config`) and the pool filters of `nova/pci/stats.py`.
 
 use regex::{Regex, RegexBuilder};
+use serde_json::error::Category;
 use serde_json::{Map, Value};
 
 use super::identity::Address;
@@ -52,6 +53,10 @@ const MAX_REGEX_BYTES: usize = 64 << 10;
 const MAX_DEVICE_SPECS: usize = 256;
 /// Aliases kept per file: each is a few series, so their number bounds the output.
 const MAX_ALIASES: usize = 256;
+/// Bytes of one device_spec or alias value parsed. Real ones are a few hundred (a list of
+/// [`MAX_DEVICE_SPECS`] such specs fits); JSON is parsed whole, into many times its size (a
+/// 4 MiB list of small objects took 380 MB).
+const MAX_VALUE_BYTES: usize = 64 << 10;
 
 /// Why a config file, or a value in it, does not count.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
@@ -259,6 +264,8 @@ impl Alias {
 /// An alias entry as validated, before entries of the same name are joined.
 struct AliasEntry {
     name: String,
+    /// Where it is in the file.
+    line: usize,
     device_type: Option<DeviceType>,
     numa_policy: String,
     ids: (Id, Id),
@@ -279,64 +286,85 @@ pub struct NovaConfig {
     pub sets_old_enabled_filters: bool,
 }
 
+/// Values of one kind (device specs, aliases) past what is checked per file: counted, never
+/// parsed, and reported once with their number, so that a file's cost (parsing, regexes,
+/// errors, series) is bounded whatever it holds.
+#[derive(Default)]
+struct Ignored {
+    count: usize,
+    /// Where the first one is.
+    first: Option<String>,
+}
+
+impl Ignored {
+    fn add(&mut self, count: usize, place: impl FnOnce() -> String) {
+        self.count += count;
+        self.first.get_or_insert_with(place);
+    }
+
+    fn report(self, what: &str, max: usize, errors: &mut Vec<(Problem, String)>) {
+        if let Some(place) = self.first {
+            let count = self.count;
+            let reason = format!("{place}: {count} {what} past the first {max}, ignored");
+            errors.push((Problem::TooManyValues, reason));
+        }
+    }
+}
+
 pub fn parse_config(text: &str) -> NovaConfig {
     let mut config = NovaConfig::default();
-    let mut too_many_specs = false;
-    let mut too_many_aliases = false;
+    // Device spec values (a list's items each) and alias values checked, valid or not.
+    let (mut specs_checked, mut aliases_checked) = (0, 0);
+    let (mut ignored_specs, mut ignored_aliases) = (Ignored::default(), Ignored::default());
     // Alias entries joined by name (the full name: labels are shortened).
     let mut groups: Vec<Vec<AliasEntry>> = Vec::new();
-    let mut alias_values = 0;
-    for entry in parse_ini(text) {
-        let place = || format!("[{}] {} (line {})", entry.section, entry.key, entry.line);
+    for entry in IniEntries::new(text) {
+        // Named by the option's own constants: nothing of the file's text is quoted.
+        let place =
+            |(section, key): (&str, &str)| format!("[{section}] {key} (line {})", entry.line);
         let is = |(section, key): (&str, &str)| section == entry.section && key == entry.key;
-        if let Some((_, option)) = DEVICE_SPEC_OPTIONS.iter().find(|option| is(**option)) {
-            let room = MAX_DEVICE_SPECS - config.specs.len();
-            match parse_device_specs(option, &entry.value, room) {
-                Ok((specs, complete)) => {
-                    config.specs.extend(specs);
-                    if !complete && !too_many_specs {
-                        too_many_specs = true;
-                        config.errors.push((
-                            Problem::TooManyValues,
-                            format!(
-                                "{}: more than {MAX_DEVICE_SPECS} device specs, the rest ignored",
-                                place()
-                            ),
-                        ));
-                    }
-                }
-                Err(reason) => config
-                    .errors
-                    .push((Problem::InvalidDeviceSpec, format!("{}: {reason}", place()))),
-            }
-        } else if ALIAS_OPTIONS.iter().any(|option| is(*option)) {
-            if alias_values >= MAX_ALIASES {
-                if !too_many_aliases {
-                    too_many_aliases = true;
-                    config.errors.push((
-                        Problem::TooManyValues,
-                        format!(
-                            "{}: more than {MAX_ALIASES} aliases, the rest ignored",
-                            place()
-                        ),
-                    ));
-                }
+        if let Some(option) = DEVICE_SPEC_OPTIONS.iter().find(|option| is(**option)) {
+            let room = MAX_DEVICE_SPECS - specs_checked;
+            if room == 0 {
+                ignored_specs.add(1, || place(*option));
                 continue;
             }
-            alias_values += 1;
-            match parse_alias(&entry.value) {
+            match parse_device_specs(option.1, &entry.value, room) {
+                Ok((specs, left)) => {
+                    // An empty list counts too, or a file of them would cost unbounded work.
+                    specs_checked += specs.len().max(1);
+                    config.specs.extend(specs);
+                    if left > 0 {
+                        ignored_specs.add(left, || place(*option));
+                    }
+                }
+                Err(reason) => {
+                    specs_checked += 1;
+                    let reason = format!("{}: {reason}", place(*option));
+                    config.errors.push((Problem::InvalidDeviceSpec, reason));
+                }
+            }
+        } else if let Some(option) = ALIAS_OPTIONS.iter().find(|option| is(**option)) {
+            if aliases_checked == MAX_ALIASES {
+                ignored_aliases.add(1, || place(*option));
+                continue;
+            }
+            aliases_checked += 1;
+            match parse_alias(&entry.value, entry.line) {
                 Ok(alias) => match groups.iter_mut().find(|g| g[0].name == alias.name) {
                     None => groups.push(vec![alias]),
                     Some(group) => match join_conflict(&group[0], &alias) {
                         None => group.push(alias),
-                        Some(reason) => config
-                            .errors
-                            .push((Problem::ConflictingAlias, format!("{}: {reason}", place()))),
+                        Some(reason) => {
+                            let reason = format!("{}: {reason}", place(*option));
+                            config.errors.push((Problem::ConflictingAlias, reason));
+                        }
                     },
                 },
-                Err(reason) => config
-                    .errors
-                    .push((Problem::InvalidAlias, format!("{}: {reason}", place()))),
+                Err(reason) => {
+                    let reason = format!("{}: {reason}", place(*option));
+                    config.errors.push((Problem::InvalidAlias, reason));
+                }
             }
         } else if is(ENABLED_FILTERS) {
             // A ListOpt: comma-separated, each item stripped; the file's last line wins.
@@ -351,6 +379,8 @@ pub fn parse_config(text: &str) -> NovaConfig {
             config.sets_old_enabled_filters = true;
         }
     }
+    ignored_specs.report("device specs", MAX_DEVICE_SPECS, &mut config.errors);
+    ignored_aliases.report("aliases", MAX_ALIASES, &mut config.errors);
     config.aliases = groups.into_iter().map(joined_alias).collect();
     config
 }
@@ -359,15 +389,20 @@ pub fn parse_config(text: &str) -> NovaConfig {
 /// compares the NUMA policies, then reads `dev_type` from both specs, so an entry of a
 /// repeated name without `device_type` fails too (a KeyError, reported as PciInvalidAlias).
 fn join_conflict(first: &AliasEntry, entry: &AliasEntry) -> Option<String> {
-    let name = &entry.name;
+    // The name is the file's text: the first entry's line says which alias it is.
+    let line = first.line;
     if first.numa_policy != entry.numa_policy {
-        return Some(format!("NUMA policy mismatch for alias {name:?}"));
+        return Some(format!(
+            "NUMA policy mismatch with the alias of the same name on line {line}"
+        ));
     }
     match (first.device_type, entry.device_type) {
         (Some(a), Some(b)) if a == b => None,
-        (Some(_), Some(_)) => Some(format!("device type mismatch for alias {name:?}")),
+        (Some(_), Some(_)) => Some(format!(
+            "device type mismatch with the alias of the same name on line {line}"
+        )),
         _ => Some(format!(
-            "alias {name:?} is defined more than once, and Nova needs a device_type in every entry of a repeated name"
+            "the alias on line {line} has this name too, and Nova needs a device_type in every entry of a repeated name"
         )),
     }
 }
@@ -398,82 +433,140 @@ struct IniEntry {
 
 /// oslo.config's ini dialect: `#`/`;` comments, `key = value` or `key: value`, indented lines
 /// continue the previous value, surrounding quotes are removed, `-` in keys reads as `_`,
-/// section names other than `DEFAULT` are read in lower case.
-fn parse_ini(text: &str) -> Vec<IniEntry> {
-    let mut entries: Vec<IniEntry> = Vec::new();
-    let mut section = String::new();
-    let mut continuing = false;
-    for (index, line) in text.lines().enumerate() {
-        let trimmed = line.trim();
-        if trimmed.is_empty() || trimmed.starts_with('#') || trimmed.starts_with(';') {
-            continuing = false;
-            continue;
-        }
-        if line.starts_with([' ', '\t']) && continuing {
-            if let Some(last) = entries.last_mut() {
-                last.value.push('\n');
-                last.value.push_str(trimmed);
-            }
-            continue;
-        }
-        continuing = false;
-        if let Some(name) = trimmed.strip_prefix('[').and_then(|r| r.strip_suffix(']')) {
-            let name = name.trim();
-            section = match name {
-                "DEFAULT" => name.to_string(),
-                _ => name.to_lowercase(),
-            };
-            continue;
-        }
-        let Some(split) = trimmed.find(['=', ':']) else {
-            continue;
-        };
-        let (key, value) = (&trimmed[..split], trimmed[split + 1..].trim());
-        entries.push(IniEntry {
-            section: section.clone(),
-            key: key.trim().replace('-', "_"),
-            value: value.to_string(),
-            line: index + 1,
-        });
-        continuing = true;
-    }
-    for entry in &mut entries {
-        let value = entry.value.trim();
-        let unquoted = ['"', '\'']
-            .into_iter()
-            .find_map(|q| value.strip_prefix(q).and_then(|v| v.strip_suffix(q)));
-        entry.value = unquoted.unwrap_or(value).to_string();
-    }
-    entries
+/// section names other than `DEFAULT` are read in lower case. Read one entry at a time, so
+/// that a file of many lines holds no more memory than its longest value.
+struct IniEntries<'a> {
+    lines: std::iter::Peekable<std::iter::Enumerate<std::str::Lines<'a>>>,
+    section: String,
 }
 
-/// At most `room` specs are built (each may compile regexes); `false` when some were left.
+impl<'a> IniEntries<'a> {
+    fn new(text: &'a str) -> Self {
+        IniEntries {
+            lines: text.lines().enumerate().peekable(),
+            section: String::new(),
+        }
+    }
+}
+
+/// A line that ends a value and holds none.
+fn blank_or_comment(trimmed: &str) -> bool {
+    trimmed.is_empty() || trimmed.starts_with('#') || trimmed.starts_with(';')
+}
+
+impl Iterator for IniEntries<'_> {
+    type Item = IniEntry;
+
+    fn next(&mut self) -> Option<IniEntry> {
+        while let Some((index, line)) = self.lines.next() {
+            let trimmed = line.trim();
+            if blank_or_comment(trimmed) {
+                continue;
+            }
+            if let Some(name) = trimmed.strip_prefix('[').and_then(|r| r.strip_suffix(']')) {
+                let name = name.trim();
+                self.section = match name {
+                    "DEFAULT" => name.to_string(),
+                    _ => name.to_lowercase(),
+                };
+                continue;
+            }
+            let Some(split) = trimmed.find(['=', ':']) else {
+                continue;
+            };
+            let mut value = trimmed[split + 1..].trim().to_string();
+            let continues = |(_, line): &(usize, &str)| {
+                line.starts_with([' ', '\t']) && !blank_or_comment(line.trim())
+            };
+            while let Some((_, line)) = self.lines.next_if(continues) {
+                value.push('\n');
+                value.push_str(line.trim());
+            }
+            let value = value.trim();
+            let unquoted = ['"', '\'']
+                .into_iter()
+                .find_map(|q| value.strip_prefix(q).and_then(|v| v.strip_suffix(q)));
+            return Some(IniEntry {
+                section: self.section.clone(),
+                key: trimmed[..split].trim().replace('-', "_"),
+                value: unquoted.unwrap_or(value).to_string(),
+                line: index + 1,
+            });
+        }
+        None
+    }
+}
+
+/// How a JSON value is named in an error: its kind, never its text.
+fn json_kind(value: &Value) -> &'static str {
+    match value {
+        Value::Null => "null",
+        Value::Bool(_) => "a boolean",
+        Value::Number(_) => "a number",
+        Value::String(_) => "a string",
+        Value::Array(_) => "a list",
+        Value::Object(_) => "an object",
+    }
+}
+
+/// A device_spec or alias value as JSON, if it is not too long to parse.
+fn parse_json(value: &str) -> Result<Value, String> {
+    if value.len() > MAX_VALUE_BYTES {
+        return Err(format!(
+            "{} bytes, more than the {MAX_VALUE_BYTES} a value may have",
+            value.len()
+        ));
+    }
+    serde_json::from_str(value).map_err(json_error)
+}
+
+/// A JSON syntax error in serde_json's words, which name the fault and its place (never the
+/// input); any other kind by its place alone.
+fn json_error(err: serde_json::Error) -> String {
+    match err.classify() {
+        Category::Syntax | Category::Eof => format!("invalid JSON: {err}"),
+        Category::Io | Category::Data => format!(
+            "invalid JSON at line {} column {}",
+            err.line(),
+            err.column()
+        ),
+    }
+}
+
+/// At most `room` specs are built (each may compile regexes), and how many were left.
 fn parse_device_specs(
     option: &'static str,
     value: &str,
     room: usize,
-) -> Result<(Vec<DeviceSpec>, bool), String> {
-    let json: Value = serde_json::from_str(value).map_err(|e| format!("invalid JSON: {e}"))?;
-    let objects: Vec<Map<String, Value>> = match json {
+) -> Result<(Vec<DeviceSpec>, usize), String> {
+    let objects: Vec<Map<String, Value>> = match parse_json(value)? {
         Value::Object(object) => vec![object],
         Value::Array(items) => items
             .into_iter()
-            .map(|item| match item {
+            .enumerate()
+            .map(|(index, item)| match item {
                 Value::Object(object) => Ok(object),
                 other => Err(format!(
-                    "a list of device specs holds {other}, not an object"
+                    "item {} of the list is {}, not an object",
+                    index + 1,
+                    json_kind(&other)
                 )),
             })
             .collect::<Result<_, _>>()?,
-        other => return Err(format!("expected a JSON object or list, got {other}")),
+        other => {
+            return Err(format!(
+                "expected a JSON object or list, got {}",
+                json_kind(&other)
+            ))
+        }
     };
-    let complete = objects.len() <= room;
+    let left = objects.len().saturating_sub(room);
     let specs = objects
         .into_iter()
         .take(room)
         .map(|object| parse_device_spec(option, object))
         .collect::<Result<_, _>>()?;
-    Ok((specs, complete))
+    Ok((specs, left))
 }
 
 fn parse_device_spec(
@@ -486,14 +579,20 @@ fn parse_device_spec(
         Some(Value::Object(fields)) => AddressSpec::Regex(Box::new(parse_address_regexes(fields)?)),
         Some(other) => {
             return Err(format!(
-                "address must be a string or an object, got {other}"
+                "address must be a string or an object, got {}",
+                json_kind(other)
             ))
         }
     };
     let devname = match object.get("devname") {
         None => None,
         Some(Value::String(name)) => Some(name.clone()),
-        Some(other) => return Err(format!("devname must be a string, got {other}")),
+        Some(other) => {
+            return Err(format!(
+                "devname must be a string, got {}",
+                json_kind(other)
+            ))
+        }
     };
     if devname.is_some() && !matches!(address, AddressSpec::Any) {
         return Err("address and devname cannot both be given".to_string());
@@ -512,19 +611,24 @@ fn parse_device_spec(
 /// One alias value, checked as `_ALIAS_SCHEMA` checks it: an object of known keys with string
 /// values, a name of 1 to 256 characters, ids of exactly four hexadecimal digits, a
 /// `device_type` and a `numa_policy` from their lists.
-fn parse_alias(value: &str) -> Result<AliasEntry, String> {
-    let json: Value = serde_json::from_str(value).map_err(|e| format!("invalid JSON: {e}"))?;
+fn parse_alias(value: &str, line: usize) -> Result<AliasEntry, String> {
+    let json = parse_json(value)?;
     let Value::Object(mut object) = json else {
         return Err(format!(
-            "an alias is one JSON object (repeat the option for more), got {json}"
+            "an alias is one JSON object (repeat the option for more), got {}",
+            json_kind(&json)
         ));
     };
     for (key, value) in &object {
-        if !ALIAS_KEYS.contains(&key.as_str()) {
-            return Err(format!("unknown key {key:?} in an alias"));
-        }
+        // Named as the schema names it: a key unknown to it is the file's text.
+        let Some(key) = ALIAS_KEYS.iter().find(|known| *known == key) else {
+            return Err(format!(
+                "an alias has an unknown key (known: {})",
+                ALIAS_KEYS.join(", ")
+            ));
+        };
         if !value.is_string() {
-            return Err(format!("{key} must be a string, got {value}"));
+            return Err(format!("{key} must be a string, got {}", json_kind(value)));
         }
     }
     let text = |key: &str| object.get(key).and_then(Value::as_str);
@@ -542,21 +646,21 @@ fn parse_alias(value: &str) -> Result<AliasEntry, String> {
     let device_type = text("device_type")
         .map(|t| {
             DeviceType::parse(t)
-                .ok_or_else(|| format!("device_type {t:?} is not type-PCI, type-PF or type-VF"))
+                .ok_or_else(|| "device_type is not type-PCI, type-PF or type-VF".to_string())
         })
         .transpose()?;
     let numa_policy = match text("numa_policy") {
         None => "legacy".to_string(),
         Some(policy) if NUMA_POLICIES.contains(&policy) => policy.to_string(),
-        Some(other) => {
+        Some(_) => {
             return Err(format!(
-                "numa_policy {other:?} is not one of {}",
+                "numa_policy is not one of {}",
                 NUMA_POLICIES.join(", ")
             ))
         }
     };
-    if let Some(other) = text("capability_type").filter(|t| *t != "pci") {
-        return Err(format!("capability_type {other:?} is not \"pci\""));
+    if text("capability_type").is_some_and(|t| t != "pci") {
+        return Err("capability_type is not \"pci\"".to_string());
     }
     let ids = (
         alias_id(text("vendor_id"), "vendor_id")?,
@@ -573,6 +677,7 @@ fn parse_alias(value: &str) -> Result<AliasEntry, String> {
     }
     Ok(AliasEntry {
         name,
+        line,
         device_type,
         numa_policy,
         ids,
@@ -589,7 +694,7 @@ fn alias_id(text: Option<&str>, key: &str) -> Result<Id, String> {
                 .map(Id::Exact)
                 .map_err(|e| e.to_string())
         }
-        Some(other) => Err(format!("{key} {other:?} is not four hexadecimal digits")),
+        Some(_) => Err(format!("{key} is not four hexadecimal digits")),
     }
 }
 
@@ -599,14 +704,14 @@ fn parse_id(object: &Map<String, Value>, key: &str) -> Result<Id, String> {
         Some(Value::String(text)) if text.trim() == "*" => Ok(Id::Any),
         Some(Value::String(text)) => u16::from_str_radix(text.trim(), 16)
             .map(Id::Exact)
-            .map_err(|_| format!("{key} {text:?} is not a hexadecimal id up to ffff")),
-        Some(other) => Err(format!("{key} must be a string, got {other}")),
+            .map_err(|_| format!("{key} is not a hexadecimal id up to ffff")),
+        Some(other) => Err(format!("{key} must be a string, got {}", json_kind(other))),
     }
 }
 
 /// Nova's PciAddressGlobSpec: missing leading fields are `*`, empty fields are `*`.
 fn parse_address_glob(glob: &str) -> Result<[Field; 4], String> {
-    let invalid = |why: &str| format!("address {glob:?}: {why}");
+    let invalid = |why: &str| format!("address: {why}");
     let (dbs, function) = match glob.split_once('.') {
         Some((dbs, function)) => (dbs, function),
         None => (glob, ""),
@@ -643,7 +748,12 @@ fn parse_address_regexes(fields: &Map<String, Value>) -> Result<[Regex; 4], Stri
         let pattern = match fields.get(key) {
             None => ".*",
             Some(Value::String(pattern)) => pattern,
-            Some(other) => return Err(format!("address {key} must be a string, got {other}")),
+            Some(other) => {
+                return Err(format!(
+                    "address {key} must be a string, got {}",
+                    json_kind(other)
+                ))
+            }
         };
         RegexBuilder::new(&format!("^(?:{pattern})"))
             .size_limit(MAX_REGEX_BYTES)
@@ -651,9 +761,9 @@ fn parse_address_regexes(fields: &Map<String, Value>) -> Result<[Regex; 4], Stri
             .build()
             .map_err(|err| match err {
                 regex::Error::CompiledTooBig(_) => {
-                    format!("address {key} {pattern:?} is too large a regular expression")
+                    format!("address {key} is too large a regular expression")
                 }
-                _ => format!("address {key} {pattern:?} is not a regular expression"),
+                _ => format!("address {key} is not a regular expression"),
             })
     };
     Ok([
@@ -782,16 +892,117 @@ device_spec = {"address": {"bus": "[0-9a-fA-F]{2}", "domain": ".*", "function": 
             "[pci]\ndevice_spec = {list}\ndevice_spec = {{\"vendor_id\": \"10de\"}}\n"
         ));
         assert_eq!(config.specs.len(), MAX_DEVICE_SPECS);
-        assert_eq!(config.errors.len(), 1, "{:?}", config.errors);
-        assert_eq!(config.errors[0].0, Problem::TooManyValues);
-        assert!(config.errors[0].1.contains("the rest ignored"));
+        assert_eq!(
+            config.errors,
+            [(
+                Problem::TooManyValues,
+                "[pci] device_spec (line 2): 11 device specs past the first 256, ignored"
+                    .to_string()
+            )]
+        );
         let aliases: String = (0..MAX_ALIASES + 10)
             .map(|i| format!("alias = {{\"name\": \"a{i}\"}}\n"))
             .collect();
         let config = parse_config(&format!("[pci]\n{aliases}"));
         assert_eq!(config.aliases.len(), MAX_ALIASES);
         assert_eq!(config.errors.len(), 1, "{:?}", config.errors);
-        assert!(config.errors[0].1.contains("aliases, the rest ignored"));
+        assert!(config.errors[0]
+            .1
+            .ends_with("10 aliases past the first 256, ignored"));
+    }
+
+    #[test]
+    fn a_value_too_long_to_parse_is_refused() {
+        let specs = vec![r#"{"a":0}"#; MAX_VALUE_BYTES / 8].join(",");
+        let aliases = format!(
+            "{{{}}}",
+            vec![r#""name":"a""#; MAX_VALUE_BYTES / 10].join(",")
+        );
+        let config = parse_config(&format!(
+            "[pci]\ndevice_spec = [{specs}]\nalias = {aliases}\n"
+        ));
+        let length = |text: &str| text.len() + 2;
+        assert_eq!(
+            config.errors,
+            [
+                (
+                    Problem::InvalidDeviceSpec,
+                    format!("[pci] device_spec (line 2): {} bytes, more than the 65536 a value may have", length(&specs))
+                ),
+                (
+                    Problem::InvalidAlias,
+                    format!("[pci] alias (line 3): {} bytes, more than the 65536 a value may have", aliases.len())
+                ),
+            ]
+        );
+    }
+
+    #[test]
+    fn values_nova_rejects_are_bounded_too() {
+        // Each invalid value, or empty list, is work and an error: past the bound they are
+        // counted, not parsed.
+        let lines = 262_144;
+        let mut text = "[pci]\ndevice_spec = []\n".to_string();
+        text.push_str(&"device_spec = {\"vendor_id\": \"xyz\"}\n".repeat(lines - 1));
+        text.push_str(&"alias = [{}]\n".repeat(lines));
+        let config = parse_config(&text);
+        let count = |problem| config.errors.iter().filter(|(p, _)| *p == problem).count();
+        assert_eq!(count(Problem::InvalidDeviceSpec), MAX_DEVICE_SPECS - 1);
+        assert_eq!(count(Problem::InvalidAlias), MAX_ALIASES);
+        let first_ignored = MAX_DEVICE_SPECS + 2;
+        let last = config.errors.len() - 2;
+        assert_eq!(
+            config.errors[last..],
+            [
+                (
+                    Problem::TooManyValues,
+                    format!("[pci] device_spec (line {first_ignored}): {} device specs past the first 256, ignored", lines - MAX_DEVICE_SPECS)
+                ),
+                (
+                    Problem::TooManyValues,
+                    format!("[pci] alias (line {}): {} aliases past the first 256, ignored", lines + 2 + MAX_ALIASES, lines - MAX_ALIASES)
+                ),
+            ]
+        );
+    }
+
+    #[test]
+    fn errors_name_the_place_and_the_reason_never_the_text() {
+        const MARKER: &str = "SECRET-7f3a";
+        let config = parse_config(&format!(
+            r#"[pci]
+device_spec = {{"vendor_id": "{MARKER}"}}
+device_spec = {{"product_id": ["{MARKER}"]}}
+device_spec = ["{MARKER}"]
+device_spec = "{MARKER}"
+device_spec = {{"address": "{MARKER}"}}
+device_spec = {{"address": {{"bus": "{MARKER}("}}}}
+device_spec = {{"address": {{"bus": "{MARKER}{{99999}}"}}}}
+device_spec = {{"address": ["{MARKER}"]}}
+device_spec = {{"devname": ["{MARKER}"]}}
+device_spec = {{"{MARKER}": 1
+alias = ["{MARKER}"]
+alias = {{"{MARKER}": "x"}}
+alias = {{"name": ["{MARKER}"]}}
+alias = {{"name": "{MARKER}", "device_type": "{MARKER}"}}
+alias = {{"name": "{MARKER}", "numa_policy": "{MARKER}"}}
+alias = {{"name": "{MARKER}", "capability_type": "{MARKER}"}}
+alias = {{"name": "{MARKER}", "vendor_id": "{MARKER}"}}
+alias = {{"name": "{MARKER}", "device_type": "type-PF"}}
+alias = {{"name": "{MARKER}", "device_type": "type-VF"}}
+alias = {{"name": "{MARKER}", "device_type": "type-PF", "numa_policy": "required"}}
+alias = {{"name": "{MARKER}"}}
+"#
+        ));
+        assert_eq!(config.errors.len(), 20, "{:#?}", config.errors);
+        for (_, reason) in &config.errors {
+            assert!(!reason.contains(MARKER), "{reason}");
+        }
+        assert!(
+            config.errors[19].1.contains("on line 19"),
+            "{:?}",
+            config.errors[19]
+        );
     }
 
     #[test]
@@ -1099,6 +1310,8 @@ mod proptests {
             let config = parse_config(&text);
             prop_assert!(config.specs.len() <= MAX_DEVICE_SPECS);
             prop_assert!(config.aliases.len() <= MAX_ALIASES);
+            // One per value checked, and one for each kind's values past its bound.
+            prop_assert!(config.errors.len() <= MAX_DEVICE_SPECS + MAX_ALIASES + 2);
             for spec in &config.specs {
                 prop_assert!(spec.text.chars().count() <= MAX_LABEL_CHARS);
             }
@@ -1122,8 +1335,7 @@ mod proptests {
                 text.push('\n');
                 expected.push((section.to_string(), key.replace('-', "_"), value, line));
             }
-            let read: Vec<_> = parse_ini(&text)
-                .into_iter()
+            let read: Vec<_> = IniEntries::new(&text)
                 .map(|entry| (entry.section, entry.key, entry.value, entry.line))
                 .collect();
             prop_assert_eq!(read, expected);

@@ -2,13 +2,15 @@
 //! `nova.rs`) checked against the PCI devices present, as Nova would match them.
 
 use std::collections::{BTreeMap, BTreeSet};
-use std::path::Path;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
 
 use crate::collector::{CollectError, ErrorKind};
 use crate::metrics::{LabelValue, Value};
-use crate::sysfs::{read_named_file, AttributeReader, SysDir, SysfsError};
+use crate::sysfs::{AttributeReader, FileStamp, NamedFile, SysDir, SysfsError};
 
 use super::identity::{read_identity, Identity};
+use super::modules::Stamped;
 use super::nova::{self, Alias, DeviceType, NovaConfig, PciIdentity, Problem};
 use super::{
     Read, DEVICES_DIR, NOVA_ALIAS_DEFINITIONS, NOVA_ALIAS_DEVICES, NOVA_ALIAS_MISMATCH,
@@ -21,10 +23,50 @@ const PCI_PASSTHROUGH_FILTER: &str = "PciPassthroughFilter";
 /// nova.conf with its comments is about 200 KiB.
 const CONFIG_FILE_LIMIT: usize = 4 << 20;
 
-/// A config file named by a flag, read whole (it is not under a root: the flag names it).
-pub(super) fn read_nova_config(path: &Path) -> Result<NovaConfig, SysfsError> {
-    let bytes = read_named_file(path, CONFIG_FILE_LIMIT)?;
-    Ok(nova::parse_config(&String::from_utf8_lossy(&bytes)))
+/// The Nova config files given, each once in the order given, with what was parsed from each,
+/// kept while the file's stamp stays the same: parsing compiles its address regexes, and the
+/// listing and the nova unit both need it every scrape.
+#[derive(Default)]
+pub(super) struct NovaFiles(Vec<(PathBuf, Stamped<FileStamp, NovaConfig>)>);
+
+impl NovaFiles {
+    pub(super) fn new(paths: impl IntoIterator<Item = PathBuf>) -> Self {
+        let mut files: Vec<(PathBuf, Stamped<FileStamp, NovaConfig>)> = Vec::new();
+        for path in paths {
+            if !files.iter().any(|(given, _)| *given == path) {
+                files.push((path, Stamped::default()));
+            }
+        }
+        NovaFiles(files)
+    }
+
+    pub(super) fn is_empty(&self) -> bool {
+        self.0.is_empty()
+    }
+
+    /// Each file's config, parsed again only when the file changed since it last was.
+    pub(super) fn read(
+        &self,
+    ) -> impl Iterator<Item = (&Path, Result<Arc<NovaConfig>, SysfsError>)> + '_ {
+        self.0
+            .iter()
+            .map(|(path, kept)| (path.as_path(), read_nova_config(path, kept)))
+    }
+}
+
+/// A config file named by a flag (it is not under a root: the flag names it), read whole
+/// unless `kept` holds what was parsed from it as it is.
+fn read_nova_config(
+    path: &Path,
+    kept: &Stamped<FileStamp, NovaConfig>,
+) -> Result<Arc<NovaConfig>, SysfsError> {
+    let file = NamedFile::open(path)?;
+    if let Some(config) = kept.get(&file.stamp()) {
+        return Ok(config);
+    }
+    let bytes = file.read(CONFIG_FILE_LIMIT)?;
+    let config = nova::parse_config(&String::from_utf8_lossy(&bytes));
+    Ok(kept.keep(file.stamp(), config))
 }
 
 /// What Nova matches a present device against; `with_netdevs` lists its network interfaces
@@ -69,10 +111,10 @@ impl Read<'_> {
     /// scheduler's filters.
     pub(super) fn nova(&mut self) {
         let collector = self.collector;
-        let mut configs: Vec<(&Path, LabelValue, NovaConfig)> = Vec::new();
-        for path in collector.nova_files() {
+        let mut configs: Vec<(&Path, LabelValue, Arc<NovaConfig>)> = Vec::new();
+        for (path, config) in collector.nova.read() {
             let label: LabelValue = path.display().to_string().into();
-            let config = match read_nova_config(path) {
+            let config = match config {
                 Ok(config) => config,
                 Err(err) => {
                     self.error(err);
@@ -187,9 +229,9 @@ impl Read<'_> {
     /// scheduler_default_filters` is named when only it is set: Nova 15 to 23 read it then,
     /// later releases ignore it. Nothing when a scheduler file could not be read: it may set
     /// the option.
-    fn scheduler_filter(&mut self, configs: &[(&Path, LabelValue, NovaConfig)]) {
+    fn scheduler_filter(&mut self, configs: &[(&Path, LabelValue, Arc<NovaConfig>)]) {
         let wanted = &self.collector.nova_scheduler_configs;
-        let files: Vec<&(&Path, LabelValue, NovaConfig)> = wanted
+        let files: Vec<&(&Path, LabelValue, Arc<NovaConfig>)> = wanted
             .iter()
             .filter_map(|w| configs.iter().find(|(path, _, _)| path == w))
             .collect();
@@ -220,7 +262,7 @@ impl Read<'_> {
 
     /// `hpcnode_nova_alias_definitions`: how many distinct definitions each alias name has
     /// across the files that define it.
-    fn alias_definitions(&mut self, configs: &[(&Path, LabelValue, NovaConfig)]) {
+    fn alias_definitions(&mut self, configs: &[(&Path, LabelValue, Arc<NovaConfig>)]) {
         let mut definitions: BTreeMap<&str, BTreeSet<&str>> = BTreeMap::new();
         for (_, _, config) in configs {
             for alias in &config.aliases {
@@ -258,6 +300,32 @@ fn allocation(alias: &Alias, named: &[DeviceType]) -> (u64, BTreeMap<&'static st
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::sysfs::read_named_file;
+
+    #[test]
+    fn a_config_is_parsed_again_only_when_its_stamp_changes() {
+        let tmp = tempfile::tempdir().unwrap();
+        let path = tmp.path().join("nova.conf");
+        std::fs::write(
+            &path,
+            "[pci]\ndevice_spec = {\"address\": {\"bus\": \"3b\"}}\n",
+        )
+        .unwrap();
+        // Given twice (as a config and a scheduler config): one file, parsed once.
+        let files = NovaFiles::new([path.clone(), path.clone()]);
+        let read = || -> Vec<Arc<NovaConfig>> {
+            files.read().map(|(_, config)| config.unwrap()).collect()
+        };
+        let first = read();
+        assert_eq!(first.len(), 1);
+        assert!(Arc::ptr_eq(&first[0], &read()[0]));
+        std::fs::write(&path, "[pci]\ndevice_spec = {\"vendor_id\": \"10de\"}\n").unwrap();
+        let changed = read();
+        assert!(!Arc::ptr_eq(&first[0], &changed[0]));
+        assert!(changed[0].specs[0].text.contains("10de"));
+        std::fs::remove_file(&path).unwrap();
+        assert!(files.read().all(|(_, config)| config.is_err()));
+    }
 
     #[test]
     fn a_config_file_named_without_a_directory_is_in_the_working_directory() {

@@ -775,7 +775,12 @@ impl DeviceRead<'_> {
             };
             match counter.target {
                 Target::Metric(desc, factor) => {
-                    self.push_set(desc, &sets.port, Value::Int(value.wrapping_mul(factor)));
+                    // Exact while the product fits a u64; past it (2^62 data words and on) a
+                    // float, as Prometheus holds every value, rather than a wrapped one.
+                    let scaled = value
+                        .checked_mul(factor)
+                        .map_or_else(|| Value::Float(value as f64 * factor as f64), Value::Int);
+                    self.push_set(desc, &sets.port, scaled);
                 }
                 Target::Error => self.push_set(&PORT_ERRORS, set, Value::Int(value)),
             }
@@ -965,6 +970,30 @@ mod tests {
         ];
         let expected = [4_294_967_000, 4_294_967_400, 6_000_000_000];
         assert_eq!(exported_over_scrapes(&saturated), expected.map(Value::Int));
+    }
+
+    #[test]
+    fn a_data_counter_past_2_62_words_keeps_counting_in_bytes() {
+        // port_xmit_data counts 4-byte words in 64 bits: from 2^62 words on, the bytes exceed
+        // a u64, and a wrapped product would fall to a few bytes (a false counter reset).
+        let tmp = tempfile::tempdir().unwrap();
+        let counters = tmp.path().join(CLASS_DIR).join("mlx5_0/ports/1/counters");
+        std::fs::create_dir_all(&counters).unwrap();
+        let collector = RdmaCollector::new(tmp.path().to_path_buf(), DeviceFilter::All);
+        let mut exported = Vec::new();
+        for words in [(1u64 << 62) - 1, (1 << 62) + 1, u64::MAX] {
+            std::fs::write(counters.join("port_xmit_data"), format!("{words}\n")).unwrap();
+            let transmitted = read_family(&collector, "mlx5_0", &PORT_DATA_TRANSMITTED);
+            exported.push(transmitted[0].1);
+        }
+        assert_eq!(
+            exported,
+            [
+                Value::Int(u64::MAX - 3),
+                Value::Float(((1u64 << 62) + 1) as f64 * 4.0),
+                Value::Float(u64::MAX as f64 * 4.0),
+            ]
+        );
     }
 
     /// A device that vanishes between scrapes and comes back with other counters (the driver

@@ -56,11 +56,10 @@ pub enum PeersError {
         line: usize,
         reason: String,
     },
-    #[error("{path} line {line}: node {name:?} already listed on line {first}")]
+    #[error("{path} line {line}: the node of line {first} again")]
     Duplicate {
         path: String,
         line: usize,
-        name: String,
         first: usize,
     },
     #[error("{path}: no node listed")]
@@ -69,7 +68,7 @@ pub enum PeersError {
 
 impl From<PeersError> for CollectError {
     fn from(err: PeersError) -> Self {
-        // A line's reason quotes its content: the file and the line are the fault.
+        // The file and the line are the fault, whatever is wrong with the line.
         let key = match &err {
             PeersError::Read(read) => {
                 return CollectError::new(read.kind(), format!("verbs probe mesh: {err}"))
@@ -110,7 +109,8 @@ impl Peers {
     }
 
     /// One node a line, `NAME HOST:PORT`, separated by blanks; `#` starts a comment, blank
-    /// lines are skipped.
+    /// lines are skipped. Errors name the line, never quote it (the file is the operator's,
+    /// the log may be anyone's).
     pub fn parse(path: &str, text: &str) -> Result<Peers, PeersError> {
         let mut lines_of = BTreeMap::new();
         let mut nodes = Vec::new();
@@ -135,17 +135,16 @@ impl Peers {
             };
             if !is_node_name(name) {
                 return Err(bad(format!(
-                    "node name {name:?} is not 1 to {MAX_NAME} of A-Z a-z 0-9 . _ -"
+                    "the node name is not 1 to {MAX_NAME} of A-Z a-z 0-9 . _ -"
                 )));
             }
             if !is_host_port(address) {
-                return Err(bad(format!("address {address:?} is not HOST:PORT")));
+                return Err(bad("the address is not HOST:PORT".into()));
             }
             if let Some(first) = lines_of.insert(name.to_string(), line_number) {
                 return Err(PeersError::Duplicate {
                     path: path.to_string(),
                     line: line_number,
-                    name: name.to_string(),
                     first,
                 });
             }
@@ -299,8 +298,7 @@ fn hostname() -> Result<String, String> {
     match std::str::from_utf8(&buffer[..end]) {
         Ok(name) if is_node_name(name) => Ok(name.to_string()),
         _ => Err(format!(
-            "the hostname {:?} cannot name a node: set --probe.verbs.node-name",
-            String::from_utf8_lossy(&buffer[..end])
+            "the hostname ({end} bytes) is not 1 to {MAX_NAME} of A-Z a-z 0-9 . _ -, so it cannot name a node: set --probe.verbs.node-name"
         )),
     }
 }
@@ -438,7 +436,7 @@ mod tests {
     }
 
     #[test]
-    fn bad_files_name_the_line_and_what_is_wrong() {
+    fn bad_files_name_the_line_and_what_is_wrong_never_its_content() {
         for (text, want) in [
             (
                 "n1 10.0.0.1:18515\nn2\n",
@@ -450,19 +448,19 @@ mod tests {
             ),
             (
                 "n1 10.0.0.1\n",
-                "peers line 1: address \"10.0.0.1\" is not HOST:PORT",
+                "peers line 1: the address is not HOST:PORT",
             ),
             (
                 "n1 10.0.0.1:99999\n",
-                "peers line 1: address \"10.0.0.1:99999\" is not HOST:PORT",
+                "peers line 1: the address is not HOST:PORT",
             ),
             (
                 "n/1 10.0.0.1:1\n",
-                "peers line 1: node name \"n/1\" is not 1 to 64 of A-Z a-z 0-9 . _ -",
+                "peers line 1: the node name is not 1 to 64 of A-Z a-z 0-9 . _ -",
             ),
             (
                 "n1 a:1\n# x\nn1 b:1\n",
-                "peers line 3: node \"n1\" already listed on line 1",
+                "peers line 3: the node of line 1 again",
             ),
             ("# nobody\n\n", "peers: no node listed"),
         ] {

@@ -277,10 +277,12 @@ impl From<std::io::Error> for OobError {
     }
 }
 
-/// A TCP connection carrying frames: every write under `timeout`, every frame read within it.
+/// A TCP connection carrying frames: every write under `timeout`, every frame read within it,
+/// and all of them by the deadline when one is set.
 pub struct Channel {
     stream: TcpStream,
     timeout: Duration,
+    deadline: Option<Instant>,
 }
 
 impl Channel {
@@ -289,6 +291,7 @@ impl Channel {
         let mut channel = Channel {
             stream,
             timeout: Duration::ZERO,
+            deadline: None,
         };
         channel.set_timeout(timeout)?;
         Ok(channel)
@@ -301,14 +304,31 @@ impl Channel {
         Ok(())
     }
 
+    /// Every read and write ends by `deadline` (a handshake's), however many frames it takes;
+    /// `None`: each under the timeout alone.
+    pub fn set_deadline(&mut self, deadline: Option<Instant>) {
+        self.deadline = deadline;
+    }
+
+    /// When what starts now must end: a timeout from now, or the deadline if sooner.
+    fn step_end(&self) -> Instant {
+        let end = Instant::now() + self.timeout;
+        self.deadline.map_or(end, |deadline| deadline.min(end))
+    }
+
     pub fn send(&mut self, message: &Message) -> Result<(), OobError> {
+        let left = self.step_end().saturating_duration_since(Instant::now());
+        if left.is_zero() {
+            return Err(OobError::Timeout);
+        }
+        self.stream.set_write_timeout(Some(left))?;
         Ok(self.stream.write_all(&message.encode())?)
     }
 
-    /// Reads one frame, all of it within the timeout: the header first (rejected before
-    /// anything more is read), then exactly the payload it announces.
+    /// Reads one frame, all of it within the timeout (and by the deadline): the header first
+    /// (rejected before anything more is read), then exactly the payload it announces.
     pub fn receive(&mut self) -> Result<Message, OobError> {
-        let deadline = Instant::now() + self.timeout;
+        let deadline = self.step_end();
         let mut frame = [0u8; HEADER + MAX_PAYLOAD];
         self.read_exact(&mut frame[..HEADER], deadline)?;
         let (_, len) = header(&frame[..HEADER]).inspect_err(|err| {
@@ -492,6 +512,29 @@ mod tests {
         let mut channel = Channel::new(stream, Duration::from_secs(10)).unwrap();
         assert_eq!(channel.receive().unwrap(), all_messages()[0]);
         writer.join().unwrap();
+    }
+
+    /// A deadline bounds every frame together: a peer that answers each message in time but
+    /// not the exchange gets no longer than the deadline, and nothing is sent past it.
+    #[test]
+    fn a_deadline_ends_frames_that_each_come_in_time() {
+        let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        let mut peer = TcpStream::connect(listener.local_addr().unwrap()).unwrap();
+        peer.write_all(&all_messages()[0].encode()).unwrap();
+        let mut channel =
+            Channel::new(listener.accept().unwrap().0, Duration::from_secs(10)).unwrap();
+        let deadline = Instant::now() + Duration::from_millis(300);
+        channel.set_deadline(Some(deadline));
+        assert_eq!(channel.receive().unwrap(), all_messages()[0]);
+        assert!(matches!(channel.receive(), Err(OobError::Timeout)));
+        let late = Instant::now().saturating_duration_since(deadline);
+        assert!(late < Duration::from_secs(2), "{late:?} past the deadline");
+        assert!(matches!(
+            channel.send(&Message::Latency),
+            Err(OobError::Timeout)
+        ));
+        channel.set_deadline(None);
+        channel.send(&Message::Latency).unwrap();
     }
 
     proptest! {

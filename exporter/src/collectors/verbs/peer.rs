@@ -1,9 +1,9 @@
 //! Peer mode: the client side of a probe against another exporter, and the responder that
 //! serves one such session at a time to allow-listed peers.
 
-use std::net::{IpAddr, SocketAddr, TcpListener, TcpStream, ToSocketAddrs};
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-use std::sync::Arc;
+use std::net::{IpAddr, Shutdown, SocketAddr, TcpListener, TcpStream, ToSocketAddrs};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use super::auth::{self, Transcript};
@@ -12,13 +12,19 @@ use super::ffi::Verbs;
 use super::oob::{Channel, DecodeError, Message, OobError, RejectReason};
 use super::port;
 use super::resources::ProtectionDomain;
-use super::{PortClaims, ProbeError, Target};
-use crate::collector::{CollectError, ErrorKind, PendingErrors};
+use super::{PortClaim, PortClaims, ProbeError, Target};
+use crate::collector::{lock, CollectError, ErrorKind, PendingErrors};
 
 /// The largest message a responder accepts to register a buffer for.
 pub const MAX_MESSAGE_SIZE: usize = 16 << 20;
 /// The most ping-pongs a responder echoes in one session.
 const MAX_LATENCY_ITERATIONS: u32 = 100_000;
+/// The most connections in their handshake at once: past it, one is closed unfinished to make
+/// room for the newest ([`Handshakes::admit`]).
+pub const MAX_HANDSHAKES: usize = 16;
+/// How long a connection has from its accept to prove the token (or `--probe.verbs.timeout`, if
+/// shorter); until it has, it holds nothing but its place among the handshakes.
+pub const HANDSHAKE_DEADLINE: Duration = Duration::from_secs(2);
 
 /// A probe against a responder at `peer`.
 pub fn run_peer(
@@ -216,7 +222,7 @@ impl ResponderStats {
         };
         let kind = match &err {
             SessionError::Busy => return,
-            SessionError::Oob(OobError::Timeout) => ErrorKind::Timeout,
+            SessionError::Oob(OobError::Timeout) | SessionError::Crowded => ErrorKind::Timeout,
             SessionError::Oob(_) | SessionError::Version(_) => ErrorKind::Parse,
             _ => ErrorKind::Io,
         };
@@ -235,6 +241,8 @@ pub enum SessionError {
     Denied,
     #[error("another session is running")]
     Busy,
+    #[error("closed before it proved the token, to make room: {MAX_HANDSHAKES} connections were in their handshake")]
+    Crowded,
     #[error("wrong token (the peer's proof of it did not verify)")]
     BadToken,
     #[error("{}", DecodeError::Version(*.0))]
@@ -252,6 +260,7 @@ impl SessionError {
         match self {
             SessionError::Denied => "denied",
             SessionError::Busy => "busy",
+            SessionError::Crowded => "timeout",
             SessionError::BadToken => "bad_token",
             SessionError::Version(_) => "version_mismatch",
             SessionError::Oob(OobError::Timeout) => "timeout",
@@ -271,8 +280,9 @@ pub fn bind(settings: &ResponderSettings) -> std::io::Result<TcpListener> {
     TcpListener::bind(&settings.listen)
 }
 
-/// Accepts connections until `stopped` (the listener is shut down to wake it): one session at
-/// a time, each on its own thread so that the listener can turn others away at once.
+/// Accepts connections until `stopped` (the listener is shut down to wake it), each on its own
+/// thread: the handshake first, under [`HANDSHAKE_DEADLINE`], and only for a peer that proved
+/// the token the session slot (the port's claim), one session at a time.
 pub fn serve(
     listener: TcpListener,
     verbs: Arc<Verbs>,
@@ -280,7 +290,7 @@ pub fn serve(
     stats: Arc<ResponderStats>,
     stopped: &dyn Fn() -> bool,
 ) {
-    let busy = Arc::new(AtomicBool::new(false));
+    let handshakes = Arc::new(Handshakes::default());
     for stream in listener.incoming() {
         if stopped() {
             return;
@@ -291,6 +301,7 @@ pub fn serve(
             std::thread::sleep(Duration::from_millis(100));
             continue;
         };
+        let accepted = Instant::now();
         let Ok(peer) = stream.peer_addr().map(|a| a.ip()) else {
             continue;
         };
@@ -299,53 +310,139 @@ pub fn serve(
             stats.record(peer, Err(SessionError::Denied));
             continue;
         }
-        let claim = match busy.swap(true, Ordering::AcqRel) {
-            false => settings.claims.claim(&settings.target).or_else(|| {
-                // A scheduled probe uses the port now.
-                busy.store(false, Ordering::Release);
-                None
-            }),
-            true => None,
-        };
-        let Some(claim) = claim else {
-            if let Ok(mut channel) = Channel::new(stream, settings.step_timeout) {
-                let _ = channel.send(&Message::Reject {
-                    reason: RejectReason::Busy,
-                });
-            }
-            stats.record(peer, Err(SessionError::Busy));
+        let Ok(place) = handshakes.admit(peer, &stream) else {
             continue;
         };
-        let (verbs, settings, stats, session_busy) =
-            (verbs.clone(), settings.clone(), stats.clone(), busy.clone());
-        let spawned = std::thread::Builder::new()
+        let (verbs, settings, stats) = (verbs.clone(), settings.clone(), stats.clone());
+        // Without a thread the connection (and its place) is dropped with the closure.
+        let _ = std::thread::Builder::new()
             .name("hpcnode-verbs-responder".into())
             .spawn(move || {
-                // A bug in one session must not leave the responder busy for good: it is
-                // counted as that session's error, as the scheduler counts a run's.
+                // A bug in one session must not take the responder down: it is counted as that
+                // session's error, as the scheduler counts a run's.
                 let outcome = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
-                    session(stream, &verbs, &settings)
+                    connection(stream, place, accepted, &verbs, &settings)
                 }))
                 .unwrap_or(Err(SessionError::Probe(ProbeError::Panicked)));
-                drop(claim);
-                session_busy.store(false, Ordering::Release);
                 stats.record(peer, outcome);
             });
-        if spawned.is_err() {
-            busy.store(false, Ordering::Release);
-        }
     }
 }
 
-/// One session; every resource it creates is released when it returns, however it ends.
-fn session(
+/// The connections in their handshake.
+#[derive(Default)]
+struct Handshakes {
+    next_id: AtomicU64,
+    /// Oldest first, each with a handle to close it by.
+    open: Mutex<Vec<Handshake>>,
+}
+
+struct Handshake {
+    id: u64,
+    peer: IpAddr,
     stream: TcpStream,
+}
+
+/// A connection's place among the handshakes, given up when dropped.
+struct Place {
+    handshakes: Arc<Handshakes>,
+    id: u64,
+}
+
+impl Handshakes {
+    /// Gives `stream` a place. When all are taken, the oldest handshake of the address holding
+    /// the most is closed: connections that never prove the token keep neither a peer at
+    /// another address out, nor (each in turn) one that comes after them.
+    fn admit(self: &Arc<Self>, peer: IpAddr, stream: &TcpStream) -> std::io::Result<Place> {
+        let stream = stream.try_clone()?;
+        let id = self.next_id.fetch_add(1, Ordering::Relaxed);
+        let mut open = lock(&self.open);
+        if open.len() >= MAX_HANDSHAKES {
+            let held = |peer| open.iter().filter(|h| h.peer == peer).count();
+            let most = open.iter().map(|h| held(h.peer)).max().unwrap_or(0);
+            if let Some(oldest) = open.iter().position(|h| held(h.peer) == most) {
+                // Its thread's read or write fails at once, and it finds its place gone.
+                let _ = open.remove(oldest).stream.shutdown(Shutdown::Both);
+            }
+        }
+        open.push(Handshake { id, peer, stream });
+        Ok(Place {
+            handshakes: self.clone(),
+            id,
+        })
+    }
+
+    /// Removes the handshake `id`; whether it was still there (not closed to make room).
+    fn remove(&self, id: u64) -> bool {
+        let mut open = lock(&self.open);
+        let index = open.iter().position(|h| h.id == id);
+        index.map(|index| open.remove(index)).is_some()
+    }
+}
+
+impl Place {
+    /// Leaves the handshakes; whether the connection still had its place.
+    fn leave(self) -> bool {
+        self.handshakes.remove(self.id)
+    }
+}
+
+impl Drop for Place {
+    fn drop(&mut self) {
+        self.handshakes.remove(self.id);
+    }
+}
+
+/// One connection: the handshake by its deadline, then the session for a peer that proved the
+/// token and found the port free.
+fn connection(
+    stream: TcpStream,
+    place: Place,
+    accepted: Instant,
     verbs: &Arc<Verbs>,
     settings: &ResponderSettings,
 ) -> Result<(), SessionError> {
     let mut channel = Channel::new(stream, settings.step_timeout)?;
+    channel.set_deadline(Some(
+        accepted + HANDSHAKE_DEADLINE.min(settings.step_timeout),
+    ));
     let token = settings.token.as_deref().unwrap_or_default();
-    let verified = responder_handshake(&mut channel, token)?;
+    let admitted = admit(&mut channel, token, &settings.claims, &settings.target);
+    if !place.leave() {
+        return Err(SessionError::Crowded);
+    }
+    let (verified, _claim) = admitted?;
+    channel.set_deadline(None);
+    session(channel, verified, verbs, settings)
+}
+
+/// The handshake, then the session slot (the port, which a scheduled probe may hold): a peer
+/// that proved the token gets the slot, or is told busy; one that did not gets nothing.
+pub(crate) fn admit(
+    channel: &mut Channel,
+    token: &[u8],
+    claims: &Arc<PortClaims>,
+    target: &Target,
+) -> Result<(Verified, PortClaim), SessionError> {
+    let verified = responder_handshake(channel, token)?;
+    let Some(claim) = claims.claim(target) else {
+        let _ = channel.send(&Message::Reject {
+            reason: RejectReason::Busy,
+        });
+        return Err(SessionError::Busy);
+    };
+    Ok((verified, claim))
+}
+
+/// One session of a peer that proved the token; every resource it creates is released when it
+/// returns, however it ends.
+fn session(
+    mut channel: Channel,
+    verified: Verified,
+    verbs: &Arc<Verbs>,
+    settings: &ResponderSettings,
+) -> Result<(), SessionError> {
+    let token = settings.token.as_deref().unwrap_or_default();
     let (remote, latency_iterations) = (verified.client, verified.latency_iterations);
     let message_size = usize::try_from(remote.len).unwrap_or(usize::MAX);
     if message_size > MAX_MESSAGE_SIZE {
@@ -599,6 +696,110 @@ mod tests {
         );
     }
 
+    /// A peer that proved the token gets the slot, or is told busy after its proof while
+    /// another session holds it.
+    #[test]
+    fn the_slot_goes_to_a_proven_peer_only() {
+        let claims = Arc::new(PortClaims::default());
+        let target = crate::collectors::verbs::run::test_target();
+        let admitted = |claims: Arc<PortClaims>| {
+            let target = target.clone();
+            move |stream| {
+                let mut channel = Channel::new(stream, Duration::from_secs(5))?;
+                admit(&mut channel, b"s3cret", &claims, &target).map(|(_, claim)| claim)
+            }
+        };
+        let (client, claim) = handshake(b"s3cret", admitted(claims.clone()));
+        // The client waits for an accept, which only a session sends.
+        assert!(
+            matches!(client, Err(ProbeError::Oob(OobError::Closed))),
+            "{client:?}"
+        );
+        let claim = claim.unwrap();
+        assert!(
+            claims.claim(&target).is_none(),
+            "the session holds the slot"
+        );
+
+        let (client, busy) = handshake(b"s3cret", admitted(claims.clone()));
+        assert!(
+            matches!(client, Err(ProbeError::Rejected(RejectReason::Busy))),
+            "{client:?}"
+        );
+        assert_eq!(busy.unwrap_err().result(), "busy");
+        let (client, wrong) = handshake(b"guess", admitted(claims.clone()));
+        assert!(
+            matches!(client, Err(ProbeError::Rejected(RejectReason::BadToken))),
+            "{client:?}"
+        );
+        assert_eq!(wrong.unwrap_err().result(), "bad_token");
+        drop(claim);
+        assert!(claims.claim(&target).is_some());
+    }
+
+    /// Loopback connections standing for peers at `addresses` (the list reads them from the
+    /// argument, not the socket), in order: each handshake's place, and the responder's end.
+    fn places(
+        handshakes: &Arc<Handshakes>,
+        addresses: &[&str],
+    ) -> Vec<(Place, TcpStream, TcpStream)> {
+        let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+        addresses
+            .iter()
+            .map(|address| {
+                let client = TcpStream::connect(listener.local_addr().unwrap()).unwrap();
+                let (responder, _) = listener.accept().unwrap();
+                let place = handshakes
+                    .admit(address.parse().unwrap(), &responder)
+                    .unwrap();
+                (place, client, responder)
+            })
+            .collect()
+    }
+
+    /// Past [`MAX_HANDSHAKES`], the oldest handshake of the address holding the most is
+    /// closed: a flood from one address evicts its own, never a peer elsewhere.
+    #[test]
+    fn a_full_handshake_list_closes_the_busiest_address_oldest() {
+        let handshakes = Arc::new(Handshakes::default());
+        let mut addresses = vec!["10.0.0.1", "10.0.0.2"];
+        addresses.extend(std::iter::repeat_n("10.0.0.9", 3 * MAX_HANDSHAKES));
+        let mut open = places(&handshakes, &addresses);
+        assert_eq!(lock(&handshakes.open).len(), MAX_HANDSHAKES);
+        let flood = open.split_off(2);
+        let (evicted, kept) = flood.split_at(flood.len() - (MAX_HANDSHAKES - 2));
+        for (_, _, responder) in evicted {
+            // Shut down: a read ends at once.
+            assert_eq!((&*responder).read(&mut [0; 1]).unwrap(), 0);
+        }
+        let mut kept: Vec<_> = kept.iter().map(|(place, ..)| place.id).collect();
+        kept.extend(open.iter().map(|(place, ..)| place.id));
+        kept.sort_unstable();
+        let listed: Vec<_> = lock(&handshakes.open).iter().map(|h| h.id).collect();
+        assert_eq!(listed, kept);
+        // The peers elsewhere kept their places; a place closed to make room says so.
+        for (place, ..) in open {
+            assert!(place.leave());
+        }
+        let (place, ..) = flood.into_iter().next().unwrap();
+        assert!(!place.leave());
+    }
+
+    /// Among addresses holding one handshake each, the oldest is closed.
+    #[test]
+    fn a_full_list_of_single_addresses_closes_the_oldest() {
+        let handshakes = Arc::new(Handshakes::default());
+        let addresses: Vec<String> = (0..=MAX_HANDSHAKES)
+            .map(|i| format!("10.0.1.{i}"))
+            .collect();
+        let addresses: Vec<&str> = addresses.iter().map(String::as_str).collect();
+        let mut open = places(&handshakes, &addresses).into_iter();
+        let (oldest, ..) = open.next().unwrap();
+        assert!(open.all(|(place, ..)| place.leave()));
+        assert!(!oldest.leave());
+        assert!(lock(&handshakes.open).is_empty());
+    }
+
     #[test]
     fn cidrs() {
         let lan = Cidr::parse("10.1.0.0/16").unwrap();
@@ -616,6 +817,44 @@ mod tests {
             .contains("::1".parse().unwrap()));
         for bad in ["10.0.0.0/33", "10.0.0/8", "x", "::/129", "10.0.0.0/-1", ""] {
             assert!(Cidr::parse(bad).is_none(), "{bad}");
+        }
+    }
+}
+
+#[cfg(test)]
+mod proptests {
+    use super::*;
+    use crate::collectors::verbs::engine::test_endpoint;
+    use crate::collectors::verbs::oob::{NONCE_LEN, PROOF_LEN};
+    use crate::test_strategies::bytes;
+    use proptest::prelude::*;
+
+    /// What a peer may send: anything, or a well-formed hello then anything, or a hello and a
+    /// proof (which cannot be right: it was made before the responder's nonce) then anything.
+    fn peer_bytes() -> impl Strategy<Value = Vec<u8>> {
+        let hello = (any::<[u8; NONCE_LEN]>(), any::<u32>()).prop_map(|(nonce, iterations)| {
+            Message::Hello {
+                nonce,
+                endpoint: test_endpoint(1),
+                latency_iterations: iterations,
+            }
+            .encode()
+        });
+        let proof = any::<[u8; PROOF_LEN]>().prop_map(|proof| Message::Proof { proof }.encode());
+        let rest = || bytes(&["HPVB", "\x02", "\x07\x00\x20", "\x01\x00\x53"]);
+        prop_oneof![
+            rest(),
+            (hello.clone(), rest()).prop_map(|(hello, rest)| [hello, rest].concat()),
+            (hello, proof, rest()).prop_map(|(hello, proof, rest)| [hello, proof, rest].concat()),
+        ]
+    }
+
+    proptest! {
+        /// The responder's handshake over real TCP, with the slot free and taken: an error,
+        /// never the slot, never busy (the fuzz target's check, on these inputs).
+        #[test]
+        fn no_bytes_get_the_slot_without_the_token(input in peer_bytes()) {
+            crate::fuzzing::verbs_handshake(&input);
         }
     }
 }

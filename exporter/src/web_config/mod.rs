@@ -1,22 +1,25 @@
 //! `--web.config.file`: TLS, HTTP headers and basic auth in the format of Prometheus'
 //! exporter-toolkit (`web-config.yml`), so one file serves every exporter of a site.
 //!
-//! The file is checked at every request and before every TLS handshake, by the identity of the
-//! files it names (device, inode, size, mtime), and read again only when one changed: users,
-//! headers, certificates and CAs rotate without a restart, as with exporter-toolkit, at the cost
-//! of a few `stat` calls. A file that no longer parses is reported (a counter, a log line once
-//! per cause) and the last good one kept: exporter-toolkit answers 500 to every request instead,
-//! which turns a typo during a rotation into an outage of every scrape.
+//! This module parses and validates one reading of the file; [`reload`] keeps it in force and
+//! takes changes, and [`files`] reads the files, as a guard of access must.
 //!
 //! Deliberately stricter than exporter-toolkit (each is an error, never a silent downgrade):
-//! TLS 1.0 and 1.1, CBC and RSA key-exchange suites, the P-521 curve (not in the `ring`
-//! provider), a verifying `client_auth_type` without a client CA (Go would use the system roots)
-//! and `client_allowed_sans` entries that are not DNS names or IP addresses.
+//! an empty file (exporter-toolkit: plain HTTP without auth), TLS 1.0 and 1.1, CBC and RSA
+//! key-exchange suites, the P-521 curve (not in the `ring` provider), a verifying
+//! `client_auth_type` without a client CA (Go would use the system roots), `client_allowed_sans`
+//! entries that are not DNS names or IP addresses, and user names with a `:` (basic auth cannot
+//! carry them).
+//!
+//! Errors name the file, the key and the reason, never a value read from the file: the log is
+//! read by more people than the file (it may hold a password hash or a private key).
+
+mod files;
+mod reload;
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
-use std::sync::{Arc, Mutex};
-use std::time::SystemTime;
+use std::sync::Arc;
 
 use hyper::header::{HeaderName, HeaderValue};
 use rustls::client::danger::HandshakeSignatureValid;
@@ -31,14 +34,8 @@ use rustls_pki_types::pem::PemObject;
 use rustls_pki_types::{CertificateDer, PrivateKeyDer, ServerName, UnixTime};
 use serde::Deserialize;
 
-use crate::collector::lock;
-use crate::logging::{self, Level, OncePerCause};
-
-/// A web config file larger than this is refused: real ones are a few KiB, even with inline
-/// certificates.
-const MAX_FILE_BYTES: u64 = 1 << 20;
-/// Distinct reload failures remembered for logging each once.
-const MAX_LOGGED_CAUSES: usize = 32;
+pub use files::{Identity, ReadError, MAX_FILE_BYTES};
+pub use reload::{WebConfigFile, RELOAD_FAILURE_REASONS};
 
 /// exporter-toolkit's hash for unknown users, so that they cost the same bcrypt work as known
 /// ones and response times do not tell which user names exist.
@@ -55,21 +52,28 @@ const ALLOWED_HEADERS: [(&str, &[&str]); 5] = [
 
 #[derive(Debug, thiserror::Error)]
 pub enum WebConfigError {
-    #[error("reading {path}: {source}")]
-    Read {
-        path: PathBuf,
-        source: std::io::Error,
-    },
-    #[error("{path}: larger than {MAX_FILE_BYTES} bytes")]
-    TooLarge { path: PathBuf },
+    #[error(transparent)]
+    File(#[from] ReadError),
+    #[error("{path}: empty; an empty web config is refused (to serve plain HTTP without auth, leave out --web.config.file)")]
+    Empty { path: PathBuf },
     #[error("{0}")]
     Yaml(String),
     #[error("{0}")]
     Invalid(String),
     #[error("{what}: {reason}")]
-    Pem { what: String, reason: String },
+    Pem {
+        what: &'static str,
+        reason: &'static str,
+    },
     #[error("TLS settings: {0}")]
     Tls(#[from] rustls::Error),
+    #[error(
+        "{path}: not read within {:?} (a hung file system?)",
+        reload::READ_DEADLINE
+    )]
+    Timeout { path: PathBuf },
+    #[error("starting the web config's reader thread: {0}")]
+    Thread(std::io::Error),
 }
 
 fn invalid(reason: impl Into<String>) -> WebConfigError {
@@ -164,54 +168,137 @@ impl RawTls {
 pub struct WebConfig {
     /// `None`: plain HTTP.
     pub tls: Option<Arc<ServerConfig>>,
+    /// What checks client certificates in `tls`; kept to check a kept-alive connection's
+    /// certificate again against a newer config (a revoked CA).
+    pub client_verifier: Option<Arc<dyn ClientCertVerifier>>,
     pub headers: Vec<(HeaderName, HeaderValue)>,
     /// User name to bcrypt hash; empty: no authentication.
     pub users: BTreeMap<String, String>,
 }
 
-/// Reads and validates the file at `path`; returns it with the files it names (for rotation).
-pub fn load(path: &Path) -> Result<(WebConfig, Vec<PathBuf>), WebConfigError> {
-    let read_error = |source| WebConfigError::Read {
-        path: path.to_path_buf(),
-        source,
-    };
-    let size = std::fs::metadata(path).map_err(read_error)?.len();
-    if size > MAX_FILE_BYTES {
-        return Err(WebConfigError::TooLarge {
-            path: path.to_path_buf(),
-        });
+/// What a config guards, each of which a reload may not take away (that needs a restart):
+/// a reload whose posture is weaker than the one at start is refused.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Posture {
+    pub tls: bool,
+    pub client_cert_required: bool,
+    pub basic_auth: bool,
+}
+
+impl WebConfig {
+    pub fn posture(&self) -> Posture {
+        Posture {
+            tls: self.tls.is_some(),
+            client_cert_required: self
+                .client_verifier
+                .as_ref()
+                .is_some_and(|verifier| verifier.client_auth_mandatory()),
+            basic_auth: !self.users.is_empty(),
+        }
     }
-    let text = std::fs::read_to_string(path).map_err(read_error)?;
-    // An empty file (or only comments) is a valid config with nothing enabled, as in Go.
-    let raw: RawConfig = serde_norway::from_str::<Option<RawConfig>>(&text)
-        .map_err(|err| WebConfigError::Yaml(err.to_string().replace('\n', " ")))?
-        .unwrap_or_default();
+}
+
+impl Posture {
+    /// Why `next` may not replace a config with this posture, if it may not. TLS is decided at
+    /// start either way: a listener that served plain HTTP has clients that expect it.
+    pub fn refuses(&self, next: &Posture) -> Option<&'static str> {
+        if next.tls != self.tls {
+            return Some("it would turn TLS on or off, which takes a restart");
+        }
+        if self.client_cert_required && !next.client_cert_required {
+            return Some("it would stop requiring client certificates, which takes a restart");
+        }
+        if self.basic_auth && !next.basic_auth {
+            return Some("it would turn basic auth off, which takes a restart");
+        }
+        None
+    }
+}
+
+/// A reading of the config and of every file it names, each with the identity of what was read.
+pub struct Loaded {
+    pub config: WebConfig,
+    /// The config file first.
+    pub files: Vec<(PathBuf, Identity)>,
+}
+
+/// Reads and validates the file at `path` and the files it names.
+pub fn load(path: &Path) -> Result<Loaded, WebConfigError> {
+    let (bytes, identity) = files::read(path)?;
+    let mut files = vec![(path.to_path_buf(), identity)];
+    let config = parse(path, &bytes, &mut files)?;
+    Ok(Loaded { config, files })
+}
+
+/// The config in `bytes`, read from `path`; the files it names are read relative to its
+/// directory and added to `files`.
+fn parse(
+    path: &Path,
+    bytes: &[u8],
+    files: &mut Vec<(PathBuf, Identity)>,
+) -> Result<WebConfig, WebConfigError> {
+    let empty = || WebConfigError::Empty {
+        path: path.to_path_buf(),
+    };
+    let text = std::str::from_utf8(bytes).map_err(|_| invalid("not UTF-8 text"))?;
+    // Empty, or only comments: exporter-toolkit's plain HTTP without auth, and also what a
+    // file being rewritten (truncated, then written) looks like for a moment.
+    let raw: RawConfig = serde_norway::from_str::<Option<RawConfig>>(text)
+        .map_err(yaml_error)?
+        .ok_or_else(empty)?;
     let dir = path.parent().unwrap_or(Path::new("."));
     let headers = validate_headers(&raw.http_server_config.headers)?;
-    for (user, hash) in &raw.basic_auth_users {
-        hash.parse::<bcrypt::HashParts>().map_err(|err| {
-            invalid(format!(
-                "basic_auth_users: the hash of {user:?} is not bcrypt: {err}"
-            ))
-        })?;
+    for (index, (user, hash)) in raw.basic_auth_users.iter().enumerate() {
+        if user.contains(':') {
+            return Err(invalid(format!(
+                "basic_auth_users: user {} of {} has a ':' in its name, which HTTP basic auth cannot carry",
+                index + 1,
+                raw.basic_auth_users.len()
+            )));
+        }
+        if hash.parse::<bcrypt::HashParts>().is_err() {
+            return Err(invalid(format!(
+                "basic_auth_users: the hash of user {} of {} is not bcrypt",
+                index + 1,
+                raw.basic_auth_users.len()
+            )));
+        }
     }
-    let mut named = Vec::new();
-    let tls = match raw.tls_server_config.is_enabled() {
-        false => None,
-        true => Some(Arc::new(server_config(
-            &raw.tls_server_config,
-            dir,
-            &mut named,
-        )?)),
+    let (tls, client_verifier) = match raw.tls_server_config.is_enabled() {
+        false => (None, None),
+        true => {
+            let (config, verifier) = server_config(&raw.tls_server_config, dir, files)?;
+            (Some(Arc::new(config)), verifier)
+        }
     };
-    Ok((
-        WebConfig {
-            tls,
-            headers,
-            users: raw.basic_auth_users,
-        },
-        named,
-    ))
+    Ok(WebConfig {
+        tls,
+        client_verifier,
+        headers,
+        users: raw.basic_auth_users,
+    })
+}
+
+/// The YAML error's kind and place: serde's messages quote the value they could not take.
+fn yaml_error(err: serde_norway::Error) -> WebConfigError {
+    let message = err.to_string();
+    let kind = if message.contains("unknown field") {
+        "unknown key"
+    } else if message.contains("invalid type") || message.contains("invalid value") {
+        "a value of the wrong type"
+    } else if message.contains("duplicate") {
+        "a duplicate key"
+    } else {
+        "not valid YAML"
+    };
+    match err.location() {
+        Some(at) => WebConfigError::Yaml(format!(
+            "{kind} at line {} column {}",
+            at.line(),
+            at.column()
+        )),
+        None => WebConfigError::Yaml(kind.to_string()),
+    }
 }
 
 fn validate_headers(
@@ -220,19 +307,24 @@ fn validate_headers(
     headers
         .iter()
         .map(|(name, value)| {
-            let (_, allowed) = ALLOWED_HEADERS
+            let (name, allowed) = ALLOWED_HEADERS
                 .iter()
                 .find(|(allowed, _)| allowed == name)
-                .ok_or_else(|| invalid(format!("HTTP header {name:?} can not be configured")))?;
+                .ok_or_else(|| {
+                    invalid(format!(
+                        "http_server_config: a header other than {:?} can not be configured",
+                        ALLOWED_HEADERS.map(|(name, _)| name)
+                    ))
+                })?;
             if !allowed.is_empty() && !allowed.contains(&value.as_str()) {
                 return Err(invalid(format!(
-                    "invalid value for {name}: expected one of {allowed:?}, got {value:?}"
+                    "invalid value for {name}: expected one of {allowed:?}"
                 )));
             }
             let value = HeaderValue::from_str(value)
-                .map_err(|_| invalid(format!("invalid value for {name}: {value:?}")))?;
+                .map_err(|_| invalid(format!("invalid value for {name}")))?;
             let name = HeaderName::from_bytes(name.as_bytes())
-                .map_err(|_| invalid(format!("HTTP header {name:?} can not be configured")))?;
+                .map_err(|_| invalid(format!("HTTP header {name} can not be configured")))?;
             Ok((name, value))
         })
         .collect()
@@ -243,31 +335,31 @@ fn pem_source(
     file: &str,
     text: &str,
     dir: &Path,
-    named: &mut Vec<PathBuf>,
+    files: &mut Vec<(PathBuf, Identity)>,
 ) -> Result<Vec<u8>, WebConfigError> {
     if file.is_empty() {
         return Ok(text.as_bytes().to_vec());
     }
     let path = dir.join(file);
-    let bytes = std::fs::read(&path).map_err(|source| WebConfigError::Read {
-        path: path.clone(),
-        source,
-    })?;
-    named.push(path);
+    let (bytes, identity) = files::read(&path)?;
+    files.push((path, identity));
     Ok(bytes)
 }
 
-fn certificates(what: &str, pem: &[u8]) -> Result<Vec<CertificateDer<'static>>, WebConfigError> {
+fn certificates(
+    what: &'static str,
+    pem: &[u8],
+) -> Result<Vec<CertificateDer<'static>>, WebConfigError> {
     let certs = CertificateDer::pem_slice_iter(pem)
         .collect::<Result<Vec<_>, _>>()
-        .map_err(|err| WebConfigError::Pem {
-            what: what.to_string(),
-            reason: err.to_string(),
+        .map_err(|_| WebConfigError::Pem {
+            what,
+            reason: "not valid PEM",
         })?;
     if certs.is_empty() {
         return Err(WebConfigError::Pem {
-            what: what.to_string(),
-            reason: "no PEM certificate".into(),
+            what,
+            reason: "no PEM certificate",
         });
     }
     Ok(certs)
@@ -280,7 +372,9 @@ fn version(name: &str, field: &str) -> Result<&'static SupportedProtocolVersion,
         "TLS10" | "TLS11" => Err(invalid(format!(
             "{field}: {name} is refused: TLS 1.0 and 1.1 are insecure (exporter-toolkit accepts them)"
         ))),
-        _ => Err(invalid(format!("{field}: unknown TLS version: {name}"))),
+        _ => Err(invalid(format!(
+            "{field}: not a known TLS version (TLS12 or TLS13)"
+        ))),
     }
 }
 
@@ -294,14 +388,14 @@ fn provider(raw: &RawTls) -> Result<CryptoProvider, WebConfigError> {
             .filter(|suite| suite.version() == &rustls::version::TLS13)
             .copied()
             .collect();
-        for name in &raw.cipher_suites {
+        for (index, name) in raw.cipher_suites.iter().enumerate() {
             let suite = provider
                 .cipher_suites
                 .iter()
                 .find(|suite| suite.suite().as_str() == Some(name.as_str()))
                 .ok_or_else(|| {
                     invalid(format!(
-                        "cipher_suites: {name} is unknown or refused (only ECDHE suites with AES-GCM or ChaCha20-Poly1305; CBC and RSA key exchange are insecure)"
+                        "cipher_suites: entry {} is unknown or refused (only ECDHE suites with AES-GCM or ChaCha20-Poly1305; CBC and RSA key exchange are insecure)", index + 1
                     ))
                 })?;
             if !suites.contains(suite) {
@@ -321,18 +415,21 @@ fn provider(raw: &RawTls) -> Result<CryptoProvider, WebConfigError> {
                 "CurveP521" => Err(invalid(
                     "curve_preferences: CurveP521 is not supported (the ring provider has X25519, CurveP256, CurveP384)",
                 )),
-                _ => Err(invalid(format!("curve_preferences: unknown curve: {name}"))),
+                _ => Err(invalid(
+                    "curve_preferences: an unknown curve (X25519, CurveP256 and CurveP384 are known)",
+                )),
             })
             .collect::<Result<_, _>>()?;
     }
     Ok(provider)
 }
 
+/// The TLS settings, and what checks client certificates when any are asked for.
 fn server_config(
     raw: &RawTls,
     dir: &Path,
-    named: &mut Vec<PathBuf>,
-) -> Result<ServerConfig, WebConfigError> {
+    files: &mut Vec<(PathBuf, Identity)>,
+) -> Result<(ServerConfig, Option<Arc<dyn ClientCertVerifier>>), WebConfigError> {
     let min = version(&raw.min_version, "min_version")?;
     let max = version(&raw.max_version, "max_version")?;
     if raw.cert_file.is_empty() && raw.cert.is_empty() {
@@ -341,11 +438,11 @@ fn server_config(
     if raw.key_file.is_empty() && raw.key.is_empty() {
         return Err(invalid("missing one of key or key_file"));
     }
-    let chain = certificates("cert", &pem_source(&raw.cert_file, &raw.cert, dir, named)?)?;
-    let key_pem = pem_source(&raw.key_file, &raw.key, dir, named)?;
-    let key = PrivateKeyDer::from_pem_slice(&key_pem).map_err(|err| WebConfigError::Pem {
-        what: "key".into(),
-        reason: err.to_string(),
+    let chain = certificates("cert", &pem_source(&raw.cert_file, &raw.cert, dir, files)?)?;
+    let key_pem = pem_source(&raw.key_file, &raw.key, dir, files)?;
+    let key = PrivateKeyDer::from_pem_slice(&key_pem).map_err(|_| WebConfigError::Pem {
+        what: "key",
+        reason: "no PEM private key",
     })?;
     let versions: Vec<&'static SupportedProtocolVersion> =
         [&rustls::version::TLS12, &rustls::version::TLS13]
@@ -362,20 +459,20 @@ fn server_config(
         (true, true) => None,
         _ => Some(certificates(
             "client CA",
-            &pem_source(&raw.client_ca_file, &raw.client_ca, dir, named)?,
+            &pem_source(&raw.client_ca_file, &raw.client_ca, dir, files)?,
         )?),
     };
     let verifier = client_verifier(raw, client_cas, &provider)?;
     let builder =
         ServerConfig::builder_with_provider(provider).with_protocol_versions(&versions)?;
-    let mut config = match verifier {
-        Some(verifier) => builder.with_client_cert_verifier(verifier),
+    let mut config = match &verifier {
+        Some(verifier) => builder.with_client_cert_verifier(verifier.clone()),
         None => builder.with_no_client_auth(),
     }
     .with_single_cert(chain, key)?;
     config.ignore_client_order = raw.prefer_server_cipher_suites;
     config.alpn_protocols = vec![b"http/1.1".to_vec()];
-    Ok(config)
+    Ok((config, verifier))
 }
 
 /// The verifier for `client_auth_type`, or `None` when no client certificate is asked for.
@@ -424,17 +521,23 @@ fn client_verifier(
         "RequireAnyClientCert" | "RequireClientCert" => any(true),
         "VerifyClientCertIfGiven" => verifying(client_cas, false)?,
         "RequireAndVerifyClientCert" => verifying(client_cas, true)?,
-        other => return Err(invalid(format!("invalid ClientAuth: {other}"))),
+        _ => {
+            return Err(invalid(
+                "client_auth_type: not one of NoClientCert, RequestClientCert, RequireAnyClientCert, VerifyClientCertIfGiven, RequireAndVerifyClientCert",
+            ))
+        }
     };
     let Some(sans) = &raw.client_allowed_sans else {
         return Ok(Some(verifier));
     };
     let allowed = sans
         .iter()
-        .map(|san| {
+        .enumerate()
+        .map(|(index, san)| {
             ServerName::try_from(san.clone()).map_err(|_| {
                 invalid(format!(
-                    "client_allowed_sans: {san:?} is not a DNS name or IP address (the only SANs checked)"
+                    "client_allowed_sans: entry {} is not a DNS name or IP address (the only SANs checked)",
+                    index + 1
                 ))
             })
         })
@@ -565,170 +668,5 @@ impl ClientCertVerifier for AllowedSans {
 #[error("the client certificate names none of client_allowed_sans")]
 struct NoAllowedSan;
 
-/// What identifies a file's content without reading it.
-type Identity = Option<(u64, u64, u64, SystemTime)>;
-
-fn identity(path: &Path) -> Identity {
-    use std::os::unix::fs::MetadataExt as _;
-    let meta = std::fs::metadata(path).ok()?;
-    Some((meta.dev(), meta.ino(), meta.len(), meta.modified().ok()?))
-}
-
-/// The web config file, read again when it or a file it names changes.
-pub struct WebConfigFile {
-    path: PathBuf,
-    state: Mutex<State>,
-    reload_failures: std::sync::atomic::AtomicU64,
-    failures_logged: OncePerCause<String>,
-}
-
-struct State {
-    /// The config file first, then the files it names, with their identities when read.
-    watched: Vec<(PathBuf, Identity)>,
-    current: Arc<WebConfig>,
-}
-
-fn watch(path: &Path, named: Vec<PathBuf>) -> Vec<(PathBuf, Identity)> {
-    std::iter::once(path.to_path_buf())
-        .chain(named)
-        .map(|path| {
-            let id = identity(&path);
-            (path, id)
-        })
-        .collect()
-}
-
-impl WebConfigFile {
-    /// Reads the file for the first time: an error here is a startup error.
-    pub fn open(path: &Path) -> Result<WebConfigFile, WebConfigError> {
-        // Identities first: a change while reading is seen at the next check.
-        let before = identity(path);
-        let (config, named) = load(path)?;
-        let mut watched = watch(path, named);
-        watched[0].1 = before;
-        Ok(WebConfigFile {
-            path: path.to_path_buf(),
-            state: Mutex::new(State {
-                watched,
-                current: Arc::new(config),
-            }),
-            reload_failures: Default::default(),
-            failures_logged: OncePerCause::new(MAX_LOGGED_CAUSES),
-        })
-    }
-
-    /// The config now in force: read again if a file changed, the last good one if that
-    /// reading failed.
-    pub fn current(&self) -> Arc<WebConfig> {
-        let mut state = lock(&self.state);
-        let changed = state
-            .watched
-            .iter()
-            .any(|(path, seen)| identity(path) != *seen);
-        if !changed {
-            return state.current.clone();
-        }
-        let before: Vec<_> = state
-            .watched
-            .iter()
-            .map(|(path, _)| (path.clone(), identity(path)))
-            .collect();
-        match load(&self.path) {
-            Ok((config, named)) => {
-                let mut watched = watch(&self.path, named);
-                watched[0].1 = before[0].1;
-                state.watched = watched;
-                state.current = Arc::new(config);
-                logging::log(
-                    Level::Info,
-                    "web config file reloaded",
-                    &[("file", &self.path.display().to_string())],
-                );
-            }
-            Err(err) => {
-                // Tried again only when a file changes again.
-                state.watched = before;
-                self.reload_failures
-                    .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-                let err = err.to_string();
-                if self.failures_logged.is_new(err.clone()) {
-                    logging::log(
-                        Level::Error,
-                        "web config file invalid; keeping the last good one",
-                        &[
-                            ("file", &self.path.display().to_string()),
-                            ("err", &err),
-                            ("note", "logged once per cause"),
-                        ],
-                    );
-                }
-            }
-        }
-        state.current.clone()
-    }
-
-    /// Reloads that failed since start.
-    pub fn reload_failures(&self) -> u64 {
-        self.reload_failures
-            .load(std::sync::atomic::Ordering::Relaxed)
-    }
-}
-
 #[cfg(test)]
-mod tests {
-    use super::*;
-
-    fn parse(text: &str) -> Result<WebConfig, WebConfigError> {
-        let dir = tempfile::tempdir().unwrap();
-        let path = dir.path().join("web.yml");
-        std::fs::write(&path, text).unwrap();
-        load(&path).map(|(config, _)| config)
-    }
-
-    #[test]
-    fn empty_file_is_plain_http_without_auth() {
-        let config = parse("# nothing\n").unwrap();
-        assert!(config.tls.is_none() && config.users.is_empty() && config.headers.is_empty());
-    }
-
-    #[test]
-    fn unknown_keys_are_rejected() {
-        let err = parse("basic_auth_user:\n  a: b\n").unwrap_err().to_string();
-        assert!(err.contains("unknown field"), "{err}");
-        let err = parse("tls_server_config:\n  certfile: x\n")
-            .unwrap_err()
-            .to_string();
-        assert!(err.contains("unknown field"), "{err}");
-    }
-
-    #[test]
-    fn headers_are_checked_like_exporter_toolkit() {
-        let ok = parse("http_server_config:\n  headers:\n    X-Frame-Options: deny\n").unwrap();
-        assert_eq!(ok.headers[0].0.as_str(), "x-frame-options");
-        assert!(parse("http_server_config:\n  headers:\n    X-Frame-Options: allow\n").is_err());
-        assert!(parse("http_server_config:\n  headers:\n    Server: x\n").is_err());
-    }
-
-    #[test]
-    fn users_need_bcrypt_hashes() {
-        assert!(parse("basic_auth_users:\n  alice: secret\n").is_err());
-        let ok = parse(&format!(
-            "basic_auth_users:\n  alice: '{UNKNOWN_USER_HASH}'\n"
-        ))
-        .unwrap();
-        assert_eq!(ok.users.len(), 1);
-    }
-
-    #[test]
-    fn tls_needs_cert_and_key_and_refuses_old_versions() {
-        let err = parse("tls_server_config:\n  client_auth_type: RequestClientCert\n")
-            .unwrap_err()
-            .to_string();
-        assert_eq!(err, "missing one of cert or cert_file");
-        let err =
-            parse("tls_server_config:\n  cert_file: c\n  key_file: k\n  min_version: TLS11\n")
-                .unwrap_err()
-                .to_string();
-        assert!(err.starts_with("min_version: TLS11 is refused"), "{err}");
-    }
-}
+mod tests;

@@ -15,29 +15,32 @@
 //!   as it is written, so no whole text is held beside them;
 //! - TLS handshakes (`--web.config.file`): bounded in time, and a connection still in its
 //!   handshake is idle to the connection cap, so it is the first displaced;
-//! - basic auth: one bcrypt comparison at a time, results cached, so wrong passwords cost one
-//!   core at most.
+//! - basic auth: see [`auth`]; wrong passwords cost one core at most and cannot delay a client
+//!   that authenticated before.
 //!
 //! With `--web.config.file` every path is behind the same TLS and basic auth, and the file's
-//! headers are on every response.
+//! headers are on every response. Whether connections are TLS is decided at start; every
+//! request, kept-alive ones too, is checked against the config in force when it arrives
+//! (its users, and a client certificate against the client CA now configured).
 
-use std::collections::{BTreeMap, HashMap};
+mod auth;
+
+use std::collections::BTreeMap;
 use std::convert::Infallible;
 use std::future::Future;
 use std::io::Write as _;
-use std::net::SocketAddr;
+use std::net::{IpAddr, SocketAddr};
 use std::pin::Pin;
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::task::{Context, Poll};
 use std::time::Duration;
 
-use base64::Engine as _;
 use bytes::Bytes;
 use hyper::body::{Frame, Incoming, SizeHint};
 use hyper::header::{
-    HeaderValue, ACCEPT, ACCEPT_ENCODING, AUTHORIZATION, CONTENT_ENCODING, CONTENT_TYPE, VARY,
-    WWW_AUTHENTICATE,
+    HeaderValue, ACCEPT, ACCEPT_ENCODING, AUTHORIZATION, CONNECTION, CONTENT_ENCODING,
+    CONTENT_TYPE, VARY, WWW_AUTHENTICATE,
 };
 use hyper::server::conn::http1;
 use hyper::service::service_fn;
@@ -52,7 +55,8 @@ use crate::collector::lock;
 use crate::logging::{self, Level, OncePerCause};
 use crate::metrics::{Desc, Encodable, Format, LabelValue, Pieces, Samples, Value};
 use crate::scrape::Scraper;
-use crate::web_config::{WebConfig, WebConfigFile, UNKNOWN_USER_HASH};
+use crate::web_config::{WebConfig, WebConfigFile};
+use auth::{Authenticator, Verdict};
 
 /// A client gets this long to send its request head (slowloris guard).
 const HEADER_READ_TIMEOUT: Duration = Duration::from_secs(10);
@@ -75,13 +79,10 @@ const ACCEPT_BACKOFF_MAX: Duration = Duration::from_secs(1);
 const MAX_ACCEPT_CAUSES: usize = 32;
 /// A client gets this long to finish its TLS handshake (slowloris guard, as for request heads).
 const TLS_HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(10);
-/// Basic-auth results remembered (by a digest of user, hash and password); the cache is
-/// emptied when full, so a client trying passwords cannot grow it.
-const MAX_CACHED_CREDENTIALS: usize = 1024;
 
 const WEB_CONFIG_RELOAD_FAILURES: Desc = Desc::counter(
     "hpcnode_web_config_reload_failures",
-    "Times --web.config.file changed into a file that did not load; the last good one stays in force.",
+    "Times a change of --web.config.file or a file it names was not taken, by reason; the last good config stays in force.",
     None,
 );
 const TLS_HANDSHAKE_FAILURES: Desc = Desc::counter(
@@ -91,7 +92,7 @@ const TLS_HANDSHAKE_FAILURES: Desc = Desc::counter(
 );
 const AUTH_FAILURES: Desc = Desc::counter(
     "hpcnode_web_auth_failures",
-    "Requests answered 401: no, malformed or wrong basic-auth credentials.",
+    "Requests refused: no, malformed or wrong basic-auth credentials, a source throttled, or a client certificate the config in force no longer accepts; by reason.",
     None,
 );
 
@@ -125,13 +126,23 @@ pub struct Server {
     landing_page: String,
     /// `--web.config.file`, when given.
     web: Option<Arc<WebConfigFile>>,
-    /// Basic-auth verdicts by digest of user, hash and password.
-    credentials: Mutex<HashMap<[u8; 32], bool>>,
-    /// One bcrypt comparison at a time, as exporter-toolkit does.
-    bcrypt_turn: tokio::sync::Mutex<()>,
+    authenticator: Arc<Authenticator>,
     handshake_errors: AtomicU64,
     handshake_timeouts: AtomicU64,
-    auth_failures: AtomicU64,
+    /// By [`AUTH_FAILURE_REASONS`].
+    auth_failures: [AtomicU64; AUTH_FAILURE_REASONS.len()],
+}
+
+/// Why a request was refused, the `reason` label of the auth failures.
+const AUTH_FAILURE_REASONS: [&str; 4] = ["missing", "wrong", "throttled", "client_certificate"];
+
+/// Who is at the other end of a connection, as the config checks each of its requests.
+struct Peer {
+    address: IpAddr,
+    /// The client's certificate chain from the TLS handshake, if it sent one.
+    certificates: Option<Vec<rustls_pki_types::CertificateDer<'static>>>,
+    /// The config the certificate was last found good under (the handshake's at first).
+    checked_under: Mutex<Option<Arc<WebConfig>>>,
 }
 
 /// What a scrape's response is: its format, and whether it is gzipped.
@@ -170,11 +181,10 @@ impl Server {
             accept_log: OncePerCause::new(MAX_ACCEPT_CAUSES),
             landing_page,
             web,
-            credentials: Mutex::default(),
-            bcrypt_turn: tokio::sync::Mutex::new(()),
+            authenticator: Arc::default(),
             handshake_errors: AtomicU64::new(0),
             handshake_timeouts: AtomicU64::new(0),
-            auth_failures: AtomicU64::new(0),
+            auth_failures: Default::default(),
         }
     }
 
@@ -190,15 +200,15 @@ impl Server {
         loop {
             tokio::select! {
                 accepted = listener.accept() => {
-                    let stream = match accepted {
-                        Ok((stream, _)) => {
+                    let (stream, address) = match accepted {
+                        Ok((stream, address)) => {
                             backoff = Duration::ZERO;
                             // A scrape's text is written a piece at a time: without this the
                             // last small segment waits for the client's delayed ACK (up to 40
                             // ms on Linux). Go's net/http, node_exporter's, sets it too. A
                             // socket that refuses it only answers slower.
                             let _ = stream.set_nodelay(true);
-                            stream
+                            (stream, address.ip())
                         }
                         Err(err) => {
                             self.log_once(Level::Error, "accept failed; retrying with backoff", &err.to_string());
@@ -218,7 +228,8 @@ impl Server {
                         continue;
                     };
                     // Read here, per connection: a rotated certificate is in the next handshake.
-                    let tls = self.web.as_ref().and_then(|web| web.current().tls.clone());
+                    // Whether there is TLS at all was decided at start: no reload changes it.
+                    let config = self.web.as_ref().map(|web| web.current());
                     let server = self.clone();
                     let watcher = graceful.watcher();
                     tokio::spawn(async move {
@@ -227,7 +238,7 @@ impl Server {
                         let stream = StallLimit::new(stream, WRITE_STALL_TIMEOUT);
                         let connection = place.connection.clone();
                         tokio::select! {
-                            () = server.connection(stream, tls, connection, watcher) => {}
+                            () = server.connection(stream, address, config, connection, watcher) => {}
                             () = place.connection.displaced.notified() => {}
                         }
                         drop(place);
@@ -259,16 +270,31 @@ impl Server {
     async fn connection(
         self: Arc<Self>,
         stream: StallLimit<TcpStream>,
-        tls: Option<Arc<rustls::ServerConfig>>,
+        address: IpAddr,
+        config: Option<Arc<WebConfig>>,
         connection: Arc<Connection>,
         watcher: Watcher,
     ) {
-        let Some(tls) = tls else {
-            return self.http(stream, connection, watcher).await;
+        let mut peer = Peer {
+            address,
+            certificates: None,
+            checked_under: Mutex::new(None),
+        };
+        let Some(tls) = config.as_ref().and_then(|config| config.tls.clone()) else {
+            return self.http(stream, peer, connection, watcher).await;
         };
         let handshake = tokio_rustls::TlsAcceptor::from(tls).accept(stream);
         match tokio::time::timeout(TLS_HANDSHAKE_TIMEOUT, handshake).await {
-            Ok(Ok(stream)) => self.http(stream, connection, watcher).await,
+            Ok(Ok(stream)) => {
+                peer.certificates = stream
+                    .get_ref()
+                    .1
+                    .peer_certificates()
+                    .map(|chain| chain.iter().map(|cert| cert.clone().into_owned()).collect());
+                // The handshake checked the certificate against this config's client CA.
+                peer.checked_under = Mutex::new(config);
+                self.http(stream, peer, connection, watcher).await
+            }
             Ok(Err(err)) => {
                 self.handshake_errors.fetch_add(1, Ordering::Relaxed);
                 self.log_once(Level::Warn, "TLS handshake failed", &err.to_string());
@@ -284,16 +310,23 @@ impl Server {
         }
     }
 
-    async fn http<S>(self: Arc<Self>, stream: S, connection: Arc<Connection>, watcher: Watcher)
-    where
+    async fn http<S>(
+        self: Arc<Self>,
+        stream: S,
+        peer: Peer,
+        connection: Arc<Connection>,
+        watcher: Watcher,
+    ) where
         S: AsyncRead + AsyncWrite + Unpin + Send + 'static,
     {
         let server = self.clone();
+        let peer = Arc::new(peer);
         let service = service_fn(move |request| {
             let server = server.clone();
+            let peer = peer.clone();
             let busy = Busy::new(connection.clone());
             async move {
-                let response = server.handle(request).await;
+                let response = server.handle(request, &peer).await;
                 Ok::<_, Infallible>(response.map(|body| body.marking(busy)))
             }
         });
@@ -306,21 +339,29 @@ impl Server {
     }
 
     /// Every request: the web config's authentication and headers around the route.
-    async fn handle(self: &Arc<Self>, request: Request<Incoming>) -> Response<Body> {
+    async fn handle(self: &Arc<Self>, request: Request<Incoming>, peer: &Peer) -> Response<Body> {
         let Some(web) = self.web.as_ref().map(|web| web.current()) else {
             return self.route(request).await;
         };
-        let mut response = match self.authenticate(&web, &request).await {
-            Ok(()) => self.route(request).await,
-            Err(cause) => {
-                self.auth_failures.fetch_add(1, Ordering::Relaxed);
-                self.log_once(Level::Warn, "request unauthorized", cause);
-                let mut response = plain(StatusCode::UNAUTHORIZED, "Unauthorized\n");
-                response
-                    .headers_mut()
-                    .insert(WWW_AUTHENTICATE, HeaderValue::from_static("Basic"));
-                response
+        let refused = if !client_certificate_holds(&web, peer) {
+            Some("client_certificate")
+        } else if web.users.is_empty() {
+            None
+        } else {
+            let authorization = header(&request, AUTHORIZATION);
+            let verdict = (self.authenticator)
+                .check(&web.users, peer.address, authorization)
+                .await;
+            match verdict {
+                Verdict::Accepted => None,
+                Verdict::Missing => Some("missing"),
+                Verdict::Wrong => Some("wrong"),
+                Verdict::Throttled => Some("throttled"),
             }
+        };
+        let mut response = match refused {
+            None => self.route(request).await,
+            Some(reason) => self.refuse(reason),
         };
         for (name, value) in &web.headers {
             response.headers_mut().insert(name.clone(), value.clone());
@@ -328,43 +369,33 @@ impl Server {
         response
     }
 
-    /// Checks the request's basic-auth credentials against the config's users (none: every
-    /// request passes). An unknown user costs the same bcrypt work as a known one.
-    async fn authenticate(
-        &self,
-        web: &WebConfig,
-        request: &Request<Incoming>,
-    ) -> Result<(), &'static str> {
-        if web.users.is_empty() {
-            return Ok(());
-        }
-        let (user, password) = basic_credentials(header(request, AUTHORIZATION))
-            .ok_or("no or malformed basic-auth credentials")?;
-        let (hash, known) = match web.users.get(&user) {
-            Some(hash) => (hash.clone(), true),
-            None => (UNKNOWN_USER_HASH.to_string(), false),
-        };
-        let key = credentials_digest(&user, &hash, &password);
-        let cached = lock(&self.credentials).get(&key).copied();
-        let matches = match cached {
-            Some(matches) => matches,
-            None => {
-                let _turn = self.bcrypt_turn.lock().await;
-                let matches = tokio::task::spawn_blocking(move || bcrypt::verify(password, &hash))
-                    .await
-                    .is_ok_and(|verified| verified.unwrap_or(false));
-                let mut credentials = lock(&self.credentials);
-                if credentials.len() >= MAX_CACHED_CREDENTIALS {
-                    credentials.clear();
-                }
-                credentials.insert(key, matches);
-                matches
+    /// The answer to a request the config does not let in, counted and logged by reason.
+    fn refuse(&self, reason: &'static str) -> Response<Body> {
+        let cause = match reason {
+            "missing" => "no or malformed basic-auth credentials",
+            "wrong" => "wrong user or password",
+            "throttled" => {
+                "its source has a check pending or is backing off after a wrong password"
             }
+            _ => "its client certificate is not accepted by the config in force",
         };
-        match known && matches {
-            true => Ok(()),
-            false => Err("wrong user or password"),
+        if let Some(index) = AUTH_FAILURE_REASONS.iter().position(|r| *r == reason) {
+            self.auth_failures[index].fetch_add(1, Ordering::Relaxed);
         }
+        self.log_once(Level::Warn, "request refused", cause);
+        if reason == "client_certificate" {
+            // Only a new handshake can present another certificate.
+            let mut response = plain(StatusCode::FORBIDDEN, "Forbidden\n");
+            response
+                .headers_mut()
+                .insert(CONNECTION, HeaderValue::from_static("close"));
+            return response;
+        }
+        let mut response = plain(StatusCode::UNAUTHORIZED, "Unauthorized\n");
+        response
+            .headers_mut()
+            .insert(WWW_AUTHENTICATE, HeaderValue::from_static("Basic"));
+        response
     }
 
     async fn route(self: &Arc<Self>, request: Request<Incoming>) -> Response<Body> {
@@ -458,11 +489,13 @@ impl Server {
 impl Server {
     fn web_samples(&self, web: &WebConfigFile) -> Samples {
         let mut samples = Samples::default();
-        samples.push(
-            &WEB_CONFIG_RELOAD_FAILURES,
-            Vec::new(),
-            Value::Int(web.reload_failures()),
-        );
+        for (reason, count) in web.reload_failures() {
+            samples.push(
+                &WEB_CONFIG_RELOAD_FAILURES,
+                vec![("reason", LabelValue::Static(reason))],
+                Value::Int(count),
+            );
+        }
         for (reason, count) in [
             ("error", &self.handshake_errors),
             ("timeout", &self.handshake_timeouts),
@@ -473,39 +506,39 @@ impl Server {
                 Value::Int(count.load(Ordering::Relaxed)),
             );
         }
-        samples.push(
-            &AUTH_FAILURES,
-            Vec::new(),
-            Value::Int(self.auth_failures.load(Ordering::Relaxed)),
-        );
+        for (reason, count) in AUTH_FAILURE_REASONS.iter().zip(&self.auth_failures) {
+            samples.push(
+                &AUTH_FAILURES,
+                vec![("reason", LabelValue::Static(reason))],
+                Value::Int(count.load(Ordering::Relaxed)),
+            );
+        }
         samples
     }
 }
 
-/// User and password of an `Authorization: Basic` header.
-fn basic_credentials(authorization: &str) -> Option<(String, String)> {
-    let (scheme, encoded) = authorization.split_once(' ')?;
-    if !scheme.eq_ignore_ascii_case("basic") {
-        return None;
+/// Whether the connection's client certificate, checked at its handshake, is still good under
+/// `web`: a kept-alive connection must not outlive a revoked client CA.
+fn client_certificate_holds(web: &Arc<WebConfig>, peer: &Peer) -> bool {
+    let mut checked_under = lock(&peer.checked_under);
+    if checked_under
+        .as_ref()
+        .is_some_and(|checked| Arc::ptr_eq(checked, web))
+    {
+        return true;
     }
-    let decoded = base64::engine::general_purpose::STANDARD
-        .decode(encoded.trim())
-        .ok()?;
-    let decoded = String::from_utf8(decoded).ok()?;
-    let (user, password) = decoded.split_once(':')?;
-    Some((user.to_string(), password.to_string()))
-}
-
-/// What the credentials cache is keyed by: never the password itself.
-fn credentials_digest(user: &str, hash: &str, password: &str) -> [u8; 32] {
-    let mut context = ring::digest::Context::new(&ring::digest::SHA256);
-    for part in [user, hash, password] {
-        context.update(&(part.len() as u64).to_le_bytes());
-        context.update(part.as_bytes());
+    let holds = match (&web.client_verifier, &peer.certificates) {
+        (None, _) => true,
+        (Some(verifier), None) => !verifier.client_auth_mandatory(),
+        (Some(verifier), Some(chain)) => chain.split_first().is_some_and(|(end, intermediates)| {
+            let now = rustls_pki_types::UnixTime::now();
+            verifier.verify_client_cert(end, intermediates, now).is_ok()
+        }),
+    };
+    if holds {
+        *checked_under = Some(web.clone());
     }
-    let mut digest = [0u8; 32];
-    digest.copy_from_slice(context.finish().as_ref());
-    digest
+    holds
 }
 
 /// Takes a finished (or panicked) collection out of the running ones.
