@@ -164,6 +164,55 @@ fn module_files_and_who_signed_them() {
     assert_eq!(exporter.log_with(cause).matches(cause).count(), 1);
 }
 
+/// The value of a sample without labels.
+fn value_of(text: &str, metric: &str) -> u64 {
+    let line = lines_of(text, metric);
+    let [line] = line[..] else {
+        panic!("no single {metric} in {text}");
+    };
+    line.rsplit(' ').next().unwrap().parse().unwrap()
+}
+
+/// A 91 KB `.ko.xz` of 600 MiB of zeros (tests/fixtures/module_bombs.sh) among the expected
+/// modules' files: decoded as a stream (the exporter's peak memory stays far below the image),
+/// refused at the 512 MiB image limit, and not decoded again while it is unchanged; the other
+/// files are still read.
+#[test]
+fn a_compressed_module_bomb_costs_one_bounded_decode() {
+    let tmp = TreeCopy::with_rootfs("modules_signed_files").dir;
+    let modules = tmp.path().join("lib/modules/6.12.117+deb12-amd64");
+    let bomb = util::tests_dir().join("fixtures/module_bombs/bomb.ko.xz");
+    fs::copy(bomb, modules.join("extra/lab_bomb.ko.xz")).unwrap();
+    let mut dep = fs::read_to_string(modules.join("modules.dep")).unwrap();
+    dep.push_str("extra/lab_bomb.ko.xz:\n");
+    fs::write(modules.join("modules.dep"), dep).unwrap();
+    let expected = format!("{SIGNED_FILES_EXPECTED},lab_bomb");
+    // Decoding 512 MiB takes a few seconds on a busy machine.
+    let exporter = start(tmp.path(), &[&expected, "--scrape.timeout=60s"]);
+    let first = scrape(&exporter);
+    // Before: 1.24 GB, the whole block held at once. Now a dictionary (8 MiB here) and a tail.
+    let peak_kib = exporter.status_field("VmHWM");
+    assert!(peak_kib < 128 << 10, "peak RSS {peak_kib} KiB");
+    let decoded = value_of(&first, "hpcnode_module_file_decompressed_bytes_total");
+    assert!(decoded > 512 << 20, "{decoded}");
+    assert!(!first.contains("lab_bomb.ko.xz\""));
+    assert!(has_line(
+        &first,
+        "hpcnode_module_file_signed{module=\"geniv\",file=\"kernel/crypto/geniv.ko.xz\"} 1"
+    ));
+    let cause = "lab_bomb.ko.xz: decompressed module larger than 512 MiB";
+    assert_eq!(exporter.log_with(cause).matches(cause).count(), 1);
+    let parse_errors = "hpcnode_collector_errors_total{collector=\"modules\",kind=\"parse\"}";
+    for scrapes in 2..=3 {
+        let again = scrape(&exporter);
+        let decoded_again = value_of(&again, "hpcnode_module_file_decompressed_bytes_total");
+        assert_eq!(decoded_again, decoded, "decoded again");
+        // Still counted at each scrape (the bomb and the truncated file), and logged once.
+        assert!(has_line(&again, &format!("{parse_errors} {}", 2 * scrapes)));
+    }
+    assert_eq!(exporter.log_with(cause).matches(cause).count(), 1);
+}
+
 /// The exporter as a user other than root, or a kernel without /proc/keys: the kernel's keys
 /// are not visible, so no signer is called untrusted.
 #[test]

@@ -53,3 +53,13 @@ fn joined(piece: impl Strategy<Value = Vec<u8>> + Clone) -> impl Strategy<Value 
         }),
     ]
 }
+
+/// Bytes made of binary `tokens` (magic numbers, headers with their checksums) and arbitrary
+/// bytes, for formats whose tokens are not text.
+pub fn binary(tokens: &'static [&'static [u8]]) -> impl Strategy<Value = Vec<u8>> {
+    let piece = prop_oneof![
+        3 => select(tokens).prop_map(<[u8]>::to_vec),
+        1 => vec(any::<u8>(), 1..4),
+    ];
+    joined(piece)
+}

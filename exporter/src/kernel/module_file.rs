@@ -10,7 +10,8 @@
 //! (`.ko.xz`, `.ko.zst`, `.ko.gz`) carry all of it inside the compressed stream.
 //!
 //! Only the end of an image is kept: a module streams through a bounded tail buffer, so memory
-//! stays at a signature's size whatever the module's, and the bytes decoded are bounded too.
+//! stays at a signature's size and a decoder's window whatever the module's, and the bytes
+//! decoded are bounded too: per image, and per scrape.
 
 use std::collections::HashMap;
 use std::fmt;
@@ -19,7 +20,10 @@ use std::os::unix::fs::MetadataExt;
 use std::path::PathBuf;
 use std::sync::Mutex;
 
+use xz4rust::{XzDecoder, XzError, XzNextBlockResult};
+
 use crate::collector::lock;
+use crate::error::{CollectError, ErrorKind};
 use crate::kernel::modprobe::module_key;
 use crate::sysfs::{SysDir, SysfsError};
 
@@ -35,8 +39,17 @@ const TAIL_BYTES: usize = MAX_SIGNATURE_BYTES + MODULE_SIGNATURE_SIZE + SIGNATUR
 const MAX_COMPRESSED_BYTES: u64 = 128 << 20;
 /// Decompressed images are decoded up to this size, several times the largest module.
 const MAX_IMAGE_BYTES: u64 = 512 << 20;
-/// zstd windows allowed: the kernel's `zstd` compresses modules with a few MiB at most.
-const MAX_ZSTD_WINDOW: u64 = 64 << 20;
+/// A scrape starts decoding a file only while it has decoded less than this, so that it
+/// decodes at most 576 MiB with the file it started last (about 2 s of xz). A file it does
+/// not reach is decoded at a later scrape, once the files before it are cached; a file it
+/// starts is decoded to its verdict, so that none is decoded twice.
+const DECODE_BUDGET_BYTES: u64 = 64 << 20;
+/// The most of an image a decoder keeps to decode the rest (xz's dictionary, zstd's window):
+/// 64 MiB, xz -9's dictionary. kbuild compresses modules with a 1 MiB one (`xz --check=crc32
+/// --lzma2=dict=1MiB`), xz's default is 8 MiB, zstd's levels a few MiB.
+const MAX_WINDOW: u64 = 64 << 20;
+/// Compressed input is read, and decoded output taken, this much at a time.
+const READ_CHUNK: usize = 64 << 10;
 
 /// How a module file is compressed, from its name as `modules.dep` lists it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -113,11 +126,66 @@ pub enum Signature {
     Malformed(&'static str),
 }
 
-/// Signatures of the module files read in the last scrape, by path and the file's identity: a
+/// Verdicts on the module files read in the last scrape, by path and the file's identity: a
 /// file is decoded again only when it changes (a package update, a DKMS rebuild), not at every
-/// scrape (mlx5_ib and its dependencies are 8 MiB of xz to decode).
+/// scrape (mlx5_ib and its dependencies are 8 MiB of xz to decode). A file refused for its
+/// bytes (not a valid stream, too large) is remembered the same way, so that an unchanged bomb
+/// costs one decode, not one a scrape.
+pub struct SignatureCache {
+    state: Mutex<CacheState>,
+    limits: Limits,
+}
+
 #[derive(Default)]
-pub struct SignatureCache(Mutex<HashMap<PathBuf, (FileIdentity, Signature)>>);
+struct CacheState {
+    files: HashMap<PathBuf, (FileIdentity, Verdict)>,
+    /// Bytes decompressed since the start, every file and attempt.
+    decoded: u64,
+}
+
+/// What a file's bytes give: its signature, or why they are no module image.
+type Verdict = Result<Signature, Refusal>;
+
+/// Why a module file's bytes were refused; it holds for as long as the file is unchanged.
+#[derive(Debug, Clone, PartialEq, Eq)]
+struct Refusal(&'static str);
+
+/// How much decoding a read of the cache (one scrape) may do.
+#[derive(Debug, Clone, Copy)]
+struct Limits {
+    /// One image: past this, the file is refused.
+    image: u64,
+    /// Files are started while a read has decoded less than this; the rest wait.
+    budget: u64,
+}
+
+impl Default for SignatureCache {
+    fn default() -> Self {
+        SignatureCache::with_limits(Limits {
+            image: MAX_IMAGE_BYTES,
+            budget: DECODE_BUDGET_BYTES,
+        })
+    }
+}
+
+/// Why a module file has no verdict this time.
+#[derive(Debug, thiserror::Error)]
+pub enum ModuleFileError {
+    #[error(transparent)]
+    Read(#[from] SysfsError),
+    /// This read's decoding budget went to the files before it: read at a later scrape.
+    #[error("decode {path}: deferred to the next scrape, {decoded_mib} MiB of module images decoded in this one")]
+    Deferred { path: PathBuf, decoded_mib: u64 },
+}
+
+impl From<ModuleFileError> for CollectError {
+    fn from(err: ModuleFileError) -> CollectError {
+        match err {
+            ModuleFileError::Read(err) => err.into(),
+            deferred => CollectError::new(ErrorKind::Timeout, deferred.to_string()),
+        }
+    }
+}
 
 /// What tells a changed file: same path, same inode, size and change times means same bytes.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -142,36 +210,55 @@ impl FileIdentity {
 }
 
 impl SignatureCache {
+    fn with_limits(limits: Limits) -> SignatureCache {
+        SignatureCache {
+            state: Mutex::default(),
+            limits,
+        }
+    }
+
     /// The signatures of `files` (paths below `dir`, as `modules.dep` names them), in order.
     /// The cache keeps these files only, so it never outgrows one scrape's list.
-    pub fn read(&self, dir: &SysDir, files: &[String]) -> Vec<Result<Signature, SysfsError>> {
-        let mut cache = lock(&self.0);
+    pub fn read(&self, dir: &SysDir, files: &[String]) -> Vec<Result<Signature, ModuleFileError>> {
+        let mut state = lock(&self.state);
         let mut kept = HashMap::new();
+        let mut decoded = 0;
         let signatures = files
             .iter()
             .map(|file| {
                 let path = dir.path(file);
-                let (identity, signature) = read_signature(dir, file, cache.remove(&path))?;
-                kept.insert(path, (identity, signature.clone()));
-                Ok(signature)
+                let cached = state.files.remove(&path);
+                let (identity, verdict) =
+                    read_signature(dir, file, cached, self.limits, &mut decoded)?;
+                kept.insert(path.clone(), (identity, verdict.clone()));
+                verdict.map_err(|Refusal(reason)| SysfsError::invalid(&path, reason).into())
             })
             .collect();
-        *cache = kept;
+        state.files = kept;
+        state.decoded += decoded;
         signatures
+    }
+
+    /// Bytes of module images decompressed since the start.
+    pub fn decoded_bytes(&self) -> u64 {
+        lock(&self.state).decoded
     }
 }
 
 /// The signature of module file `file`, a path below `dir`, read to the end of its image
-/// unless `cached` was read from the same file.
+/// unless `cached` was read from the same file; `decoded`: what this read has decoded so far,
+/// to which the file's decoding is added.
 fn read_signature(
     dir: &SysDir,
     file: &str,
-    cached: Option<(FileIdentity, Signature)>,
-) -> Result<(FileIdentity, Signature), SysfsError> {
+    cached: Option<(FileIdentity, Verdict)>,
+    limits: Limits,
+    decoded: &mut u64,
+) -> Result<(FileIdentity, Verdict), ModuleFileError> {
     let path = dir.path(file);
     let Some((compression, _)) = Compression::of(file) else {
         let reason = "not a module file (.ko, .ko.xz, .ko.zst, .ko.gz)";
-        return Err(SysfsError::parse(&path, reason, file));
+        return Err(SysfsError::parse(&path, reason, file).into());
     };
     let (mut opened, size) = dir.open_regular_file(file)?;
     let io_error = |source| SysfsError::Io {
@@ -179,71 +266,73 @@ fn read_signature(
         source,
     };
     let identity = FileIdentity::of(&opened.metadata().map_err(io_error)?);
-    if let Some((cached_identity, signature)) = cached {
+    if let Some((cached_identity, verdict)) = cached {
         if cached_identity == identity {
-            return Ok((identity, signature));
+            return Ok((identity, verdict));
         }
     }
-    let mut tail = Tail::new(MAX_IMAGE_BYTES);
     if compression == Compression::None {
         let start = size.saturating_sub(TAIL_BYTES as u64);
         opened.seek(SeekFrom::Start(start)).map_err(io_error)?;
+        let mut end = Vec::with_capacity(TAIL_BYTES);
         opened
             .take(TAIL_BYTES as u64)
-            .read_to_end(&mut tail.bytes)
+            .read_to_end(&mut end)
             .map_err(io_error)?;
-        return Ok((identity, parse_appended_signature(&tail.bytes)));
+        return Ok((identity, Ok(parse_appended_signature(&end))));
     }
     if size > MAX_COMPRESSED_BYTES {
-        let reason = "compressed module larger than 128 MiB";
-        return Err(SysfsError::parse(&path, reason, &size.to_string()));
+        let refusal = Refusal("compressed module larger than 128 MiB");
+        return Ok((identity, Err(refusal)));
     }
-    let input = BufReader::new(opened.take(MAX_COMPRESSED_BYTES));
-    match decompress(compression, input, &mut tail) {
-        _ if tail.overflowed => {
-            let reason = "decompressed module larger than 512 MiB";
-            Err(SysfsError::parse(&path, reason, &tail.total.to_string()))
-        }
-        Ok(()) => Ok((identity, parse_appended_signature(tail.end()))),
-        Err(Decoding::Io(source)) => Err(io_error(source)),
-        Err(Decoding::Format(reason, detail)) => Err(SysfsError::parse(&path, reason, &detail)),
+    if *decoded >= limits.budget {
+        let decoded_mib = *decoded >> 20;
+        return Err(ModuleFileError::Deferred { path, decoded_mib });
     }
+    let mut tail = Tail::new(limits.image);
+    let input = BufReader::with_capacity(READ_CHUNK, opened.take(MAX_COMPRESSED_BYTES));
+    let decoding = decompress(compression, input, &mut tail);
+    *decoded += tail.total.min(tail.limit);
+    let verdict = match decoding {
+        _ if tail.overflowed => Err(Refusal("decompressed module larger than 512 MiB")),
+        Ok(()) => Ok(parse_appended_signature(tail.end())),
+        Err(Decoding::Io(source)) => return Err(io_error(source).into()),
+        Err(Decoding::Format(reason)) => Err(Refusal(reason)),
+    };
+    Ok((identity, verdict))
 }
 
 /// Why a compressed stream could not be decoded: reading failed, or the data is not valid.
 enum Decoding {
     Io(io::Error),
-    Format(&'static str, String),
+    Format(&'static str),
 }
 
-/// Decodes a whole compressed module image into `tail`.
+/// Decodes a whole compressed module image into `tail`, as it comes: what a decoder keeps
+/// is its window (xz's dictionary, zstd's window, deflate's 32 KiB), never the image.
 fn decompress(
     compression: Compression,
     mut input: impl io::BufRead,
     tail: &mut Tail,
 ) -> Result<(), Decoding> {
     // Decoders report bad data as io errors of these kinds; anything else is the file's I/O.
+    // Their messages may quote the data, so only the reason is kept.
     let classify = |reason: &'static str| {
         move |err: io::Error| match err.kind() {
             io::ErrorKind::InvalidData
             | io::ErrorKind::InvalidInput
-            | io::ErrorKind::UnexpectedEof => Decoding::Format(reason, err.to_string()),
+            | io::ErrorKind::UnexpectedEof => Decoding::Format(reason),
             _ => Decoding::Io(err),
         }
     };
     match compression {
         Compression::None => io::copy(&mut input, tail).map(drop).map_err(Decoding::Io),
-        Compression::Xz => lzma_rs::xz_decompress(&mut input, tail).map_err(|err| match err {
-            lzma_rs::error::Error::IoError(err) => classify("not a valid xz stream")(err),
-            err => Decoding::Format("not a valid xz stream", err.to_string()),
-        }),
+        Compression::Xz => decompress_xz(input, tail),
         Compression::Zstd => {
             let reason = "not a valid zstd stream";
-            let mut decoder = ruzstd::decoding::StreamingDecoder::new_with_max_window_size(
-                input,
-                MAX_ZSTD_WINDOW,
-            )
-            .map_err(|err| Decoding::Format(reason, err.to_string()))?;
+            let mut decoder =
+                ruzstd::decoding::StreamingDecoder::new_with_max_window_size(input, MAX_WINDOW)
+                    .map_err(|_| Decoding::Format(reason))?;
             io::copy(&mut decoder, tail)
                 .map(drop)
                 .map_err(classify(reason))
@@ -254,6 +343,48 @@ fn decompress(
                 .map(drop)
                 .map_err(classify("not a valid gzip stream"))
         }
+    }
+}
+
+/// Decodes one xz stream into `tail` (what follows it is ignored, as the kernel ignores it).
+fn decompress_xz(mut input: impl io::BufRead, tail: &mut Tail) -> Result<(), Decoding> {
+    let mut decoder = XzDecoder::in_heap_with_alloc_dict_size(0, MAX_WINDOW as usize);
+    let mut out = vec![0; READ_CHUNK];
+    loop {
+        let data = input.fill_buf().map_err(Decoding::Io)?;
+        if data.is_empty() {
+            return Err(Decoding::Format("not a valid xz stream: cut short"));
+        }
+        let (consumed, produced, end) = match decoder.decode(data, &mut out) {
+            Ok(XzNextBlockResult::NeedMoreData(consumed, produced)) => (consumed, produced, false),
+            Ok(XzNextBlockResult::EndOfStream(consumed, produced)) => (consumed, produced, true),
+            Err(err) => return Err(Decoding::Format(xz_refusal(&err))),
+        };
+        input.consume(consumed);
+        tail.write_all(&out[..produced]).map_err(Decoding::Io)?;
+        if end {
+            return Ok(());
+        }
+    }
+}
+
+/// The reason an xz stream is refused, without the values its error carries (checksums and
+/// sizes from the file).
+fn xz_refusal(err: &XzError) -> &'static str {
+    match err {
+        XzError::NeedsLargerInputBuffer => "not a valid xz stream: cut short",
+        XzError::DictionaryTooLarge(_) => "xz dictionary larger than 64 MiB",
+        XzError::UnsupportedStreamHeaderOption
+        | XzError::UnsupportedBlockHeaderOption
+        | XzError::UnsupportedLzmaProperties(_)
+        | XzError::UnsupportedCheckType(_)
+        | XzError::Sha256NotSupported => {
+            "xz stream with a check or filter other than CRC32, CRC64 and LZMA2"
+        }
+        XzError::ContentCrc32Mismatch(..) | XzError::ContentCrc64Mismatch(..) => {
+            "not a valid xz stream: the image does not match its check"
+        }
+        _ => "not a valid xz stream",
     }
 }
 
@@ -486,7 +617,7 @@ pub(crate) mod tests {
         SysDir::open(&root, "lib/modules/6.12.117+deb12-amd64").unwrap()
     }
 
-    fn signature_of(file: &str) -> Result<Signature, SysfsError> {
+    fn signature_of(file: &str) -> Result<Signature, ModuleFileError> {
         let cache = SignatureCache::default();
         cache
             .read(&fixture_modules(), &[file.to_string()])
@@ -567,7 +698,10 @@ pub(crate) mod tests {
             text.contains("lab_truncated.ko.xz") && text.contains("not a valid xz stream"),
             "{text}"
         );
-        assert!(signature_of("extra/absent.ko").unwrap_err().is_not_found());
+        assert!(matches!(
+            signature_of("extra/absent.ko"),
+            Err(ModuleFileError::Read(err)) if err.is_not_found()
+        ));
         let err = signature_of("modules.dep").unwrap_err().to_string();
         assert!(err.contains("not a module file"), "{err}");
     }
@@ -612,6 +746,159 @@ pub(crate) mod tests {
         let mut tail = Tail::new(2 << 20);
         assert!(decompress(Compression::Gzip, &gzip[..], &mut tail).is_ok());
         assert_eq!((tail.total, tail.end().len()), (1 << 20, TAIL_BYTES));
+    }
+
+    /// `image` compressed as `compression` by another library's encoder (xz: lzma-rs's, which
+    /// writes literals only).
+    pub(crate) fn compressed(compression: Compression, image: &[u8]) -> Vec<u8> {
+        match compression {
+            Compression::None => image.to_vec(),
+            Compression::Xz => {
+                let mut out = Vec::new();
+                lzma_rs::xz_compress(&mut &image[..], &mut out).unwrap();
+                out
+            }
+            Compression::Zstd => ruzstd::encoding::compress_to_vec(
+                image,
+                ruzstd::encoding::CompressionLevel::Fastest,
+            ),
+            Compression::Gzip => {
+                let mut gzip =
+                    flate2::write::GzEncoder::new(Vec::new(), flate2::Compression::fast());
+                gzip.write_all(image).unwrap();
+                gzip.finish().unwrap()
+            }
+        }
+    }
+
+    const COMPRESSED: [(Compression, &str); 3] = [
+        (Compression::Xz, "xz"),
+        (Compression::Zstd, "zst"),
+        (Compression::Gzip, "gz"),
+    ];
+
+    /// A cache with small limits, a directory of module files, and reads of them.
+    struct Scratch {
+        dir: tempfile::TempDir,
+        cache: SignatureCache,
+    }
+
+    impl Scratch {
+        fn new(image: u64, budget: u64) -> Scratch {
+            Scratch {
+                dir: tempfile::tempdir().unwrap(),
+                cache: SignatureCache::with_limits(Limits { image, budget }),
+            }
+        }
+
+        /// Writes `name` anew (a new inode, as package managers and DKMS do).
+        fn write(&self, name: &str, bytes: &[u8]) {
+            let path = self.dir.path().join(name);
+            let _ = std::fs::remove_file(&path);
+            std::fs::write(path, bytes).unwrap();
+        }
+
+        fn read(&self, files: &[&str]) -> Vec<Result<Signature, ModuleFileError>> {
+            let dir = SysDir::open(self.dir.path(), "").unwrap();
+            let files: Vec<String> = files.iter().map(|f| f.to_string()).collect();
+            self.cache.read(&dir, &files)
+        }
+    }
+
+    #[test]
+    fn a_refused_file_is_not_decoded_again_until_it_changes() {
+        for (compression, suffix) in COMPRESSED {
+            let scratch = Scratch::new(1 << 20, 8 << 20);
+            let file = format!("bomb.ko.{suffix}");
+            // Zeros twice the image limit: refused once 1 MiB is decoded.
+            scratch.write(&file, &compressed(compression, &vec![0; 2 << 20]));
+            for _ in 0..3 {
+                let err = scratch.read(&[&file]).remove(0).unwrap_err().to_string();
+                assert!(
+                    err.contains(&file) && err.contains("decompressed module larger than"),
+                    "{err}"
+                );
+                assert_eq!(scratch.cache.decoded_bytes(), 1 << 20, "{file}");
+            }
+            // A corrupt stream is refused once too.
+            let mut corrupt = compressed(compression, &[7; 4096]);
+            let middle = corrupt.len() / 2;
+            corrupt[middle] ^= 0x55;
+            corrupt.truncate(corrupt.len() - 3);
+            scratch.write(&file, &corrupt);
+            let first = scratch.read(&[&file]).remove(0).unwrap_err().to_string();
+            let decoded = scratch.cache.decoded_bytes();
+            let again = scratch.read(&[&file]).remove(0).unwrap_err().to_string();
+            assert_eq!((first, decoded), (again, scratch.cache.decoded_bytes()));
+            // Replaced by a module: decoded, and its verdict kept the same way.
+            let image = signed_image(b"\x30\x03\x02\x01\x01", |_| {});
+            scratch.write(&file, &compressed(compression, &image));
+            let verdict = Signature::Malformed("PKCS#7 element missing or of an unexpected type");
+            for _ in 0..2 {
+                assert_eq!(scratch.read(&[&file]).remove(0).unwrap(), verdict);
+                let expected = (1 << 20) + (decoded - (1 << 20)) + image.len() as u64;
+                assert_eq!(scratch.cache.decoded_bytes(), expected, "{file}");
+            }
+        }
+    }
+
+    /// A file of `tests/fixtures/module_bombs` (module_bombs.sh says how each was made).
+    pub(crate) fn bomb_fixture(name: &str) -> Vec<u8> {
+        let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("../tests/fixtures/module_bombs");
+        std::fs::read(dir.join(name)).unwrap()
+    }
+
+    #[test]
+    fn xz_as_distributions_write_it_and_a_dictionary_past_the_limit() {
+        let scratch = Scratch::new(MAX_IMAGE_BYTES, DECODE_BUDGET_BYTES);
+        // xz's defaults (CRC64, 8 MiB dictionary) rather than kbuild's.
+        scratch.write("crc64.ko.xz", &bomb_fixture("unsigned_crc64.ko.xz"));
+        // The same module, its block header asking for a 128 MiB dictionary: refused before
+        // any is allocated or decoded.
+        scratch.write("dict.ko.xz", &bomb_fixture("dict_128m.ko.xz"));
+        let [crc64, dict] =
+            <[_; 2]>::try_from(scratch.read(&["crc64.ko.xz", "dict.ko.xz"])).unwrap();
+        assert_eq!(crc64.unwrap(), Signature::Unsigned);
+        let err = dict.unwrap_err().to_string();
+        assert!(
+            err.contains("dict.ko.xz: xz dictionary larger than 64 MiB"),
+            "{err}"
+        );
+        assert_eq!(scratch.cache.decoded_bytes(), 14320);
+    }
+
+    #[test]
+    fn a_scrape_starts_no_file_past_its_budget() {
+        // Four images of 600 KiB, files started while less than 1 MiB is decoded: a read
+        // decodes two, the others are deferred (neither refused nor cached) to the next, and
+        // no image is decoded twice.
+        let scratch = Scratch::new(1 << 20, 1 << 20);
+        let image: Vec<u8> = (0..600 << 10).map(|i: u32| (i % 251) as u8).collect();
+        let files = ["a.ko.gz", "b.ko.zst", "c.ko.xz", "d.ko.gz"];
+        let compressions = [
+            Compression::Gzip,
+            Compression::Zstd,
+            Compression::Xz,
+            Compression::Gzip,
+        ];
+        for (file, compression) in files.iter().zip(compressions) {
+            scratch.write(file, &compressed(compression, &image));
+        }
+        let unsigned =
+            |read: &Result<Signature, ModuleFileError>| matches!(read, Ok(Signature::Unsigned));
+        let mut first = scratch.read(&files);
+        assert!(first[..2].iter().all(unsigned), "{first:?}");
+        assert_eq!(scratch.cache.decoded_bytes(), 2 * image.len() as u64);
+        // Counted as a timeout: decoding took this scrape's time.
+        for (read, file) in first.drain(2..).zip(["c.ko.xz", "d.ko.gz"]) {
+            let err = CollectError::from(read.unwrap_err());
+            assert_eq!(err.kind, ErrorKind::Timeout);
+            let cause = format!("{file}: deferred to the next scrape, 1 MiB of module images");
+            assert!(err.cause.contains(&cause), "{}", err.cause);
+        }
+        let second = scratch.read(&files);
+        assert!(second.iter().all(unsigned), "{second:?}");
+        assert_eq!(scratch.cache.decoded_bytes(), 4 * image.len() as u64);
     }
 
     #[test]
@@ -812,11 +1099,12 @@ pub(crate) mod tests {
 
 #[cfg(test)]
 mod proptests {
-    use super::tests::{der, name, pkcs7};
+    use super::tests::{bomb_fixture, compressed, der, fixture_modules, name, pkcs7};
     use super::*;
-    use crate::test_strategies::bytes;
+    use crate::test_strategies::{binary, bytes};
     use proptest::collection::vec;
     use proptest::prelude::*;
+    use proptest::sample::Index;
 
     const TRAILER_TOKENS: &[&str] = &[
         "~Module signature appended~\n",
@@ -849,7 +1137,72 @@ mod proptests {
         }
     }
 
+    /// A module image: arbitrary bytes, or runs and repeats that compress well.
+    fn image() -> impl Strategy<Value = Vec<u8>> {
+        prop_oneof![
+            vec(any::<u8>(), 0..4096),
+            (any::<u8>(), 1..300_000usize).prop_map(|(byte, len)| vec![byte; len]),
+            (vec(any::<u8>(), 1..64), 1..2000usize).prop_map(|(piece, n)| piece.repeat(n)),
+        ]
+    }
+
+    /// The last bytes of `image`, as a tail keeps them.
+    fn end_of(image: &[u8]) -> &[u8] {
+        &image[image.len().saturating_sub(TAIL_BYTES)..]
+    }
+
+    /// `stream` decoded by lzma-rs, the reference: the image, or whether it was refused.
+    fn reference_xz(stream: &[u8]) -> Option<Vec<u8>> {
+        let mut image = Vec::new();
+        lzma_rs::xz_decompress(&mut &stream[..], &mut image).ok()?;
+        Some(image)
+    }
+
     proptest! {
+        #[test]
+        fn written_streams_decode_to_their_image(
+            image in image(),
+            compression in prop::sample::select(&[Compression::Xz, Compression::Zstd, Compression::Gzip][..]),
+        ) {
+            let stream = compressed(compression, &image);
+            let mut tail = Tail::new(1 << 20);
+            prop_assert!(decompress(compression, &stream[..], &mut tail).is_ok());
+            prop_assert_eq!(tail.total, image.len() as u64);
+            prop_assert_eq!(tail.end(), end_of(&image));
+        }
+
+        /// A real xz stream (xz-utils' encoder, CRC64 and CRC32) or a written one, damaged:
+        /// refused, or read as lzma-rs reads it. Never read where lzma-rs refuses; refused
+        /// sometimes where it reads, as xz-utils refuses (a range coder that does not end
+        /// clean: the image checks out, the stream is corrupt).
+        #[test]
+        fn damaged_xz_streams_are_refused_or_read_as_the_reference_reads_them(
+            stream in prop_oneof![
+                Just(bomb_fixture("unsigned_crc64.ko.xz")),
+                Just(std::fs::read(fixture_modules().path("updates/dkms/lab_mok.ko.xz")).unwrap()),
+                image().prop_map(|image| compressed(Compression::Xz, &image)),
+            ],
+            at in any::<Index>(),
+            flip in 1..=255u8,
+            cut in any::<bool>(),
+        ) {
+            let mut stream = stream;
+            let at = at.index(stream.len());
+            if cut {
+                stream.truncate(at);
+            } else {
+                stream[at] ^= flip;
+            }
+            let mut tail = Tail::new(1 << 20);
+            let ours = decompress(Compression::Xz, &stream[..], &mut tail);
+            if ours.is_ok() {
+                let Some(image) = reference_xz(&stream) else {
+                    return Err(TestCaseError::fail("read a stream the reference refuses"));
+                };
+                prop_assert_eq!(tail.end(), end_of(&image));
+            }
+        }
+
         #[test]
         fn any_module_end_gives_a_verdict(data in bytes(TRAILER_TOKENS)) {
             if let Signature::Signed(signers) = parse_appended_signature(&data) {
@@ -871,7 +1224,16 @@ mod proptests {
 
         #[test]
         fn any_compressed_input_is_decoded_or_refused(
-            data in bytes(&["\u{fd}7zXZ\0", "\x28\u{b5}\x2f\u{fd}", "\x1f\u{8b}\x08", "\0"]),
+            // Magic numbers, and an xz stream header and block header that pass their CRCs
+            // (kbuild's: CRC32, a 1 MiB dictionary).
+            data in binary(&[
+                b"\xfd7zXZ\0",
+                b"\x28\xb5\x2f\xfd",
+                b"\x1f\x8b\x08",
+                b"\0",
+                b"\xfd7zXZ\0\0\x01\x69\x22\xde\x36",
+                b"\x02\0\x21\x01\x10\0\0\0\xa8\x70\x8e\x86",
+            ]),
             compression in prop::sample::select(&[Compression::Xz, Compression::Zstd, Compression::Gzip][..]),
         ) {
             let mut tail = Tail::new(1 << 20);

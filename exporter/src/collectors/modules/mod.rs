@@ -197,6 +197,11 @@ const MODULE_FILE_SIGNER_TRUST: Desc = Desc::gauge(
     "Whether the kernel holds the key that signed a module file, as far as /proc/keys shows: state trusted, issuer_name_match, unknown or untrusted (1 for the state that holds).",
     None,
 );
+const MODULE_FILE_DECODED_BYTES: Desc = Desc::counter(
+    "hpcnode_module_file_decompressed",
+    "Module images decompressed to read their signatures, since the exporter started: a file is decoded again only when it changes, whether it was read or refused.",
+    Some("bytes"),
+);
 const MODULES_SUPPORTED: Desc = Desc::gauge(
     "hpcnode_kernel_modules_supported",
     "1 when the kernel supports loadable modules (/proc/modules exists).",
@@ -204,7 +209,7 @@ const MODULES_SUPPORTED: Desc = Desc::gauge(
 );
 
 /// Every metric this collector emits (for the METRICS.md check).
-pub const METRICS: [Desc; 16] = [
+pub const METRICS: [Desc; 17] = [
     TAINTED,
     TAINT_MASK,
     MODULE_INFO,
@@ -221,6 +226,7 @@ pub const METRICS: [Desc; 16] = [
     MODULES_SUPPORTED,
     MODULE_FILE_SIGNED,
     MODULE_FILE_SIGNER_TRUST,
+    MODULE_FILE_DECODED_BYTES,
 ];
 
 /// Files longer than a page read whole (`/proc/modules`, `modules.builtin`) stop here: 1 MiB holds several thousand modules.

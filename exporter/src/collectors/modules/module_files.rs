@@ -42,9 +42,15 @@ impl Read<'_> {
             .optional(keys)
             .map_or_else(Keys::unknown, |text| keys::parse_proc_keys(&text));
         let signatures = self.collector.signatures.read(&modules_dir, &files);
+        let decoded = self.collector.signatures.decoded_bytes();
+        self.push(&MODULE_FILE_DECODED_BYTES, Vec::new(), decoded);
         for (file, signature) in files.into_iter().zip(signatures) {
-            let Some(signature) = self.out.reported(signature) else {
-                continue;
+            let signature = match signature {
+                Ok(signature) => signature,
+                Err(err) => {
+                    self.out.errors.push(err.into());
+                    continue;
+                }
             };
             let module = module_file::Compression::of(&file).map(|(_, name)| name);
             let path = modules_dir.path(&file);
