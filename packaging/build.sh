@@ -47,7 +47,11 @@ for arch in "${@:-x86_64}"; do
   install -D -m 0644 "$out/man/hpcnode_exporter.1.gz" "$staging/usr/share/man/man1/hpcnode_exporter.1.gz"
   install -D -m 0644 -t "$staging/usr/share/hpcnode_exporter/dashboards" dashboards/*.json
   install -D -m 0644 -t "$staging/usr/share/hpcnode_exporter/rules" alerts/*.rules.yml
-  install -D -m 0644 README.md "$staging/usr/share/doc/hpcnode_exporter/README.md"
+  # The documents keep the repository's layout, so their relative links hold.
+  install -D -m 0644 -t "$staging/usr/share/doc/hpcnode_exporter" README.md METRICS.md
+  install -D -m 0644 -t "$staging/usr/share/doc/hpcnode_exporter/docs" docs/*.md
+  install -D -m 0644 -t "$staging/usr/share/doc/hpcnode_exporter/alerts" alerts/README.md
+  install -D -m 0644 -t "$staging/usr/share/doc/hpcnode_exporter/dashboards" dashboards/README.md
   install -D -m 0644 LICENSE "$staging/usr/share/licenses/hpcnode_exporter/LICENSE"
   rpmbuild --quiet -bb packaging/hpcnode_exporter.spec --target "$arch" \
     --define "_topdir $PWD/$out/rpmbuild" --define "_rpmdir $PWD/$out" \

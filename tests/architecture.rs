@@ -1,9 +1,11 @@
 //! ARCHITECTURE.md stays true: every path its code map names exists, and every source module
 //! of the exporter is in the code map (by its own row, or named in its directory's row). So
 //! does the kernel lab's README: its tables of groups name the groups of `tests/lab/scenarios/`.
+//! And the documents hold together: every relative link leads to a file (and heading) that
+//! exists, and none leads outside the repository.
 
-use std::collections::BTreeSet;
-use std::path::{Path, PathBuf};
+use std::collections::{BTreeMap, BTreeSet};
+use std::path::{Component, Path, PathBuf};
 
 fn repository() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("..")
@@ -163,5 +165,186 @@ fn the_lab_readme_names_every_lab_group_and_no_other() {
     assert!(
         missing.is_empty(),
         "tests/lab/README.md's group table has no row for {missing:?}"
+    );
+}
+
+/// Every Markdown document of the repository (README, CONTRIBUTING, docs/, METRICS,
+/// ARCHITECTURE, the READMEs of alerts/, dashboards/ and tests/), outside build and cache folders.
+fn documents(dir: &Path, out: &mut Vec<PathBuf>) {
+    for entry in std::fs::read_dir(dir).unwrap() {
+        let entry = entry.unwrap();
+        let name = entry.file_name().to_string_lossy().into_owned();
+        // Not following links, as in `sources`.
+        if entry.file_type().unwrap().is_dir() {
+            if !name.starts_with('.') && name != "target" && name != "node_modules" {
+                documents(&entry.path(), out);
+            }
+        } else if name.ends_with(".md") {
+            out.push(entry.path());
+        }
+    }
+}
+
+/// What a document points at: its links' targets, and its code spans that start with `../`;
+/// and the anchors of its headings. Fenced code blocks are left out: shell or YAML, not Markdown.
+#[derive(Default)]
+struct Pointers {
+    links: Vec<String>,
+    relative_spans: Vec<String>,
+    anchors: BTreeSet<String>,
+}
+
+fn pointers(text: &str) -> Pointers {
+    let mut found = Pointers::default();
+    let mut fenced = false;
+    let mut slugs_seen = BTreeMap::<String, usize>::new();
+    for line in text.lines() {
+        if line.trim_start().starts_with("```") {
+            fenced = !fenced;
+            continue;
+        }
+        if fenced {
+            continue;
+        }
+        if let Some(title) = heading(line) {
+            // A repeated heading's anchor gets -1, -2, ...
+            let slug = slug(title);
+            let count = slugs_seen.entry(slug.clone()).or_default();
+            found.anchors.insert(match *count {
+                0 => slug,
+                n => format!("{slug}-{n}"),
+            });
+            *count += 1;
+        }
+        // Code spans are the odd pieces between backticks; links live in the even ones.
+        let mut prose = String::new();
+        for (i, piece) in line.split('`').enumerate() {
+            if i % 2 == 0 {
+                prose.push_str(piece);
+                prose.push(' ');
+            } else if piece.starts_with("../") {
+                found.relative_spans.push(piece.to_string());
+            }
+        }
+        for (at, _) in prose.match_indices("](") {
+            let target = prose[at + 2..].split([')', ' ']).next().unwrap_or_default();
+            found.links.push(target.to_string());
+        }
+        // Reference definitions: `[name]: target`.
+        let definition = prose.trim_start().strip_prefix('[');
+        if let Some((label, target)) = definition.and_then(|rest| rest.split_once("]: ")) {
+            if !label.contains(']') {
+                found
+                    .links
+                    .extend(target.split(' ').next().map(str::to_string));
+            }
+        }
+    }
+    found
+}
+
+/// The text of an ATX heading (`## Title`), without its `#`s.
+fn heading(line: &str) -> Option<&str> {
+    let rest = line.strip_prefix('#')?.trim_start_matches('#');
+    rest.starts_with(' ').then_some(rest.trim())
+}
+
+/// A heading's anchor as GitHub makes it: lower case, spaces to hyphens, backticks and other
+/// punctuation dropped.
+fn slug(title: &str) -> String {
+    title
+        .to_lowercase()
+        .chars()
+        .filter_map(|c| match c {
+            ' ' => Some('-'),
+            c if c.is_alphanumeric() || c == '-' || c == '_' => Some(c),
+            _ => None,
+        })
+        .collect()
+}
+
+/// `target` taken from the folder `from` (both relative to the repository), as a path relative
+/// to the repository; `None` when it climbs out of it.
+fn inside_repository(from: &Path, target: &str) -> Option<PathBuf> {
+    let mut path = PathBuf::new();
+    for component in from.join(target).components() {
+        match component {
+            Component::ParentDir => {
+                if !path.pop() {
+                    return None;
+                }
+            }
+            Component::Normal(name) => path.push(name),
+            _ => return None,
+        }
+    }
+    Some(path)
+}
+
+/// Each problem of every document's links, as `document: problem`.
+fn link_problems() -> Vec<String> {
+    let root = repository();
+    let mut docs = Vec::new();
+    documents(&root, &mut docs);
+    let parsed: BTreeMap<PathBuf, Pointers> = docs
+        .iter()
+        .map(|doc| {
+            let text = std::fs::read_to_string(doc).unwrap();
+            (
+                doc.strip_prefix(&root).unwrap().to_path_buf(),
+                pointers(&text),
+            )
+        })
+        .collect();
+    for expected in ["README.md", "METRICS.md", "ARCHITECTURE.md"] {
+        assert!(
+            parsed.contains_key(Path::new(expected)),
+            "no {expected} found"
+        );
+    }
+    let mut problems = Vec::new();
+    for (doc, found) in &parsed {
+        let dir = doc.parent().unwrap();
+        let shown = doc.display();
+        for span in &found.relative_spans {
+            if inside_repository(dir, span).is_none() {
+                problems.push(format!("{shown}: `{span}` is outside the repository"));
+            }
+        }
+        for link in &found.links {
+            if link.contains("://") || link.starts_with("mailto:") {
+                continue;
+            }
+            let (file, anchor) = link.split_once('#').unwrap_or((link, ""));
+            let target = match file {
+                "" => Some(doc.clone()),
+                file => inside_repository(dir, file),
+            };
+            let Some(target) = target else {
+                problems.push(format!("{shown}: ({link}) is outside the repository"));
+                continue;
+            };
+            if !root.join(&target).exists() {
+                problems.push(format!("{shown}: ({link}) leads to no file"));
+            } else if let Some(other) = parsed.get(&target).filter(|_| !anchor.is_empty()) {
+                if !other.anchors.contains(anchor) {
+                    problems.push(format!(
+                        "{shown}: ({link}) names no heading of {}",
+                        target.display()
+                    ));
+                }
+            }
+        }
+    }
+    problems
+}
+
+#[test]
+fn every_relative_link_in_the_documents_leads_to_something_in_the_repository() {
+    let problems = link_problems();
+    assert!(
+        problems.is_empty(),
+        "broken links in the documents:\n{}",
+        problems.join("\n")
     );
 }

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# The README's probe x hook x kernel table, from the `info` lines of a lab run's output that
+# docs/ebpf.md's probe x hook x kernel table, from the `info` lines of a lab run's output that
 # guest/hooks.sh writes (probe_hooks, probe_hooks_iommu, probe_no_btf):
 #   tests/lab/run.sh probe_hooks probe_hooks_iommu probe_no_btf | tests/lab/hook_table.sh
 # A cell is "EVENTS ev, NS ns/run" (ns per run of the BPF program, from BPF run-time

@@ -96,8 +96,9 @@ step "lintian: $(seconds "$start")"
 files=$(dpkg-deb --contents "$deb" | awk '{print $6}' | sed 's|^\./|/|')
 for path in /usr/bin/hpcnode_exporter /usr/lib/systemd/system/hpcnode_exporter.service \
   /usr/lib/sysusers.d/hpcnode_exporter.conf /etc/default/hpcnode_exporter \
-  /usr/share/man/man1/hpcnode_exporter.1.gz /usr/share/doc/hpcnode-exporter/README.md \
-  /usr/share/doc/hpcnode-exporter/copyright /usr/share/hpcnode_exporter/dashboards/hpcnode-driver-stack.json \
+  /usr/share/man/man1/hpcnode_exporter.1.gz /usr/share/doc/hpcnode-exporter/copyright \
+  $(ls README.md METRICS.md docs/*.md alerts/README.md dashboards/README.md | sed 's|^|/usr/share/doc/hpcnode-exporter/|') \
+  /usr/share/hpcnode_exporter/dashboards/hpcnode-driver-stack.json \
   /usr/share/hpcnode_exporter/rules/rdma.rules.yml /usr/share/lintian/overrides/hpcnode-exporter; do
   grep -qx "$path" <<<"$files" || fail "$deb lacks $path"
 done
@@ -136,7 +137,10 @@ expected_rpm_files="/etc/sysconfig/hpcnode_exporter
 /usr/bin/hpcnode_exporter
 /usr/lib/systemd/system/hpcnode_exporter.service
 /usr/lib/sysusers.d/hpcnode_exporter.conf
-/usr/share/doc/hpcnode_exporter/README.md
+$(ls README.md METRICS.md docs/*.md alerts/README.md dashboards/README.md | sed 's|^|/usr/share/doc/hpcnode_exporter/|')
+/usr/share/doc/hpcnode_exporter/alerts
+/usr/share/doc/hpcnode_exporter/dashboards
+/usr/share/doc/hpcnode_exporter/docs
 /usr/share/hpcnode_exporter
 $(cd packaging/.. && ls dashboards/*.json alerts/*.rules.yml | sed 's|^dashboards|/usr/share/hpcnode_exporter/dashboards|; s|^alerts|/usr/share/hpcnode_exporter/rules|')
 /usr/share/hpcnode_exporter/dashboards

@@ -3,7 +3,7 @@
 # not under test out: each probe's load costs seconds under TCG). The same events are made in
 # every round and each probe must count exactly what they are: what its preferred hook counts
 # (the preferred hooks are one of the rounds), or be a hook this kernel cannot offer, with the
-# exporter saying why. Each hook tried gives one line for the README's table:
+# exporter saying why. Each hook tried gives one line for docs/ebpf.md's table:
 #   INFO NAME_N: hook PROBE HOOK attached EVENTS events RUNS runs NS ns/run
 #   INFO NAME_N: hook PROBE HOOK missed: REASON
 

@@ -2,7 +2,7 @@
 # service user with exactly the systemd unit's capabilities (guest/service_user.sh), then
 # without CAP_BPF. The lab runs the debug build of the code that is packaged (the package's
 # binary is the same source built for glibc 2.17). With the unit's capabilities every probe
-# that attaches as root attaches; what differs is what the README's table says: no BPF
+# that attaches as root attaches; what differs is what docs/security.md's table says: no BPF
 # run-time statistics (BPF_ENABLE_STATS needs CAP_SYS_ADMIN), and no hook through
 # perf_event_open (classic tracepoints, kprobes), which Debian's kernel.perf_event_paranoid=3
 # keeps for CAP_SYS_ADMIN. Once it serves, the capabilities only the start needed are gone from

@@ -1,4 +1,4 @@
-# What each of the unit's capabilities buys, measured (the README's table): the exporter as the
+# What each of the unit's capabilities buys, measured (docs/security.md's table): the exporter as the
 # service user with the unit's capabilities under kernel.perf_event_paranoid=2 (Debian's 3
 # refuses perf_event_open without CAP_SYS_ADMIN), then without each capability in turn, against
 # root; vfio-pci is loaded, so the kprobe-only vfio probes have their functions. Eight minutes
