@@ -288,7 +288,7 @@ fn a_broken_file_at_startup_is_a_command_line_error() {
     assert!(err.contains("missing.crt"), "{err}");
 }
 
-/// promtool accepts these, the exporter refuses them on purpose (see README).
+/// promtool accepts these, the exporter refuses them on purpose (see docs/security.md).
 const STRICTER: [&str; 5] = [
     "min_version: TLS11",
     "min_version: TLS10",

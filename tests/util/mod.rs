@@ -488,7 +488,7 @@ pub fn run_with_stdin(program: &str, args: &[&str], input: &[u8]) -> (bool, Stri
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
         .spawn()
-        .unwrap_or_else(|e| panic!("{program} is required for this test (see README: setup): {e}"));
+        .unwrap_or_else(|e| panic!("{program} is required for this test (see CONTRIBUTING.md: tests/setup.sh installs it): {e}"));
     child.stdin.take().unwrap().write_all(input).unwrap();
     let out = child.wait_with_output().unwrap();
     let mut text = String::from_utf8_lossy(&out.stdout).into_owned();
