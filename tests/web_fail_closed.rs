@@ -209,7 +209,7 @@ fn certificates_renamed_in_during_a_reload_are_served_soon_after() {
     let config = pki.write("web.yml", &text(0));
     let exporter = start(&config);
     let port = port(&exporter);
-    for round in 1..=8 {
+    for round in 1..=12u64 {
         let issuer = format!("round{round}");
         pki.ca(&issuer);
         pki.signed(
@@ -217,22 +217,24 @@ fn certificates_renamed_in_during_a_reload_are_served_soon_after() {
             &issuer,
             &["subjectAltName=DNS:localhost"],
         );
-        // A reload starts (the config file changed); the certificate arrives during it.
-        pki.write("web.yml", &text(round));
+        for (name, extension) in [("server.key", "key"), ("server.crt", "crt")] {
+            let from = pki.path(&format!("{issuer}-server.{extension}"));
+            std::fs::copy(&from, pki.path(&format!(".{name}"))).unwrap();
+        }
+        // A reload starts (the config file changed, and a connection asks for the config);
+        // the new key and certificate are renamed in a little later each round, so that some
+        // land while the large bundle is read.
+        pki.write("web.yml", &text(round as usize));
+        drop(TcpStream::connect(format!("127.0.0.1:{port}")).unwrap());
+        std::thread::sleep(Duration::from_millis(8 * round));
+        for name in ["server.key", "server.crt"] {
+            std::fs::rename(pki.path(&format!(".{name}")), pki.path(name)).unwrap();
+        }
         let cafile = pki
             .path(&format!("{issuer}.crt"))
             .to_str()
             .unwrap()
             .to_string();
-        // Any request wakes the reader thread.
-        let _ = curl(&port, "/-/healthy", &["-k"]);
-        std::thread::sleep(Duration::from_millis(100 + 60 * round as u64));
-        for (staged, name) in [("server.key", "key"), ("server.crt", "crt")] {
-            let from = pki.path(&format!("{issuer}-server.{name}"));
-            let temporary = pki.path(&format!(".{staged}"));
-            std::fs::copy(&from, &temporary).unwrap();
-            std::fs::rename(&temporary, pki.path(staged)).unwrap();
-        }
         eventually(&format!("round {round}'s certificate is served"), || {
             curl(&port, "/-/healthy", &["--cacert", &cafile]).1 == 200
         });
