@@ -51,10 +51,10 @@ use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::{watch, Notify, OwnedSemaphorePermit, Semaphore};
 
-use crate::collector::lock;
 use crate::logging::{self, Level, OncePerCause};
 use crate::metrics::{Desc, Encodable, Format, LabelValue, Pieces, Samples, Value};
 use crate::scrape::Scraper;
+use crate::sync::lock;
 use crate::web_config::{WebConfig, WebConfigFile};
 use auth::{Authenticator, Verdict};
 

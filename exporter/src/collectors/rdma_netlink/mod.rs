@@ -20,11 +20,12 @@ use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
 use crate::collector::{
-    lock, CollectError, Collector, Host, Output, Registration, Settings, StartError, Started,
+    CollectError, Collector, Host, Output, Registration, Settings, StartError, Started,
 };
 use crate::flags::{flag, switch, ConfigError, Flags};
 use crate::logging::{self, Level};
 use crate::metrics::{Desc, LabelValue, Value};
+use crate::sync::lock;
 use crate::sysfs::{AttributeReader, Entry as SysEntry, SysDir};
 
 use crate::rdma_netlink::counters::QpCounter;
