@@ -29,7 +29,8 @@ use crate::sync::lock;
 use crate::sysfs::{AttributeReader, Entry as SysEntry, SysDir};
 
 use crate::rdma_netlink::counters::QpCounter;
-use crate::rdma_netlink::message::{Command, Device, Dump, Entry, Holder, ReplyError, Resource};
+use crate::rdma_netlink::message::{Command, Device, Dump, Entry, Resource};
+use crate::rdma_netlink::reply::{Holder, ReplyError};
 use crate::rdma_netlink::socket::{DumpError, Socket};
 use holders::{by_holder, capped, slurm_job, Process, Usage};
 use qp_counters::{bind_port, Binding, Sums};
