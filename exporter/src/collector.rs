@@ -4,7 +4,7 @@
 
 use std::fmt;
 use std::path::PathBuf;
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 use std::time::Duration;
 
 use clap::Arg;
@@ -12,7 +12,6 @@ use clap::Arg;
 pub use crate::error::{CollectError, ErrorKind, PendingErrors};
 use crate::flags::{ConfigError, Flags};
 use crate::metrics::{Desc, Samples};
-use crate::scrape::Erased;
 use crate::sysfs::SysfsError;
 
 /// One row of the registry (`collectors::ALL`): everything the framework needs to know about a
@@ -96,6 +95,51 @@ pub trait Collector: Send + Sync + 'static {
 /// A started collector, its unit type erased, as the scraper holds it.
 pub struct Started(pub(crate) Arc<dyn Erased>);
 
+/// [`Collector`] with its unit type erased, for the scraper to hold collectors of every kind.
+pub(crate) trait Erased: Send + Sync {
+    /// Lists the units ([`Collector::units`]), each bound to the collector that reads it.
+    fn list(self: Arc<Self>) -> Result<Vec<Box<dyn ErasedUnit>>, CollectError>;
+    fn stop(&self);
+}
+
+/// One listed unit, bound to its collector: its `Display` names it as the unit's does.
+pub(crate) trait ErasedUnit: fmt::Display + Send + Sync {
+    /// [`Collector::collect_unit`] of this unit.
+    fn collect(&self, out: &mut Output);
+}
+
+impl<C: Collector> Erased for C {
+    fn list(self: Arc<Self>) -> Result<Vec<Box<dyn ErasedUnit>>, CollectError> {
+        let units = self.units()?;
+        let bound = units.into_iter().map(|unit| {
+            let collector = self.clone();
+            Box::new(Bound { collector, unit }) as Box<dyn ErasedUnit>
+        });
+        Ok(bound.collect())
+    }
+
+    fn stop(&self) {
+        Collector::stop(self)
+    }
+}
+
+struct Bound<C: Collector> {
+    collector: Arc<C>,
+    unit: C::Unit,
+}
+
+impl<C: Collector> fmt::Display for Bound<C> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        self.unit.fmt(f)
+    }
+}
+
+impl<C: Collector> ErasedUnit for Bound<C> {
+    fn collect(&self, out: &mut Output) {
+        self.collector.collect_unit(&self.unit, out)
+    }
+}
+
 impl Started {
     pub fn new(collector: impl Collector) -> Self {
         Started(Arc::new(collector))
@@ -131,11 +175,4 @@ impl Output {
             result => self.reported(result),
         }
     }
-}
-
-/// Locks, taking over a poisoned mutex: a panicked holder leaves plain data behind.
-pub(crate) fn lock<T>(mutex: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
-    mutex
-        .lock()
-        .unwrap_or_else(|poisoned| poisoned.into_inner())
 }

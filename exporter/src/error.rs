@@ -3,6 +3,8 @@
 //! crate, so the readers (`sysfs/`) and the framework (`collector.rs`) share it without
 //! importing each other.
 
+use crate::sync::lock;
+
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum ErrorKind {
     Io,
@@ -89,10 +91,7 @@ const MAX_PENDING: usize = 1024;
 
 impl PendingErrors {
     pub fn push(&self, error: CollectError) {
-        let mut pending = self
-            .0
-            .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        let mut pending = lock(&self.0);
         if pending.len() < MAX_PENDING {
             pending.push(error);
         }
@@ -100,11 +99,6 @@ impl PendingErrors {
 
     /// Everything since the last call.
     pub fn take(&self) -> Vec<CollectError> {
-        std::mem::take(
-            &mut *self
-                .0
-                .lock()
-                .unwrap_or_else(std::sync::PoisonError::into_inner),
-        )
+        std::mem::take(&mut *lock(&self.0))
     }
 }

@@ -19,7 +19,8 @@ use crate::collectors::verbs::peer::{self, SessionError};
 use crate::collectors::verbs::{PortClaims, Target};
 use crate::kernel::module_file::{Signature, SignatureCache};
 use crate::kernel::{cmdline, keys, modprobe};
-use crate::rdma_netlink::message::{self, Command, Dump, Resource};
+use crate::rdma_netlink::message::{Command, Dump, Resource};
+use crate::rdma_netlink::reply;
 use crate::sysfs::{AttributeReader, SysDir};
 use crate::web_config::WebConfigFile;
 use crate::{collectors, flags, rdma_port};
@@ -311,7 +312,7 @@ pub fn rdma_netlink(data: &[u8]) {
                 + dump.counters.len()
                 + dump.qp_counters.len();
             assert!(read <= data.len() / 4);
-            assert!(dump.entries.len() <= message::MAX_ENTRIES);
+            assert!(dump.entries.len() <= reply::MAX_ENTRIES);
         }
     }
 }

@@ -19,6 +19,7 @@ pub mod privileges;
 pub mod rdma_netlink;
 pub mod rdma_port;
 pub mod scrape;
+pub(crate) mod sync;
 pub mod sysfs;
 pub mod web_config;
 

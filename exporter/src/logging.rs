@@ -12,8 +12,10 @@ use std::hash::Hash;
 use std::io::Write;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::mpsc::{self, Receiver, SyncSender};
-use std::sync::{Arc, Mutex, OnceLock, PoisonError};
+use std::sync::{Arc, Mutex, OnceLock};
 use std::time::{Duration, Instant, SystemTime};
+
+use crate::sync::lock;
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
 pub enum Level {
@@ -315,7 +317,7 @@ impl<K: Eq + Hash> OncePerCause<K> {
     /// True the first time `cause` is seen (recently): log it. Decided under the lock; the
     /// caller logs after it.
     pub fn is_new(&self, cause: K) -> bool {
-        let mut guard = self.seen.lock().unwrap_or_else(PoisonError::into_inner);
+        let mut guard = lock(&self.seen);
         let seen = &mut *guard;
         if seen.current.contains(&cause) {
             return false;
@@ -369,7 +371,7 @@ mod tests {
             if let Some(gate) = self.gate.take() {
                 let _ = gate.recv();
             }
-            self.written.lock().unwrap().extend_from_slice(buf);
+            lock(&self.written).extend_from_slice(buf);
             Ok(buf.len())
         }
 
@@ -406,7 +408,7 @@ mod tests {
         queue.flush(Duration::from_secs(10));
         queue.push("after\n".to_string());
         queue.flush(Duration::from_secs(10));
-        let text = String::from_utf8(written.lock().unwrap().clone()).unwrap();
+        let text = String::from_utf8(lock(&written).clone()).unwrap();
         assert!(text.starts_with("line 0\n"), "{text}");
         let dropped = format!("dropped_total={}", queue.dropped());
         assert!(

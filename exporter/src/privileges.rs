@@ -19,6 +19,7 @@ use std::sync::{Condvar, Mutex};
 use std::time::{Duration, Instant};
 
 use crate::kernel::release::major_minor;
+use crate::sync::{lock, wait_while};
 use crate::sysfs::{AttributeReader, SysDir};
 
 /// A set of capabilities as the kernel's 64-bit masks number them (`linux/capability.h`).
@@ -224,9 +225,7 @@ static SETTLED: (Mutex<bool>, Condvar) = (Mutex::new(false), Condvar::new());
 /// Says the start-only capabilities are settled; threads in `wait_until_settled` go on.
 pub fn mark_settled() {
     let (settled, changed) = &SETTLED;
-    *settled
-        .lock()
-        .unwrap_or_else(|poisoned| poisoned.into_inner()) = true;
+    *lock(settled) = true;
     changed.notify_all();
 }
 
@@ -234,10 +233,9 @@ pub fn mark_settled() {
 /// never marks it).
 pub fn wait_until_settled(limit: Duration) {
     let (settled, changed) = &SETTLED;
-    let guard = settled
-        .lock()
-        .unwrap_or_else(|poisoned| poisoned.into_inner());
-    let _ = changed.wait_timeout_while(guard, limit, |settled| !*settled);
+    drop(wait_while(changed, lock(settled), limit, |settled| {
+        !*settled
+    }));
 }
 
 pub fn drop_after_start(still_needed: StillNeeded) -> Result<Dropped, PrivilegeError> {

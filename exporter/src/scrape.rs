@@ -18,34 +18,10 @@ use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, OnceLock};
 use std::time::{Duration, Instant};
 
-use crate::collector::{lock, CollectError, Collector, ErrorKind, Output, Started};
+use crate::collector::{CollectError, Erased, ErasedUnit, ErrorKind, Output, Started};
 use crate::logging::{self, Level, OncePerCause};
 use crate::metrics::{Desc, Samples, Value};
-
-pub(crate) trait Erased: Send + Sync {
-    /// This scrape's part of the collector, for the scrape's crew to work on.
-    fn run(self: Arc<Self>, busy: Busy, timeout: Duration, deadline: Instant) -> Arc<dyn Work>;
-    fn stop(&self);
-}
-
-impl<C: Collector> Erased for C {
-    fn run(self: Arc<Self>, busy: Busy, timeout: Duration, deadline: Instant) -> Arc<dyn Work> {
-        Arc::new(Run {
-            collector: self,
-            busy,
-            timeout,
-            deadline,
-            listing_taken: AtomicBool::new(false),
-            units: OnceLock::new(),
-            next: AtomicUsize::new(0),
-            state: Mutex::default(),
-        })
-    }
-
-    fn stop(&self) {
-        Collector::stop(self)
-    }
-}
+use crate::sync::lock;
 
 const BUILD_INFO: Desc = Desc::gauge(
     "hpcnode_build_info",
@@ -309,8 +285,13 @@ impl Scraper {
             .slots
             .iter()
             .map(|slot| {
-                let collector = slot.collector.0.clone();
-                collector.run(slot.busy.clone(), self.deadline, deadline.into_std())
+                let run = Run::new(
+                    &slot.collector,
+                    &slot.busy,
+                    self.deadline,
+                    deadline.into_std(),
+                );
+                Arc::new(run) as Arc<dyn Work>
             })
             .collect();
         let crew = Arc::new(Crew {
@@ -506,21 +487,21 @@ impl Crew {
 }
 
 /// What the crew's workers share of one collector's run.
-struct Run<C: Collector> {
-    collector: Arc<C>,
+struct Run {
+    collector: Arc<dyn Erased>,
     busy: Busy,
     /// A read older than this is hung; also the scrape's deadline, from its start.
     timeout: Duration,
     deadline: Instant,
     listing_taken: AtomicBool,
     /// The units, once listed.
-    units: OnceLock<Vec<C::Unit>>,
+    units: OnceLock<Vec<Box<dyn ErasedUnit>>>,
     /// The next unit to read, by position in the listing.
     next: AtomicUsize,
     state: Mutex<RunState>,
 }
 
-impl<C: Collector> Work for Run<C> {
+impl Work for Run {
     fn list(&self) -> Option<usize> {
         if self.listing_taken.swap(true, Ordering::SeqCst) {
             return None;
@@ -540,7 +521,7 @@ impl<C: Collector> Work for Run<C> {
         let Some(unit) = units.get(index) else {
             return false;
         };
-        self.piece(|| self.guarded(|| self.read(index, unit)));
+        self.piece(|| self.guarded(|| self.read(index, &**unit)));
         // Counted however the read ended, a panic outside its own catch included.
         lock(&self.state).done += 1;
         true
@@ -617,7 +598,20 @@ impl<C: Collector> Work for Run<C> {
     }
 }
 
-impl<C: Collector> Run<C> {
+impl Run {
+    fn new(collector: &Started, busy: &Busy, timeout: Duration, deadline: Instant) -> Self {
+        Run {
+            collector: collector.0.clone(),
+            busy: busy.clone(),
+            timeout,
+            deadline,
+            listing_taken: AtomicBool::new(false),
+            units: OnceLock::new(),
+            next: AtomicUsize::new(0),
+            state: Mutex::default(),
+        }
+    }
+
     /// Does one piece of the run's work, known meanwhile as in progress (for the crew's looks)
     /// and its time added to the run's.
     fn piece<T>(&self, work: impl FnOnce() -> T) -> T {
@@ -647,7 +641,7 @@ impl<C: Collector> Run<C> {
         let listed = match BusyGuard::claim(&self.busy, LISTING, self.timeout, self.deadline) {
             None => Err(still_running("listing")),
             Some(_guard) => {
-                let units = catch_unwind(AssertUnwindSafe(|| self.collector.units()));
+                let units = catch_unwind(AssertUnwindSafe(|| self.collector.clone().list()));
                 units.unwrap_or_else(|payload| Err(panicked(payload)))
             }
         };
@@ -668,14 +662,12 @@ impl<C: Collector> Run<C> {
     }
 
     /// Reads unit `index`, unless an earlier read of it is still running.
-    fn read(&self, index: usize, unit: &C::Unit) -> Option<()> {
+    fn read(&self, index: usize, unit: &dyn ErasedUnit) -> Option<()> {
         let name = unit.to_string();
         let claimed = BusyGuard::claim(&self.busy, &name, self.timeout, self.deadline);
         let read = claimed.map(|_guard| {
             let mut output = Output::default();
-            let read = catch_unwind(AssertUnwindSafe(|| {
-                self.collector.collect_unit(unit, &mut output)
-            }));
+            let read = catch_unwind(AssertUnwindSafe(|| unit.collect(&mut output)));
             output.samples.shrink_to_fit();
             read.map(|()| output)
         });
@@ -729,6 +721,7 @@ fn panicked(payload: Box<dyn Any + Send>) -> CollectError {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::collector::Collector;
     use crate::metrics::{encode, Format};
     use crate::sysfs::SysfsError;
     use std::path::Path;

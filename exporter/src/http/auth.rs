@@ -25,7 +25,7 @@ use base64::Engine as _;
 use indexmap::IndexMap;
 use tokio::sync::oneshot;
 
-use crate::collector::lock;
+use crate::sync::lock;
 use crate::web_config::UNKNOWN_USER_HASH;
 
 /// Right verdicts remembered: one per user and password in use, a handful on a real site.

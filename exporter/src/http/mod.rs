@@ -49,10 +49,10 @@ use tokio::io::{AsyncRead, AsyncWrite};
 use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::{watch, Semaphore};
 
-use crate::collector::lock;
 use crate::logging::{self, Level, OncePerCause};
 use crate::metrics::{Desc, Encodable, Format, LabelValue, Samples, Value};
 use crate::scrape::Scraper;
+use crate::sync::lock;
 use crate::web_config::{WebConfig, WebConfigFile};
 use auth::{Authenticator, Verdict};
 use body::{Body, StallLimit};

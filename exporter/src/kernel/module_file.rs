@@ -22,9 +22,9 @@ use std::sync::Mutex;
 
 use xz4rust::{XzDecoder, XzError, XzNextBlockResult};
 
-use crate::collector::lock;
 use crate::error::{CollectError, ErrorKind};
 use crate::kernel::modprobe::module_key;
+use crate::sync::lock;
 use crate::sysfs::{SysDir, SysfsError};
 
 pub const SIGNATURE_MARKER: &[u8] = b"~Module signature appended~\n";

@@ -4,7 +4,7 @@
 //! counter counts and its values. Requests are built in `message.rs` with the others; every
 //! attribute read here is checked as there.
 
-use super::message::{
+use super::reply::{
     attr, holder, hw_counters, Attributes, Counter, Holder, ReplyError, MAX_ENTRIES,
 };
 
@@ -387,7 +387,8 @@ mod tests {
 #[cfg(test)]
 mod proptests {
     use super::*;
-    use crate::rdma_netlink::message::{Command, Device, Dump, NLA_HEADER_LEN};
+    use crate::rdma_netlink::message::{Command, Device, Dump};
+    use crate::rdma_netlink::reply::NLA_HEADER_LEN;
     use proptest::prelude::*;
 
     fn qp_counter() -> impl Strategy<Value = QpCounter> {

@@ -8,7 +8,8 @@ use std::time::{Duration, Instant};
 
 use crate::error::{CollectError, ErrorKind};
 
-use super::message::{request, Command, Dump, ReplyError, NETLINK_RDMA};
+use super::message::{request, Command, Dump, NETLINK_RDMA};
+use super::reply::ReplyError;
 
 /// Room for the largest datagram a netlink dump sends (the kernel sizes dump messages up to
 /// 32 KiB); a bigger one is reported as truncated.

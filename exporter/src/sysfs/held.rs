@@ -4,7 +4,7 @@
 use std::collections::HashMap;
 use std::os::fd::OwnedFd;
 use std::os::unix::ffi::OsStrExt;
-use std::sync::{Arc, Mutex, PoisonError, TryLockError};
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use foldhash::fast::RandomState as FastState;
@@ -16,6 +16,7 @@ use rustix::io::Errno;
 use super::budget::{HeldBudget, HeldSlot};
 use super::linked::numbers_not_reused;
 use super::{is_plain_name, read_flags, Entry, SysDir, SysfsError};
+use crate::sync::{lock, try_lock};
 
 /// Attributes read scrape after scrape through descriptors kept open: a `pread` at offset 0 of
 /// a held sysfs attribute runs the driver's `show()` again and costs about a tenth of open,
@@ -662,19 +663,15 @@ impl<T: Default> HeldByUnit<T> {
         read: impl FnOnce(&mut HeldAttributes, &mut T) -> (R, bool),
     ) -> R {
         let held = {
-            let mut units = self.units.lock().unwrap_or_else(PoisonError::into_inner);
+            let mut units = lock(&self.units);
             // Looked up before it is made: a scrape reads hundreds of units, all known.
             match units.get(unit) {
                 Some(held) => held.clone(),
                 None => units.entry(unit.to_string()).or_default().clone(),
             }
         };
-        let mut guard = match held.try_lock() {
-            Ok(guard) => guard,
-            Err(TryLockError::Poisoned(poisoned)) => poisoned.into_inner(),
-            Err(TryLockError::WouldBlock) => {
-                return read(&mut HeldAttributes::default(), &mut T::default()).0
-            }
+        let Some(mut guard) = try_lock(&held) else {
+            return read(&mut HeldAttributes::default(), &mut T::default()).0;
         };
         let unit = &mut *guard;
         if new_round && unit.round_open {
@@ -692,16 +689,13 @@ impl<T: Default> HeldByUnit<T> {
 
     /// Closes what the units `keep` refuses held (units gone since the last listing).
     pub fn retain(&self, keep: impl Fn(&str) -> bool) {
-        let mut units = self.units.lock().unwrap_or_else(PoisonError::into_inner);
+        let mut units = lock(&self.units);
         units.retain(|unit, _| keep(unit));
     }
 
     /// Units with a held set.
     pub fn len(&self) -> usize {
-        self.units
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner)
-            .len()
+        lock(&self.units).len()
     }
 
     pub fn is_empty(&self) -> bool {

@@ -10,11 +10,12 @@
 //! walk, each is opened every time.
 
 use std::collections::HashMap;
-use std::sync::{Arc, Mutex, OnceLock, PoisonError};
+use std::sync::{Arc, Mutex, OnceLock};
 
 use super::budget::{HeldBudget, HeldSlot};
 use super::{SysDir, SysfsError};
 use crate::kernel::release::major_minor;
+use crate::sync::lock;
 
 /// A kept directory: its link's inode number when opened, the directory, and its two shares of
 /// the budget of held descriptors (its own, and the root it keeps open).
@@ -57,7 +58,7 @@ impl LinkedDirs {
             return listing.link_dir(name).map(Arc::new);
         }
         {
-            let mut kept = self.lock();
+            let mut kept = lock(&self.kept);
             match kept.get(name) {
                 Some((kept_inode, dir, _)) if *kept_inode == inode => return Ok(dir.clone()),
                 // Another link's directory is closed, and its shares given back, even when the
@@ -69,18 +70,14 @@ impl LinkedDirs {
         let dir = Arc::new(listing.link_dir(name)?);
         if let Some(slots) = self.budget.reserve().zip(self.budget.reserve()) {
             let kept = (inode, dir.clone(), slots.into());
-            self.lock().insert(name.to_string(), kept);
+            lock(&self.kept).insert(name.to_string(), kept);
         }
         Ok(dir)
     }
 
     /// Closes the directories whose links the last listing no longer shows.
     pub fn retain(&self, listed: impl Fn(&str) -> bool) {
-        self.lock().retain(|name, _| listed(name));
-    }
-
-    fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<String, Kept>> {
-        self.kept.lock().unwrap_or_else(PoisonError::into_inner)
+        lock(&self.kept).retain(|name, _| listed(name));
     }
 }
 
@@ -194,6 +191,6 @@ mod tests {
         let first = linked.dir(&listing, false, "dev0", inode).unwrap();
         let again = linked.dir(&listing, false, "dev0", inode).unwrap();
         assert!(!Arc::ptr_eq(&first, &again));
-        assert!(linked.lock().is_empty());
+        assert!(lock(&linked.kept).is_empty());
     }
 }

@@ -17,8 +17,8 @@ use std::time::{Duration, Instant};
 
 use super::files::{identity, Identity};
 use super::{load, Loaded, Posture, WebConfig, WebConfigError};
-use crate::collector::lock;
 use crate::logging::{self, Level, OncePerCause};
+use crate::sync::lock;
 
 /// A changed file is read once its identity has held this long.
 const SETTLE: Duration = Duration::from_millis(100);

@@ -27,6 +27,7 @@ use crate::flags::{optional, switch};
 use crate::kernel::release::major_minor;
 use crate::logging::{self, Level};
 use crate::metrics::{Desc, LabelValue, Labels, Value};
+use crate::sync::lock;
 use crate::sysfs::{AttributeReader, SysDir};
 use kernel_log::{EventKey, KernelLogCounts};
 use late_attach::{Loads, Step};
@@ -245,10 +246,6 @@ impl LiveProbe {
     }
 }
 
-fn lock_live(state: &ProbeState) -> std::sync::MutexGuard<'_, LiveProbe> {
-    state.live.lock().unwrap_or_else(|p| p.into_inner())
-}
-
 /// The reason a probe into modules gives while none of its modules is loaded.
 fn waiting_for_module(probe: Probe) -> String {
     format!(
@@ -435,7 +432,7 @@ impl Probes {
             .probes
             .iter()
             .filter(|state| state.probe.required_by_strict())
-            .filter_map(|state| match &lock_live(state).outcome {
+            .filter_map(|state| match &lock(&state.live).outcome {
                 Outcome::Missed { reason } => Some(format!("{} ({reason})", state.probe.name())),
                 Outcome::Attached { .. } => None,
             })
@@ -464,7 +461,7 @@ impl Probes {
             return;
         }
         let now = Loads::read(&self.sysfs, probe.target_modules());
-        let mut live = lock_live(state);
+        let mut live = lock(&state.live);
         match late_attach::step(&live.loads, &now, live.attached()) {
             Step::Stay => {}
             Step::Detach => {
@@ -519,7 +516,7 @@ impl Probes {
 
     fn collect(&self, state: &ProbeState, out: &mut Output) {
         self.follow_modules(state, "scrape");
-        let live = lock_live(state);
+        let live = lock(&state.live);
         let probe_label = || -> Labels { vec![("probe", state.probe.name().into())] };
         if !state.probe.target_modules().is_empty() {
             out.samples.push(
@@ -591,7 +588,7 @@ impl Probes {
     }
 
     fn push_module_loads(&self, counts: sys::ProbeCounts, out: &mut Output) {
-        let mut names = self.module_names.lock().unwrap_or_else(|p| p.into_inner());
+        let mut names = lock(&self.module_names);
         let unnamed = counts.dropped + counts.unnamed_module_loads;
         let loads = module_events::module_load_counts(counts.module_loads, unnamed, &mut names);
         for (module, count) in loads.loads {
@@ -611,7 +608,7 @@ impl Probes {
     }
 
     fn push_signature_checks(&self, counts: &sys::ProbeCounts, out: &mut Output) {
-        let mut names = self.module_names.lock().unwrap_or_else(|p| p.into_inner());
+        let mut names = lock(&self.module_names);
         let checks = module_events::signature_counts(&counts.signature_returns, &mut names);
         for ((module, result), count) in checks {
             out.samples.push(
@@ -623,7 +620,7 @@ impl Probes {
     }
 
     fn push_load_failures(&self, counts: &sys::ProbeCounts, out: &mut Output) {
-        let mut names = self.module_names.lock().unwrap_or_else(|p| p.into_inner());
+        let mut names = lock(&self.module_names);
         let raw_names = counts.load_failures.keys().map(|(_, _, raw)| raw.as_str());
         let labels = module_events::module_labels(raw_names, &mut names);
         let mut failures: BTreeMap<(String, String, String), u64> = BTreeMap::new();

@@ -21,7 +21,7 @@ use rustix::event::{PollFd, PollFlags};
 
 use super::kernel_log::{self, KernelLogCounts};
 use super::probes::{attempts, Attempt, Hook, Kernel, Probe};
-use crate::collector::lock;
+use crate::sync::lock;
 use crate::sysfs::{AttributeReader, SysDir};
 
 /// The compiled probes (ebpf/*.bpf.o, rebuilt by ebpf/build.sh), aligned for the ELF parser.
@@ -247,7 +247,7 @@ pub fn attach_loaded(attachment: &Attachment, attempt: &Attempt) -> Result<(), S
     let Attachment::Bpf { ebpf, program, .. } = attachment else {
         return Err("not a BPF program".into());
     };
-    let mut ebpf = ebpf.lock().unwrap_or_else(|p| p.into_inner());
+    let mut ebpf = lock(ebpf);
     attach_program(program_of(&mut ebpf, program)?, attempt).map_err(|err| one_line(&*err))
 }
 
@@ -257,7 +257,7 @@ pub fn detach(attachment: &Attachment) -> Result<(), String> {
     let Attachment::Bpf { ebpf, program, .. } = attachment else {
         return Err("not a BPF program".into());
     };
-    let mut ebpf = ebpf.lock().unwrap_or_else(|p| p.into_inner());
+    let mut ebpf = lock(ebpf);
     unload_kprobe(program_of(&mut ebpf, program)?)
 }
 
@@ -268,7 +268,7 @@ pub fn reattach(probe: Probe, hook: Hook, attachment: &Attachment) -> Result<(),
     let Attachment::Bpf { ebpf, program, .. } = attachment else {
         return Err("not a BPF program".into());
     };
-    let mut ebpf = ebpf.lock().unwrap_or_else(|p| p.into_inner());
+    let mut ebpf = lock(ebpf);
     let program = program_of(&mut ebpf, program)?;
     let mut failures = Vec::new();
     for attempt in attempts(probe).iter().filter(|a| a.hook == hook) {
@@ -526,7 +526,7 @@ pub fn run_stats(attachment: &Attachment) -> Option<Result<(u64, Duration), Stri
     let Attachment::Bpf { ebpf, program, .. } = attachment else {
         return None;
     };
-    let ebpf = ebpf.lock().unwrap_or_else(|p| p.into_inner());
+    let ebpf = lock(ebpf);
     let info = ebpf
         .program(program)
         .ok_or_else(|| format!("program {program} gone"))
@@ -623,7 +623,7 @@ pub fn read_counts(probe: Probe, attachment: &Attachment) -> Result<ProbeCounts,
     match attachment {
         Attachment::Kmsg => {}
         Attachment::Perf(counters) => {
-            let mut counters = counters.lock().unwrap_or_else(|p| p.into_inner());
+            let mut counters = lock(counters);
             let mut total = 0;
             for counter in counters.iter_mut() {
                 total += counter
@@ -633,7 +633,7 @@ pub fn read_counts(probe: Probe, attachment: &Attachment) -> Result<ProbeCounts,
             counts.unnamed_module_loads = total;
         }
         Attachment::Bpf { ebpf, .. } => {
-            let ebpf = ebpf.lock().unwrap_or_else(|p| p.into_inner());
+            let ebpf = lock(ebpf);
             let map = |name: &str| ebpf.map(name).ok_or(format!("map {name} missing"));
             let err = |e: aya::maps::MapError| one_line(&e);
             let dropped_map = match probe {

@@ -4,7 +4,7 @@
 use std::ffi::{c_int, c_void};
 use std::ptr;
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Condvar, Mutex, PoisonError};
+use std::sync::{Condvar, Mutex};
 use std::time::Duration;
 
 use super::{
@@ -16,6 +16,7 @@ use crate::collector::{CollectError, ErrorKind};
 use crate::dynlib::{Library, LoadError};
 use crate::logging::{self, Level};
 use crate::metrics::{Desc, Value};
+use crate::sync::{lock, wait_while};
 
 const LIBRARY: &str = "libmicmgmt.so.0";
 
@@ -285,11 +286,8 @@ impl Turn {
     /// The turn, or `None` when it was not given back within the wait.
     fn take(&self) -> Option<TurnGuard<'_>> {
         // The flag is only ever set and cleared under the lock: a poisoned lock still holds it.
-        let taken = self.taken.lock().unwrap_or_else(PoisonError::into_inner);
-        let (mut taken, _) = self
-            .freed
-            .wait_timeout_while(taken, self.wait, |taken| *taken)
-            .unwrap_or_else(PoisonError::into_inner);
+        let taken = lock(&self.taken);
+        let mut taken = wait_while(&self.freed, taken, self.wait, |taken| *taken);
         if *taken {
             return None;
         }
@@ -300,7 +298,7 @@ impl Turn {
 
 impl Drop for TurnGuard<'_> {
     fn drop(&mut self) {
-        *self.0.taken.lock().unwrap_or_else(PoisonError::into_inner) = false;
+        *lock(&self.0.taken) = false;
         self.0.freed.notify_one();
     }
 }

@@ -9,6 +9,7 @@ use std::sync::Arc;
 use crate::kernel::modprobe;
 use crate::kernel::release::checked_release;
 use crate::metrics::{Labels, Value};
+use crate::sync::lock;
 use crate::sysfs::{SysDir, SysfsError};
 
 use super::config_space::{self, ConfigSpace, BAR_COUNT};
@@ -55,7 +56,7 @@ impl Read<'_> {
     pub(super) fn device(&mut self, address: &str, by_nova: bool) {
         let collector = self.collector;
         let labels: Labels = vec![("device", self.labels.get(address))];
-        let listed = collector.scrape().listed.remove(address);
+        let listed = lock(&collector.scrape).listed.remove(address);
         let dir = match collector.device_dir(address, listed.as_ref().map(|l| l.dir.clone())) {
             Ok(dir) => dir,
             Err(err) if err.is_absent() => {

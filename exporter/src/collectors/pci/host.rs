@@ -6,6 +6,7 @@ use std::sync::Arc;
 
 use crate::kernel::cmdline;
 use crate::metrics::Value;
+use crate::sync::lock;
 use crate::sysfs::{Entry, SysDir, SysfsError};
 
 use super::{
@@ -105,7 +106,7 @@ impl Read<'_> {
     /// unit that tried it, and not kept; a name that is not UTF-8, by the unit that listed it,
     /// and left out.
     pub(super) fn group_members(&mut self, group: &str) -> Option<Arc<[String]>> {
-        if let Some(members) = self.collector.scrape().group_members.get(group) {
+        if let Some(members) = lock(&self.collector.scrape).group_members.get(group) {
             return Some(members.clone());
         }
         let members_dir = format!("{IOMMU_GROUPS_DIR}/{group}/devices");
@@ -122,7 +123,7 @@ impl Read<'_> {
         let members: Arc<[String]> = (self.out.reported(listing)?.iter())
             .filter_map(|member| self.out.reported(member.name().map(str::to_string)))
             .collect();
-        let mut scrape = self.collector.scrape();
+        let mut scrape = lock(&self.collector.scrape);
         scrape
             .group_members
             .insert(group.to_string(), members.clone());
@@ -132,14 +133,14 @@ impl Read<'_> {
     /// [`Read::read_iommu`], once per scrape: the host unit and each device meant for
     /// passthrough ask for it.
     pub(super) fn iommu(&mut self) -> (usize, bool) {
-        if let Some(iommu) = self.collector.scrape().iommu {
+        if let Some(iommu) = lock(&self.collector.scrape).iommu {
             return iommu;
         }
         // Read once per scrape, unless it met an error, which each read reports then.
         let errors = self.out.errors.len();
         let iommu = self.read_iommu();
         if self.out.errors.len() == errors {
-            self.collector.scrape().iommu = Some(iommu);
+            lock(&self.collector.scrape).iommu = Some(iommu);
         }
         iommu
     }

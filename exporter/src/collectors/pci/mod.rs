@@ -26,7 +26,7 @@ use std::collections::{HashMap, HashSet};
 use std::fmt;
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Arc, Mutex, PoisonError};
+use std::sync::{Arc, Mutex};
 
 use crate::collector::{
     CollectError, Collector, Host, Output, Registration, Settings, StartError, Started,
@@ -34,6 +34,7 @@ use crate::collector::{
 use crate::flags::{repeated, ConfigError, Flags};
 use crate::logging::{self, Level, OncePerCause};
 use crate::metrics::{Desc, Label, LabelCache, Room, Value};
+use crate::sync::lock;
 use crate::sysfs::{
     AttributeReader, DirStamp, Entry, FileStamp, HeldAttributes, HeldByUnit, LinkedDirs, SysDir,
     SysfsError,
@@ -249,7 +250,7 @@ struct ListedDevice {
 impl PciCollector {
     /// `relative` under `--path.sysfs`, from the root the listing opened.
     fn sysfs_dir(&self, relative: &str) -> Result<SysDir, SysfsError> {
-        let root = self.scrape().sysfs.clone();
+        let root = lock(&self.scrape).sysfs.clone();
         match root {
             Some(root) => root.link_dir(relative),
             None => SysDir::open(&self.sysfs, relative),
@@ -269,10 +270,6 @@ impl PciCollector {
                 .sysfs_dir(&format!("{DEVICES_DIR}/{address}"))
                 .map(Arc::new),
         }
-    }
-
-    fn scrape(&self) -> std::sync::MutexGuard<'_, ScrapeState> {
-        self.scrape.lock().unwrap_or_else(PoisonError::into_inner)
     }
 
     /// Says once, in the log, that holders may be missing and what would show them.
@@ -354,7 +351,7 @@ impl Collector for PciCollector {
 
     fn units(&self) -> Result<Vec<Unit>, CollectError> {
         let sysfs = SysDir::open(&self.sysfs, "").ok().map(Arc::new);
-        *self.scrape() = ScrapeState {
+        *lock(&self.scrape) = ScrapeState {
             sysfs,
             ..ScrapeState::default()
         };
@@ -501,7 +498,7 @@ impl Collector for PciCollector {
                 .map(|address| Unit::RootPort { address }),
         );
         units.extend(unnamed);
-        let mut scrape = self.scrape();
+        let mut scrape = lock(&self.scrape);
         scrape.listed = of_interest;
         scrape.vfio_bound = vfio_dirs;
         Ok(units)

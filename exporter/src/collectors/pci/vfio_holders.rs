@@ -34,6 +34,7 @@ use rustix::fs::OFlags;
 
 use crate::logging::OncePerCause;
 use crate::metrics::Value;
+use crate::sync::lock;
 use crate::sysfs::{AttributeReader, Entry, OpenFile, SysDir, SysfsError};
 
 use super::{
@@ -141,7 +142,7 @@ impl Read<'_> {
         let bound = devices
             .iter()
             .map(|address| {
-                let (dir, group) = collector.scrape().vfio_bound.remove(address).unzip();
+                let (dir, group) = lock(&collector.scrape).vfio_bound.remove(address).unzip();
                 BoundDevice {
                     address,
                     dir,

@@ -16,13 +16,14 @@ use std::time::Duration;
 use regex::Regex;
 
 use crate::collector::{
-    lock, CollectError, Collector, Host, Output, Registration, Settings, StartError, Started,
+    CollectError, Collector, Host, Output, Registration, Settings, StartError, Started,
 };
 use crate::flags::{flag, optional, ConfigError, Flags};
 use crate::logging::OncePerCause;
 use crate::metrics::{Desc, Label, LabelSet, LabelValue, Value};
 use crate::rdma_netlink::socket::Socket;
 use crate::rdma_port::{parse_rate, parse_state_id, ETHERNET_LINK_LAYER};
+use crate::sync::lock;
 use crate::sysfs::{
     AttributeReader, Entry, HeldAttributes, HeldByUnit, LinkedDirs, SysDir, SysfsError,
 };

@@ -6,11 +6,13 @@ use std::time::Instant;
 
 use super::state::counter_set;
 use super::{DeviceRead, HwCounters, RdmaCollector, PORT_HW_STAT};
-use crate::collector::{lock, CollectError, ErrorKind};
+use crate::collector::{CollectError, ErrorKind};
 use crate::logging::{self, Level};
 use crate::metrics::{LabelSet, LabelValue, Value};
-use crate::rdma_netlink::message::{Command, Counter};
+use crate::rdma_netlink::message::Command;
+use crate::rdma_netlink::reply::Counter;
 use crate::rdma_netlink::socket::{DumpError, Socket};
+use crate::sync::lock;
 use crate::sysfs::Entry;
 
 impl RdmaCollector {
@@ -206,7 +208,8 @@ impl DeviceRead<'_> {
 #[cfg(test)]
 mod tests {
     use super::super::{DeviceFilter, HwCounters, RdmaCollector, CLASS_DIR};
-    use crate::collector::{lock, Collector, Output};
+    use crate::collector::{Collector, Output};
+    use crate::sync::lock;
     use crate::sysfs::Entry;
 
     /// rxe0 with one hw counter file, read by a collector whose netlink listing failed; and

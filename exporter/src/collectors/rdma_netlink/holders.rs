@@ -4,7 +4,8 @@
 
 use std::collections::BTreeMap;
 
-use crate::rdma_netlink::message::{Entry, Holder, Resource};
+use crate::rdma_netlink::message::{Entry, Resource};
+use crate::rdma_netlink::reply::Holder;
 
 /// What one holder (or job, or device) has of each resource type, and the bytes its MRs pin.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]

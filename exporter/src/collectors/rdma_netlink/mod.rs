@@ -20,15 +20,17 @@ use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
 use crate::collector::{
-    lock, CollectError, Collector, Host, Output, Registration, Settings, StartError, Started,
+    CollectError, Collector, Host, Output, Registration, Settings, StartError, Started,
 };
 use crate::flags::{flag, switch, ConfigError, Flags};
 use crate::logging::{self, Level};
 use crate::metrics::{Desc, LabelValue, Value};
+use crate::sync::lock;
 use crate::sysfs::{AttributeReader, Entry as SysEntry, SysDir};
 
 use crate::rdma_netlink::counters::QpCounter;
-use crate::rdma_netlink::message::{Command, Device, Dump, Entry, Holder, ReplyError, Resource};
+use crate::rdma_netlink::message::{Command, Device, Dump, Entry, Resource};
+use crate::rdma_netlink::reply::{Holder, ReplyError};
 use crate::rdma_netlink::socket::{DumpError, Socket};
 use holders::{by_holder, capped, slurm_job, Process, Usage};
 use qp_counters::{bind_port, Binding, Sums};

@@ -8,7 +8,8 @@ use std::collections::BTreeMap;
 use std::time::Instant;
 
 use crate::rdma_netlink::counters::{QpCounter, QpCounterMode, MASK_PID, MASK_QP_TYPE};
-use crate::rdma_netlink::message::{attr, Command, Entry, Holder, ReplyError, Resource};
+use crate::rdma_netlink::message::{Command, Entry, Resource};
+use crate::rdma_netlink::reply::{attr, Holder, ReplyError};
 use crate::rdma_netlink::socket::DumpError;
 
 use super::Requests;

@@ -10,7 +10,7 @@ use clap::Arg;
 
 use super::engine::Params;
 use super::ffi::{self, Verbs};
-use super::mesh;
+use super::mesh::{self, MeshSettings};
 use super::peer::{self, Cidr};
 use super::{first_device, oob, progress_line, result_table, ProbeError, Target, MAX_DURATION};
 use crate::collector::{ProbeCommand, RunOnce};
@@ -121,16 +121,6 @@ pub(super) struct VerbsSettings {
     /// `None`: loopback or the one `--probe.verbs.peer`.
     pub mesh: Option<MeshSettings>,
     pub measurement: Measurement,
-}
-
-/// `--probe.verbs.peers` and its companions.
-#[derive(Debug, Clone)]
-pub(super) struct MeshSettings {
-    /// Read when the probe starts and at each round when it changed.
-    pub peers: PathBuf,
-    pub fanout: usize,
-    /// `None`: the hostname, looked up when the probe starts.
-    pub node_name: Option<String>,
 }
 
 /// The most peers a node probes per round.

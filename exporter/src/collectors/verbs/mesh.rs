@@ -20,7 +20,6 @@ use std::time::Duration;
 
 use ring::digest;
 
-use super::cli::MeshSettings;
 use crate::collector::{CollectError, ErrorKind};
 use crate::logging::{self, Level};
 use crate::sysfs::{read_named_file, SysfsError};
@@ -172,6 +171,16 @@ impl Peers {
             .binary_search_by(|node| node.name.as_str().cmp(name))
             .ok()
     }
+}
+
+/// `--probe.verbs.peers` and its companions: what a mesh starts from (`cli.rs` builds it).
+#[derive(Debug, Clone)]
+pub(super) struct MeshSettings {
+    /// Read when the probe starts and at each round when it changed.
+    pub peers: PathBuf,
+    pub fanout: usize,
+    /// `None`: the hostname, looked up when the probe starts.
+    pub node_name: Option<String>,
 }
 
 /// This node in the mesh: its name, its fanout, and the last good copy of the peers file.

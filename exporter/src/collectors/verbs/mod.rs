@@ -29,12 +29,13 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use crate::collector::{
-    lock, CollectError, Collector, Host, Output, PendingErrors, Registration, Settings, StartError,
+    CollectError, Collector, Host, Output, PendingErrors, Registration, Settings, StartError,
     Started,
 };
 use crate::logging::{self, Level};
 use crate::metrics::{Desc, Value};
 use crate::privileges;
+use crate::sync::lock;
 use crate::sysfs::{Entry, SysDir};
 use cli::VerbsSettings;
 use ffi::Verbs;

@@ -13,7 +13,8 @@ use super::oob::{Channel, DecodeError, Message, OobError, RejectReason};
 use super::port;
 use super::resources::ProtectionDomain;
 use super::{PortClaim, PortClaims, ProbeError, Target};
-use crate::collector::{lock, CollectError, ErrorKind, PendingErrors};
+use crate::collector::{CollectError, ErrorKind, PendingErrors};
+use crate::sync::lock;
 
 /// The largest message a responder accepts to register a buffer for.
 pub const MAX_MESSAGE_SIZE: usize = 16 << 20;

@@ -11,8 +11,9 @@ use super::run::{ProbeError, Report, RunMode, Target, RESULTS};
 use super::{
     BANDWIDTH, DURATION, EFFICIENCY, LAST_SUCCESS, LATENCY, MESH_PEER_SUCCESS, RUNS, SKIPPED,
 };
-use crate::collector::{lock, CollectError, ErrorKind, Output, PendingErrors};
+use crate::collector::{CollectError, ErrorKind, Output, PendingErrors};
 use crate::metrics::{Labels, Value};
+use crate::sync::lock;
 
 /// Every `reason` label value of the skipped counter: the port moved more than
 /// `--probe.verbs.busy-share` of its data rate (a job is using it), or a responder session is

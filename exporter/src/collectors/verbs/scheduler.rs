@@ -5,7 +5,7 @@
 use std::collections::{BTreeSet, HashMap};
 use std::hash::BuildHasher;
 use std::path::Path;
-use std::sync::{Arc, Condvar, Mutex, PoisonError};
+use std::sync::{Arc, Condvar, Mutex};
 use std::time::{Duration, Instant, SystemTime};
 
 use super::cli::VerbsSettings;
@@ -14,7 +14,7 @@ use super::mesh::{self, MeshNode};
 use super::results::Service;
 use super::run::{probe, ProbeError, RunMode, Target};
 use super::{devices, first_device, port};
-use crate::collector::lock;
+use crate::sync::{lock, wait_while};
 use crate::sysfs::Entry;
 
 /// The ports a probe or a responder session uses now: never two on one port at once.
@@ -65,11 +65,7 @@ impl Stop {
     /// Sleeps for `delay` or until stopped; whether it was stopped.
     pub(super) fn sleep(&self, delay: Duration) -> bool {
         let stopped = lock(&self.stopped);
-        let (stopped, _) = self
-            .wake
-            .wait_timeout_while(stopped, delay, |stopped| !*stopped)
-            .unwrap_or_else(PoisonError::into_inner);
-        *stopped
+        *wait_while(&self.wake, stopped, delay, |stopped| !*stopped)
     }
 }
 

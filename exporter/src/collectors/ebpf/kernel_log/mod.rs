@@ -15,6 +15,7 @@ use std::io::{Read, Seek, SeekFrom};
 use std::sync::{Arc, Mutex, OnceLock};
 
 use crate::logging::{self, Level};
+use crate::sync::lock;
 pub use before_start::read_before_start;
 use iommu_faults::{Fault, FaultCounts};
 pub use patterns::EventKey;
@@ -82,11 +83,11 @@ impl KernelLogCounts {
         for line in lines(record) {
             match self.matcher.find(line) {
                 Some(LineMatch::Event(key)) => {
-                    let mut counts = self.counts.lock().unwrap_or_else(|p| p.into_inner());
+                    let mut counts = lock(&self.counts);
                     counts.count(key);
                 }
                 Some(LineMatch::IommuFault(form, captures)) => {
-                    let mut faults = self.iommu_faults.lock().unwrap_or_else(|p| p.into_inner());
+                    let mut faults = lock(&self.iommu_faults);
                     faults.count_line(form, &captures);
                 }
                 None => {}
@@ -106,12 +107,12 @@ impl KernelLogCounts {
 
     /// IOMMU fault counts (see [`iommu_faults`]).
     pub fn iommu_faults(&self) -> Vec<(Fault, u64)> {
-        let faults = self.iommu_faults.lock().unwrap_or_else(|p| p.into_inner());
+        let faults = lock(&self.iommu_faults);
         faults.snapshot()
     }
 
     pub fn snapshot(&self) -> Vec<(EventKey, u64)> {
-        let counts = self.counts.lock().unwrap_or_else(|p| p.into_inner());
+        let counts = lock(&self.counts);
         counts.snapshot()
     }
 
