@@ -7,7 +7,7 @@ use std::sync::{Arc, Mutex};
 
 use tokio::sync::Notify;
 
-use crate::collector::lock;
+use crate::sync::lock;
 
 /// The open connections, oldest first, under the cap.
 pub(super) struct Connections {
