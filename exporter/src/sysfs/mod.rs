@@ -764,6 +764,12 @@ impl FileStamp {
             modified: (stat.st_mtime, stat.st_mtime_nsec),
         }
     }
+
+    /// The stamp of the file a path names now (links followed, as for a [`NamedFile`]);
+    /// `None` when it cannot be stat'ed.
+    pub fn of_path(path: &Path) -> Option<FileStamp> {
+        rustix::fs::stat(path).ok().map(|stat| FileStamp::of(&stat))
+    }
 }
 
 /// A file named by a flag (a config or token file; not under a root, so its links are

@@ -16,25 +16,25 @@
 
 mod files;
 mod reload;
+mod verifiers;
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 use hyper::header::{HeaderName, HeaderValue};
-use rustls::client::danger::HandshakeSignatureValid;
-use rustls::crypto::{ring as ring_provider, CryptoProvider, WebPkiSupportedAlgorithms};
-use rustls::server::danger::{ClientCertVerified, ClientCertVerifier};
+use rustls::crypto::{ring as ring_provider, CryptoProvider};
+use rustls::server::danger::ClientCertVerifier;
 use rustls::server::WebPkiClientVerifier;
-use rustls::{
-    DigitallySignedStruct, DistinguishedName, RootCertStore, ServerConfig, SignatureScheme,
-    SupportedProtocolVersion,
-};
+use rustls::{RootCertStore, ServerConfig, SupportedProtocolVersion};
 use rustls_pki_types::pem::PemObject;
-use rustls_pki_types::{CertificateDer, PrivateKeyDer, ServerName, UnixTime};
+use rustls_pki_types::{CertificateDer, PrivateKeyDer, ServerName};
 use serde::Deserialize;
 
-pub use files::{Identity, ReadError, MAX_FILE_BYTES};
+use crate::sysfs::{FileStamp, SysfsError};
+use verifiers::{AllowedSans, AnyClientCert};
+
+pub use files::MAX_FILE_BYTES;
 pub use reload::{WebConfigFile, RELOAD_FAILURE_REASONS};
 
 /// exporter-toolkit's hash for unknown users, so that they cost the same bcrypt work as known
@@ -53,7 +53,7 @@ const ALLOWED_HEADERS: [(&str, &[&str]); 5] = [
 #[derive(Debug, thiserror::Error)]
 pub enum WebConfigError {
     #[error(transparent)]
-    File(#[from] ReadError),
+    File(#[from] SysfsError),
     #[error("{path}: empty; an empty web config is refused (to serve plain HTTP without auth, leave out --web.config.file)")]
     Empty { path: PathBuf },
     #[error("{0}")]
@@ -215,11 +215,11 @@ impl Posture {
     }
 }
 
-/// A reading of the config and of every file it names, each with the identity of what was read.
+/// A reading of the config and of every file it names, each with the stamp of what was read.
 pub struct Loaded {
     pub config: WebConfig,
     /// The config file first.
-    pub files: Vec<(PathBuf, Identity)>,
+    pub files: Vec<(PathBuf, FileStamp)>,
 }
 
 /// Reads and validates the file at `path` and the files it names.
@@ -235,7 +235,7 @@ pub fn load(path: &Path) -> Result<Loaded, WebConfigError> {
 fn parse(
     path: &Path,
     bytes: &[u8],
-    files: &mut Vec<(PathBuf, Identity)>,
+    files: &mut Vec<(PathBuf, FileStamp)>,
 ) -> Result<WebConfig, WebConfigError> {
     let empty = || WebConfigError::Empty {
         path: path.to_path_buf(),
@@ -335,7 +335,7 @@ fn pem_source(
     file: &str,
     text: &str,
     dir: &Path,
-    files: &mut Vec<(PathBuf, Identity)>,
+    files: &mut Vec<(PathBuf, FileStamp)>,
 ) -> Result<Vec<u8>, WebConfigError> {
     if file.is_empty() {
         return Ok(text.as_bytes().to_vec());
@@ -428,7 +428,7 @@ fn provider(raw: &RawTls) -> Result<CryptoProvider, WebConfigError> {
 fn server_config(
     raw: &RawTls,
     dir: &Path,
-    files: &mut Vec<(PathBuf, Identity)>,
+    files: &mut Vec<(PathBuf, FileStamp)>,
 ) -> Result<(ServerConfig, Option<Arc<dyn ClientCertVerifier>>), WebConfigError> {
     let min = version(&raw.min_version, "min_version")?;
     let max = version(&raw.max_version, "max_version")?;
@@ -547,126 +547,6 @@ fn client_verifier(
         allowed,
     })))
 }
-
-/// `RequestClientCert` and `RequireAnyClientCert`: any certificate, unverified, but the client
-/// must still prove it holds its key.
-#[derive(Debug)]
-struct AnyClientCert {
-    mandatory: bool,
-    algorithms: WebPkiSupportedAlgorithms,
-}
-
-impl ClientCertVerifier for AnyClientCert {
-    fn client_auth_mandatory(&self) -> bool {
-        self.mandatory
-    }
-
-    fn root_hint_subjects(&self) -> &[DistinguishedName] {
-        &[]
-    }
-
-    fn verify_client_cert(
-        &self,
-        _end_entity: &CertificateDer<'_>,
-        _intermediates: &[CertificateDer<'_>],
-        _now: UnixTime,
-    ) -> Result<ClientCertVerified, rustls::Error> {
-        Ok(ClientCertVerified::assertion())
-    }
-
-    fn verify_tls12_signature(
-        &self,
-        message: &[u8],
-        cert: &CertificateDer<'_>,
-        dss: &DigitallySignedStruct,
-    ) -> Result<HandshakeSignatureValid, rustls::Error> {
-        rustls::crypto::verify_tls12_signature(message, cert, dss, &self.algorithms)
-    }
-
-    fn verify_tls13_signature(
-        &self,
-        message: &[u8],
-        cert: &CertificateDer<'_>,
-        dss: &DigitallySignedStruct,
-    ) -> Result<HandshakeSignatureValid, rustls::Error> {
-        rustls::crypto::verify_tls13_signature(message, cert, dss, &self.algorithms)
-    }
-
-    fn supported_verify_schemes(&self) -> Vec<SignatureScheme> {
-        self.algorithms.supported_schemes()
-    }
-}
-
-/// `client_allowed_sans`: the client certificate must name one of these.
-#[derive(Debug)]
-struct AllowedSans {
-    inner: Arc<dyn ClientCertVerifier>,
-    allowed: Vec<ServerName<'static>>,
-}
-
-impl ClientCertVerifier for AllowedSans {
-    fn offer_client_auth(&self) -> bool {
-        self.inner.offer_client_auth()
-    }
-
-    fn client_auth_mandatory(&self) -> bool {
-        self.inner.client_auth_mandatory()
-    }
-
-    fn root_hint_subjects(&self) -> &[DistinguishedName] {
-        self.inner.root_hint_subjects()
-    }
-
-    fn verify_client_cert(
-        &self,
-        end_entity: &CertificateDer<'_>,
-        intermediates: &[CertificateDer<'_>],
-        now: UnixTime,
-    ) -> Result<ClientCertVerified, rustls::Error> {
-        let verified = self
-            .inner
-            .verify_client_cert(end_entity, intermediates, now)?;
-        let cert = webpki::EndEntityCert::try_from(end_entity).map_err(|_| {
-            rustls::Error::InvalidCertificate(rustls::CertificateError::BadEncoding)
-        })?;
-        if self
-            .allowed
-            .iter()
-            .any(|name| cert.verify_is_valid_for_subject_name(name).is_ok())
-        {
-            return Ok(verified);
-        }
-        Err(rustls::Error::InvalidCertificate(
-            rustls::CertificateError::Other(rustls::OtherError(Arc::new(NoAllowedSan))),
-        ))
-    }
-
-    fn verify_tls12_signature(
-        &self,
-        message: &[u8],
-        cert: &CertificateDer<'_>,
-        dss: &DigitallySignedStruct,
-    ) -> Result<HandshakeSignatureValid, rustls::Error> {
-        self.inner.verify_tls12_signature(message, cert, dss)
-    }
-
-    fn verify_tls13_signature(
-        &self,
-        message: &[u8],
-        cert: &CertificateDer<'_>,
-        dss: &DigitallySignedStruct,
-    ) -> Result<HandshakeSignatureValid, rustls::Error> {
-        self.inner.verify_tls13_signature(message, cert, dss)
-    }
-
-    fn supported_verify_schemes(&self) -> Vec<SignatureScheme> {
-        self.inner.supported_verify_schemes()
-    }
-}
-
-#[derive(Debug, thiserror::Error)]
-#[error("the client certificate names none of client_allowed_sans")]
-struct NoAllowedSan;
 
 #[cfg(test)]
 mod tests;

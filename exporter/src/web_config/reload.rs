@@ -1,7 +1,7 @@
 //! Keeping the web config in force while its files change, without ever falling open.
 //!
 //! Requests never read a file: they take the config now in force and wake the reader thread,
-//! which looks at the identities of the config and the files it names (a few `stat` calls)
+//! which looks at the stamps of the config and the files it names (a few `stat` calls)
 //! and reads them again only when one changed, once it has stopped changing for [`SETTLE`]
 //! (a writer that truncates, then writes, as `cat >` and many editors do, is done by then).
 //! The new reading replaces the one in force only when it loads whole and guards at least
@@ -15,12 +15,12 @@ use std::sync::mpsc::{self, Receiver, SyncSender};
 use std::sync::{Arc, Mutex, Weak};
 use std::time::{Duration, Instant};
 
-use super::files::{identity, Identity};
 use super::{load, Loaded, Posture, WebConfig, WebConfigError};
 use crate::logging::{self, Level, OncePerCause};
 use crate::sync::lock;
+use crate::sysfs::FileStamp;
 
-/// A changed file is read once its identity has held this long.
+/// A changed file is read once its stamp has held this long.
 const SETTLE: Duration = Duration::from_millis(100);
 /// A file still changing after this many settle periods waits for the next request's look.
 const MAX_SETTLE_LOOKS: u32 = 50;
@@ -45,7 +45,7 @@ pub struct WebConfigFile {
     look: SyncSender<()>,
     /// The files of the config in force (the config file first) as last seen; only the reader
     /// thread uses it.
-    watched: Mutex<Vec<(PathBuf, Option<Identity>)>>,
+    watched: Mutex<Vec<(PathBuf, Option<FileStamp>)>>,
     epoch: Instant,
     /// Milliseconds from `epoch` (plus one) when the reading in progress began; 0: none.
     reading_since: AtomicU64,
@@ -135,14 +135,14 @@ impl WebConfigFile {
     /// One look from the reader thread: a changed file, once settled, read and taken or refused.
     pub(crate) fn look(&self) {
         let mut watched = lock(&self.watched);
-        let mut seen = identities(&watched);
+        let mut seen = stamps(&watched);
         if watched.iter().map(|(_, id)| *id).eq(seen.iter().copied()) {
             return;
         }
         let mut settled = false;
         for _ in 0..MAX_SETTLE_LOOKS {
             std::thread::sleep(self.settle);
-            let again = identities(&watched);
+            let again = stamps(&watched);
             settled = again == seen;
             seen = again;
             if settled {
@@ -215,15 +215,18 @@ impl WebConfigFile {
     }
 }
 
-fn watched(files: Vec<(PathBuf, Identity)>) -> Vec<(PathBuf, Option<Identity>)> {
+fn watched(files: Vec<(PathBuf, FileStamp)>) -> Vec<(PathBuf, Option<FileStamp>)> {
     files
         .into_iter()
         .map(|(path, id)| (path, Some(id)))
         .collect()
 }
 
-fn identities(watched: &[(PathBuf, Option<Identity>)]) -> Vec<Option<Identity>> {
-    watched.iter().map(|(path, _)| identity(path)).collect()
+fn stamps(watched: &[(PathBuf, Option<FileStamp>)]) -> Vec<Option<FileStamp>> {
+    watched
+        .iter()
+        .map(|(path, _)| FileStamp::of_path(path))
+        .collect()
 }
 
 /// The reader thread: a look at each wake-up, until the file's owner is gone.
