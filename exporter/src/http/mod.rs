@@ -126,12 +126,51 @@ pub struct Server {
     authenticator: Arc<Authenticator>,
     handshake_errors: AtomicU64,
     handshake_timeouts: AtomicU64,
-    /// By [`AUTH_FAILURE_REASONS`].
-    auth_failures: [AtomicU64; AUTH_FAILURE_REASONS.len()],
+    /// By [`Refusal`].
+    auth_failures: [AtomicU64; Refusal::ALL.len()],
 }
 
 /// Why a request was refused, the `reason` label of the auth failures.
-const AUTH_FAILURE_REASONS: [&str; 4] = ["missing", "wrong", "throttled", "client_certificate"];
+#[derive(Debug, Clone, Copy)]
+enum Refusal {
+    Missing,
+    Wrong,
+    Throttled,
+    ClientCertificate,
+}
+
+impl Refusal {
+    const ALL: [Refusal; 4] = [
+        Refusal::Missing,
+        Refusal::Wrong,
+        Refusal::Throttled,
+        Refusal::ClientCertificate,
+    ];
+
+    /// The `reason` label.
+    fn reason(self) -> &'static str {
+        match self {
+            Refusal::Missing => "missing",
+            Refusal::Wrong => "wrong",
+            Refusal::Throttled => "throttled",
+            Refusal::ClientCertificate => "client_certificate",
+        }
+    }
+
+    /// The log line's cause.
+    fn cause(self) -> &'static str {
+        match self {
+            Refusal::Missing => "no or malformed basic-auth credentials",
+            Refusal::Wrong => "wrong user or password",
+            Refusal::Throttled => {
+                "its source has a check pending or is backing off after wrong passwords"
+            }
+            Refusal::ClientCertificate => {
+                "its client certificate is not accepted by the config in force"
+            }
+        }
+    }
+}
 
 /// Who is at the other end of a connection, as the config checks each of its requests.
 struct Peer {
@@ -338,7 +377,7 @@ impl Server {
             return self.route(request).await;
         };
         let refused = if !client_certificate_holds(&web, peer) {
-            Some("client_certificate")
+            Some(Refusal::ClientCertificate)
         } else if web.users.is_empty() {
             None
         } else {
@@ -348,14 +387,14 @@ impl Server {
                 .await;
             match verdict {
                 Verdict::Accepted => None,
-                Verdict::Missing => Some("missing"),
-                Verdict::Wrong => Some("wrong"),
-                Verdict::Throttled => Some("throttled"),
+                Verdict::Missing => Some(Refusal::Missing),
+                Verdict::Wrong => Some(Refusal::Wrong),
+                Verdict::Throttled => Some(Refusal::Throttled),
             }
         };
         let mut response = match refused {
             None => self.route(request).await,
-            Some(reason) => self.refuse(reason),
+            Some(refusal) => self.refuse(refusal),
         };
         for (name, value) in &web.headers {
             response.headers_mut().insert(name.clone(), value.clone());
@@ -364,20 +403,10 @@ impl Server {
     }
 
     /// The answer to a request the config does not let in, counted and logged by reason.
-    fn refuse(&self, reason: &'static str) -> Response<Body> {
-        let cause = match reason {
-            "missing" => "no or malformed basic-auth credentials",
-            "wrong" => "wrong user or password",
-            "throttled" => {
-                "its source has a check pending or is backing off after a wrong password"
-            }
-            _ => "its client certificate is not accepted by the config in force",
-        };
-        if let Some(index) = AUTH_FAILURE_REASONS.iter().position(|r| *r == reason) {
-            self.auth_failures[index].fetch_add(1, Ordering::Relaxed);
-        }
-        self.log_once(Level::Warn, "request refused", cause);
-        if reason == "client_certificate" {
+    fn refuse(&self, refusal: Refusal) -> Response<Body> {
+        self.auth_failures[refusal as usize].fetch_add(1, Ordering::Relaxed);
+        self.log_once(Level::Warn, "request refused", refusal.cause());
+        if let Refusal::ClientCertificate = refusal {
             // Only a new handshake can present another certificate.
             let mut response = plain(StatusCode::FORBIDDEN, "Forbidden\n");
             response
@@ -500,10 +529,10 @@ impl Server {
                 Value::Int(count.load(Ordering::Relaxed)),
             );
         }
-        for (reason, count) in AUTH_FAILURE_REASONS.iter().zip(&self.auth_failures) {
+        for (refusal, count) in Refusal::ALL.iter().zip(&self.auth_failures) {
             samples.push(
                 &AUTH_FAILURES,
-                vec![("reason", LabelValue::Static(reason))],
+                vec![("reason", LabelValue::Static(refusal.reason()))],
                 Value::Int(count.load(Ordering::Relaxed)),
             );
         }
