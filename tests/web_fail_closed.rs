@@ -14,6 +14,26 @@ use std::time::{Duration, Instant};
 
 use util::web::{bcrypt_hash, curl, eventually, port, sample, start, Pki};
 
+/// The flag a test's client threads poll; set when dropped, so that a failing assertion
+/// stops them too.
+struct StopOnDrop(Arc<AtomicBool>);
+
+impl Drop for StopOnDrop {
+    fn drop(&mut self) {
+        self.0.store(true, Ordering::Relaxed);
+    }
+}
+
+/// A child process killed when dropped, so that a failing assertion leaves none behind.
+struct KillOnDrop(std::process::Child);
+
+impl Drop for KillOnDrop {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
 const TLS: &str = "tls_server_config:\n  cert_file: server.crt\n  key_file: server.key\n";
 
 /// One plain-HTTP request on a new connection: its status line, if any came.
@@ -41,6 +61,7 @@ fn a_config_rewritten_in_place_never_serves_plain_http_or_skips_auth() {
     let port = port(&exporter);
     let ca = pki.path("ca.crt").to_str().unwrap().to_string();
     let stop = Arc::new(AtomicBool::new(false));
+    let stopping = StopOnDrop(stop.clone());
     let plain_answers = Arc::new(AtomicU64::new(0));
     let unauthenticated_200s = Arc::new(AtomicU64::new(0));
     let mut clients = Vec::new();
@@ -82,7 +103,7 @@ fn a_config_rewritten_in_place_never_serves_plain_http_or_skips_auth() {
         drop(file);
         std::thread::sleep(Duration::from_millis(20));
     }
-    stop.store(true, Ordering::Relaxed);
+    drop(stopping);
     for client in clients {
         client.join().unwrap();
     }
@@ -102,7 +123,7 @@ fn a_config_rewritten_in_place_never_serves_plain_http_or_skips_auth() {
 
 /// An `openssl s_client` connection kept open: requests written to it one at a time.
 struct KeptAlive {
-    child: std::process::Child,
+    child: KillOnDrop,
     lines: mpsc::Receiver<String>,
 }
 
@@ -135,12 +156,15 @@ impl KeptAlive {
                 }
             }
         });
-        KeptAlive { child, lines }
+        KeptAlive {
+            child: KillOnDrop(child),
+            lines,
+        }
     }
 
     /// The status line of the answer to one more request on this connection.
     fn status(&mut self) -> Option<String> {
-        let stdin = self.child.stdin.as_mut().unwrap();
+        let stdin = self.child.0.stdin.as_mut().unwrap();
         stdin
             .write_all(b"GET /-/healthy HTTP/1.1\r\nHost: localhost\r\n\r\n")
             .ok()?;
@@ -155,13 +179,6 @@ impl KeptAlive {
                 return Some(line.trim().to_string());
             }
         }
-    }
-}
-
-impl Drop for KeptAlive {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
     }
 }
 
@@ -326,6 +343,7 @@ fn a_wrong_password_flood_does_not_lock_prometheus_out() {
     // 200 connections from 200 addresses of their own, each sending wrong passwords as fast as
     // they are answered.
     let stop = Arc::new(AtomicBool::new(false));
+    let stopping = StopOnDrop(stop.clone());
     let mut flood = Vec::new();
     for index in 0..200u32 {
         let (stop, port) = (stop.clone(), port.parse::<u16>().unwrap());
@@ -352,7 +370,7 @@ fn a_wrong_password_flood_does_not_lock_prometheus_out() {
         ),
     )
     .unwrap();
-    let mut prometheus = Command::new("prometheus")
+    let prometheus = Command::new("prometheus")
         .arg(format!(
             "--config.file={}",
             dir.path().join("prometheus.yml").display()
@@ -367,6 +385,7 @@ fn a_wrong_password_flood_does_not_lock_prometheus_out() {
         .stderr(Stdio::null())
         .spawn()
         .expect("prometheus (tests/setup.sh installs it)");
+    let prometheus = KillOnDrop(prometheus);
     // A new source waits behind the other new sources' first checks (one per flooding
     // address, tens of seconds on a loaded machine); main never let it in at all.
     let first_up = Instant::now();
@@ -391,12 +410,11 @@ fn a_wrong_password_flood_does_not_lock_prometheus_out() {
         &prometheus_address,
         &format!("max_over_time(scrape_duration_seconds{{job=\"hpcnode\"}}{window})"),
     );
-    stop.store(true, Ordering::Relaxed);
+    drop(stopping);
     for thread in flood {
         thread.join().unwrap();
     }
-    let _ = prometheus.kill();
-    let _ = prometheus.wait();
+    drop(prometheus);
     let cpu = cpu_seconds(exporter.pid()) - cpu_before;
     let rss_kib = exporter.status_field("VmHWM");
     let auth = format!("Basic {}", base64_encode(b"prometheus:right"));
