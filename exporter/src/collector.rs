@@ -1,6 +1,6 @@
 //! The collector contract: what every collector implements (flags, settings, start, units,
 //! stop) and what it hands back from a read. It names no collector: `collectors/mod.rs` lists
-//! them, and `scrape.rs` runs them.
+//! them, and `scrape/` runs them.
 
 use std::fmt;
 use std::path::PathBuf;
