@@ -275,7 +275,7 @@ fn metrics_md_matches_what_fixtures_produce() {
             "{name} is produced here: remove it from NEEDS_RDMA_DEVICE"
         );
     }
-    let netlink_metrics: BTreeSet<String> = hpcnode_exporter::collectors::rdma_netlink::METRICS
+    let netlink_metrics: BTreeSet<String> = hpcnode_exporter::collectors::rdma_resources::METRICS
         .iter()
         .map(|desc| desc.sample_name())
         .collect();

@@ -97,10 +97,10 @@ pub(super) fn qp_counters(
 #[cfg(test)]
 pub(crate) mod encode {
     use super::*;
-    use crate::rdma_netlink::message::encode::{
+    use crate::netlink::rdma::message::encode::{
         attribute, hw_counters, message, nested, string, u32, u8,
     };
-    use crate::rdma_netlink::message::{Command, Device};
+    use crate::netlink::rdma::message::{Command, Device};
 
     fn handle(device: &Device, port: Option<u32>) -> Vec<Vec<u8>> {
         let mut attributes = vec![
@@ -200,8 +200,8 @@ pub(crate) mod encode {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::rdma_netlink::message::encode as messages;
-    use crate::rdma_netlink::message::{request, Command, Device, Dump};
+    use crate::netlink::rdma::message::encode as messages;
+    use crate::netlink::rdma::message::{request, Command, Device, Dump};
 
     fn rxe0() -> Device {
         Device {
@@ -387,8 +387,8 @@ mod tests {
 #[cfg(test)]
 mod proptests {
     use super::*;
-    use crate::rdma_netlink::message::{Command, Device, Dump};
-    use crate::rdma_netlink::reply::NLA_HEADER_LEN;
+    use crate::netlink::rdma::message::{Command, Device, Dump};
+    use crate::netlink::rdma::reply::NLA_HEADER_LEN;
     use proptest::prelude::*;
 
     fn qp_counter() -> impl Strategy<Value = QpCounter> {
@@ -466,7 +466,7 @@ mod proptests {
                 Command::SetQpCounterAuto { port: 1, mask: 3 },
             ] {
                 let _ = Dump::new(command, Some(3), 1).feed(&bytes);
-                let message = crate::rdma_netlink::message::encode::message(command.message_type(), 0x2, 1, &bytes);
+                let message = crate::netlink::rdma::message::encode::message(command.message_type(), 0x2, 1, &bytes);
                 let _ = Dump::new(command, Some(3), 1).feed(&message);
             }
         }

@@ -3,7 +3,7 @@
 //! state, the CQs, MRs and the bytes they pin, PDs and CM IDs; per holder (a process by pid and
 //! `comm`, or a kernel module such as `ib_ipoib`) and per Slurm job, capped to the holders
 //! pinning the most memory; with `--collector.rdma_netlink.qp-counters`, their traffic from
-//! per-QP counters too. `crate::rdma_netlink` decodes the replies and makes the calls,
+//! per-QP counters too. `crate::netlink::rdma` decodes the replies and makes the calls,
 //! `holders.rs` sums and names the holders, `qp_counters.rs` binds ports and sums counters.
 //!
 //! A kernel without RDMA netlink (no `ib_core` loaded) is `hpcnode_rdma_netlink_available 0`
@@ -28,10 +28,10 @@ use crate::metrics::{Desc, LabelValue, Value};
 use crate::sync::lock;
 use crate::sysfs::{AttributeReader, Entry as SysEntry, SysDir};
 
-use crate::rdma_netlink::counters::QpCounter;
-use crate::rdma_netlink::message::{Command, Device, Dump, Entry, Resource};
-use crate::rdma_netlink::reply::{Holder, ReplyError};
-use crate::rdma_netlink::socket::{DumpError, Socket};
+use crate::netlink::rdma::counters::QpCounter;
+use crate::netlink::rdma::message::{Command, Device, Dump, Entry, Resource};
+use crate::netlink::rdma::reply::{Holder, ReplyError};
+use crate::netlink::rdma::socket::{DumpError, Socket};
 use holders::{by_holder, capped, slurm_job, Process, Usage};
 use qp_counters::{bind_port, Binding, Sums};
 
@@ -666,9 +666,9 @@ fn qp_state_name(state: u8) -> LabelValue {
 mod tests {
     use super::*;
     use crate::metrics::{encode, Format};
-    use crate::rdma_netlink::counters::encode as counter_replies;
-    use crate::rdma_netlink::counters::QpCounterMode;
-    use crate::rdma_netlink::message::encode as replies;
+    use crate::netlink::rdma::counters::encode as counter_replies;
+    use crate::netlink::rdma::counters::QpCounterMode;
+    use crate::netlink::rdma::message::encode as replies;
 
     fn collector(procfs: PathBuf, max_holders: usize) -> NetlinkCollector {
         NetlinkCollector {

@@ -429,7 +429,7 @@ fn i32_at(payload: &[u8]) -> Result<i32, ReplyError> {
 #[cfg(test)]
 pub(crate) mod encode {
     use super::*;
-    use crate::rdma_netlink::reply::NLA_HEADER_LEN;
+    use crate::netlink::rdma::reply::NLA_HEADER_LEN;
 
     /// An attribute: header, payload, padding to 4 bytes.
     pub fn attribute(kind: u16, payload: &[u8]) -> Vec<u8> {
@@ -1006,7 +1006,7 @@ mod tests {
 mod proptests {
     use super::encode;
     use super::*;
-    use crate::rdma_netlink::reply::NLA_HEADER_LEN;
+    use crate::netlink::rdma::reply::NLA_HEADER_LEN;
     use proptest::prelude::*;
 
     fn holder() -> impl Strategy<Value = Holder> {
