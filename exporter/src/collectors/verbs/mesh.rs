@@ -43,6 +43,17 @@ pub struct Peers {
     nodes: Vec<Node>,
 }
 
+/// Why a mesh cannot start: no name for this node, or no peers file that parses.
+#[derive(Debug, thiserror::Error)]
+pub enum MeshStartError {
+    #[error("the hostname (for --probe.verbs.node-name): {0}")]
+    Hostname(std::io::Error),
+    #[error("the hostname ({len} bytes) is not 1 to {MAX_NAME} of A-Z a-z 0-9 . _ -, so it cannot name a node: set --probe.verbs.node-name")]
+    NotANodeName { len: usize },
+    #[error("--probe.verbs.peers: {0}")]
+    Peers(PeersError),
+}
+
 #[derive(Debug, thiserror::Error)]
 pub enum PeersError {
     #[error(transparent)]
@@ -205,13 +216,12 @@ pub struct MeshState {
 impl MeshNode {
     /// This node, with the peers file as it is now (which must parse: a mesh cannot start
     /// without one) and its name (the hostname unless `--probe.verbs.node-name` gives one).
-    pub(super) fn start(settings: &MeshSettings) -> Result<MeshNode, String> {
+    pub(super) fn start(settings: &MeshSettings) -> Result<MeshNode, MeshStartError> {
         let name = match &settings.node_name {
             Some(name) => name.clone(),
             None => hostname()?,
         };
-        let peers =
-            Peers::read(&settings.peers).map_err(|err| format!("--probe.verbs.peers: {err}"))?;
+        let peers = Peers::read(&settings.peers).map_err(MeshStartError::Peers)?;
         let node = MeshNode {
             path: settings.peers.clone(),
             name,
@@ -292,23 +302,18 @@ impl MeshNode {
 }
 
 /// This host's name (gethostname(2)), a mesh node's name unless a flag gives one.
-fn hostname() -> Result<String, String> {
+fn hostname() -> Result<String, MeshStartError> {
     let mut buffer = [0u8; 256];
     // SAFETY: gethostname writes at most `buffer.len()` bytes into the buffer, which outlives
     // the call.
     let rc = unsafe { libc::gethostname(buffer.as_mut_ptr().cast(), buffer.len()) };
     if rc != 0 {
-        return Err(format!(
-            "the hostname (for --probe.verbs.node-name): {}",
-            std::io::Error::last_os_error()
-        ));
+        return Err(MeshStartError::Hostname(std::io::Error::last_os_error()));
     }
     let end = buffer.iter().position(|&b| b == 0).unwrap_or(buffer.len());
     match std::str::from_utf8(&buffer[..end]) {
         Ok(name) if is_node_name(name) => Ok(name.to_string()),
-        _ => Err(format!(
-            "the hostname ({end} bytes) is not 1 to {MAX_NAME} of A-Z a-z 0-9 . _ -, so it cannot name a node: set --probe.verbs.node-name"
-        )),
+        _ => Err(MeshStartError::NotANodeName { len: end }),
     }
 }
 

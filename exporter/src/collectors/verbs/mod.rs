@@ -178,7 +178,7 @@ impl Settings for VerbsSettings {
         let mesh = self
             .mesh
             .as_ref()
-            .map(|settings| MeshNode::start(settings).map_err(start_error))
+            .map(|settings| MeshNode::start(settings).map_err(|err| start_error(err.to_string())))
             .transpose()?;
         let verbs = match Verbs::load(&self.measurement.library) {
             Ok(verbs) => Some(Arc::new(verbs)),
