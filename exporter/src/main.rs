@@ -120,6 +120,10 @@ fn run(config: Config, web_config: Option<Arc<WebConfigFile>>) -> anyhow::Result
     HeldBudget::set_process(open_files.map(|limit| limit.saturating_sub(connections)));
     // Collectors start (probes attach, sockets bind, threads start) before serving, so a
     // failure to start fails the process, not a later scrape.
+    let calls_bpf = config
+        .collectors
+        .iter()
+        .any(|enabled| enabled.settings.calls_bpf_after_start());
     let mut started = Vec::new();
     for enabled in config.collectors {
         let name = enabled.registration.name;
@@ -145,6 +149,7 @@ fn run(config: Config, web_config: Option<Arc<WebConfigFile>>) -> anyhow::Result
         &config.listen_address,
         &config.host,
         &names,
+        calls_bpf,
         hangup,
     ));
     scraper.stop();
@@ -157,9 +162,10 @@ fn run(config: Config, web_config: Option<Arc<WebConfigFile>>) -> anyhow::Result
 }
 
 /// Once the collectors have started and the listener is bound, gives up the capabilities that
-/// only the start needed (see `privileges`), and says which it kept.
-fn drop_start_only_capabilities(host: &Host, collectors: &[&str]) {
-    let still_needed = StillNeeded::read(&host.procfs, collectors.contains(&"ebpf"));
+/// only the start needed (see `privileges`), and says which it kept: `calls_bpf` when a
+/// started collector still calls `bpf()`.
+fn drop_start_only_capabilities(host: &Host, calls_bpf: bool) {
+    let still_needed = StillNeeded::read(&host.procfs, calls_bpf);
     match privileges::drop_after_start(still_needed) {
         Ok(outcome) if outcome.dropped.is_empty() => {}
         Ok(outcome) => logging::log(
@@ -235,6 +241,7 @@ async fn serve(
     address: &ListenAddress,
     host: &Host,
     collectors: &[&str],
+    calls_bpf: bool,
     mut hangup: Signal,
 ) -> anyhow::Result<Stopped> {
     let mut terminate = signal(SignalKind::terminate()).context("installing SIGTERM handler")?;
@@ -264,7 +271,7 @@ async fn serve(
             ("rootfs", &host.rootfs.display().to_string()),
         ],
     );
-    drop_start_only_capabilities(host, collectors);
+    drop_start_only_capabilities(host, calls_bpf);
     privileges::mark_settled();
     let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
     let serving = server.serve(listener, async {

@@ -217,6 +217,10 @@ impl Settings for EbpfSettings {
         }
         Ok(Started::new(EbpfCollector { probes }))
     }
+
+    fn calls_bpf_after_start(&self) -> bool {
+        true
+    }
 }
 
 #[derive(Debug, thiserror::Error)]
