@@ -1,8 +1,8 @@
 //! Entry point: flags -> validated config -> start the collectors -> serve -> stop them. The one
 //! place that maps errors to exit codes: 2 for a bad command line, 1 for a failure to start
-//! (the port is taken, `--ebpf.strict` with a probe missing) or a second SIGTERM or SIGINT that
-//! cut shutdown short; for `probe <name>`, 1 when the probe fails or does not pass. Also the one
-//! place that handles signals and the process's own limits.
+//! (the port is taken, `--collector.ebpf.strict` with a probe missing) or a second SIGTERM or
+//! SIGINT that cut shutdown short; for `probe <name>`, 1 when the probe fails or does not pass.
+//! Also the one place that handles signals and the process's own limits.
 
 use std::process::ExitCode;
 use std::sync::Arc;
@@ -54,6 +54,16 @@ fn main() -> ExitCode {
     };
     limit_malloc_arenas();
     let _flush_log_at_exit = logging::init(config.log_level, config.log_format);
+    for renamed in &config.deprecated {
+        logging::log(
+            Level::Warn,
+            "deprecated flag spelling; it will be removed, use the new one",
+            &[
+                ("flag", &format!("--{}", renamed.old)),
+                ("use", &format!("--{}", renamed.new)),
+            ],
+        );
+    }
     match run(*config, web_config) {
         Ok(Stopped::Gracefully) => ExitCode::SUCCESS,
         Ok(Stopped::Forced) => ExitCode::from(1),

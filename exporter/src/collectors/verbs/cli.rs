@@ -1,4 +1,4 @@
-//! The verbs probe's command line: the exporter's `--probe.verbs.*` flags, and the
+//! The verbs probe's command line: the exporter's `--collector.verbs.*` flags, and the
 //! `hpcnode_exporter probe verbs` subcommand, which shares the measurement flags without the
 //! prefix. Values are validated here; the token file is read only when the probe starts.
 
@@ -24,23 +24,23 @@ pub(super) fn exporter_flags() -> Vec<Arg> {
         flag("interval", "DURATION", "Run the verbs probe this often (e.g. 1h, at most 168h); unset or 0: never."),
         flag("jitter", "DURATION", "Add a random delay up to this to each probe interval (default 0, at most 168h)."),
         flag("device", "NAMES", "Comma-separated RDMA devices to probe (default: all)."),
-        flag("listen", "ADDR:PORT", "Serve other exporters' peer probes here (off by default; requires --probe.verbs.allow)."),
+        flag("listen", "ADDR:PORT", "Serve other exporters' peer probes here (off by default; requires --collector.verbs.allow)."),
         flag("allow", "CIDRS", "Comma-separated addresses or networks allowed to use the responder."),
         flag("busy-share", "RATIO", "Skip a scheduled probe when the port moved more than this share of its data rate since the last run (default 0.05; 1: never skip)."),
-        flag("peers", "FILE", "Probe a mesh: the fleet's responders, one `NAME HOST:PORT` a line (# comments), read again when it changes; each node probes --probe.verbs.mesh-fanout of them per interval. Needs --probe.verbs.interval and --probe.verbs.listen; excludes --probe.verbs.peer."),
+        flag("peers", "FILE", "Probe a mesh: the fleet's responders, one `NAME HOST:PORT` a line (# comments), read again when it changes; each node probes --collector.verbs.mesh-fanout of them per interval. Needs --collector.verbs.interval and --collector.verbs.listen; excludes --collector.verbs.peer."),
         flag("mesh-fanout", "K", "Peers each node probes, and is probed by, per interval in a mesh (default 2)."),
-        flag("node-name", "NAME", "This node's name in --probe.verbs.peers (default: the hostname)."),
+        flag("node-name", "NAME", "This node's name in --collector.verbs.peers (default: the hostname)."),
     ];
     flags.extend(measurement_flags(EXPORTER));
     flags
 }
 
-const EXPORTER: &str = "probe.verbs.";
+const EXPORTER: &str = "collector.verbs.";
 
-/// The longest `--probe.verbs.interval` and `--probe.verbs.jitter`: a week.
+/// The longest `--collector.verbs.interval` and `--collector.verbs.jitter`: a week.
 const MAX_INTERVAL: Duration = Duration::from_secs(7 * 24 * 3600);
 
-/// The probe's measurement and connection flags, shared by the exporter (`--probe.verbs.*`) and
+/// The probe's measurement and connection flags, shared by the exporter (`--collector.verbs.*`) and
 /// the `probe verbs` subcommand (no prefix).
 fn measurement_flags(prefix: &str) -> Vec<Arg> {
     let flag = |name: &str, value, help| optional(format!("{prefix}{name}"), value, help);
@@ -105,7 +105,7 @@ fn measurement(flags: &Flags, prefix: &str) -> Result<Measurement, ConfigError> 
     })
 }
 
-/// The exporter's `--probe.verbs.*` flags, validated.
+/// The exporter's `--collector.verbs.*` flags, validated.
 #[derive(Debug)]
 pub(super) struct VerbsSettings {
     /// `None`: no scheduled runs.
@@ -118,7 +118,7 @@ pub(super) struct VerbsSettings {
     pub allow: Vec<Cidr>,
     /// A port that moved more than this share of its data rate is busy: no scheduled probe.
     pub busy_share: f64,
-    /// `None`: loopback or the one `--probe.verbs.peer`.
+    /// `None`: loopback or the one `--collector.verbs.peer`.
     pub mesh: Option<MeshSettings>,
     pub measurement: Measurement,
 }
@@ -158,7 +158,7 @@ impl VerbsSettings {
                 return Err(flags.invalid(
                     &name("listen"),
                     listen,
-                    "requires --probe.verbs.allow (the peers it serves)",
+                    "requires --collector.verbs.allow (the peers it serves)",
                 ));
             }
         }
@@ -206,7 +206,11 @@ fn mesh_settings(
         ] {
             if given {
                 let value = flags.value(&name(flag)).unwrap_or_default();
-                return Err(flags.invalid(&name(flag), &value, "only with --probe.verbs.peers"));
+                return Err(flags.invalid(
+                    &name(flag),
+                    &value,
+                    "only with --collector.verbs.peers",
+                ));
             }
         }
         return Ok(None);
@@ -214,16 +218,18 @@ fn mesh_settings(
     let shown = peers.display().to_string();
     let conflict = |reason: &str| Err(flags.invalid(&name("peers"), &shown, reason));
     if measurement.peer.is_some() {
-        return conflict("excludes --probe.verbs.peer (a mesh of the file's nodes, or one peer)");
+        return conflict(
+            "excludes --collector.verbs.peer (a mesh of the file's nodes, or one peer)",
+        );
     }
     if !listens {
         return conflict(
-            "requires --probe.verbs.listen (each node of a mesh answers the others' probes)",
+            "requires --collector.verbs.listen (each node of a mesh answers the others' probes)",
         );
     }
     if !jitter.is_zero() {
         return conflict(
-            "excludes --probe.verbs.jitter (a mesh's rounds and slots follow the clock)",
+            "excludes --collector.verbs.jitter (a mesh's rounds and slots follow the clock)",
         );
     }
     if let Some(node) = &node_name {
@@ -237,7 +243,7 @@ fn mesh_settings(
     }
     let fanout = fanout.map_or(2, |k| k as usize);
     let Some(interval) = interval else {
-        return conflict("requires --probe.verbs.interval (the length of a round)");
+        return conflict("requires --collector.verbs.interval (the length of a round)");
     };
     let slot = interval / mesh::slots(fanout) as u32;
     let run = measurement.params.duration * 2;
@@ -247,7 +253,7 @@ fn mesh_settings(
             &name("interval"),
             &value,
             format!(
-                "a mesh round has {} slots (3 x --probe.verbs.mesh-fanout) of {slot:?}, shorter than twice --probe.verbs.duration ({run:?}): lengthen the interval",
+                "a mesh round has {} slots (3 x --collector.verbs.mesh-fanout) of {slot:?}, shorter than twice --collector.verbs.duration ({run:?}): lengthen the interval",
                 mesh::slots(fanout)
             ),
         ));

@@ -33,7 +33,7 @@ const MAX_NAME: usize = 64;
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Node {
     pub name: String,
-    /// `HOST:PORT` of its responder (`--probe.verbs.listen` there).
+    /// `HOST:PORT` of its responder (`--collector.verbs.listen` there).
     pub address: String,
 }
 
@@ -46,11 +46,11 @@ pub struct Peers {
 /// Why a mesh cannot start: no name for this node, or no peers file that parses.
 #[derive(Debug, thiserror::Error)]
 pub enum MeshStartError {
-    #[error("the hostname (for --probe.verbs.node-name): {0}")]
+    #[error("the hostname (for --collector.verbs.node-name): {0}")]
     Hostname(std::io::Error),
-    #[error("the hostname ({len} bytes) is not 1 to {MAX_NAME} of A-Z a-z 0-9 . _ -, so it cannot name a node: set --probe.verbs.node-name")]
+    #[error("the hostname ({len} bytes) is not 1 to {MAX_NAME} of A-Z a-z 0-9 . _ -, so it cannot name a node: set --collector.verbs.node-name")]
     NotANodeName { len: usize },
-    #[error("--probe.verbs.peers: {0}")]
+    #[error("--collector.verbs.peers: {0}")]
     Peers(PeersError),
 }
 
@@ -184,7 +184,7 @@ impl Peers {
     }
 }
 
-/// `--probe.verbs.peers` and its companions: what a mesh starts from (`cli.rs` builds it).
+/// `--collector.verbs.peers` and its companions: what a mesh starts from (`cli.rs` builds it).
 #[derive(Debug, Clone)]
 pub(super) struct MeshSettings {
     /// Read when the probe starts and at each round when it changed.
@@ -215,7 +215,7 @@ pub struct MeshState {
 
 impl MeshNode {
     /// This node, with the peers file as it is now (which must parse: a mesh cannot start
-    /// without one) and its name (the hostname unless `--probe.verbs.node-name` gives one).
+    /// without one) and its name (the hostname unless `--collector.verbs.node-name` gives one).
     pub(super) fn start(settings: &MeshSettings) -> Result<MeshNode, MeshStartError> {
         let name = match &settings.node_name {
             Some(name) => name.clone(),
@@ -281,7 +281,7 @@ impl MeshNode {
         CollectError::new(
             ErrorKind::Parse,
             format!(
-                "verbs probe mesh: node {:?} is not in {}, so it probes nobody (set --probe.verbs.node-name to its name there)",
+                "verbs probe mesh: node {:?} is not in {}, so it probes nobody (set --collector.verbs.node-name to its name there)",
                 self.name,
                 self.path.display()
             ),

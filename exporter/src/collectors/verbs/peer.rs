@@ -23,7 +23,7 @@ const MAX_LATENCY_ITERATIONS: u32 = 100_000;
 /// The most connections in their handshake at once: past it, one is closed unfinished to make
 /// room for the newest ([`Handshakes::admit`]).
 pub const MAX_HANDSHAKES: usize = 16;
-/// How long a connection has from its accept to prove the token (or `--probe.verbs.timeout`, if
+/// How long a connection has from its accept to prove the token (or `--collector.verbs.timeout`, if
 /// shorter); until it has, it holds nothing but its place among the handshakes.
 pub const HANDSHAKE_DEADLINE: Duration = Duration::from_secs(2);
 
@@ -238,7 +238,7 @@ impl ResponderStats {
 
 #[derive(Debug, thiserror::Error)]
 pub enum SessionError {
-    #[error("peer not in --probe.verbs.allow")]
+    #[error("peer not in --collector.verbs.allow")]
     Denied,
     #[error("another session is running")]
     Busy,

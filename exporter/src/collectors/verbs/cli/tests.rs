@@ -13,14 +13,14 @@ fn verbs_probe_is_off_unless_asked_for() {
     let off = settings(&[]).unwrap();
     assert_eq!(off.interval, None);
     assert_eq!(off.listen, None);
-    let zero = settings(&["--probe.verbs.interval=0"]).unwrap();
+    let zero = settings(&["--collector.verbs.interval=0"]).unwrap();
     assert_eq!(zero.interval, None);
     let on = settings(&[
-        "--probe.verbs.interval=1h",
-        "--probe.verbs.jitter=5m",
-        "--probe.verbs.device=mlx5_0,mlx5_1",
-        "--probe.verbs.message-size=4096",
-        "--probe.verbs.duration=10s",
+        "--collector.verbs.interval=1h",
+        "--collector.verbs.jitter=5m",
+        "--collector.verbs.device=mlx5_0,mlx5_1",
+        "--collector.verbs.message-size=4096",
+        "--collector.verbs.duration=10s",
     ])
     .unwrap();
     assert_eq!(on.interval, Some(Duration::from_secs(3600)));
@@ -31,17 +31,17 @@ fn verbs_probe_is_off_unless_asked_for() {
     assert_eq!(on.measurement.params.duration, Duration::from_secs(10));
     assert_eq!(on.measurement.params.queue_depth, 128);
     assert_eq!(on.busy_share, 0.05);
-    let share = settings(&["--probe.verbs.busy-share=0.2"]).unwrap();
+    let share = settings(&["--collector.verbs.busy-share=0.2"]).unwrap();
     assert_eq!(share.busy_share, 0.2);
 }
 
 #[test]
 fn verbs_responder_needs_an_allow_list() {
-    let err = settings(&["--probe.verbs.listen=:18515"]).unwrap_err();
-    assert!(err.to_string().contains("--probe.verbs.allow"), "{err}");
+    let err = settings(&["--collector.verbs.listen=:18515"]).unwrap_err();
+    assert!(err.to_string().contains("--collector.verbs.allow"), "{err}");
     let ok = settings(&[
-        "--probe.verbs.listen=0.0.0.0:18515",
-        "--probe.verbs.allow=10.0.0.0/8,127.0.0.1",
+        "--collector.verbs.listen=0.0.0.0:18515",
+        "--collector.verbs.allow=10.0.0.0/8,127.0.0.1",
     ])
     .unwrap();
     assert_eq!(ok.allow.len(), 2);
@@ -51,37 +51,61 @@ fn verbs_responder_needs_an_allow_list() {
 fn errors_name_the_flag_given() {
     for (args, flag) in [
         (
-            &["--probe.verbs.listen=:1", "--probe.verbs.allow=10.0.0.0/40"][..],
-            "--probe.verbs.allow",
-        ),
-        (&["--probe.verbs.duration=2m"], "--probe.verbs.duration"),
-        (
-            &["--probe.verbs.message-size=0"],
-            "--probe.verbs.message-size",
-        ),
-        (&["--probe.verbs.peer=nohost"], "--probe.verbs.peer"),
-        (&["--probe.verbs.interval=soon"], "--probe.verbs.interval"),
-        (&["--probe.verbs.interval=-5s"], "--probe.verbs.interval"),
-        (&["--probe.verbs.interval=169h"], "--probe.verbs.interval"),
-        (&["--probe.verbs.jitter=999999999h"], "--probe.verbs.jitter"),
-        (
-            &["--probe.verbs.queue-depth=99999"],
-            "--probe.verbs.queue-depth",
-        ),
-        (&["--probe.verbs.timeout=0s"], "--probe.verbs.timeout"),
-        (
-            &["--probe.verbs.busy-share=1.5"],
-            "--probe.verbs.busy-share",
+            &[
+                "--collector.verbs.listen=:1",
+                "--collector.verbs.allow=10.0.0.0/40",
+            ][..],
+            "--collector.verbs.allow",
         ),
         (
-            &["--probe.verbs.busy-share=-0.1"],
-            "--probe.verbs.busy-share",
+            &["--collector.verbs.duration=2m"],
+            "--collector.verbs.duration",
         ),
         (
-            &["--probe.verbs.busy-share=NaN"],
-            "--probe.verbs.busy-share",
+            &["--collector.verbs.message-size=0"],
+            "--collector.verbs.message-size",
         ),
-        (&["--probe.verbs.busy-share=5%"], "--probe.verbs.busy-share"),
+        (&["--collector.verbs.peer=nohost"], "--collector.verbs.peer"),
+        (
+            &["--collector.verbs.interval=soon"],
+            "--collector.verbs.interval",
+        ),
+        (
+            &["--collector.verbs.interval=-5s"],
+            "--collector.verbs.interval",
+        ),
+        (
+            &["--collector.verbs.interval=169h"],
+            "--collector.verbs.interval",
+        ),
+        (
+            &["--collector.verbs.jitter=999999999h"],
+            "--collector.verbs.jitter",
+        ),
+        (
+            &["--collector.verbs.queue-depth=99999"],
+            "--collector.verbs.queue-depth",
+        ),
+        (
+            &["--collector.verbs.timeout=0s"],
+            "--collector.verbs.timeout",
+        ),
+        (
+            &["--collector.verbs.busy-share=1.5"],
+            "--collector.verbs.busy-share",
+        ),
+        (
+            &["--collector.verbs.busy-share=-0.1"],
+            "--collector.verbs.busy-share",
+        ),
+        (
+            &["--collector.verbs.busy-share=NaN"],
+            "--collector.verbs.busy-share",
+        ),
+        (
+            &["--collector.verbs.busy-share=5%"],
+            "--collector.verbs.busy-share",
+        ),
     ] {
         let err = settings(args).unwrap_err().to_string();
         assert!(
@@ -93,10 +117,10 @@ fn errors_name_the_flag_given() {
 }
 
 const MESH: [&str; 4] = [
-    "--probe.verbs.peers=/etc/hpcnode/peers",
-    "--probe.verbs.interval=10m",
-    "--probe.verbs.listen=:18515",
-    "--probe.verbs.allow=10.0.0.0/8",
+    "--collector.verbs.peers=/etc/hpcnode/peers",
+    "--collector.verbs.interval=10m",
+    "--collector.verbs.listen=:18515",
+    "--collector.verbs.allow=10.0.0.0/8",
 ];
 
 #[test]
@@ -109,8 +133,8 @@ fn a_mesh_needs_a_responder_and_a_schedule() {
         &[
             &MESH[..],
             &[
-                "--probe.verbs.mesh-fanout=3",
-                "--probe.verbs.node-name=n1.rack4",
+                "--collector.verbs.mesh-fanout=3",
+                "--collector.verbs.node-name=n1.rack4",
             ],
         ]
         .concat(),
@@ -124,36 +148,36 @@ fn a_mesh_needs_a_responder_and_a_schedule() {
     );
     assert!(settings(&[]).unwrap().mesh.is_none());
     for (args, flag, reason) in [
-        (vec![MESH[0], MESH[1], MESH[2], MESH[3], "--probe.verbs.peer=n2:18515"], "peers", "excludes --probe.verbs.peer"),
-        (vec![MESH[0], MESH[1]], "peers", "requires --probe.verbs.listen"),
-        (vec![MESH[0], MESH[2], MESH[3]], "peers", "requires --probe.verbs.interval"),
-        (vec![MESH[0], MESH[1], MESH[2], MESH[3], "--probe.verbs.jitter=1m"], "peers", "excludes --probe.verbs.jitter"),
-        (vec![MESH[0], "--probe.verbs.interval=10s", MESH[2], MESH[3]], "interval", "6 slots (3 x --probe.verbs.mesh-fanout) of 1.666666666s, shorter than twice --probe.verbs.duration (4s)"),
-        (vec!["--probe.verbs.mesh-fanout=2"], "mesh-fanout", "only with --probe.verbs.peers"),
-        (vec!["--probe.verbs.node-name=n1"], "node-name", "only with --probe.verbs.peers"),
-        (vec![MESH[0], MESH[1], MESH[2], MESH[3], "--probe.verbs.node-name=n 1"], "node-name", "expected 1 to 64"),
-        (vec![MESH[0], MESH[1], MESH[2], MESH[3], "--probe.verbs.mesh-fanout=0"], "mesh-fanout", ""),
-        (vec![MESH[0], MESH[1], MESH[2], MESH[3], "--probe.verbs.mesh-fanout=17"], "mesh-fanout", ""),
+        (vec![MESH[0], MESH[1], MESH[2], MESH[3], "--collector.verbs.peer=n2:18515"], "peers", "excludes --collector.verbs.peer"),
+        (vec![MESH[0], MESH[1]], "peers", "requires --collector.verbs.listen"),
+        (vec![MESH[0], MESH[2], MESH[3]], "peers", "requires --collector.verbs.interval"),
+        (vec![MESH[0], MESH[1], MESH[2], MESH[3], "--collector.verbs.jitter=1m"], "peers", "excludes --collector.verbs.jitter"),
+        (vec![MESH[0], "--collector.verbs.interval=10s", MESH[2], MESH[3]], "interval", "6 slots (3 x --collector.verbs.mesh-fanout) of 1.666666666s, shorter than twice --collector.verbs.duration (4s)"),
+        (vec!["--collector.verbs.mesh-fanout=2"], "mesh-fanout", "only with --collector.verbs.peers"),
+        (vec!["--collector.verbs.node-name=n1"], "node-name", "only with --collector.verbs.peers"),
+        (vec![MESH[0], MESH[1], MESH[2], MESH[3], "--collector.verbs.node-name=n 1"], "node-name", "expected 1 to 64"),
+        (vec![MESH[0], MESH[1], MESH[2], MESH[3], "--collector.verbs.mesh-fanout=0"], "mesh-fanout", ""),
+        (vec![MESH[0], MESH[1], MESH[2], MESH[3], "--collector.verbs.mesh-fanout=17"], "mesh-fanout", ""),
     ] {
         let err = settings(&args).unwrap_err().to_string();
-        assert!(err.starts_with(&format!("invalid --probe.verbs.{flag} ")), "{args:?}: {err}");
+        assert!(err.starts_with(&format!("invalid --collector.verbs.{flag} ")), "{args:?}: {err}");
         assert!(err.contains(reason), "{args:?}: {err}");
     }
     // Three slots of 1 s hold a run of 500 ms twice over.
     let short = settings(&[
         MESH[0],
-        "--probe.verbs.interval=3s",
+        "--collector.verbs.interval=3s",
         MESH[2],
         MESH[3],
-        "--probe.verbs.mesh-fanout=1",
-        "--probe.verbs.duration=500ms",
+        "--collector.verbs.mesh-fanout=1",
+        "--collector.verbs.duration=500ms",
     ]);
     assert!(short.is_ok(), "{short:?}");
 }
 
 #[test]
 fn the_token_file_is_read_at_start_not_while_parsing() {
-    let parsed = settings(&["--probe.verbs.token-file=/nonexistent/token"]).unwrap();
+    let parsed = settings(&["--collector.verbs.token-file=/nonexistent/token"]).unwrap();
     let path = parsed.measurement.token_file.unwrap();
     assert!(read_token(&path).is_err());
 }

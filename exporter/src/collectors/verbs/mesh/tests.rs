@@ -274,7 +274,7 @@ fn a_broken_file_keeps_the_last_good_copy() {
     assert!(matches!(node.refresh(), Err(PeersError::Read(_))));
     assert_eq!(node.state(), state(3, false, false));
     let err = MeshNode::start(&settings).unwrap_err().to_string();
-    assert!(err.starts_with("--probe.verbs.peers: "), "{err}");
+    assert!(err.starts_with("--collector.verbs.peers: "), "{err}");
 }
 
 #[test]
