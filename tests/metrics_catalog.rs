@@ -166,7 +166,7 @@ const NEEDS_RDMA_DEVICE: &[&str] = &[
 
 /// The `rdma_netlink` metrics of a device, which need RDMA netlink and a device in this
 /// machine's kernel (only `hpcnode_rdma_netlink_available` does not). The kernel lab's
-/// `rdma_netlink` group produces them on Soft-RoCE, and `rdma_netlink::tests` checks their
+/// `rdma_netlink` group produces them on Soft-RoCE, and `rdma_resources::tests` checks their
 /// export from decoded dumps; a machine with a device produces them here too.
 const NEEDS_RDMA_NETLINK_DEVICE: &[&str] = &[
     "hpcnode_rdma_resources",
@@ -178,7 +178,7 @@ const NEEDS_RDMA_NETLINK_DEVICE: &[&str] = &[
     "hpcnode_rdma_slurm_job_pinned_bytes",
     // With --collector.rdma_netlink.qp-counters: the lab produces the binding and the count
     // on Soft-RoCE; the per-holder sums (no QP counters on rxe) only from the decoded dumps of
-    // rdma_netlink::tests.
+    // rdma_resources::tests.
     "hpcnode_rdma_qp_counter_port_binding",
     "hpcnode_rdma_qp_counters",
     "hpcnode_rdma_holder_qp_counter_total",
