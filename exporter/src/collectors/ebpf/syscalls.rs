@@ -6,7 +6,7 @@
 use std::collections::BTreeMap;
 use std::error::Error;
 use std::os::fd::OwnedFd;
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::sync::Mutex;
 use std::time::Duration;
 
@@ -16,64 +16,18 @@ use aya::programs::{
 };
 use aya::util::KernelVersion;
 use aya::{Btf, Ebpf, EbpfLoader};
-use perf_event::events::Tracepoint as PerfTracepoint;
 use perf_event::Counter;
 use rustix::event::{PollFd, PollFlags};
 
 use super::hooks::{Attempt, Hook, Kernel};
 use super::probes::{ProbeSpec, Shared};
 use crate::sync::lock;
-use crate::sysfs::{AttributeReader, SysDir, SysfsError};
+pub use error::SyscallError;
+use perf::count_with_perf;
+pub use perf::ensure_tracefs;
 
-/// Why a load, attach or read failed; each says it on one line, as the logs and
-/// `hpcnode_ebpf_probe_failure_info` show it.
-#[derive(Debug, thiserror::Error)]
-pub enum SyscallError {
-    /// aya's error and its causes on one line ([`one_line`], [`creation_failure`]).
-    #[error("{0}")]
-    Refused(String),
-    #[error("loading the object: {0}")]
-    LoadObject(String),
-    #[error("program {0} missing from the object")]
-    MissingProgram(String),
-    #[error("{0} missing from the object")]
-    MissingFromObject(&'static str),
-    #[error("map {0} missing")]
-    MissingMap(String),
-    #[error("program {0} gone")]
-    ProgramGone(&'static str),
-    #[error("not a BPF program")]
-    NotBpf,
-    #[error("module names need kernel BTF")]
-    NamesNeedBtf,
-    #[error("{program}: {reason}")]
-    Namer {
-        program: &'static str,
-        reason: String,
-    },
-    /// Every target of a hook tried again, `hook(target): reason` each.
-    #[error("{0}")]
-    Reattach(String),
-    #[error("starting a thread: {0}")]
-    Thread(std::io::Error),
-    #[error("opening /dev/kmsg: {0}")]
-    Kmsg(std::io::Error),
-    #[error("reading {path}: {err}")]
-    OnlineCpus { path: String, err: std::io::Error },
-    #[error("perf_event_open: {0}")]
-    PerfOpen(std::io::Error),
-    #[error("reading perf counter: {0}")]
-    PerfRead(std::io::Error),
-    #[error("tracefs not mounted")]
-    TracefsNotMounted,
-    #[error("{0}")]
-    Tracefs(SysfsError),
-    /// Every mount tried, `mounting WHAT: reason` each, then "no tracing directory".
-    #[error("{0}")]
-    Mount(String),
-    #[error("--ebpf.btf-path {}: {reason}", path.display())]
-    BtfFile { path: PathBuf, reason: String },
-}
+mod error;
+mod perf;
 
 /// An aya error on one line.
 fn refused(err: &dyn Error) -> SyscallError {
@@ -473,90 +427,6 @@ pub fn follow_ring(
             Err(_) => std::thread::sleep(RING_POLL_RETRY),
         }
     })
-}
-
-fn count_with_perf(targets: &[&str]) -> Result<Attachment, SyscallError> {
-    let target = targets.first().copied().unwrap_or_default();
-    let id = tracepoint_id(target)?;
-    let cpus = aya::util::online_cpus().map_err(|(path, err)| SyscallError::OnlineCpus {
-        path: path.to_string(),
-        err,
-    })?;
-    let counters = cpus
-        .into_iter()
-        .map(|cpu| {
-            let mut counter = perf_event::Builder::new(PerfTracepoint::with_id(id))
-                .one_cpu(cpu as usize)
-                .any_pid()
-                .include_kernel()
-                .build()?;
-            counter.enable()?;
-            Ok(counter)
-        })
-        .collect::<std::io::Result<Vec<_>>>()
-        .map_err(SyscallError::PerfOpen)?;
-    Ok(Attachment::Perf(Mutex::new(counters)))
-}
-
-/// A tracepoint's id from tracefs (`events/<category>/<name>/id`).
-fn tracepoint_id(target: &str) -> Result<u64, SyscallError> {
-    let tracefs = tracefs_dir().ok_or(SyscallError::TracefsNotMounted)?;
-    let events = SysDir::open(Path::new(tracefs), "events").map_err(SyscallError::Tracefs)?;
-    events
-        .read_u64(&format!("{target}/id"), &mut AttributeReader::default())
-        .map_err(SyscallError::Tracefs)
-}
-
-const TRACEFS_DIRS: [&str; 2] = ["/sys/kernel/tracing", "/sys/kernel/debug/tracing"];
-
-fn tracefs_dir() -> Option<&'static str> {
-    TRACEFS_DIRS
-        .into_iter()
-        .find(|dir| Path::new(dir).join("events").is_dir())
-}
-
-/// Makes tracefs available (the classic tracepoint hooks need it) unless it is mounted
-/// already: tracefs at /sys/kernel/tracing, else debugfs at /sys/kernel/debug, whose
-/// `tracing` directory is where kernels before 4.1 keep it. Returns what this call mounted.
-pub fn ensure_tracefs() -> Result<Option<&'static str>, SyscallError> {
-    if tracefs_dir().is_some() {
-        return Ok(None);
-    }
-    let mounts = [
-        (
-            c"tracefs",
-            c"/sys/kernel/tracing",
-            "tracefs at /sys/kernel/tracing",
-        ),
-        (
-            c"debugfs",
-            c"/sys/kernel/debug",
-            "debugfs at /sys/kernel/debug",
-        ),
-    ];
-    let mut failures = Vec::new();
-    for (fstype, target, what) in mounts {
-        // SAFETY: constant NUL-terminated strings and no mount data.
-        let rc = unsafe {
-            libc::mount(
-                fstype.as_ptr(),
-                target.as_ptr(),
-                fstype.as_ptr(),
-                0,
-                std::ptr::null(),
-            )
-        };
-        if rc != 0 {
-            failures.push(format!(
-                "mounting {what}: {}",
-                std::io::Error::last_os_error()
-            ));
-        } else if tracefs_dir().is_some() {
-            return Ok(Some(what));
-        }
-    }
-    failures.push("no tracing directory".into());
-    Err(SyscallError::Mount(failures.join("; ")))
 }
 
 /// The kernel's BTF, or why it is not available.
