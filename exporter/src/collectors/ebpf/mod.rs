@@ -317,7 +317,7 @@ impl Probes {
                 (sysctl, None)
             }
         };
-        let shared = Shared::new();
+        let shared = Shared::default();
         let mut kernel = syscalls::AyaKernel::new(loader, btf.as_ref().ok(), &shared);
         let probes = start(probes::ALL, &mut kernel, &features, choice, sysfs);
         // The BTF too (the kernel only borrowed it), before its heap is given back.
@@ -656,7 +656,7 @@ pub(crate) mod tests {
             probes: start(REGISTRY, &mut EveryHookWorks, &features, &choice, sysfs),
             module_support: false,
             sysfs: sysfs.to_path_buf(),
-            shared: Shared::new(),
+            shared: Shared::default(),
             run_stats: false,
             _stats: None,
         };

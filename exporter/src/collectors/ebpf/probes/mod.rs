@@ -52,10 +52,15 @@ pub struct ProbeSpec {
     /// The metrics only it yields (their `Desc`s, in the collector's list in this order).
     pub metrics: &'static [Desc],
     /// What it starts in user space once attached (a thread draining a ring buffer).
-    pub started: Option<fn(Attached<'_>, &Shared) -> Result<(), SyscallError>>,
+    pub started: Option<Starter>,
     /// Reads its maps (or perf count) and pushes its samples.
-    pub samples: fn(&Maps<'_>, &Shared, &mut Samples) -> Result<(), SyscallError>,
+    pub samples: Sampler,
 }
+
+/// [`ProbeSpec::started`]: called once the probe attached, with what it attached.
+pub type Starter = fn(Attached<'_>, &Shared) -> Result<(), SyscallError>;
+/// [`ProbeSpec::samples`]: called at every scrape of an attached (or detached) probe.
+pub type Sampler = fn(&Maps<'_>, &Shared, &mut Samples) -> Result<(), SyscallError>;
 
 impl fmt::Display for ProbeSpec {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
@@ -83,8 +88,8 @@ pub struct Shared {
     pub module_names: Mutex<ModuleNames>,
 }
 
-impl Shared {
-    pub fn new() -> Shared {
+impl Default for Shared {
+    fn default() -> Shared {
         Shared {
             kernel_log: KernelLogCounts::new(),
             module_names: Mutex::default(),
