@@ -11,11 +11,16 @@
 //!
 //! One load of a module is told from the next by the inode number of `/sys/module/<name>`:
 //! kernfs numbers its nodes cyclically, so a reloaded module's directory never gets the number
-//! of the one before, and a reload between two checks is seen as one.
+//! of the one before, and a reload between two checks is seen as one. It is read through the
+//! rooted reader ([`SysDir`]) under `--path.sysfs`, as every other sysfs read.
+//!
+//! Netlink: this file opens a NETLINK_KOBJECT_UEVENT socket (receive only, kernel group), the
+//! one netlink socket outside `socket.rs`.
 
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
-use std::os::unix::fs::MetadataExt;
 use std::path::Path;
+
+use crate::sysfs::SysDir;
 
 /// Which load of a probe's target module is in the kernel: the inode number of the
 /// `/sys/module` directory of the first of its modules that is loaded (they are listed in the
@@ -25,11 +30,19 @@ pub struct Loads(Option<u64>);
 
 impl Loads {
     pub fn read(sysfs: &Path, modules: &[&str]) -> Loads {
-        Loads(
-            modules
+        let Ok(dir) = SysDir::open(sysfs, "module") else {
+            return Loads(None);
+        };
+        // One listing gives every module directory's inode number.
+        let Ok(listed) = dir.entries_with_inodes() else {
+            return Loads(None);
+        };
+        Loads(modules.iter().find_map(|module| {
+            let (_, inode) = listed
                 .iter()
-                .find_map(|module| loaded_instance(sysfs, module)),
-        )
+                .find(|(entry, _)| entry.name().is_ok_and(|name| name == *module))?;
+            loadable(&dir, module).then_some(*inode)
+        }))
     }
 
     pub fn any(&self) -> bool {
@@ -39,12 +52,10 @@ impl Loads {
 
 /// A loadable module's directory has `initstate`; a built-in module's (there for its
 /// parameters) has not, and its functions are in vmlinux for good.
-fn loaded_instance(sysfs: &Path, module: &str) -> Option<u64> {
-    let dir = sysfs.join("module").join(module);
-    if !dir.join("initstate").exists() {
-        return None;
-    }
-    std::fs::metadata(&dir).ok().map(|meta| meta.ino())
+fn loadable(modules: &SysDir, module: &str) -> bool {
+    modules
+        .subdir(module)
+        .is_ok_and(|dir| dir.stamp("initstate").is_ok())
 }
 
 /// What a probe into modules needs done, given the loads it last acted on.
@@ -185,6 +196,7 @@ fn receive_from_kernel(
 #[cfg(test)]
 mod tests {
     use super::*;
+    use std::os::unix::fs::MetadataExt;
 
     #[test]
     fn steps_follow_module_loads() {

@@ -3,19 +3,18 @@
 //! probes also when their module loads later: [`late_attach`]) and read at every scrape.
 //!
 //! Invariant: nothing a probe does stops the exporter. Each probe loads and attaches on its
-//! own, trying its hooks cheapest first ([`probes::attempts`]); a probe that gets none is
+//! own, trying its hooks cheapest first ([`probes::ProbeSpec`]); a probe that gets none is
 //! exported as `hpcnode_ebpf_probe_attached{hook="none"} 0` with one log line saying why,
 //! and the others run. Only `--collector.ebpf.strict` turns a missed probe into a startup error (not
 //! for the IOMMU and vfio probes, whose hooks a node may rightly lack).
 
+pub mod hooks;
 pub mod kernel_log;
 pub mod late_attach;
 pub mod module_events;
 pub mod probes;
-mod sys;
+mod syscalls;
 
-use std::collections::BTreeMap;
-use std::fmt;
 use std::os::fd::OwnedFd;
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
@@ -26,14 +25,13 @@ use crate::collector::{
 use crate::flags::{optional, switch};
 use crate::kernel::release::major_minor;
 use crate::logging::{self, Level};
-use crate::metrics::{Desc, LabelValue, Labels, Value};
+use crate::metrics::{Desc, LabelValue, Labels, Samples, Value};
 use crate::sync::lock;
 use crate::sysfs::{AttributeReader, SysDir};
-use kernel_log::{EventKey, KernelLogCounts};
+use hooks::{attach_first, Attempt, HookChoice, KernelFeatures, Outcome};
 use late_attach::{Loads, Step};
-use module_events::ModuleNames;
-use probes::{attach_first, HookChoice, KernelFeatures, Outcome, Probe};
-use sys::Attachment;
+use probes::{ProbeSpec, Shared};
+use syscalls::{Attachment, SyscallError};
 
 const PROBE_ATTACHED: Desc = Desc::gauge(
     "hpcnode_ebpf_probe_attached",
@@ -65,88 +63,19 @@ const EVENTS_LOST: Desc = Desc::counter(
     "Events the probe's kernel side could not record because its map or ring buffer was full.",
     None,
 );
-const MODULE_LOADS: Desc = Desc::counter(
-    "hpcnode_module_loads",
-    "Kernel modules loaded (module:module_load), by module; module=\"other\" past the series cap or when counted by perf without names.",
-    None,
-);
-const MODULE_TAINTED_LOADS: Desc = Desc::counter(
-    "hpcnode_module_tainted_loads",
-    "Module loads that carried a taint flag (unsigned_module, oot_module, proprietary_module, forced_module), by module and flag.",
-    None,
-);
-const SIGNATURE_CHECKS: Desc = Desc::counter(
-    "hpcnode_module_signature_checks",
-    "Module signature verdicts (return of module_sig_check or mod_verify_sig), by module and result; module=\"unknown\" where the probe could not name it, \"other\" past the series cap.",
-    None,
-);
-const LOAD_FAILURES: Desc = Desc::counter(
-    "hpcnode_module_load_failures",
-    "Failed init_module / finit_module calls, by syscall, errno name and module; module=\"unknown\" where the probe could not name it, \"other\" past the series cap.",
-    None,
-);
-const KERNEL_LOG_EVENTS: Desc = Desc::counter(
-    "hpcnode_kernel_log_events",
-    "Kernel log lines that match a known event (text any root process can write: source=\"kernel_log\").",
-    None,
-);
-const KERNEL_LOG_EVENTS_BEFORE_START: Desc = Desc::gauge(
-    "hpcnode_kernel_log_events_before_start",
-    "Kernel log lines that match a known event among the records the log held when the exporter started (boot-time module refusals); constant while it runs.",
-    None,
-);
-const KERNEL_LOG_BEFORE_START_COMPLETE: Desc = Desc::gauge(
-    "hpcnode_kernel_log_before_start_complete",
-    "1 if the records the kernel log held at start reached back to boot and were all read; 0 if some had been overwritten or could not be read.",
-    None,
-);
-
-const IOMMU_FAULTS: Desc = Desc::counter(
-    "hpcnode_iommu_faults",
-    "IOMMU faults by device, access and reason: from the kernel log (DMAR, AMD-Vi; a lower bound, the kernel ratelimits them) or the iommu:io_page_fault tracepoint (AMD-Vi, ARM SMMU).",
-    None,
-);
-const IOMMU_FAULT_INTERRUPTS: Desc = Desc::counter(
-    "hpcnode_iommu_fault_interrupts",
-    "Intel VT-d fault interrupts (calls of dmar_fault), by IOMMU unit; one interrupt may report several faults.",
-    None,
-);
-const VFIO_ENABLE_FAILURES: Desc = Desc::counter(
-    "hpcnode_vfio_enable_failures",
-    "Failed vfio-pci device enables (vfio_pci_core_enable), by errno name.",
-    None,
-);
-const VFIO_AER_ERRORS: Desc = Desc::counter(
-    "hpcnode_vfio_aer_errors",
-    "AER errors reported on devices assigned through vfio-pci, by device and PCI channel state.",
-    None,
-);
-const VFIO_PIN_FAILURES: Desc = Desc::counter(
-    "hpcnode_vfio_pin_failures",
-    "Failed vfio page pinnings (vfio_pin_pages_remote), by errno name; ENOMEM is the memlock limit.",
-    None,
-);
-
-pub const METRICS: [Desc; 18] = [
+/// What every probe yields about itself, whatever it counts.
+const PROBE_METRICS: [Desc; 6] = [
     PROBE_ATTACHED,
     PROBE_FAILURE_INFO,
     PROBE_MODULE_ATTACHES,
     PROGRAM_RUNS,
     PROGRAM_RUN_TIME,
     EVENTS_LOST,
-    MODULE_LOADS,
-    MODULE_TAINTED_LOADS,
-    SIGNATURE_CHECKS,
-    LOAD_FAILURES,
-    KERNEL_LOG_EVENTS,
-    KERNEL_LOG_EVENTS_BEFORE_START,
-    KERNEL_LOG_BEFORE_START_COMPLETE,
-    IOMMU_FAULTS,
-    IOMMU_FAULT_INTERRUPTS,
-    VFIO_ENABLE_FAILURES,
-    VFIO_AER_ERRORS,
-    VFIO_PIN_FAILURES,
 ];
+
+/// The probes' own metrics, then each probe's, in registry order.
+pub const METRICS: [Desc; PROBE_METRICS.len() + probes::metric_count(probes::ALL)] =
+    probes::metrics(&PROBE_METRICS, probes::ALL);
 
 pub const REGISTRATION: Registration = Registration {
     name: "ebpf",
@@ -164,7 +93,7 @@ pub const REGISTRATION: Registration = Registration {
         let hooks = flags.value(HOOKS).unwrap_or_default();
         Ok(Box::new(EbpfSettings {
             strict: flags.is_set(STRICT),
-            hooks: HookChoice::parse(&hooks)
+            hooks: HookChoice::parse(&hooks, probes::ALL)
                 .map_err(|err| flags.invalid(HOOKS, &hooks, err.to_string()))?,
             btf_path: flags.path(BTF_PATH)?,
         }))
@@ -228,7 +157,7 @@ impl Settings for EbpfSettings {
 pub struct StrictError(String);
 
 struct ProbeState {
-    probe: Probe,
+    probe: &'static ProbeSpec,
     live: Mutex<LiveProbe>,
 }
 
@@ -251,22 +180,22 @@ impl LiveProbe {
 }
 
 /// The reason a probe into modules gives while none of its modules is loaded.
-fn waiting_for_module(probe: Probe) -> String {
+fn waiting_for_module(probe: &ProbeSpec) -> String {
     format!(
         "waiting for module {} to load",
-        probe.target_modules().join(" or ")
+        probe.target_modules.join(" or ")
     )
 }
 
 /// One log line per attach or failure; `trigger` says what started it.
-fn log_outcome(probe: Probe, outcome: &Outcome<Attachment>, trigger: &str) {
+fn log_outcome(probe: &ProbeSpec, outcome: &Outcome<Attachment>, trigger: &str) {
     match outcome {
         Outcome::Attached { hook, attachment } => {
             logging::log(
                 Level::Info,
                 "eBPF probe attached",
                 &[
-                    ("probe", probe.name()),
+                    ("probe", probe.name),
                     ("hook", hook.name()),
                     ("on", trigger),
                 ],
@@ -279,30 +208,55 @@ fn log_outcome(probe: Probe, outcome: &Outcome<Attachment>, trigger: &str) {
                 logging::log(
                     Level::Warn,
                     "eBPF probe counts without module names (module=\"unknown\")",
-                    &[("probe", probe.name()), ("reason", reason)],
+                    &[("probe", probe.name), ("reason", reason)],
                 );
             }
         }
         Outcome::Missed { reason } => logging::log(
             Level::Warn,
             "eBPF probe not attached",
-            &[("probe", probe.name()), ("reason", reason), ("on", trigger)],
+            &[("probe", probe.name), ("reason", reason), ("on", trigger)],
         ),
     }
 }
 
-/// The choice of hook for a probe into modules, which keeps the first program that loaded but
-/// could not attach (its module is not loaded, yet): [`sys::reattach`] attaches it later.
-struct KeepLoaded<'k, 'b> {
-    kernel: &'k sys::AyaKernel<'b>,
-    loaded: Option<(probes::Hook, Attachment)>,
+/// The kernel as the loader uses it: attach an attempt, or load it to attach later.
+trait Loader: hooks::Kernel<Attachment = Attachment, Error = SyscallError> {
+    fn load_unattached(
+        &self,
+        probe: &ProbeSpec,
+        attempt: &Attempt,
+    ) -> Result<Attachment, SyscallError>;
 }
 
-impl probes::Kernel for KeepLoaded<'_, '_> {
+impl Loader for syscalls::AyaKernel<'_> {
+    fn load_unattached(
+        &self,
+        probe: &ProbeSpec,
+        attempt: &Attempt,
+    ) -> Result<Attachment, SyscallError> {
+        syscalls::AyaKernel::load_unattached(self, probe, attempt)
+    }
+}
+
+/// The choice of hook for a probe into modules, which keeps the first program that loaded but
+/// could not attach (its module is not loaded, yet): [`syscalls::reattach`] attaches it later.
+/// Such a probe has no [`ProbeSpec::started`]: nothing in user space follows its maps.
+struct KeepLoaded<'k, K> {
+    kernel: &'k K,
+    loaded: Option<(hooks::Hook, Attachment)>,
+}
+
+impl<K: Loader> hooks::Kernel for KeepLoaded<'_, K> {
     type Attachment = Attachment;
-    fn attach(&mut self, probe: Probe, attempt: &probes::Attempt) -> Result<Attachment, String> {
+    type Error = SyscallError;
+    fn attach(
+        &mut self,
+        probe: &'static ProbeSpec,
+        attempt: &Attempt,
+    ) -> Result<Attachment, SyscallError> {
         let attachment = self.kernel.load_unattached(probe, attempt)?;
-        match sys::attach_loaded(&attachment, attempt) {
+        match syscalls::attach_loaded(&attachment, attempt) {
             Ok(()) => Ok(attachment),
             Err(reason) => {
                 self.loaded.get_or_insert((attempt.hook, attachment));
@@ -317,12 +271,11 @@ pub struct Probes {
     /// The kernel has loadable modules: module uevents are worth watching.
     module_support: bool,
     sysfs: PathBuf,
-    kernel_log: Arc<KernelLogCounts>,
+    shared: Shared,
     /// Whether run counts and times are being recorded (BPF_ENABLE_STATS held by
     /// `_stats`, or kernel.bpf_stats_enabled set by the operator).
     run_stats: bool,
     _stats: Option<OwnedFd>,
-    module_names: Mutex<ModuleNames>,
 }
 
 impl Probes {
@@ -334,27 +287,27 @@ impl Probes {
                 .and_then(|dir| dir.read(name, &mut reader).ok().map(str::to_string))
         };
         let release = proc_value("sys/kernel/osrelease");
-        let loader = sys::bare_loader();
+        let loader = syscalls::bare_loader();
         let btf = match btf_path {
-            Some(path) => sys::btf_file(path),
-            None => sys::kernel_btf(),
+            Some(path) => syscalls::btf_file(path),
+            None => syscalls::kernel_btf(),
         };
         let features = KernelFeatures {
-            btf: btf.as_ref().map(drop).map_err(Clone::clone),
+            btf: btf.as_ref().map(drop).map_err(ToString::to_string),
             x86_64: cfg!(target_arch = "x86_64"),
             release: release.as_deref().and_then(major_minor),
             modules: procfs.join("modules").exists(),
         };
-        match sys::ensure_tracefs() {
+        match syscalls::ensure_tracefs() {
             Ok(Some(mounted)) => logging::log(Level::Info, "mounted", &[("what", mounted)]),
             Ok(None) => {}
             Err(err) => logging::log(
                 Level::Warn,
                 "tracefs unavailable; classic tracepoint hooks will fail",
-                &[("err", &err)],
+                &[("err", &err.to_string())],
             ),
         }
-        let (run_stats, stats) = match sys::enable_run_time_stats() {
+        let (run_stats, stats) = match syscalls::enable_run_time_stats() {
             Ok(fd) => (true, Some(fd)),
             Err(err) => {
                 let sysctl = proc_value("sys/kernel/bpf_stats_enabled").as_deref() == Some("1");
@@ -362,82 +315,93 @@ impl Probes {
                     logging::log(
                         Level::Warn,
                         "BPF run-time statistics off: BPF_ENABLE_STATS failed and kernel.bpf_stats_enabled is 0; no program run metrics",
-                        &[("err", &err)],
+                        &[("err", &err.to_string())],
                     );
                 }
                 (sysctl, None)
             }
         };
-        let kernel_log = KernelLogCounts::new();
-        let mut kernel = sys::AyaKernel::new(loader, btf.as_ref().ok(), kernel_log.clone());
-        let probes = Probe::ALL
-            .into_iter()
-            .map(|probe| {
-                let loads = Loads::read(sysfs, probe.target_modules());
-                let (outcome, detached) = if probe.target_modules().is_empty() {
-                    (attach_first(&mut kernel, &features, choice, probe), None)
-                } else {
-                    let mut keep = KeepLoaded {
-                        kernel: &kernel,
-                        loaded: None,
-                    };
-                    let outcome = attach_first(&mut keep, &features, choice, probe);
-                    match (outcome, keep.loaded) {
-                        // Its module is not loaded (its functions are not built in either: the
-                        // attach failed): the program stays loaded, while the kernel's BTF is
-                        // at hand, and is attached when the module loads.
-                        (Outcome::Missed { .. }, Some((hook, attachment)))
-                            if features.modules && !loads.any() =>
-                        {
-                            let waiting = Some(waiting_for_module(probe));
-                            (Outcome::Attached { hook, attachment }, waiting)
-                        }
-                        (outcome, _) => (outcome, None),
-                    }
-                };
-                match (&outcome, &detached) {
-                    (Outcome::Attached { .. }, Some(reason)) => logging::log(
-                        Level::Info,
-                        "eBPF probe loaded, not attached",
-                        &[("probe", probe.name()), ("reason", reason)],
-                    ),
-                    _ => log_outcome(probe, &outcome, "start"),
-                }
-                let live = LiveProbe {
-                    outcome,
-                    detached,
-                    loads,
-                    module_attaches: 0,
-                };
-                ProbeState {
-                    probe,
-                    live: Mutex::new(live),
-                }
-            })
-            .collect();
+        let shared = Shared::default();
+        let mut kernel = syscalls::AyaKernel::new(loader, btf.as_ref().ok(), &shared);
+        let probes = start(probes::ALL, &mut kernel, &features, choice, sysfs);
         // The BTF too (the kernel only borrowed it), before its heap is given back.
         drop(kernel);
         drop(btf);
-        sys::release_startup_memory();
+        syscalls::release_startup_memory();
         Probes {
             probes,
             module_support: features.modules,
             sysfs: sysfs.to_path_buf(),
-            kernel_log,
+            shared,
             run_stats,
             _stats: stats,
-            module_names: Mutex::default(),
         }
     }
+}
+/// Loads and attaches every probe of `registry`, each on its own.
+fn start<K: Loader>(
+    registry: &[&'static ProbeSpec],
+    kernel: &mut K,
+    features: &KernelFeatures,
+    choice: &HookChoice,
+    sysfs: &Path,
+) -> Vec<ProbeState> {
+    registry
+        .iter()
+        .map(|&probe| {
+            let loads = Loads::read(sysfs, probe.target_modules);
+            let (outcome, detached) = if probe.target_modules.is_empty() {
+                (attach_first(kernel, features, choice, probe), None)
+            } else {
+                let mut keep = KeepLoaded {
+                    kernel: &*kernel,
+                    loaded: None,
+                };
+                let outcome = attach_first(&mut keep, features, choice, probe);
+                match (outcome, keep.loaded) {
+                    // Its module is not loaded (its functions are not built in either: the
+                    // attach failed): the program stays loaded, while the kernel's BTF is
+                    // at hand, and is attached when the module loads.
+                    (Outcome::Missed { .. }, Some((hook, attachment)))
+                        if features.modules && !loads.any() =>
+                    {
+                        let waiting = Some(waiting_for_module(probe));
+                        (Outcome::Attached { hook, attachment }, waiting)
+                    }
+                    (outcome, _) => (outcome, None),
+                }
+            };
+            match (&outcome, &detached) {
+                (Outcome::Attached { .. }, Some(reason)) => logging::log(
+                    Level::Info,
+                    "eBPF probe loaded, not attached",
+                    &[("probe", probe.name), ("reason", reason)],
+                ),
+                _ => log_outcome(probe, &outcome, "start"),
+            }
+            let live = LiveProbe {
+                outcome,
+                detached,
+                loads,
+                module_attaches: 0,
+            };
+            ProbeState {
+                probe,
+                live: Mutex::new(live),
+            }
+        })
+        .collect()
+}
 
+impl Probes {
     /// For `--collector.ebpf.strict`: an error naming every required probe that is not attached, and why.
     pub fn require_all_attached(&self) -> Result<(), StrictError> {
         let missed: Vec<String> = self
             .probes
             .iter()
-            .filter(|state| state.probe.required_by_strict())
+            .filter(|state| state.probe.required_by_strict)
             .filter_map(|state| match &lock(&state.live).outcome {
-                Outcome::Missed { reason } => Some(format!("{} ({reason})", state.probe.name())),
+                Outcome::Missed { reason } => Some(format!("{} ({reason})", state.probe.name)),
                 Outcome::Attached { .. } => None,
             })
             .collect();
@@ -451,7 +415,7 @@ impl Probes {
     /// Called on a module uevent (`None`: uevents were lost) with the probes into that module.
     fn modules_changed(&self, module: Option<&str>) {
         for state in &self.probes {
-            if module.is_none_or(|module| state.probe.target_modules().contains(&module)) {
+            if module.is_none_or(|module| state.probe.target_modules.contains(&module)) {
                 self.follow_modules(state, "module uevent");
             }
         }
@@ -461,20 +425,20 @@ impl Probes {
     /// call, and detaches it when they are all gone; nothing for other probes.
     fn follow_modules(&self, state: &ProbeState, trigger: &str) {
         let probe = state.probe;
-        if probe.target_modules().is_empty() {
+        if probe.target_modules.is_empty() {
             return;
         }
-        let now = Loads::read(&self.sysfs, probe.target_modules());
+        let now = Loads::read(&self.sysfs, probe.target_modules);
         let mut live = lock(&state.live);
         match late_attach::step(&live.loads, &now, live.attached()) {
             Step::Stay => {}
             Step::Detach => {
                 if let Outcome::Attached { attachment, .. } = &live.outcome {
-                    if let Err(err) = sys::detach(attachment) {
+                    if let Err(err) = syscalls::detach(attachment) {
                         logging::log(
                             Level::Warn,
                             "eBPF probe detach failed",
-                            &[("probe", probe.name()), ("err", &err)],
+                            &[("probe", probe.name), ("err", &err.to_string())],
                         );
                     }
                 }
@@ -482,32 +446,25 @@ impl Probes {
                 logging::log(
                     Level::Info,
                     "eBPF probe detached",
-                    &[
-                        ("probe", probe.name()),
-                        ("reason", &reason),
-                        ("on", trigger),
-                    ],
+                    &[("probe", probe.name), ("reason", &reason), ("on", trigger)],
                 );
                 live.detached = Some(reason);
             }
             Step::Attach => {
                 // A probe whose program never loaded keeps its reason.
                 if let Outcome::Attached { hook, attachment } = &live.outcome {
-                    match sys::reattach(probe, *hook, attachment) {
+                    match syscalls::reattach(probe, *hook, attachment) {
                         Ok(()) => {
                             live.detached = None;
                             live.module_attaches += 1;
                             log_outcome(probe, &live.outcome, trigger);
                         }
-                        Err(reason) => {
+                        Err(err) => {
+                            let reason = err.to_string();
                             logging::log(
                                 Level::Warn,
                                 "eBPF probe not attached to its reloaded module",
-                                &[
-                                    ("probe", probe.name()),
-                                    ("reason", &reason),
-                                    ("on", trigger),
-                                ],
+                                &[("probe", probe.name), ("reason", &reason), ("on", trigger)],
                             );
                             live.detached = Some(reason);
                         }
@@ -521,8 +478,8 @@ impl Probes {
     fn collect(&self, state: &ProbeState, out: &mut Output) {
         self.follow_modules(state, "scrape");
         let live = lock(&state.live);
-        let probe_label = || -> Labels { vec![("probe", state.probe.name().into())] };
-        if !state.probe.target_modules().is_empty() {
+        let probe_label = || -> Labels { vec![("probe", state.probe.name.into())] };
+        if !state.probe.target_modules.is_empty() {
             out.samples.push(
                 &PROBE_MODULE_ATTACHES,
                 probe_label(),
@@ -552,7 +509,7 @@ impl Probes {
         };
         // A detached program is unloaded: no run statistics, but its maps keep the counts.
         if self.run_stats && live.detached.is_none() {
-            match sys::run_stats(attachment) {
+            match syscalls::run_stats(attachment) {
                 Some(Ok((runs, time))) => {
                     out.samples
                         .push(&PROGRAM_RUNS, probe_label(), Value::Int(runs));
@@ -566,247 +523,41 @@ impl Probes {
                 None => {}
             }
         }
-        let counts = match sys::read_counts(state.probe, attachment) {
-            Ok(counts) => counts,
-            Err(err) => return out.errors.push(self.error(state.probe, err)),
+        let probe = state.probe;
+        let mut samples = Samples::default();
+        let read = syscalls::with_maps(attachment, probe.lost_map, |maps| {
+            (probe.samples)(maps, &self.shared, &mut samples).map(|()| maps.dropped)
+        });
+        let dropped = match read {
+            Ok(dropped) => dropped,
+            Err(err) => return out.errors.push(self.error(probe, err)),
         };
         if matches!(attachment, Attachment::Bpf { .. }) {
             out.samples
-                .push(&EVENTS_LOST, probe_label(), Value::Int(counts.dropped));
+                .push(&EVENTS_LOST, probe_label(), Value::Int(dropped));
         }
-        match state.probe {
-            Probe::ModuleLoad => self.push_module_loads(counts, out),
-            Probe::ModuleSigCheck => self.push_signature_checks(&counts, out),
-            Probe::ModuleLoadSyscall => self.push_load_failures(&counts, out),
-            Probe::KernelLog => self.push_kernel_log(out),
-            Probe::IommuFault => push_tracepoint_iommu_faults(&counts, out),
-            Probe::DmarFault => push_fault_interrupts(&counts, out),
-            Probe::VfioEnable => push_errnos(&VFIO_ENABLE_FAILURES, &counts, out),
-            Probe::VfioPin => push_errnos(&VFIO_PIN_FAILURES, &counts, out),
-            Probe::VfioAer => push_vfio_aer_errors(&counts, out),
-        }
+        out.samples.append(samples);
     }
 
-    fn error(&self, probe: Probe, err: String) -> CollectError {
-        CollectError::new(ErrorKind::Io, format!("{}: {err}", probe.name()))
-    }
-
-    fn push_module_loads(&self, counts: sys::ProbeCounts, out: &mut Output) {
-        let mut names = lock(&self.module_names);
-        let unnamed = counts.dropped + counts.unnamed_module_loads;
-        let loads = module_events::module_load_counts(counts.module_loads, unnamed, &mut names);
-        for (module, count) in loads.loads {
-            out.samples.push(
-                &MODULE_LOADS,
-                vec![("module", module.into())],
-                Value::Int(count),
-            );
-        }
-        for ((module, taint), count) in loads.tainted {
-            out.samples.push(
-                &MODULE_TAINTED_LOADS,
-                vec![("module", module.into()), ("taint", taint.into())],
-                Value::Int(count),
-            );
-        }
-    }
-
-    fn push_signature_checks(&self, counts: &sys::ProbeCounts, out: &mut Output) {
-        let mut names = lock(&self.module_names);
-        let checks = module_events::signature_counts(&counts.signature_returns, &mut names);
-        for ((module, result), count) in checks {
-            out.samples.push(
-                &SIGNATURE_CHECKS,
-                vec![("module", module.into()), ("result", result.into())],
-                Value::Int(count),
-            );
-        }
-    }
-
-    fn push_load_failures(&self, counts: &sys::ProbeCounts, out: &mut Output) {
-        let mut names = lock(&self.module_names);
-        let raw_names = counts.load_failures.keys().map(|(_, _, raw)| raw.as_str());
-        let labels = module_events::module_labels(raw_names, &mut names);
-        let mut failures: BTreeMap<(String, String, String), u64> = BTreeMap::new();
-        for ((syscall_nr, errno, raw), count) in &counts.load_failures {
-            let key = (
-                syscall_name(*syscall_nr),
-                module_events::errno_name(*errno),
-                labels[raw.as_str()].clone(),
-            );
-            *failures.entry(key).or_default() += count;
-        }
-        for ((syscall, errno, module), count) in failures {
-            out.samples.push(
-                &LOAD_FAILURES,
-                vec![
-                    ("syscall", syscall.into()),
-                    ("errno", errno.into()),
-                    ("module", module.into()),
-                ],
-                Value::Int(count),
-            );
-        }
-    }
-
-    fn push_kernel_log(&self, out: &mut Output) {
-        let event_labels = |(event, captured): EventKey| -> Labels {
-            let mut labels: Labels = vec![("event", event.into()), ("source", "kernel_log".into())];
-            labels.extend(
-                captured
-                    .into_iter()
-                    .map(|(name, value)| (name, value.into())),
-            );
-            labels
-        };
-        for (key, count) in self.kernel_log.snapshot() {
-            out.samples
-                .push(&KERNEL_LOG_EVENTS, event_labels(key), Value::Int(count));
-        }
-        if let Some(before_start) = self.kernel_log.before_start() {
-            for (key, count) in before_start.events.iter().cloned() {
-                out.samples.push(
-                    &KERNEL_LOG_EVENTS_BEFORE_START,
-                    event_labels(key),
-                    Value::Int(count),
-                );
-            }
-            out.samples.push(
-                &KERNEL_LOG_BEFORE_START_COMPLETE,
-                vec![],
-                Value::Int(before_start.complete.into()),
-            );
-        }
-        for (fault, count) in self.kernel_log.iommu_faults() {
-            let labels: Labels = vec![
-                ("device", fault.device.into()),
-                ("access", fault.access.into()),
-                ("reason", fault.reason.into()),
-                ("source", "kernel_log".into()),
-            ];
-            out.samples.push(&IOMMU_FAULTS, labels, Value::Int(count));
-        }
+    fn error(&self, probe: &ProbeSpec, err: SyscallError) -> CollectError {
+        CollectError::new(ErrorKind::Io, format!("{}: {err}", probe.name))
     }
 }
 
-/// The label of an event whose device the kernel did not give (a NULL `struct device`).
-const NO_DEVICE: &str = "unknown";
-/// The label of events the kernel side could not record by device (its map was full).
-const OTHER_DEVICE: &str = "other";
-
-fn device_label(name: &str) -> String {
-    if name.is_empty() {
-        NO_DEVICE.into()
-    } else {
-        name.into()
-    }
-}
-
-/// `iommu:io_page_fault` counts, in the series the kernel-log matcher also writes.
-fn push_tracepoint_iommu_faults(counts: &sys::ProbeCounts, out: &mut Output) {
-    let labels = |device: String, access: &str| -> Labels {
-        vec![
-            ("device", device.into()),
-            ("access", access.to_string().into()),
-            ("reason", "io_page_fault".into()),
-            ("source", "tracepoint".into()),
-        ]
-    };
-    for (device, write, count) in &counts.device_events {
-        let access = if *write != 0 { "write" } else { "read" };
-        out.samples.push(
-            &IOMMU_FAULTS,
-            labels(device_label(device), access),
-            Value::Int(*count),
-        );
-    }
-    if counts.dropped > 0 {
-        out.samples.push(
-            &IOMMU_FAULTS,
-            labels(OTHER_DEVICE.into(), "other"),
-            Value::Int(counts.dropped),
-        );
-    }
-}
-
-fn push_fault_interrupts(counts: &sys::ProbeCounts, out: &mut Output) {
-    for (seq_id, count) in &counts.fault_interrupts {
-        let iommu = if *seq_id >= 0 {
-            format!("dmar{seq_id}")
-        } else {
-            NO_DEVICE.into()
-        };
-        out.samples.push(
-            &IOMMU_FAULT_INTERRUPTS,
-            vec![("iommu", iommu.into())],
-            Value::Int(*count),
-        );
-    }
-}
-
-fn push_errnos(desc: &'static Desc, counts: &sys::ProbeCounts, out: &mut Output) {
-    for (errno, count) in &counts.failure_errnos {
-        out.samples.push(
-            desc,
-            vec![("errno", module_events::errno_name(*errno).into())],
-            Value::Int(*count),
-        );
-    }
-}
-
-/// `pci_channel_state_t`: io_normal 1, io_frozen 2, io_perm_failure 3.
-fn channel_state(state: u32) -> String {
-    match state {
-        1 => "normal".into(),
-        2 => "frozen".into(),
-        3 => "perm_failure".into(),
-        other => format!("state_{other}"),
-    }
-}
-
-fn push_vfio_aer_errors(counts: &sys::ProbeCounts, out: &mut Output) {
-    for (device, state, count) in &counts.device_events {
-        out.samples.push(
-            &VFIO_AER_ERRORS,
-            vec![
-                ("device", device_label(device).into()),
-                ("state", channel_state(*state).into()),
-            ],
-            Value::Int(*count),
-        );
-    }
-}
-
-/// The module syscalls by this architecture's numbers (what the kernel side records).
-fn syscall_name(nr: u32) -> String {
-    match i64::from(nr) {
-        nr if nr == libc::SYS_init_module => "init_module".into(),
-        nr if nr == libc::SYS_finit_module => "finit_module".into(),
-        nr => format!("syscall_{nr}"),
-    }
-}
-
-/// `6.1.0-27-amd64` -> (6, 1).
 struct EbpfCollector {
     probes: Arc<Probes>,
-}
-
-impl fmt::Display for Probe {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(self.name())
-    }
 }
 
 /// One unit per probe. The probes stay attached until the process exits: closing its file
 /// descriptors detaches them, so stopping needs nothing more.
 impl Collector for EbpfCollector {
-    type Unit = Probe;
+    type Unit = &'static ProbeSpec;
 
-    fn units(&self) -> Result<Vec<Probe>, CollectError> {
+    fn units(&self) -> Result<Vec<&'static ProbeSpec>, CollectError> {
         Ok(self.probes.probes.iter().map(|s| s.probe).collect())
     }
 
-    fn collect_unit(&self, unit: &Probe, out: &mut Output) {
+    fn collect_unit(&self, unit: &&'static ProbeSpec, out: &mut Output) {
         if let Some(state) = self.probes.probes.iter().find(|s| s.probe == *unit) {
             self.probes.collect(state, out);
         }
@@ -816,7 +567,6 @@ impl Collector for EbpfCollector {
 #[cfg(test)]
 pub(crate) mod tests {
     use super::*;
-    use std::collections::BTreeMap;
 
     /// Whether a test that needs root (BPF, /dev/kmsg) can run; where it cannot it says so, and
     /// in CI (which runs as root) that is a failure.
@@ -843,76 +593,113 @@ pub(crate) mod tests {
         kmsg.write_all(format!("{line}\n").as_bytes()).unwrap();
     }
 
-    /// The exposition lines of what the push functions wrote.
-    fn exposition(out: Output) -> Vec<String> {
+    const TEST_METRIC: Desc = Desc::counter(
+        "hpcnode_test_probe_events",
+        "Events of a probe added in a test.",
+        None,
+    );
+
+    /// A probe added in a test only, as a new probe's module would add it: no other edit.
+    const TEST_PROBE: ProbeSpec = ProbeSpec {
+        name: "test_probe",
+        object: &[],
+        attempts: &[hooks::attempt(
+            hooks::Hook::Kmsg,
+            "",
+            &[],
+            hooks::Needs::Nothing,
+        )],
+        required_by_strict: true,
+        target_modules: &[],
+        needs_modules: false,
+        lost_map: "test_probe_lost",
+        metrics: &[TEST_METRIC],
+        started: None,
+        samples: |_, _, out| {
+            out.push(&TEST_METRIC, vec![("detail", "x".into())], Value::Int(7));
+            Ok(())
+        },
+    };
+
+    /// A kernel where every attempt attaches, as a /dev/kmsg reader does: nothing to load.
+    struct EveryHookWorks;
+
+    impl hooks::Kernel for EveryHookWorks {
+        type Attachment = Attachment;
+        type Error = SyscallError;
+        fn attach(
+            &mut self,
+            _: &'static ProbeSpec,
+            _: &Attempt,
+        ) -> Result<Attachment, SyscallError> {
+            Ok(Attachment::Kmsg)
+        }
+    }
+
+    impl Loader for EveryHookWorks {
+        fn load_unattached(&self, _: &ProbeSpec, _: &Attempt) -> Result<Attachment, SyscallError> {
+            Err(SyscallError::NotBpf)
+        }
+    }
+
+    /// Adding a probe is its spec and a registry row: the loader attaches it, `--collector.ebpf.hooks`
+    /// and `--collector.ebpf.strict` know it, the collector lists and reads it, and the metric list has
+    /// its metric, with nothing else edited.
+    #[test]
+    fn a_probe_added_to_the_registry_is_loaded_listed_and_collected() {
+        const REGISTRY: &[&ProbeSpec] = &[&probes::module_load::SPEC, &TEST_PROBE];
+        let choice = HookChoice::parse("module_load:none,test_probe:kmsg", REGISTRY).unwrap();
+        let features = KernelFeatures {
+            btf: Ok(()),
+            x86_64: true,
+            release: Some((6, 1)),
+            modules: true,
+        };
+        let sysfs = Path::new("/nonexistent");
+        let probes = Probes {
+            probes: start(REGISTRY, &mut EveryHookWorks, &features, &choice, sysfs),
+            module_support: false,
+            sysfs: sysfs.to_path_buf(),
+            shared: Shared::default(),
+            run_stats: false,
+            _stats: None,
+        };
+        let strict = probes.require_all_attached().unwrap_err().to_string();
+        assert!(strict.contains("module_load (left out"), "{strict}");
+        assert!(!strict.contains("test_probe"), "{strict}");
+
+        let collector = EbpfCollector {
+            probes: Arc::new(probes),
+        };
+        let units = collector.units().unwrap();
+        let names: Vec<String> = units.iter().map(ToString::to_string).collect();
+        assert_eq!(names, ["module_load", "test_probe"]);
+        let mut out = Output::default();
+        for unit in &units {
+            collector.collect_unit(unit, &mut out);
+        }
+        assert!(out.errors.is_empty());
         let text = crate::metrics::encode(out.samples, crate::metrics::Format::PrometheusText);
         let text = text.unwrap();
-        text.lines()
-            .filter(|line| !line.starts_with('#'))
-            .map(str::to_string)
-            .collect()
+        for line in [
+            "hpcnode_ebpf_probe_attached{probe=\"test_probe\",hook=\"kmsg\"} 1",
+            "hpcnode_test_probe_events_total{detail=\"x\"} 7",
+            "hpcnode_ebpf_probe_attached{probe=\"module_load\",hook=\"none\"} 0",
+        ] {
+            assert!(text.lines().any(|l| l == line), "{line} not in\n{text}");
+        }
+
+        let metrics: [Desc; 7] = probes::metrics(&PROBE_METRICS, &[&TEST_PROBE]);
+        assert_eq!(metrics[6].sample_name(), TEST_METRIC.sample_name());
     }
 
+    /// The collector's metric list is its own six, then each probe's, none twice.
     #[test]
-    fn iommu_and_vfio_counts_become_labelled_series() {
-        let counts = sys::ProbeCounts {
-            device_events: vec![
-                ("0000:41:00.0".into(), 1, 3),
-                ("0000:41:00.0".into(), 0, 1),
-                (String::new(), 0, 2), // NULL device (SMMUv2)
-            ],
-            dropped: 4,
-            ..Default::default()
-        };
-        let mut out = Output::default();
-        push_tracepoint_iommu_faults(&counts, &mut out);
-        let tracepoint = |device: &str, access: &str, count: u64| {
-            format!("hpcnode_iommu_faults_total{{device=\"{device}\",access=\"{access}\",reason=\"io_page_fault\",source=\"tracepoint\"}} {count}")
-        };
-        assert_eq!(
-            exposition(out),
-            [
-                tracepoint("0000:41:00.0", "write", 3),
-                tracepoint("0000:41:00.0", "read", 1),
-                tracepoint("unknown", "read", 2),
-                tracepoint("other", "other", 4),
-            ]
-        );
-
-        let mut out = Output::default();
-        push_vfio_aer_errors(&counts, &mut out);
-        assert_eq!(
-            exposition(out)[..2],
-            [
-                "hpcnode_vfio_aer_errors_total{device=\"0000:41:00.0\",state=\"normal\"} 3",
-                "hpcnode_vfio_aer_errors_total{device=\"0000:41:00.0\",state=\"state_0\"} 1",
-            ]
-        );
-
-        let counts = sys::ProbeCounts {
-            fault_interrupts: BTreeMap::from([(0, 2), (-1, 1)]),
-            failure_errnos: BTreeMap::from([(12, 5)]),
-            ..Default::default()
-        };
-        let mut out = Output::default();
-        push_fault_interrupts(&counts, &mut out);
-        push_errnos(&VFIO_PIN_FAILURES, &counts, &mut out);
-        assert_eq!(
-            exposition(out),
-            [
-                "hpcnode_iommu_fault_interrupts_total{iommu=\"unknown\"} 1",
-                "hpcnode_iommu_fault_interrupts_total{iommu=\"dmar0\"} 2",
-                "hpcnode_vfio_pin_failures_total{errno=\"ENOMEM\"} 5",
-            ]
-        );
-        assert_eq!(channel_state(2), "frozen");
-        assert_eq!(channel_state(3), "perm_failure");
-    }
-
-    #[test]
-    fn syscall_names_follow_this_architecture() {
-        assert_eq!(syscall_name(libc::SYS_finit_module as u32), "finit_module");
-        assert_eq!(syscall_name(libc::SYS_init_module as u32), "init_module");
-        assert_eq!(syscall_name(9999), "syscall_9999");
+    fn every_probe_metric_is_listed_once() {
+        let mut names: Vec<String> = METRICS.iter().map(Desc::sample_name).collect();
+        assert_eq!(names.len(), 18);
+        names.sort();
+        names.dedup();
+        assert_eq!(names.len(), 18);
     }
 }
