@@ -5,7 +5,7 @@
 //! (every node of a fleet pays for each new series); more than 10 % below it fails too, so the
 //! budget stays a number to plan with.
 
-mod util;
+use crate::util;
 
 use std::fs;
 use std::process::Command;
