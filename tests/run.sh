@@ -12,7 +12,7 @@ if [ "$(id -u)" = 0 ]; then tests/setup.sh; fi
 cargo build --locked --bins
 cargo test --locked --workspace
 tests/rules/check.sh
-tests/rules/prometheus_e2e.sh target/debug/hpcnode_exporter
+tests/e2e/run.sh target/debug/hpcnode_exporter
 tests/fleet/run.sh target/debug/hpcnode_exporter
 tests/grafana_schema/check.sh
 tests/packaging/run.sh
