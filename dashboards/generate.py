@@ -684,7 +684,7 @@ def capacity_dashboard():
                    "properties": [{"id": "custom.lineStyle", "value": {"fill": "dash", "dash": [10, 10]}},
                                   {"id": "color", "value": {"mode": "fixed", "fixedColor": "red"}}]}]
     probe = [
-        timeseries("Measured RDMA bandwidth per port", "RDMA WRITE bandwidth of each port's last successful verbs probe (hpcnode_verbs_probe_bandwidth_bytes_per_second, ib_write_bw's BW average), over time: what the link really delivers, not what it carried. The value changes when a probe finishes (--probe.verbs.interval).",
+        timeseries("Measured RDMA bandwidth per port", "RDMA WRITE bandwidth of each port's last successful verbs probe (hpcnode_verbs_probe_bandwidth_bytes_per_second, ib_write_bw's BW average), over time: what the link really delivers, not what it carried. The value changes when a probe finishes (--collector.verbs.interval).",
                    [target(f'hpcnode_verbs_probe_bandwidth_bytes_per_second{{{FLEET_PORT}}}', probe_legend)], "Bps"),
         timeseries("Probe efficiency per port", "Measured bandwidth over the port's effective data rate (hpcnode_verbs_probe_efficiency_ratio), with the floor below which HpcnodeVerbsProbeEfficiencyLow fires (hpcnode:threshold{threshold=\"verbs_probe_efficiency_min_ratio\"}, alerts/config.rules.yml) as a dashed line. Healthy EDR/HDR links reach 0.95 to 0.98.",
                    [target(f'hpcnode_verbs_probe_efficiency_ratio{{{FLEET_PORT}}}', probe_legend, "A"),
@@ -819,13 +819,13 @@ def fleet_dashboard():
     ]
     red_from_one = [{"color": "green", "value": None}, {"color": "red", "value": 1}]
     mesh = [
-        stat("Mesh nodes no prober reached", "Nodes of the verbs probe mesh (--probe.verbs.peers) whose every prober (of the selected nodes) failed or skipped its probe this round (max by peer of hpcnode_verbs_probe_mesh_peer_success == 0): a responder, its link or its port is down. The table names them.",
+        stat("Mesh nodes no prober reached", "Nodes of the verbs probe mesh (--collector.verbs.peers) whose every prober (of the selected nodes) failed or skipped its probe this round (max by peer of hpcnode_verbs_probe_mesh_peer_success == 0): a responder, its link or its port is down. The table names them.",
              [target(f'count(max by (job, cluster, peer) (hpcnode_verbs_probe_mesh_peer_success{{{FLEET_NODE}}}) == 0) or vector(0)', "nodes", instant=True)], "none",
              w=8, thresholds=red_from_one),
         stat("Broken peers files", "Exporters whose peers file did not parse when last read (hpcnode_verbs_probe_mesh_file_valid == 0): they probe on with the last good copy; their log names the file and line.",
              [target(f'count(hpcnode_verbs_probe_mesh_file_valid{{{FLEET_NODE}}} == 0) or vector(0)', "exporters", instant=True)], "none",
              w=8, thresholds=red_from_one),
-        stat("Nodes outside the mesh", "Exporters with --probe.verbs.peers whose node name is not in the file (hpcnode_verbs_probe_mesh_member == 0): they probe nobody.",
+        stat("Nodes outside the mesh", "Exporters with --collector.verbs.peers whose node name is not in the file (hpcnode_verbs_probe_mesh_member == 0): they probe nobody.",
              [target(f'count(hpcnode_verbs_probe_mesh_member{{{FLEET_NODE}}} == 0) or vector(0)', "exporters", instant=True)], "none",
              w=8, thresholds=red_from_one),
         with_links(table("Mesh probes this round", "Each prober and the peers it probed this round, failed first (hpcnode_verbs_probe_mesh_peer_success: 1 succeeded, 0 failed or skipped): a peer failing from several probers is the suspect; one prober failing to several peers is. A row opens the prober's driver-stack dashboard.",

@@ -1,6 +1,6 @@
 //! The collector contract: what every collector implements (flags, settings, start, units,
 //! stop) and what it hands back from a read. It names no collector: `collectors/mod.rs` lists
-//! them, and `scrape.rs` runs them.
+//! them, and `scrape/` runs them.
 
 use std::fmt;
 use std::path::PathBuf;
@@ -40,6 +40,12 @@ pub trait Settings: fmt::Debug + Send {
     /// libraries) and returns it ready to scrape. An error fails the start (exit 1); a
     /// resource a node may rightly lack is reported by the collector's metrics instead.
     fn start(self: Box<Self>, host: &Host) -> Result<Started, StartError>;
+
+    /// Whether the started collector still calls `bpf()` or attaches probes, so `main` keeps
+    /// the capabilities that takes (see `privileges::StillNeeded`) when it drops the others.
+    fn calls_bpf_after_start(&self) -> bool {
+        false
+    }
 }
 
 /// What every collector's start may use: the roots all paths are under, and the deadline.

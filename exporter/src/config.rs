@@ -2,13 +2,14 @@
 //! `--collector.disable-defaults`) and, from the registry handed in, `--[no-]collector.<name>`
 //! and each collector's own flags. Two stages, as ripgrep does it: clap reads the raw strings,
 //! then each is validated into a typed value, naming the flag the user gave; no file is read
-//! here.
+//! here. Flags renamed under `--collector.<name>.` keep their old spellings as hidden aliases,
+//! and the command line says which of those it used, for `main` to log.
 
 use std::ffi::OsString;
 use std::path::PathBuf;
 use std::time::Duration;
 
-use clap::Command;
+use clap::{Arg, Command};
 
 use crate::collector::{Host, Registration, RunOnce, Settings};
 use crate::flags::{
@@ -49,6 +50,60 @@ pub struct Config {
     pub log_format: LogFormat,
     /// The enabled collectors with their validated settings, in registry order.
     pub collectors: Vec<Enabled>,
+    /// Old spellings of renamed flags that the command line used, each once.
+    pub deprecated: Vec<Deprecated>,
+}
+
+/// An old spelling of a flag on the command line, and the flag's name now (both without `--`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Deprecated {
+    pub old: String,
+    pub new: String,
+}
+
+/// Flag prefixes renamed so that every collector's flags sit under `--collector.<name>.`:
+/// (new, old). The old spellings stay accepted, hidden from help, for existing units and scripts.
+const RENAMED_PREFIXES: [(&str, &str); 2] = [
+    ("collector.ebpf.", "ebpf."),
+    ("collector.verbs.", "probe.verbs."),
+];
+
+/// `arg` with its old spelling as a hidden alias, when its prefix was renamed.
+fn with_old_spelling(arg: Arg) -> Arg {
+    let old = arg.get_long().and_then(|long| {
+        RENAMED_PREFIXES
+            .iter()
+            .find_map(|(new, old)| Some(format!("{old}{}", long.strip_prefix(new)?)))
+    });
+    match old {
+        Some(old) => arg.alias(old),
+        None => arg,
+    }
+}
+
+/// The old spellings in `args` (up to a `--`), each once, in the order first given.
+fn deprecated_spellings(command: &Command, args: &[OsString]) -> Vec<Deprecated> {
+    let mut used: Vec<Deprecated> = Vec::new();
+    let given = args.iter().skip(1).map_while(|arg| arg.to_str());
+    for name in given
+        .take_while(|arg| *arg != "--")
+        .filter_map(|arg| arg.strip_prefix("--"))
+    {
+        let name = name.split_once('=').map_or(name, |(name, _)| name);
+        let renamed = command.get_arguments().find(|arg| {
+            arg.get_all_aliases()
+                .is_some_and(|aliases| aliases.contains(&name))
+        });
+        if let Some(new) = renamed.and_then(Arg::get_long) {
+            if !used.iter().any(|known| known.old == name) {
+                used.push(Deprecated {
+                    old: name.to_string(),
+                    new: new.to_string(),
+                });
+            }
+        }
+    }
+    used
 }
 
 /// An enabled collector, ready to start.
@@ -69,10 +124,11 @@ where
         return parse_probe(&args[1..], registry);
     }
     let mut command = command(registry);
-    let flags = match command.try_get_matches_from_mut(args) {
+    let flags = match command.try_get_matches_from_mut(&args) {
         Ok(matches) => Flags(matches),
         Err(err) => return clap_outcome(err),
     };
+    let deprecated = deprecated_spellings(&command, &args);
     let common = validate(RawFlags::read(&flags, registry))?;
     let mut collectors = Vec::new();
     for registration in registry {
@@ -95,6 +151,7 @@ where
         log_level: common.log_level,
         log_format: common.log_format,
         collectors,
+        deprecated,
     })))
 }
 
@@ -192,7 +249,7 @@ pub fn command(registry: &[Registration]) -> Command {
                 ),
                 format!("Disable the {} collector.", registration.name),
             ))
-            .args((registration.flags)());
+            .args((registration.flags)().into_iter().map(with_old_spelling));
     }
     command
 }

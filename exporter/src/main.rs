@@ -1,8 +1,8 @@
 //! Entry point: flags -> validated config -> start the collectors -> serve -> stop them. The one
 //! place that maps errors to exit codes: 2 for a bad command line, 1 for a failure to start
-//! (the port is taken, `--ebpf.strict` with a probe missing) or a second SIGTERM or SIGINT that
-//! cut shutdown short; for `probe <name>`, 1 when the probe fails or does not pass. Also the one
-//! place that handles signals and the process's own limits.
+//! (the port is taken, `--collector.ebpf.strict` with a probe missing) or a second SIGTERM or
+//! SIGINT that cut shutdown short; for `probe <name>`, 1 when the probe fails or does not pass.
+//! Also the one place that handles signals and the process's own limits.
 
 use std::process::ExitCode;
 use std::sync::Arc;
@@ -54,6 +54,16 @@ fn main() -> ExitCode {
     };
     limit_malloc_arenas();
     let _flush_log_at_exit = logging::init(config.log_level, config.log_format);
+    for renamed in &config.deprecated {
+        logging::log(
+            Level::Warn,
+            "deprecated flag spelling; it will be removed, use the new one",
+            &[
+                ("flag", &format!("--{}", renamed.old)),
+                ("use", &format!("--{}", renamed.new)),
+            ],
+        );
+    }
     match run(*config, web_config) {
         Ok(Stopped::Gracefully) => ExitCode::SUCCESS,
         Ok(Stopped::Forced) => ExitCode::from(1),
@@ -120,6 +130,10 @@ fn run(config: Config, web_config: Option<Arc<WebConfigFile>>) -> anyhow::Result
     HeldBudget::set_process(open_files.map(|limit| limit.saturating_sub(connections)));
     // Collectors start (probes attach, sockets bind, threads start) before serving, so a
     // failure to start fails the process, not a later scrape.
+    let calls_bpf = config
+        .collectors
+        .iter()
+        .any(|enabled| enabled.settings.calls_bpf_after_start());
     let mut started = Vec::new();
     for enabled in config.collectors {
         let name = enabled.registration.name;
@@ -145,6 +159,7 @@ fn run(config: Config, web_config: Option<Arc<WebConfigFile>>) -> anyhow::Result
         &config.listen_address,
         &config.host,
         &names,
+        calls_bpf,
         hangup,
     ));
     scraper.stop();
@@ -157,9 +172,10 @@ fn run(config: Config, web_config: Option<Arc<WebConfigFile>>) -> anyhow::Result
 }
 
 /// Once the collectors have started and the listener is bound, gives up the capabilities that
-/// only the start needed (see `privileges`), and says which it kept.
-fn drop_start_only_capabilities(host: &Host, collectors: &[&str]) {
-    let still_needed = StillNeeded::read(&host.procfs, collectors.contains(&"ebpf"));
+/// only the start needed (see `privileges`), and says which it kept: `calls_bpf` when a
+/// started collector still calls `bpf()`.
+fn drop_start_only_capabilities(host: &Host, calls_bpf: bool) {
+    let still_needed = StillNeeded::read(&host.procfs, calls_bpf);
     match privileges::drop_after_start(still_needed) {
         Ok(outcome) if outcome.dropped.is_empty() => {}
         Ok(outcome) => logging::log(
@@ -235,6 +251,7 @@ async fn serve(
     address: &ListenAddress,
     host: &Host,
     collectors: &[&str],
+    calls_bpf: bool,
     mut hangup: Signal,
 ) -> anyhow::Result<Stopped> {
     let mut terminate = signal(SignalKind::terminate()).context("installing SIGTERM handler")?;
@@ -264,7 +281,7 @@ async fn serve(
             ("rootfs", &host.rootfs.display().to_string()),
         ],
     );
-    drop_start_only_capabilities(host, collectors);
+    drop_start_only_capabilities(host, calls_bpf);
     privileges::mark_settled();
     let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
     let serving = server.serve(listener, async {

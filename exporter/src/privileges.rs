@@ -545,3 +545,38 @@ mod tests {
         assert_eq!(permitted_in_status("CapPrm:\tzz\n"), None);
     }
 }
+
+#[cfg(test)]
+mod proptests {
+    use super::*;
+    use crate::test_strategies;
+    use proptest::prelude::*;
+
+    const STATUS_TOKENS: &[&str] = &[
+        "CapPrm:",
+        "CapEff:",
+        "\t",
+        "\n",
+        " ",
+        "0",
+        "f",
+        "c4",
+        "0000",
+        "ffffffffffffffff",
+        "+",
+        "-",
+    ];
+
+    proptest! {
+        #[test]
+        fn any_status_text_reads_without_panic(text in test_strategies::text(STATUS_TOKENS)) {
+            let _ = permitted_in_status(&text);
+        }
+
+        #[test]
+        fn a_permitted_set_reads_back_as_the_kernel_prints_it(bits in any::<u64>(), other in "[a-z]{1,12}") {
+            let status = format!("{other}:\tx\nCapPrm:\t{bits:016x}\nCapEff:\t0000000000000000\n");
+            prop_assert_eq!(permitted_in_status(&status), Some(CapSet(bits)));
+        }
+    }
+}

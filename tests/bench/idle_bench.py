@@ -87,9 +87,9 @@ def main():
         sysfs = scrape_bench.make_tree(workdir, args.hcas)
         responder = scrape_bench.free_port()
         hpcnode = [args.exporter, "--path.sysfs=%s" % sysfs,
-                   "--probe.verbs.interval=1h",
-                   "--probe.verbs.listen=127.0.0.1:%d" % responder,
-                   "--probe.verbs.allow=127.0.0.1/32"]
+                   "--collector.verbs.interval=1h",
+                   "--collector.verbs.listen=127.0.0.1:%d" % responder,
+                   "--collector.verbs.allow=127.0.0.1/32"]
         node = [node_exporter, "--collector.disable-defaults", "--collector.infiniband",
                 "--path.sysfs=%s" % sysfs]
         for label, argv in [("hpcnode", hpcnode), ("node_exporter", node)]:

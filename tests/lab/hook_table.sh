@@ -9,7 +9,7 @@ awk '
   /^info \[[^]]+\] probe_(hooks|hooks_iommu|no_btf)\/[a-z_]+_[0-9]+: hook / {
     kernel = $2; gsub(/[][]/, "", kernel)
     split($3, where, "/"); scenario = where[2]; sub(/_[0-9]+:$/, "", scenario)
-    setting = scenario == "no_btf" ? "no kernel BTF" : scenario == "btf_path" ? "--ebpf.btf-path" : "kernel BTF"
+    setting = scenario == "no_btf" ? "no kernel BTF" : scenario == "btf_path" ? "--collector.ebpf.btf-path" : "kernel BTF"
     row = $5 " | " $6 " | " setting
     if ($7 == "attached") {
       cell = $8 " ev, " ($10 == "no" ? "no BPF" : $12 " ns/run (" $10 " runs)")

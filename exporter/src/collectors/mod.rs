@@ -9,12 +9,12 @@ pub mod mic;
 pub mod modules;
 pub mod pci;
 pub mod rdma;
-pub mod rdma_netlink;
+pub mod rdma_resources;
 pub mod verbs;
 
 pub static ALL: [Registration; 7] = [
     rdma::REGISTRATION,
-    rdma_netlink::REGISTRATION,
+    rdma_resources::REGISTRATION,
     mic::REGISTRATION,
     modules::REGISTRATION,
     ebpf::REGISTRATION,

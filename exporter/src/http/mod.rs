@@ -27,6 +27,7 @@ mod auth;
 mod body;
 mod limits;
 mod negotiate;
+mod telemetry;
 
 use std::convert::Infallible;
 use std::net::{IpAddr, SocketAddr};
@@ -36,10 +37,7 @@ use std::time::Duration;
 
 use bytes::Bytes;
 use hyper::body::Incoming;
-use hyper::header::{
-    HeaderValue, ACCEPT, ACCEPT_ENCODING, AUTHORIZATION, CONNECTION, CONTENT_ENCODING,
-    CONTENT_TYPE, VARY, WWW_AUTHENTICATE,
-};
+use hyper::header::{HeaderValue, AUTHORIZATION, CONNECTION, CONTENT_TYPE, WWW_AUTHENTICATE};
 use hyper::server::conn::http1;
 use hyper::service::service_fn;
 use hyper::{Method, Request, Response, StatusCode};
@@ -47,10 +45,9 @@ use hyper_util::rt::{TokioIo, TokioTimer};
 use hyper_util::server::graceful::{GracefulShutdown, Watcher};
 use tokio::io::{AsyncRead, AsyncWrite};
 use tokio::net::{TcpListener, TcpStream};
-use tokio::sync::{watch, Semaphore};
+use tokio::sync::Semaphore;
 
 use crate::logging::{self, Level, OncePerCause};
-use crate::metrics::{Desc, Encodable, Format, LabelValue, Samples, Value};
 use crate::scrape::Scraper;
 use crate::sync::lock;
 use crate::web_config::{WebConfig, WebConfigFile};
@@ -58,6 +55,8 @@ use auth::{Authenticator, Verdict};
 use body::{Body, StallLimit};
 use limits::{Busy, Connection, Connections};
 pub use negotiate::{accepts_gzip, negotiate_format};
+use telemetry::Flight;
+pub use telemetry::WEB_METRICS;
 
 /// A client gets this long to send its request head (slowloris guard).
 const HEADER_READ_TIMEOUT: Duration = Duration::from_secs(10);
@@ -76,30 +75,6 @@ const ACCEPT_BACKOFF_MAX: Duration = Duration::from_secs(1);
 const MAX_ACCEPT_CAUSES: usize = 32;
 /// A client gets this long to finish its TLS handshake (slowloris guard, as for request heads).
 const TLS_HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(10);
-
-const WEB_CONFIG_RELOAD_FAILURES: Desc = Desc::counter(
-    "hpcnode_web_config_reload_failures",
-    "Times a change of --web.config.file or a file it names was not taken, by reason; the last good config stays in force.",
-    None,
-);
-const TLS_HANDSHAKE_FAILURES: Desc = Desc::counter(
-    "hpcnode_web_tls_handshake_failures",
-    "TLS handshakes that failed (error) or did not finish in time (timeout), by reason.",
-    None,
-);
-const AUTH_FAILURES: Desc = Desc::counter(
-    "hpcnode_web_auth_failures",
-    "Requests refused: no, malformed or wrong basic-auth credentials, a source throttled, or a client certificate the config in force no longer accepts; by reason.",
-    None,
-);
-
-/// The server's own metrics, emitted when `--web.config.file` is given (for the METRICS.md
-/// check).
-pub const WEB_METRICS: [Desc; 3] = [
-    WEB_CONFIG_RELOAD_FAILURES,
-    TLS_HANDSHAKE_FAILURES,
-    AUTH_FAILURES,
-];
 
 /// What clients may hold at once.
 #[derive(Debug, Clone, Copy)]
@@ -180,17 +155,6 @@ struct Peer {
     /// The config the certificate was last found good under (the handshake's at first).
     checked_under: Mutex<Option<Arc<WebConfig>>>,
 }
-
-/// What a scrape's response is: its format, and whether it is gzipped.
-#[derive(Debug, Clone, Copy)]
-struct Variant {
-    format: Format,
-    gzip: bool,
-}
-
-/// A running collection's result as its waiters see it: `None` until it is done. Its sender
-/// dropped without a result: the collection's task panicked.
-type Flight = watch::Receiver<Option<Arc<Encodable>>>;
 
 impl Server {
     pub fn new(
@@ -443,101 +407,6 @@ impl Server {
             _ => plain(StatusCode::NOT_FOUND, "Not Found\n"),
         }
     }
-
-    async fn metrics(self: &Arc<Self>, request: &Request<Incoming>) -> Response<Body> {
-        let Ok(slot) = self.scrape_slots.clone().try_acquire_owned() else {
-            return plain(
-                StatusCode::SERVICE_UNAVAILABLE,
-                "Too many concurrent scrapes (--web.max-requests)\n",
-            );
-        };
-        let variant = Variant {
-            format: negotiate_format(header(request, ACCEPT)),
-            gzip: accepts_gzip(header(request, ACCEPT_ENCODING)),
-        };
-        let mut flight = self.join_or_start();
-        // An error: the collection's task panicked before it had samples.
-        let collected = match flight.wait_for(Option::is_some).await {
-            Ok(done) => done.clone(),
-            Err(_) => None,
-        };
-        let Some(collected) = collected else {
-            return plain(StatusCode::INTERNAL_SERVER_ERROR, "collection failed\n");
-        };
-        let pieces = collected.pieces(variant.format);
-        let mut response = Response::new(Body::encoding(pieces, variant.gzip).holding(slot));
-        let headers = response.headers_mut();
-        headers.insert(
-            CONTENT_TYPE,
-            HeaderValue::from_static(variant.format.content_type()),
-        );
-        if variant.gzip {
-            headers.insert(CONTENT_ENCODING, HeaderValue::from_static("gzip"));
-        }
-        headers.insert(VARY, HeaderValue::from_static("Accept, Accept-Encoding"));
-        response
-    }
-
-    /// The running collection, or a new one. It runs as a task of its own, so a client that
-    /// goes away takes nothing from those waiting with it.
-    fn join_or_start(self: &Arc<Self>) -> Flight {
-        let mut running = lock(&self.flight);
-        if let Some(flight) = &*running {
-            return flight.clone();
-        }
-        let (done, flight) = watch::channel(None);
-        *running = Some(flight.clone());
-        let landing = Landing {
-            server: self.clone(),
-        };
-        tokio::spawn(async move {
-            let collected = landing.server.collect().await;
-            // Scrapes from now on start a collection of their own.
-            drop(landing);
-            let _ = done.send(Some(Arc::new(collected)));
-        });
-        flight
-    }
-
-    /// One collection, its samples grouped for the encoder.
-    async fn collect(&self) -> Encodable {
-        let mut samples = self.scraper.scrape().await;
-        if let Some(web) = &self.web {
-            samples.append(self.web_samples(web));
-        }
-        Encodable::new(samples)
-    }
-}
-
-impl Server {
-    fn web_samples(&self, web: &WebConfigFile) -> Samples {
-        let mut samples = Samples::default();
-        for (reason, count) in web.reload_failures() {
-            samples.push(
-                &WEB_CONFIG_RELOAD_FAILURES,
-                vec![("reason", LabelValue::Static(reason))],
-                Value::Int(count),
-            );
-        }
-        for (reason, count) in [
-            ("error", &self.handshake_errors),
-            ("timeout", &self.handshake_timeouts),
-        ] {
-            samples.push(
-                &TLS_HANDSHAKE_FAILURES,
-                vec![("reason", LabelValue::Static(reason))],
-                Value::Int(count.load(Ordering::Relaxed)),
-            );
-        }
-        for (refusal, count) in Refusal::ALL.iter().zip(&self.auth_failures) {
-            samples.push(
-                &AUTH_FAILURES,
-                vec![("reason", LabelValue::Static(refusal.reason()))],
-                Value::Int(count.load(Ordering::Relaxed)),
-            );
-        }
-        samples
-    }
 }
 
 /// Whether the connection's client certificate, checked at its handshake, is still good under
@@ -562,17 +431,6 @@ fn client_certificate_holds(web: &Arc<WebConfig>, peer: &Peer) -> bool {
         *checked_under = Some(web.clone());
     }
     holds
-}
-
-/// Takes a finished (or panicked) collection out of the running ones.
-struct Landing {
-    server: Arc<Server>,
-}
-
-impl Drop for Landing {
-    fn drop(&mut self) {
-        *lock(&self.server.flight) = None;
-    }
 }
 
 fn header(request: &Request<Incoming>, name: hyper::header::HeaderName) -> &str {

@@ -59,8 +59,53 @@ fn help_lists_generated_collector_flags() {
         "--scrape.timeout",
         "--log.level",
         "--log.format",
+        "--collector.ebpf.strict",
+        "--collector.verbs.interval",
+        "--collector.verbs.token-file",
     ] {
         assert!(stdout.contains(flag), "--help lacks {flag}");
+    }
+    // Each collector's flags are under `--collector.<name>.`; the old spellings are hidden.
+    for old in ["--ebpf.", "--probe.verbs."] {
+        assert!(!stdout.contains(old), "--help names {old}");
+    }
+}
+
+/// The old spellings still work: they reach the renamed flag (its errors name the new one),
+/// and a start with them logs one warning per old spelling, naming both.
+#[test]
+fn old_flag_spellings_still_work_and_are_logged_once_as_deprecated() {
+    let (code, _, stderr) = run(&["--probe.verbs.mesh-fanout=0"]);
+    assert_eq!(code, 2, "{stderr}");
+    assert!(
+        stderr.contains("invalid --collector.verbs.mesh-fanout \"0\""),
+        "{stderr}"
+    );
+    let lines = lines_until_listening(&[
+        "--path.sysfs=/nonexistent",
+        "--collector.disable-defaults",
+        "--ebpf.strict",
+        "--probe.verbs.device",
+        "mlx5_0",
+        "--ebpf.hooks=kernel_log:none",
+    ]);
+    let deprecated: Vec<_> = lines
+        .iter()
+        .filter(|line| line.contains("deprecated flag spelling"))
+        .collect();
+    assert_eq!(deprecated.len(), 3, "{lines:?}");
+    for (old, new) in [
+        ("ebpf.strict", "collector.ebpf.strict"),
+        ("probe.verbs.device", "collector.verbs.device"),
+        ("ebpf.hooks", "collector.ebpf.hooks"),
+    ] {
+        let named = format!("flag=--{old} use=--{new}");
+        let count = deprecated
+            .iter()
+            .filter(|line| line.contains(&named))
+            .count();
+        assert_eq!(count, 1, "{named}: {lines:?}");
+        assert!(deprecated.iter().all(|line| line.contains("level=warn")));
     }
 }
 
@@ -144,23 +189,35 @@ fn numeric_flags_out_of_range_give_one_line_naming_the_flag_and_exit_2() {
             "--collector.modules.max-modules",
         ),
         (
-            "--probe.verbs.interval=999999999h",
-            "--probe.verbs.interval",
+            "--collector.verbs.interval=999999999h",
+            "--collector.verbs.interval",
         ),
-        ("--probe.verbs.jitter=169h", "--probe.verbs.jitter"),
-        ("--probe.verbs.duration=61s", "--probe.verbs.duration"),
-        ("--probe.verbs.timeout=999999999h", "--probe.verbs.timeout"),
-        ("--probe.verbs.message-size=0", "--probe.verbs.message-size"),
+        ("--collector.verbs.jitter=169h", "--collector.verbs.jitter"),
         (
-            "--probe.verbs.queue-depth=4097",
-            "--probe.verbs.queue-depth",
+            "--collector.verbs.duration=61s",
+            "--collector.verbs.duration",
         ),
         (
-            "--probe.verbs.latency-iterations=0",
-            "--probe.verbs.latency-iterations",
+            "--collector.verbs.timeout=999999999h",
+            "--collector.verbs.timeout",
         ),
-        ("--probe.verbs.port=256", "--probe.verbs.port"),
-        ("--probe.verbs.gid-index=256", "--probe.verbs.gid-index"),
+        (
+            "--collector.verbs.message-size=0",
+            "--collector.verbs.message-size",
+        ),
+        (
+            "--collector.verbs.queue-depth=4097",
+            "--collector.verbs.queue-depth",
+        ),
+        (
+            "--collector.verbs.latency-iterations=0",
+            "--collector.verbs.latency-iterations",
+        ),
+        ("--collector.verbs.port=256", "--collector.verbs.port"),
+        (
+            "--collector.verbs.gid-index=256",
+            "--collector.verbs.gid-index",
+        ),
     ] {
         let (code, stdout, stderr) = run(&[arg]);
         assert_eq!(code, 2, "{arg}: {stderr}");
@@ -185,11 +242,11 @@ fn token_files_that_never_end_or_block_are_refused() {
     for token in ["/dev/zero".to_string(), fifo.display().to_string()] {
         let (code, _, stderr) = run(&[
             "--web.listen-address=127.0.0.1:0",
-            "--probe.verbs.interval=1h",
-            &format!("--probe.verbs.token-file={token}"),
+            "--collector.verbs.interval=1h",
+            &format!("--collector.verbs.token-file={token}"),
         ]);
         assert_eq!(code, 1, "{token}: {stderr}");
-        assert!(stderr.contains("--probe.verbs.token-file"), "{stderr}");
+        assert!(stderr.contains("--collector.verbs.token-file"), "{stderr}");
         assert!(stderr.contains("not a regular file"), "{stderr}");
         let (code, _, stderr) = run(&["probe", "verbs", &format!("--token-file={token}")]);
         assert_eq!(code, 1, "{token}: {stderr}");
@@ -207,19 +264,16 @@ fn port_in_use_exits_1_with_reason() {
     assert!(stderr.contains("Address already in use"), "{stderr}");
 }
 
-#[test]
-fn json_logs() {
+/// The log lines of a start with `args` on a free port, up to "listening" (probes log before
+/// it); then the exporter is stopped. Read on a thread, so that a binary that never logs that
+/// line (a changed encoding, a failed start) fails the test instead of hanging it.
+fn lines_until_listening(args: &[&str]) -> Vec<String> {
     let mut child = Command::new(BINARY)
-        .args([
-            "--web.listen-address=127.0.0.1:0",
-            "--log.format=json",
-            "--path.sysfs=/nonexistent",
-        ])
+        .arg("--web.listen-address=127.0.0.1:0")
+        .args(args)
         .stderr(std::process::Stdio::piped())
         .spawn()
         .unwrap();
-    // Every line up to "listening" (probes log before it) is JSON. Read on a thread, so that a
-    // binary that never logs that line (a changed encoding) fails the test instead of hanging it.
     let stderr = std::io::BufReader::new(child.stderr.take().unwrap());
     let (sink, received) = mpsc::channel();
     std::thread::spawn(move || {
@@ -234,7 +288,7 @@ fn json_logs() {
     while let Ok(line) =
         received.recv_timeout(deadline.saturating_duration_since(std::time::Instant::now()))
     {
-        let listening = line.contains("\"msg\":\"listening\"");
+        let listening = line.contains("\"msg\":\"listening\"") || line.contains("msg=listening");
         lines.push(line);
         if listening {
             break;
@@ -242,6 +296,12 @@ fn json_logs() {
     }
     let _ = child.kill();
     let _ = child.wait();
+    lines
+}
+
+#[test]
+fn json_logs() {
+    let lines = lines_until_listening(&["--log.format=json", "--path.sysfs=/nonexistent"]);
     assert!(
         lines
             .last()
@@ -268,17 +328,17 @@ fn missing_sysfs_tree_is_not_an_error() {
     );
 }
 
-/// `--ebpf.hooks` takes only probes and hooks that exist: a wrong one is one line naming what
-/// exists, exit 2, before anything is attached.
+/// `--collector.ebpf.hooks` takes only probes and hooks that exist: a wrong one is one line
+/// naming what exists, exit 2, before anything is attached.
 #[test]
 fn ebpf_hooks_refuses_a_hook_the_probe_lacks_naming_its_hooks() {
     for (arg, reason) in [
         (
-            "--ebpf.hooks=module_load:fexit",
+            "--collector.ebpf.hooks=module_load:fexit",
             "module_load has no hook \"fexit\"; its hooks: tp_btf, raw_tp, tracepoint, perf, none",
         ),
         (
-            "--ebpf.hooks=kernel_log",
+            "--collector.ebpf.hooks=kernel_log",
             "\"kernel_log\" is not PROBE:HOOK",
         ),
     ] {
@@ -288,7 +348,7 @@ fn ebpf_hooks_refuses_a_hook_the_probe_lacks_naming_its_hooks() {
         let value = arg.split_once('=').unwrap().1;
         assert_eq!(
             stderr.trim_end(),
-            format!("hpcnode_exporter: error: invalid --ebpf.hooks {value:?}: {reason}")
+            format!("hpcnode_exporter: error: invalid --collector.ebpf.hooks {value:?}: {reason}")
         );
     }
 }

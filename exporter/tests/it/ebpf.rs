@@ -130,15 +130,15 @@ fn kernel_log_lines_are_counted_exactly() {
     );
 }
 
-/// `--ebpf.hooks` forces the kernel log probe off its preferred BPF hook onto the /dev/kmsg
-/// reader, which counts the same lines; the probes left out with `none` say so.
+/// `--collector.ebpf.hooks` forces the kernel log probe off its preferred BPF hook onto the
+/// /dev/kmsg reader, which counts the same lines; the probes left out with `none` say so.
 #[test]
 fn a_forced_hook_counts_the_same_kernel_log_lines() {
     if !require_bpf("a_forced_hook_counts_the_same_kernel_log_lines") {
         return;
     }
     let mut args = EBPF_ONLY.to_vec();
-    args.push("--ebpf.hooks=kernel_log:kmsg,module_load:none");
+    args.push("--collector.ebpf.hooks=kernel_log:kmsg,module_load:none");
     let exporter = Exporter::start(&args);
     let before = exporter.get("/metrics").text();
     assert_eq!(
@@ -148,7 +148,7 @@ fn a_forced_hook_counts_the_same_kernel_log_lines() {
     );
     assert_eq!(
         failure_reason(&before, "module_load"),
-        "left out by --ebpf.hooks=module_load:none\"} 1"
+        "left out by --collector.ebpf.hooks=module_load:none\"} 1"
     );
     let module = format!("hpcnode_forced{}", std::process::id());
     let series = format!(
@@ -300,7 +300,10 @@ fn strict_exits_1_naming_the_missing_probes() {
         return;
     }
     let output = std::process::Command::new(BINARY)
-        .args(["--web.listen-address=127.0.0.1:0", "--ebpf.strict"])
+        .args([
+            "--web.listen-address=127.0.0.1:0",
+            "--collector.ebpf.strict",
+        ])
         .args(EBPF_ONLY)
         .output()
         .unwrap();
@@ -312,7 +315,7 @@ fn strict_exits_1_naming_the_missing_probes() {
         .find(|l| l.contains("level=error"))
         .unwrap_or_else(|| panic!("no error line:\n{stderr}"));
     assert!(
-        error.contains("--ebpf.strict: probes not attached: module_load ("),
+        error.contains("--collector.ebpf.strict: probes not attached: module_load ("),
         "{error}"
     );
     assert!(error.contains("; module_sig_check ("), "{error}");
@@ -398,7 +401,7 @@ fn the_kernels_btf_is_not_kept_once_the_probes_are_attached() {
 
 #[test]
 fn disabled_collector_loads_nothing() {
-    let exporter = Exporter::start(&["--no-collector.ebpf", "--ebpf.strict"]);
+    let exporter = Exporter::start(&["--no-collector.ebpf", "--collector.ebpf.strict"]);
     let text = exporter.get("/metrics").text();
     assert!(!text.contains("hpcnode_ebpf_"), "{text}");
     assert!(!text.contains("collector=\"ebpf\""), "{text}");

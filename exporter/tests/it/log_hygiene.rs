@@ -165,19 +165,19 @@ fn module_files_are_never_quoted() {
 /// The exporter's stderr when it is started with the verbs probe mesh on `peers` (and the
 /// token file `token`, if any): a start that must fail.
 fn failed_verbs_start(peers: &Path, token: Option<&Path>) -> String {
-    let peers = format!("--probe.verbs.peers={}", peers.display());
-    let token = token.map(|path| format!("--probe.verbs.token-file={}", path.display()));
+    let peers = format!("--collector.verbs.peers={}", peers.display());
+    let token = token.map(|path| format!("--collector.verbs.token-file={}", path.display()));
     let output = Command::new(BINARY)
         .args([
             "--web.listen-address=127.0.0.1:0",
             "--collector.disable-defaults",
             "--collector.verbs",
-            "--probe.verbs.listen=127.0.0.1:0",
-            "--probe.verbs.allow=127.0.0.1",
-            "--probe.verbs.interval=2s",
-            "--probe.verbs.duration=100ms",
-            "--probe.verbs.mesh-fanout=1",
-            "--probe.verbs.node-name=self",
+            "--collector.verbs.listen=127.0.0.1:0",
+            "--collector.verbs.allow=127.0.0.1",
+            "--collector.verbs.interval=2s",
+            "--collector.verbs.duration=100ms",
+            "--collector.verbs.mesh-fanout=1",
+            "--collector.verbs.node-name=self",
             &peers,
         ])
         .args(token)

@@ -166,7 +166,7 @@ const NEEDS_RDMA_DEVICE: &[&str] = &[
 
 /// The `rdma_netlink` metrics of a device, which need RDMA netlink and a device in this
 /// machine's kernel (only `hpcnode_rdma_netlink_available` does not). The kernel lab's
-/// `rdma_netlink` group produces them on Soft-RoCE, and `rdma_netlink::tests` checks their
+/// `rdma_netlink` group produces them on Soft-RoCE, and `rdma_resources::tests` checks their
 /// export from decoded dumps; a machine with a device produces them here too.
 const NEEDS_RDMA_NETLINK_DEVICE: &[&str] = &[
     "hpcnode_rdma_resources",
@@ -178,7 +178,7 @@ const NEEDS_RDMA_NETLINK_DEVICE: &[&str] = &[
     "hpcnode_rdma_slurm_job_pinned_bytes",
     // With --collector.rdma_netlink.qp-counters: the lab produces the binding and the count
     // on Soft-RoCE; the per-holder sums (no QP counters on rxe) only from the decoded dumps of
-    // rdma_netlink::tests.
+    // rdma_resources::tests.
     "hpcnode_rdma_qp_counter_port_binding",
     "hpcnode_rdma_qp_counters",
     "hpcnode_rdma_holder_qp_counter_total",
@@ -190,8 +190,8 @@ const NEEDS_RDMA_NETLINK_DEVICE: &[&str] = &[
 fn verbs_emitted() -> BTreeSet<String> {
     verbs_emitted_with(
         &[
-            "--probe.verbs.interval=1h",
-            "--probe.verbs.device=rxe0,mlx4_1",
+            "--collector.verbs.interval=1h",
+            "--collector.verbs.device=rxe0,mlx4_1",
         ],
         |text| {
             text.matches("hpcnode_verbs_probe_duration_seconds{")
@@ -206,14 +206,14 @@ fn verbs_mesh_emitted() -> BTreeSet<String> {
     let dir = tempfile::tempdir().unwrap();
     let peers = dir.path().join("peers");
     std::fs::write(&peers, "self 127.0.0.1:1\nother 127.0.0.1:2\n").unwrap();
-    let peers = format!("--probe.verbs.peers={}", peers.display());
+    let peers = format!("--collector.verbs.peers={}", peers.display());
     verbs_emitted_with(
         &[
-            "--probe.verbs.interval=2s",
-            "--probe.verbs.duration=100ms",
-            "--probe.verbs.mesh-fanout=1",
-            "--probe.verbs.node-name=self",
-            "--probe.verbs.device=rxe0",
+            "--collector.verbs.interval=2s",
+            "--collector.verbs.duration=100ms",
+            "--collector.verbs.mesh-fanout=1",
+            "--collector.verbs.node-name=self",
+            "--collector.verbs.device=rxe0",
             &peers,
         ],
         |text| text.contains("hpcnode_verbs_probe_mesh_peer_success{"),
@@ -224,12 +224,12 @@ fn verbs_mesh_emitted() -> BTreeSet<String> {
 /// runs are in.
 fn verbs_emitted_with(flags: &[&str], done: impl Fn(&str) -> bool) -> BTreeSet<String> {
     let sysfs = format!("--path.sysfs={}", util::fixture("rdma_edge").display());
-    let library = format!("--probe.verbs.library={}", util::libibverbs());
+    let library = format!("--collector.verbs.library={}", util::libibverbs());
     let mut args = vec![
         "--collector.disable-defaults",
         "--collector.verbs",
-        "--probe.verbs.listen=127.0.0.1:0",
-        "--probe.verbs.allow=127.0.0.1",
+        "--collector.verbs.listen=127.0.0.1:0",
+        "--collector.verbs.allow=127.0.0.1",
         &library,
         &sysfs,
     ];
@@ -275,7 +275,7 @@ fn metrics_md_matches_what_fixtures_produce() {
             "{name} is produced here: remove it from NEEDS_RDMA_DEVICE"
         );
     }
-    let netlink_metrics: BTreeSet<String> = hpcnode_exporter::collectors::rdma_netlink::METRICS
+    let netlink_metrics: BTreeSet<String> = hpcnode_exporter::collectors::rdma_resources::METRICS
         .iter()
         .map(|desc| desc.sample_name())
         .collect();

@@ -20,11 +20,11 @@ use util::{Exporter, BINARY};
 
 /// Exporter flags that load the real library.
 fn real_library() -> String {
-    format!("--probe.verbs.library={}", util::libibverbs())
+    format!("--collector.verbs.library={}", util::libibverbs())
 }
 
 /// A library path that cannot load: a node without rdma-core.
-const NO_LIBRARY: &str = "--probe.verbs.library=/nonexistent/libibverbs.so.1";
+const NO_LIBRARY: &str = "--collector.verbs.library=/nonexistent/libibverbs.so.1";
 
 fn edge_sysfs() -> String {
     format!("--path.sysfs={}", util::fixture("rdma_edge").display())
@@ -98,7 +98,7 @@ fn without_libibverbs_the_probe_says_unavailable_once() {
     let exporter = Exporter::start(&[
         "--collector.disable-defaults",
         "--collector.verbs",
-        "--probe.verbs.interval=1s",
+        "--collector.verbs.interval=1s",
         NO_LIBRARY,
         &edge_sysfs(),
     ]);
@@ -130,8 +130,8 @@ fn real_library_loads_and_each_failure_is_counted() {
         "--collector.disable-defaults",
         "--collector.verbs",
         &real_library(),
-        "--probe.verbs.interval=1h",
-        "--probe.verbs.device=rxe0,mlx4_1",
+        "--collector.verbs.interval=1h",
+        "--collector.verbs.device=rxe0,mlx4_1",
         &edge_sysfs(),
     ]);
     // rxe0 is ACTIVE in sysfs but libibverbs finds no such device on this machine;
@@ -173,14 +173,14 @@ fn closed_address() -> std::net::SocketAddr {
 #[test]
 fn unreachable_peer_is_counted() {
     let closed = closed_address();
-    let peer = format!("--probe.verbs.peer={closed}");
+    let peer = format!("--collector.verbs.peer={closed}");
     let exporter = Exporter::start(&[
         "--collector.disable-defaults",
         "--collector.verbs",
         &real_library(),
-        "--probe.verbs.interval=1h",
-        "--probe.verbs.device=rxe0",
-        "--probe.verbs.timeout=1s",
+        "--collector.verbs.interval=1h",
+        "--collector.verbs.device=rxe0",
+        "--collector.verbs.timeout=1s",
         &peer,
         &edge_sysfs(),
     ]);
@@ -289,18 +289,18 @@ fn responder(allow: &str, extra: &[&str]) -> (Exporter, String) {
     responder_loading(&real_library(), allow, extra)
 }
 
-/// As [`responder`], loading `library` (a `--probe.verbs.library` flag).
+/// As [`responder`], loading `library` (a `--collector.verbs.library` flag).
 fn responder_loading(library: &str, allow: &str, extra: &[&str]) -> (Exporter, String) {
     let address = format!("127.0.0.1:{}", free_port());
     let (listen, allow, sysfs) = (
-        format!("--probe.verbs.listen={address}"),
-        format!("--probe.verbs.allow={allow}"),
+        format!("--collector.verbs.listen={address}"),
+        format!("--collector.verbs.allow={allow}"),
         edge_sysfs(),
     );
     let mut args = vec![
         "--collector.disable-defaults",
         "--collector.verbs",
-        "--probe.verbs.device=rxe0",
+        "--collector.verbs.device=rxe0",
         library,
         &listen,
         &allow,
@@ -327,10 +327,10 @@ fn responder_threads(exporter: &Exporter) -> usize {
 fn responder_with_token() -> (tempfile::TempDir, Exporter, String) {
     let dir = tempfile::tempdir().unwrap();
     let token = format!(
-        "--probe.verbs.token-file={}",
+        "--collector.verbs.token-file={}",
         token_file(dir.path(), "right-token\n").display()
     );
-    let (exporter, address) = responder("127.0.0.0/8", &[&token, "--probe.verbs.timeout=1s"]);
+    let (exporter, address) = responder("127.0.0.0/8", &[&token, "--collector.verbs.timeout=1s"]);
     (dir, exporter, address)
 }
 
@@ -458,10 +458,10 @@ fn a_token_file_others_may_read_stops_the_start() {
             "--web.listen-address=127.0.0.1:0",
             "--collector.disable-defaults",
             "--collector.verbs",
-            "--probe.verbs.interval=1h",
+            "--collector.verbs.interval=1h",
             &real_library(),
             &edge_sysfs(),
-            &format!("--probe.verbs.token-file={}", path.display()),
+            &format!("--collector.verbs.token-file={}", path.display()),
         ])
         .stderr(std::process::Stdio::piped())
         .spawn()
@@ -544,7 +544,7 @@ fn busy_port_sysfs() -> (
     (root, done)
 }
 
-/// A port moving more than --probe.verbs.busy-share of its data rate is not probed: skipped,
+/// A port moving more than --collector.verbs.busy-share of its data rate is not probed: skipped,
 /// counted, and no run is tried; once the port is quiet it is probed (and fails here, for want
 /// of a device).
 #[test]
@@ -556,9 +556,9 @@ fn a_busy_port_is_skipped() {
             "--collector.disable-defaults".to_string(),
             "--collector.verbs".to_string(),
             real_library(),
-            "--probe.verbs.interval=1s".to_string(),
-            "--probe.verbs.device=rxe0".to_string(),
-            format!("--probe.verbs.busy-share={share}"),
+            "--collector.verbs.interval=1s".to_string(),
+            "--collector.verbs.device=rxe0".to_string(),
+            format!("--collector.verbs.busy-share={share}"),
             sysfs_flag.clone(),
         ]
     };
@@ -618,7 +618,7 @@ impl GatedLibrary {
 
     fn flag(&self) -> String {
         let library = self.dir.path().join("libibverbs.so.1");
-        format!("--probe.verbs.library={}", library.display())
+        format!("--collector.verbs.library={}", library.display())
     }
 
     /// From now on a session that opens its device waits, holding the port.
@@ -671,11 +671,11 @@ fn session_holding_the_port(address: &str, library: &GatedLibrary) -> TcpStream 
 fn a_scheduled_probe_waits_for_a_responder_session_on_its_port() {
     let library = GatedLibrary::build();
     let closed = closed_address();
-    let peer = format!("--probe.verbs.peer={closed}");
+    let peer = format!("--collector.verbs.peer={closed}");
     let (exporter, address) = responder_loading(
         &library.flag(),
         "127.0.0.0/8",
-        &["--probe.verbs.interval=1s", &peer],
+        &["--collector.verbs.interval=1s", &peer],
     );
     library.close();
     let held = session_holding_the_port(&address, &library);
@@ -866,8 +866,8 @@ fn responder_without_a_device_says_why_it_is_not_listening() {
         "--collector.disable-defaults",
         "--collector.verbs",
         &real_library(),
-        &format!("--probe.verbs.listen={address}"),
-        "--probe.verbs.allow=127.0.0.1",
+        &format!("--collector.verbs.listen={address}"),
+        "--collector.verbs.allow=127.0.0.1",
         &format!("--path.sysfs={}", sysfs.path().display()),
     ]);
     let text = exporter.get("/metrics").text();

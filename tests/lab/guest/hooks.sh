@@ -1,5 +1,5 @@
 # The hook matrix of the eBPF probes (source after lib.sh): the exporter runs once per round,
-# each round restricting probes to one hook each with --ebpf.hooks (PROBE:none leaves the probes
+# each round restricting probes to one hook each with --collector.ebpf.hooks (PROBE:none leaves the probes
 # not under test out: each probe's load costs seconds under TCG). The same events are made in
 # every round and each probe must count exactly what they are: what its preferred hook counts
 # (the preferred hooks are one of the rounds), or be a hook this kernel cannot offer, with the
@@ -31,7 +31,7 @@ lab_probe_hook() {
 }
 
 # lab_hook_matrix NAME DRIVE EXPECTED UNAVAILABLE FLAGS ROUND...: one scenario NAME_N per ROUND,
-# a --ebpf.hooks value (a probe it does not name is on its preferred hook). DRIVE is a command
+# a --collector.ebpf.hooks value (a probe it does not name is on its preferred hook). DRIVE is a command
 # that makes the events; EXPECTED is "PROBE=COUNT ..." (what DRIVE makes each probe count; each
 # is checked unless the ROUND names it with hook none); UNAVAILABLE is
 # "PROBE:HOOK ..." that this kernel cannot offer; FLAGS the exporter's other flags (words).
@@ -42,7 +42,7 @@ lab_hook_matrix() {
     round=$((round + 1))
     lab_scenario "${name}_$round"
     # shellcheck disable=SC2086 # FLAGS are words
-    lab_exporter_start $flags "--ebpf.hooks=$hooks" || continue
+    lab_exporter_start $flags "--collector.ebpf.hooks=$hooks" || continue
     lab_scrape "before_$round"
     "$drive"
     lab_scrape "after_$round"

@@ -1,5 +1,5 @@
 /* Kernel lab helper: captures the kernel's RDMA netlink replies byte for byte, for the
- * rdma_netlink collector's decoder tests (exporter/src/collectors/rdma_netlink/message.rs reads
+ * rdma_netlink collector's decoder tests (exporter/src/netlink/rdma/message.rs reads
  * the files back). Sends one request, as iproute2's rdma sends it, and writes every
  * datagram of the reply, up to and including NLMSG_DONE (a dump; a port's request is answered
  * with one message), to FILE, each prefixed with its length as a native u32.

@@ -1,12 +1,12 @@
 # The eBPF probes on a Debian kernel with BTF, kprobes and fexit: every probe attaches under
-# --ebpf.strict, and each reports the hook it got (the cheapest that the kernel offers).
+# --collector.ebpf.strict, and each reports the hook it got (the cheapest that the kernel offers).
 # lab: collectors=ebpf
 # lab: timeout=120
 
 attached=hpcnode_ebpf_probe_attached
 
 lab_scenario strict_attach
-lab_exporter_start --collector.disable-defaults --collector.ebpf --ebpf.strict || exit 1
+lab_exporter_start --collector.disable-defaults --collector.ebpf --collector.ebpf.strict || exit 1
 lab_scrape probes
 lab_record_series probes "$attached"
 lab_expect "the four probes report a hook" "$(lab_series probes "$attached")" ">=" 4

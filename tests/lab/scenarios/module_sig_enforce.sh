@@ -13,7 +13,7 @@ module=pcspkr
 
 lab_scenario boot
 lab_check "sig_enforce is Y" grep -qx Y /sys/module/module/parameters/sig_enforce
-lab_exporter_start --collector.disable-defaults --collector.ebpf --collector.modules --ebpf.strict || exit 1
+lab_exporter_start --collector.disable-defaults --collector.ebpf --collector.modules --collector.ebpf.strict || exit 1
 lab_scrape boot
 lab_expect "exported sig_enforce" "$(lab_value boot hpcnode_module_sig_enforce)" == 1
 

@@ -19,7 +19,7 @@ log_events='hpcnode_kernel_log_events_total{source="kernel_log"}'
 
 lab_scenario boot
 lab_check_fails "$module not loaded at boot" lab_module_loaded $module
-lab_exporter_start --collector.disable-defaults --collector.ebpf --collector.modules --ebpf.strict \
+lab_exporter_start --collector.disable-defaults --collector.ebpf --collector.modules --collector.ebpf.strict \
   --collector.modules.expected=$module || exit 1
 lab_scrape boot
 lab_expect_kernel_taint boot 0

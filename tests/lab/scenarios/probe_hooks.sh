@@ -1,4 +1,4 @@
-# Every hook of every module and kernel-log probe, forced one at a time with --ebpf.hooks, on
+# Every hook of every module and kernel-log probe, forced one at a time with --collector.ebpf.hooks, on
 # the same module loads (signed, corrupted, unsigned pcspkr) and kernel log lines: each counts
 # exactly those events (guest/hooks.sh); the first round has each probe's preferred hook.
 # It loads an unsigned module, so it boots apart from the groups that need an untainted kernel

@@ -1,4 +1,4 @@
-# The IOMMU probes on each of their hooks, forced with --ebpf.hooks (guest/hooks.sh): real DMAR
+# The IOMMU probes on each of their hooks, forced with --collector.ebpf.hooks (guest/hooks.sh): real DMAR
 # faults from edu's DMA to unmapped IOVAs, one fault interrupt each on fentry and on kprobe;
 # iommu:io_page_fault attached on tp_btf and raw_tp, where Intel VT-d reports nothing.
 # In the default lab since its rounds finish in 68 to 90 s of guest time (all three kernels,

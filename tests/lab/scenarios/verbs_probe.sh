@@ -2,7 +2,7 @@
 # ib_write_bw on the same device right after gives the ratio of our bandwidth to perftest's;
 # an unreachable peer, a wrong token, garbage on the out-of-band port and a port taken down are
 # each counted while the exporter keeps serving. Three exporters form a probe mesh
-# (--probe.verbs.peers) and each probes and is probed within a round or two. The peer probe runs the version 2 handshake (each
+# (--collector.verbs.peers) and each probes and is probed within a round or two. The peer probe runs the version 2 handshake (each
 # side proves the token by HMAC, the token never sent); a version 1 hello is counted as a version
 # mismatch, and a token file others may read stops the probe command.
 #
@@ -20,8 +20,8 @@ port=/sys/class/infiniband/rxe0/ports/1
 RESPONDER_ADDRESS=127.0.0.1:10051
 OOB=127.0.0.1:18515
 # Emulation is 10 to 30 times slower than a real host: short runs, generous step timeouts.
-PROBE="--collector.disable-defaults --collector.verbs --probe.verbs.device=rxe0 --probe.verbs.timeout=20s"
-RUN="--probe.verbs.duration=2s --probe.verbs.latency-iterations=200"
+PROBE="--collector.disable-defaults --collector.verbs --collector.verbs.device=rxe0 --collector.verbs.timeout=20s"
+RUN="--collector.verbs.duration=2s --collector.verbs.latency-iterations=200"
 # Token files must be private to their owner (the exporter refuses any other mode).
 echo "s3cret" > /tmp/verbs.token
 echo "guess" > /tmp/verbs.wrong-token
@@ -62,7 +62,7 @@ done
 
 lab_scenario loopback
 # shellcheck disable=SC2086 # PROBE is a list of flags
-lab_exporter_start $PROBE $RUN --probe.verbs.interval=1h || exit 1
+lab_exporter_start $PROBE $RUN --collector.verbs.interval=1h || exit 1
 await_runs loopback 'hpcnode_verbs_probe_runs_total{mode="loopback",result="success"}'
 lab_expect "probe available" "$(lab_value loopback hpcnode_verbs_probe_available)" == 1
 lab_expect "verbs collector succeeded" "$(lab_value loopback 'hpcnode_scrape_collector_success{collector="verbs"}')" == 1
@@ -142,13 +142,13 @@ lab_expect "probe bandwidth / ib_write_bw bandwidth (best runs)" "$best_ratio" "
 
 lab_scenario peer
 # shellcheck disable=SC2086
-"$LAB_EXPORTER" --web.listen-address=$RESPONDER_ADDRESS $PROBE $RUN --probe.verbs.listen=$OOB \
-  --probe.verbs.allow=127.0.0.1 --probe.verbs.token-file=/tmp/verbs.token \
+"$LAB_EXPORTER" --web.listen-address=$RESPONDER_ADDRESS $PROBE $RUN --collector.verbs.listen=$OOB \
+  --collector.verbs.allow=127.0.0.1 --collector.verbs.token-file=/tmp/verbs.token \
   > "/lab/results/$LAB_GROUP.responder.log" 2>&1 &
 responder=$!
 lab_check "responder answers" lab_wait_until 90 sh -c "timeout 20 wget -q -O /dev/null http://$RESPONDER_ADDRESS/metrics"
 # shellcheck disable=SC2086
-lab_exporter_start $PROBE $RUN --probe.verbs.interval=1h --probe.verbs.peer=$OOB --probe.verbs.token-file=/tmp/verbs.token || exit 1
+lab_exporter_start $PROBE $RUN --collector.verbs.interval=1h --collector.verbs.peer=$OOB --collector.verbs.token-file=/tmp/verbs.token || exit 1
 await_runs peer "hpcnode_verbs_probe_runs_total{mode=\"peer\",peer=\"$OOB\",result=\"success\"}"
 lab_expect "peer bandwidth exported" "$(lab_value peer "hpcnode_verbs_probe_bandwidth_bytes_per_second{mode=\"peer\",peer=\"$OOB\"}")" ">" 0
 lab_expect "peer latency exported (us)" "$(microseconds "$(lab_value peer "hpcnode_verbs_probe_latency_seconds{mode=\"peer\",peer=\"$OOB\"}")")" ">" 0
@@ -157,7 +157,7 @@ lab_expect "responder served one session" "$(lab_value responder 'hpcnode_verbs_
 
 lab_scenario wrong_token
 # shellcheck disable=SC2086
-lab_exporter_start $PROBE $RUN --probe.verbs.interval=1h --probe.verbs.peer=$OOB --probe.verbs.token-file=/tmp/verbs.wrong-token || exit 1
+lab_exporter_start $PROBE $RUN --collector.verbs.interval=1h --collector.verbs.peer=$OOB --collector.verbs.token-file=/tmp/verbs.wrong-token || exit 1
 await_runs wrong_token "hpcnode_verbs_probe_runs_total{mode=\"peer\",result=\"rejected\"}"
 lab_scrape_at $RESPONDER_ADDRESS responder
 lab_expect "responder counted the wrong token" "$(lab_value responder 'hpcnode_verbs_responder_sessions_total{result="bad_token"}')" == 1
@@ -181,13 +181,13 @@ lab_scrape_at $RESPONDER_ADDRESS responder
 lab_expect "responder still serves" "$(lab_value responder 'hpcnode_scrape_collector_success{collector="verbs"}')" == 1
 # A good session after the garbage still works.
 # shellcheck disable=SC2086
-lab_exporter_start $PROBE $RUN --probe.verbs.interval=1h --probe.verbs.peer=$OOB --probe.verbs.token-file=/tmp/verbs.token || exit 1
+lab_exporter_start $PROBE $RUN --collector.verbs.interval=1h --collector.verbs.peer=$OOB --collector.verbs.token-file=/tmp/verbs.token || exit 1
 await_runs after_garbage "hpcnode_verbs_probe_runs_total{mode=\"peer\",result=\"success\"}"
 kill "$responder" 2> /dev/null
 
 lab_scenario port_down
 # shellcheck disable=SC2086
-lab_exporter_start $PROBE --probe.verbs.interval=3s --probe.verbs.duration=500ms --probe.verbs.latency-iterations=20 || exit 1
+lab_exporter_start $PROBE --collector.verbs.interval=3s --collector.verbs.duration=500ms --collector.verbs.latency-iterations=20 || exit 1
 await_runs before_down 'hpcnode_verbs_probe_runs_total{mode="loopback",result="success"}'
 ip link set dummy0 down
 lab_check "rxe0 port 1 goes DOWN with dummy0" lab_wait_until 20 grep -q DOWN "$port/state"
@@ -210,22 +210,22 @@ m1 127.0.0.1:18601
 m2 127.0.0.1:18602   # a comment
 m3 127.0.0.1:18603
 PEERS
-MESH="--probe.verbs.interval=12s --probe.verbs.mesh-fanout=1 --probe.verbs.duration=300ms
-  --probe.verbs.latency-iterations=10 --probe.verbs.allow=127.0.0.1 --probe.verbs.token-file=/tmp/verbs.token"
+MESH="--collector.verbs.interval=12s --collector.verbs.mesh-fanout=1 --collector.verbs.duration=300ms
+  --collector.verbs.latency-iterations=10 --collector.verbs.allow=127.0.0.1 --collector.verbs.token-file=/tmp/verbs.token"
 mesh_pids=
 for n in 1 2 3; do
   # shellcheck disable=SC2086
-  "$LAB_EXPORTER" --web.listen-address=127.0.0.1:1006$n $PROBE $MESH --probe.verbs.peers=/tmp/mesh.peers \
-    --probe.verbs.listen=127.0.0.1:1860$n \
-    --probe.verbs.node-name=m$n > "/lab/results/$LAB_GROUP.mesh.m$n.log" 2>&1 &
+  "$LAB_EXPORTER" --web.listen-address=127.0.0.1:1006$n $PROBE $MESH --collector.verbs.peers=/tmp/mesh.peers \
+    --collector.verbs.listen=127.0.0.1:1860$n \
+    --collector.verbs.node-name=m$n > "/lab/results/$LAB_GROUP.mesh.m$n.log" 2>&1 &
   mesh_pids="$mesh_pids $!"
 done
 started=$(date +%s)
 # While they start: a broken peers file stops the start, naming the file and the line.
 printf 'm1 127.0.0.1:18601\nm1 127.0.0.1:18604\n' > /tmp/mesh.broken
 # shellcheck disable=SC2086
-"$LAB_EXPORTER" --web.listen-address=127.0.0.1:10069 $PROBE $MESH --probe.verbs.peers=/tmp/mesh.broken \
-  --probe.verbs.listen=127.0.0.1:18609 --probe.verbs.node-name=m1 > "$LAB_TMP/mesh-broken.err" 2>&1
+"$LAB_EXPORTER" --web.listen-address=127.0.0.1:10069 $PROBE $MESH --collector.verbs.peers=/tmp/mesh.broken \
+  --collector.verbs.listen=127.0.0.1:18609 --collector.verbs.node-name=m1 > "$LAB_TMP/mesh-broken.err" 2>&1
 lab_expect "a broken peers file stops the start (exit code)" "$?" "!=" 0
 lab_check "its error names the file, the line and the fault, never the node" \
   grep -q '/tmp/mesh.broken line 2: the node of line 1 again' "$LAB_TMP/mesh-broken.err"
@@ -234,7 +234,7 @@ lab_scenario peer_unreachable
 # Nothing listens on the responder's port any more. This runs while the mesh's exporters start
 # and probe: its run ends at the refused connection, before it uses rxe0.
 # shellcheck disable=SC2086
-lab_exporter_start $PROBE $RUN --probe.verbs.interval=1h --probe.verbs.peer=$OOB || { kill $mesh_pids 2> /dev/null; exit 1; }
+lab_exporter_start $PROBE $RUN --collector.verbs.interval=1h --collector.verbs.peer=$OOB || { kill $mesh_pids 2> /dev/null; exit 1; }
 await_runs unreachable "hpcnode_verbs_probe_runs_total{mode=\"peer\",result=\"peer_unreachable\"}"
 lab_expect "exporter still serves" "$(lab_value unreachable 'hpcnode_scrape_collector_success{collector="verbs"}')" == 1
 lab_exporter_stop

@@ -5,7 +5,7 @@
 //! Invariant: nothing a probe does stops the exporter. Each probe loads and attaches on its
 //! own, trying its hooks cheapest first ([`probes::attempts`]); a probe that gets none is
 //! exported as `hpcnode_ebpf_probe_attached{hook="none"} 0` with one log line saying why,
-//! and the others run. Only `--ebpf.strict` turns a missed probe into a startup error (not
+//! and the others run. Only `--collector.ebpf.strict` turns a missed probe into a startup error (not
 //! for the IOMMU and vfio probes, whose hooks a node may rightly lack).
 
 pub mod kernel_log;
@@ -172,9 +172,9 @@ pub const REGISTRATION: Registration = Registration {
     probe: None,
 };
 
-const STRICT: &str = "ebpf.strict";
-const HOOKS: &str = "ebpf.hooks";
-const BTF_PATH: &str = "ebpf.btf-path";
+const STRICT: &str = "collector.ebpf.strict";
+const HOOKS: &str = "collector.ebpf.hooks";
+const BTF_PATH: &str = "collector.ebpf.btf-path";
 
 #[derive(Debug)]
 struct EbpfSettings {
@@ -186,7 +186,7 @@ struct EbpfSettings {
 }
 
 impl Settings for EbpfSettings {
-    /// Attaches every probe, before serving, so `--ebpf.strict` fails the start and not a
+    /// Attaches every probe, before serving, so `--collector.ebpf.strict` fails the start and not a
     /// later scrape.
     fn start(self: Box<Self>, host: &Host) -> Result<Started, StartError> {
         let probes = Probes::attach(
@@ -217,10 +217,14 @@ impl Settings for EbpfSettings {
         }
         Ok(Started::new(EbpfCollector { probes }))
     }
+
+    fn calls_bpf_after_start(&self) -> bool {
+        true
+    }
 }
 
 #[derive(Debug, thiserror::Error)]
-#[error("--ebpf.strict: probes not attached: {0}")]
+#[error("--collector.ebpf.strict: probes not attached: {0}")]
 pub struct StrictError(String);
 
 struct ProbeState {
@@ -426,7 +430,7 @@ impl Probes {
         }
     }
 
-    /// For `--ebpf.strict`: an error naming every required probe that is not attached, and why.
+    /// For `--collector.ebpf.strict`: an error naming every required probe that is not attached, and why.
     pub fn require_all_attached(&self) -> Result<(), StrictError> {
         let missed: Vec<String> = self
             .probes

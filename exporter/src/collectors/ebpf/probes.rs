@@ -48,7 +48,7 @@ impl Probe {
         Probe::ALL.into_iter().find(|probe| probe.name() == name)
     }
 
-    /// Whether `--ebpf.strict` requires the probe. The IOMMU and vfio probes hook code that a
+    /// Whether `--collector.ebpf.strict` requires the probe. The IOMMU and vfio probes hook code that a
     /// node may rightly lack (no IOMMU support, an AMD or ARM IOMMU, vfio modules not loaded
     /// when the exporter starts), so their absence is reported but is not an error.
     pub fn required_by_strict(self) -> bool {
@@ -366,7 +366,7 @@ pub fn attempts(probe: Probe) -> &'static [Attempt] {
     }
 }
 
-/// The hooks each probe may use (`--ebpf.hooks=PROBE:HOOK,...`): a probe named there tries only
+/// The hooks each probe may use (`--collector.ebpf.hooks=PROBE:HOOK,...`): a probe named there tries only
 /// the named hooks, in its usual order (`PROBE:none`: none, the probe is left out); the others
 /// try all of theirs.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
@@ -511,7 +511,10 @@ pub fn attach_first<K: Kernel>(
     }
     if choice.leaves_out(probe) {
         return Outcome::Missed {
-            reason: format!("left out by --ebpf.hooks={}:{NO_HOOK}", probe.name()),
+            reason: format!(
+                "left out by --collector.ebpf.hooks={}:{NO_HOOK}",
+                probe.name()
+            ),
         };
     }
     let mut failures = Failures(Vec::new());
@@ -799,7 +802,10 @@ mod tests {
         // `none` leaves the probe out without a kernel call.
         let tried = fake.tried.len();
         let log = attach_first(&mut fake, &modern(), &choice, Probe::KernelLog);
-        assert_eq!(reason(&log), "left out by --ebpf.hooks=kernel_log:none");
+        assert_eq!(
+            reason(&log),
+            "left out by --collector.ebpf.hooks=kernel_log:none"
+        );
         assert_eq!(fake.tried.len(), tried);
     }
 

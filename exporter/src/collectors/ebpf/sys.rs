@@ -502,10 +502,15 @@ pub fn kernel_btf() -> Result<Btf, String> {
     Btf::from_sys_fs().map_err(|err| one_line(&err))
 }
 
-/// BTF from a file (`--ebpf.btf-path`), or why it cannot be used.
+/// BTF from a file (`--collector.ebpf.btf-path`), or why it cannot be used.
 pub fn btf_file(path: &Path) -> Result<Btf, String> {
-    Btf::parse_file(path, aya::Endianness::default())
-        .map_err(|err| format!("--ebpf.btf-path {}: {}", path.display(), one_line(&err)))
+    Btf::parse_file(path, aya::Endianness::default()).map_err(|err| {
+        format!(
+            "--collector.ebpf.btf-path {}: {}",
+            path.display(),
+            one_line(&err)
+        )
+    })
 }
 
 /// Gives back to the system the heap that parsing the kernel's BTF (several MiB) used at

@@ -21,17 +21,17 @@ use crate::collector::{
 use crate::flags::{flag, optional, ConfigError, Flags};
 use crate::logging::OncePerCause;
 use crate::metrics::{Desc, Label, LabelSet, LabelValue, Value};
-use crate::rdma_netlink::socket::Socket;
+use crate::netlink::rdma::socket::Socket;
 use crate::rdma_port::{parse_rate, parse_state_id, ETHERNET_LINK_LAYER};
 use crate::sync::lock;
 use crate::sysfs::{
     AttributeReader, Entry, HeldAttributes, HeldByUnit, LinkedDirs, SysDir, SysfsError,
 };
 
-mod netlink;
+mod hw_counters_netlink;
 mod state;
 
-use netlink::{NetlinkOutcome, NetlinkRead};
+use hw_counters_netlink::{NetlinkOutcome, NetlinkRead};
 use state::{DeviceState, PortSets};
 
 pub const REGISTRATION: Registration = Registration {

@@ -1,4 +1,4 @@
-//! The verbs probe's command line: the exporter's `--probe.verbs.*` flags, and the
+//! The verbs probe's command line: the exporter's `--collector.verbs.*` flags, and the
 //! `hpcnode_exporter probe verbs` subcommand, which shares the measurement flags without the
 //! prefix. Values are validated here; the token file is read only when the probe starts.
 
@@ -24,23 +24,23 @@ pub(super) fn exporter_flags() -> Vec<Arg> {
         flag("interval", "DURATION", "Run the verbs probe this often (e.g. 1h, at most 168h); unset or 0: never."),
         flag("jitter", "DURATION", "Add a random delay up to this to each probe interval (default 0, at most 168h)."),
         flag("device", "NAMES", "Comma-separated RDMA devices to probe (default: all)."),
-        flag("listen", "ADDR:PORT", "Serve other exporters' peer probes here (off by default; requires --probe.verbs.allow)."),
+        flag("listen", "ADDR:PORT", "Serve other exporters' peer probes here (off by default; requires --collector.verbs.allow)."),
         flag("allow", "CIDRS", "Comma-separated addresses or networks allowed to use the responder."),
         flag("busy-share", "RATIO", "Skip a scheduled probe when the port moved more than this share of its data rate since the last run (default 0.05; 1: never skip)."),
-        flag("peers", "FILE", "Probe a mesh: the fleet's responders, one `NAME HOST:PORT` a line (# comments), read again when it changes; each node probes --probe.verbs.mesh-fanout of them per interval. Needs --probe.verbs.interval and --probe.verbs.listen; excludes --probe.verbs.peer."),
+        flag("peers", "FILE", "Probe a mesh: the fleet's responders, one `NAME HOST:PORT` a line (# comments), read again when it changes; each node probes --collector.verbs.mesh-fanout of them per interval. Needs --collector.verbs.interval and --collector.verbs.listen; excludes --collector.verbs.peer."),
         flag("mesh-fanout", "K", "Peers each node probes, and is probed by, per interval in a mesh (default 2)."),
-        flag("node-name", "NAME", "This node's name in --probe.verbs.peers (default: the hostname)."),
+        flag("node-name", "NAME", "This node's name in --collector.verbs.peers (default: the hostname)."),
     ];
     flags.extend(measurement_flags(EXPORTER));
     flags
 }
 
-const EXPORTER: &str = "probe.verbs.";
+const EXPORTER: &str = "collector.verbs.";
 
-/// The longest `--probe.verbs.interval` and `--probe.verbs.jitter`: a week.
+/// The longest `--collector.verbs.interval` and `--collector.verbs.jitter`: a week.
 const MAX_INTERVAL: Duration = Duration::from_secs(7 * 24 * 3600);
 
-/// The probe's measurement and connection flags, shared by the exporter (`--probe.verbs.*`) and
+/// The probe's measurement and connection flags, shared by the exporter (`--collector.verbs.*`) and
 /// the `probe verbs` subcommand (no prefix).
 fn measurement_flags(prefix: &str) -> Vec<Arg> {
     let flag = |name: &str, value, help| optional(format!("{prefix}{name}"), value, help);
@@ -105,7 +105,7 @@ fn measurement(flags: &Flags, prefix: &str) -> Result<Measurement, ConfigError> 
     })
 }
 
-/// The exporter's `--probe.verbs.*` flags, validated.
+/// The exporter's `--collector.verbs.*` flags, validated.
 #[derive(Debug)]
 pub(super) struct VerbsSettings {
     /// `None`: no scheduled runs.
@@ -118,7 +118,7 @@ pub(super) struct VerbsSettings {
     pub allow: Vec<Cidr>,
     /// A port that moved more than this share of its data rate is busy: no scheduled probe.
     pub busy_share: f64,
-    /// `None`: loopback or the one `--probe.verbs.peer`.
+    /// `None`: loopback or the one `--collector.verbs.peer`.
     pub mesh: Option<MeshSettings>,
     pub measurement: Measurement,
 }
@@ -158,7 +158,7 @@ impl VerbsSettings {
                 return Err(flags.invalid(
                     &name("listen"),
                     listen,
-                    "requires --probe.verbs.allow (the peers it serves)",
+                    "requires --collector.verbs.allow (the peers it serves)",
                 ));
             }
         }
@@ -206,7 +206,11 @@ fn mesh_settings(
         ] {
             if given {
                 let value = flags.value(&name(flag)).unwrap_or_default();
-                return Err(flags.invalid(&name(flag), &value, "only with --probe.verbs.peers"));
+                return Err(flags.invalid(
+                    &name(flag),
+                    &value,
+                    "only with --collector.verbs.peers",
+                ));
             }
         }
         return Ok(None);
@@ -214,16 +218,18 @@ fn mesh_settings(
     let shown = peers.display().to_string();
     let conflict = |reason: &str| Err(flags.invalid(&name("peers"), &shown, reason));
     if measurement.peer.is_some() {
-        return conflict("excludes --probe.verbs.peer (a mesh of the file's nodes, or one peer)");
+        return conflict(
+            "excludes --collector.verbs.peer (a mesh of the file's nodes, or one peer)",
+        );
     }
     if !listens {
         return conflict(
-            "requires --probe.verbs.listen (each node of a mesh answers the others' probes)",
+            "requires --collector.verbs.listen (each node of a mesh answers the others' probes)",
         );
     }
     if !jitter.is_zero() {
         return conflict(
-            "excludes --probe.verbs.jitter (a mesh's rounds and slots follow the clock)",
+            "excludes --collector.verbs.jitter (a mesh's rounds and slots follow the clock)",
         );
     }
     if let Some(node) = &node_name {
@@ -237,7 +243,7 @@ fn mesh_settings(
     }
     let fanout = fanout.map_or(2, |k| k as usize);
     let Some(interval) = interval else {
-        return conflict("requires --probe.verbs.interval (the length of a round)");
+        return conflict("requires --collector.verbs.interval (the length of a round)");
     };
     let slot = interval / mesh::slots(fanout) as u32;
     let run = measurement.params.duration * 2;
@@ -247,7 +253,7 @@ fn mesh_settings(
             &name("interval"),
             &value,
             format!(
-                "a mesh round has {} slots (3 x --probe.verbs.mesh-fanout) of {slot:?}, shorter than twice --probe.verbs.duration ({run:?}): lengthen the interval",
+                "a mesh round has {} slots (3 x --collector.verbs.mesh-fanout) of {slot:?}, shorter than twice --collector.verbs.duration ({run:?}): lengthen the interval",
                 mesh::slots(fanout)
             ),
         ));
@@ -416,250 +422,4 @@ impl RunOnce for ProbeOnce {
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-
-    fn settings(args: &[&str]) -> Result<VerbsSettings, ConfigError> {
-        VerbsSettings::from_flags(&Flags::parse(exporter_flags(), args)?)
-    }
-
-    fn probe(args: &[&str]) -> Result<ProbeOnce, ConfigError> {
-        ProbeOnce::from_flags(&Flags::parse((PROBE.flags)(), args)?)
-    }
-
-    #[test]
-    fn verbs_probe_is_off_unless_asked_for() {
-        let off = settings(&[]).unwrap();
-        assert_eq!(off.interval, None);
-        assert_eq!(off.listen, None);
-        let zero = settings(&["--probe.verbs.interval=0"]).unwrap();
-        assert_eq!(zero.interval, None);
-        let on = settings(&[
-            "--probe.verbs.interval=1h",
-            "--probe.verbs.jitter=5m",
-            "--probe.verbs.device=mlx5_0,mlx5_1",
-            "--probe.verbs.message-size=4096",
-            "--probe.verbs.duration=10s",
-        ])
-        .unwrap();
-        assert_eq!(on.interval, Some(Duration::from_secs(3600)));
-        assert_eq!(on.jitter, Duration::from_secs(300));
-        assert_eq!(on.devices, ["mlx5_0", "mlx5_1"]);
-        assert_eq!(on.measurement.port, 1);
-        assert_eq!(on.measurement.params.message_size, 4096);
-        assert_eq!(on.measurement.params.duration, Duration::from_secs(10));
-        assert_eq!(on.measurement.params.queue_depth, 128);
-        assert_eq!(on.busy_share, 0.05);
-        let share = settings(&["--probe.verbs.busy-share=0.2"]).unwrap();
-        assert_eq!(share.busy_share, 0.2);
-    }
-
-    #[test]
-    fn verbs_responder_needs_an_allow_list() {
-        let err = settings(&["--probe.verbs.listen=:18515"]).unwrap_err();
-        assert!(err.to_string().contains("--probe.verbs.allow"), "{err}");
-        let ok = settings(&[
-            "--probe.verbs.listen=0.0.0.0:18515",
-            "--probe.verbs.allow=10.0.0.0/8,127.0.0.1",
-        ])
-        .unwrap();
-        assert_eq!(ok.allow.len(), 2);
-    }
-
-    #[test]
-    fn errors_name_the_flag_given() {
-        for (args, flag) in [
-            (
-                &["--probe.verbs.listen=:1", "--probe.verbs.allow=10.0.0.0/40"][..],
-                "--probe.verbs.allow",
-            ),
-            (&["--probe.verbs.duration=2m"], "--probe.verbs.duration"),
-            (
-                &["--probe.verbs.message-size=0"],
-                "--probe.verbs.message-size",
-            ),
-            (&["--probe.verbs.peer=nohost"], "--probe.verbs.peer"),
-            (&["--probe.verbs.interval=soon"], "--probe.verbs.interval"),
-            (&["--probe.verbs.interval=-5s"], "--probe.verbs.interval"),
-            (&["--probe.verbs.interval=169h"], "--probe.verbs.interval"),
-            (&["--probe.verbs.jitter=999999999h"], "--probe.verbs.jitter"),
-            (
-                &["--probe.verbs.queue-depth=99999"],
-                "--probe.verbs.queue-depth",
-            ),
-            (&["--probe.verbs.timeout=0s"], "--probe.verbs.timeout"),
-            (
-                &["--probe.verbs.busy-share=1.5"],
-                "--probe.verbs.busy-share",
-            ),
-            (
-                &["--probe.verbs.busy-share=-0.1"],
-                "--probe.verbs.busy-share",
-            ),
-            (
-                &["--probe.verbs.busy-share=NaN"],
-                "--probe.verbs.busy-share",
-            ),
-            (&["--probe.verbs.busy-share=5%"], "--probe.verbs.busy-share"),
-        ] {
-            let err = settings(args).unwrap_err().to_string();
-            assert!(
-                err.starts_with(&format!("invalid {flag} ")),
-                "{args:?}: {err}"
-            );
-            assert!(!err.contains('\n'), "{args:?}: {err}");
-        }
-    }
-
-    const MESH: [&str; 4] = [
-        "--probe.verbs.peers=/etc/hpcnode/peers",
-        "--probe.verbs.interval=10m",
-        "--probe.verbs.listen=:18515",
-        "--probe.verbs.allow=10.0.0.0/8",
-    ];
-
-    #[test]
-    fn a_mesh_needs_a_responder_and_a_schedule() {
-        let mesh = settings(&MESH).unwrap().mesh.unwrap();
-        assert_eq!(mesh.peers, PathBuf::from("/etc/hpcnode/peers"));
-        assert_eq!(mesh.fanout, 2);
-        assert_eq!(mesh.node_name, None);
-        let named = settings(
-            &[
-                &MESH[..],
-                &[
-                    "--probe.verbs.mesh-fanout=3",
-                    "--probe.verbs.node-name=n1.rack4",
-                ],
-            ]
-            .concat(),
-        )
-        .unwrap()
-        .mesh
-        .unwrap();
-        assert_eq!(
-            (named.fanout, named.node_name.as_deref()),
-            (3, Some("n1.rack4"))
-        );
-        assert!(settings(&[]).unwrap().mesh.is_none());
-        for (args, flag, reason) in [
-            (vec![MESH[0], MESH[1], MESH[2], MESH[3], "--probe.verbs.peer=n2:18515"], "peers", "excludes --probe.verbs.peer"),
-            (vec![MESH[0], MESH[1]], "peers", "requires --probe.verbs.listen"),
-            (vec![MESH[0], MESH[2], MESH[3]], "peers", "requires --probe.verbs.interval"),
-            (vec![MESH[0], MESH[1], MESH[2], MESH[3], "--probe.verbs.jitter=1m"], "peers", "excludes --probe.verbs.jitter"),
-            (vec![MESH[0], "--probe.verbs.interval=10s", MESH[2], MESH[3]], "interval", "6 slots (3 x --probe.verbs.mesh-fanout) of 1.666666666s, shorter than twice --probe.verbs.duration (4s)"),
-            (vec!["--probe.verbs.mesh-fanout=2"], "mesh-fanout", "only with --probe.verbs.peers"),
-            (vec!["--probe.verbs.node-name=n1"], "node-name", "only with --probe.verbs.peers"),
-            (vec![MESH[0], MESH[1], MESH[2], MESH[3], "--probe.verbs.node-name=n 1"], "node-name", "expected 1 to 64"),
-            (vec![MESH[0], MESH[1], MESH[2], MESH[3], "--probe.verbs.mesh-fanout=0"], "mesh-fanout", ""),
-            (vec![MESH[0], MESH[1], MESH[2], MESH[3], "--probe.verbs.mesh-fanout=17"], "mesh-fanout", ""),
-        ] {
-            let err = settings(&args).unwrap_err().to_string();
-            assert!(err.starts_with(&format!("invalid --probe.verbs.{flag} ")), "{args:?}: {err}");
-            assert!(err.contains(reason), "{args:?}: {err}");
-        }
-        // Three slots of 1 s hold a run of 500 ms twice over.
-        let short = settings(&[
-            MESH[0],
-            "--probe.verbs.interval=3s",
-            MESH[2],
-            MESH[3],
-            "--probe.verbs.mesh-fanout=1",
-            "--probe.verbs.duration=500ms",
-        ]);
-        assert!(short.is_ok(), "{short:?}");
-    }
-
-    #[test]
-    fn the_token_file_is_read_at_start_not_while_parsing() {
-        let parsed = settings(&["--probe.verbs.token-file=/nonexistent/token"]).unwrap();
-        let path = parsed.measurement.token_file.unwrap();
-        assert!(read_token(&path).is_err());
-    }
-
-    /// Writes `content` to `path`, private to its owner as a token file must be.
-    fn write_private(path: &Path, content: &str) {
-        use std::os::unix::fs::PermissionsExt;
-        std::fs::write(path, content).unwrap();
-        std::fs::set_permissions(path, std::fs::Permissions::from_mode(0o600)).unwrap();
-    }
-
-    #[test]
-    fn token_file_is_trimmed_bounded_and_never_quoted() {
-        let dir = tempfile::tempdir().unwrap();
-        let token = dir.path().join("token");
-        write_private(&token, "s3cret\n");
-        assert_eq!(read_token(&token).unwrap(), b"s3cret");
-        write_private(&token, &"x".repeat(65));
-        assert!(read_token(&token).is_err());
-        write_private(&token, "\n");
-        assert!(read_token(&token).is_err());
-        write_private(&token, &"secret".repeat(100));
-        let err = read_token(&token).unwrap_err();
-        assert!(!err.contains("secret"), "{err}");
-        // Neither endless nor blocking: a device and a FIFO are refused without reading.
-        let err = read_token(Path::new("/dev/zero")).unwrap_err();
-        assert!(err.ends_with("not a regular file"), "{err}");
-        let fifo = dir.path().join("fifo");
-        assert!(std::process::Command::new("mkfifo")
-            .args(["-m", "644"])
-            .arg(&fifo)
-            .status()
-            .unwrap()
-            .success());
-        let err = read_token(&fifo).unwrap_err();
-        assert!(err.ends_with("not a regular file"), "{err}");
-    }
-
-    /// Any access for the group or others refuses the file, naming it, its mode and the fix;
-    /// the owner's own bits do not matter.
-    #[test]
-    fn a_token_file_others_may_read_is_refused() {
-        use std::os::unix::fs::PermissionsExt;
-        let dir = tempfile::tempdir().unwrap();
-        let token = dir.path().join("token");
-        write_private(&token, "s3cret\n");
-        for mode in [0o644, 0o640, 0o604, 0o620, 0o602, 0o610, 0o601] {
-            std::fs::set_permissions(&token, std::fs::Permissions::from_mode(mode)).unwrap();
-            let err = read_token(&token).unwrap_err();
-            let path = token.display();
-            assert_eq!(
-                err,
-                format!("read {path}: mode {mode:04o} lets its group or others at it (chmod 600 {path})")
-            );
-        }
-        for mode in [0o600, 0o400] {
-            std::fs::set_permissions(&token, std::fs::Permissions::from_mode(mode)).unwrap();
-            assert_eq!(read_token(&token).unwrap(), b"s3cret", "{mode:o}");
-        }
-        // A link is judged by the file it leads to.
-        let link = dir.path().join("link");
-        std::os::unix::fs::symlink(&token, &link).unwrap();
-        assert_eq!(read_token(&link).unwrap(), b"s3cret");
-        std::fs::set_permissions(&token, std::fs::Permissions::from_mode(0o644)).unwrap();
-        assert!(read_token(&link).unwrap_err().contains("mode 0644"));
-    }
-
-    #[test]
-    fn probe_subcommand() {
-        let command = probe(&[
-            "--device=rxe0",
-            "--port=1",
-            "--peer=10.0.0.2:18515",
-            "--min-ratio=0.9",
-            "--duration=500ms",
-        ])
-        .unwrap();
-        assert_eq!(command.device.as_deref(), Some("rxe0"));
-        assert_eq!(command.measurement.peer.as_deref(), Some("10.0.0.2:18515"));
-        assert_eq!(command.min_ratio, Some(0.9));
-        assert_eq!(
-            command.measurement.params.duration,
-            Duration::from_millis(500)
-        );
-        assert_eq!(command.sysfs, PathBuf::from("/sys"));
-        assert!(probe(&["--min-ratio=-1"]).is_err());
-        assert!(probe(&["--port=0"]).is_err());
-        assert!(probe(&["--no-such"]).is_err());
-    }
-}
+mod tests;

@@ -86,7 +86,7 @@ const DURATION: Desc = Desc::gauge(
 );
 const SKIPPED: Desc = Desc::counter(
     "hpcnode_verbs_probe_skipped",
-    "Scheduled probes skipped by reason (port_busy: the port moved more than --probe.verbs.busy-share of its data rate since the last run; port_in_use: a responder session used it).",
+    "Scheduled probes skipped by reason (port_busy: the port moved more than --collector.verbs.busy-share of its data rate since the last run; port_in_use: a responder session used it).",
     None,
 );
 const RESPONDER_SESSIONS: Desc = Desc::counter(
@@ -97,12 +97,12 @@ const RESPONDER_SESSIONS: Desc = Desc::counter(
 
 const MESH_NODES: Desc = Desc::gauge(
     "hpcnode_verbs_probe_mesh_nodes",
-    "Nodes in the mesh's peers file (--probe.verbs.peers), in the last copy that parsed.",
+    "Nodes in the mesh's peers file (--collector.verbs.peers), in the last copy that parsed.",
     None,
 );
 const MESH_MEMBER: Desc = Desc::gauge(
     "hpcnode_verbs_probe_mesh_member",
-    "1 when this node (--probe.verbs.node-name) is in the peers file in use and so probes its peers, 0 when it is not and probes nobody.",
+    "1 when this node (--collector.verbs.node-name) is in the peers file in use and so probes its peers, 0 when it is not and probes nobody.",
     None,
 );
 const MESH_FILE_VALID: Desc = Desc::gauge(
@@ -136,7 +136,7 @@ pub const METRICS: [Desc; 13] = [
 pub const REGISTRATION: Registration = Registration {
     name: "verbs",
     enabled_by_default: true,
-    help: "Results of the periodic RDMA verbs bandwidth and latency probe (silent unless --probe.verbs.interval or --probe.verbs.listen is set)",
+    help: "Results of the periodic RDMA verbs bandwidth and latency probe (silent unless --collector.verbs.interval or --collector.verbs.listen is set)",
     metrics: &METRICS,
     flags: cli::exporter_flags,
     configure: |flags| Ok(Box::new(VerbsSettings::from_flags(flags)?)),
@@ -168,7 +168,7 @@ impl Settings for VerbsSettings {
             None => Vec::new(),
             Some(path) => cli::read_token(path).map_err(|reason| StartError {
                 collector: REGISTRATION.name,
-                reason: format!("--probe.verbs.token-file {path:?}: {reason}"),
+                reason: format!("--collector.verbs.token-file {path:?}: {reason}"),
             })?,
         };
         let start_error = |reason: String| StartError {
@@ -178,7 +178,7 @@ impl Settings for VerbsSettings {
         let mesh = self
             .mesh
             .as_ref()
-            .map(|settings| MeshNode::start(settings).map_err(start_error))
+            .map(|settings| MeshNode::start(settings).map_err(|err| start_error(err.to_string())))
             .transpose()?;
         let verbs = match Verbs::load(&self.measurement.library) {
             Ok(verbs) => Some(Arc::new(verbs)),
@@ -239,7 +239,7 @@ impl Settings for VerbsSettings {
     }
 }
 
-/// Binds and serves the responder when `--probe.verbs.listen` is set; its statistics and a
+/// Binds and serves the responder when `--collector.verbs.listen` is set; its statistics and a
 /// handle on its socket.
 fn start_responder(
     settings: &VerbsSettings,

@@ -16,7 +16,7 @@ use crate::metrics::{Labels, Value};
 use crate::sync::lock;
 
 /// Every `reason` label value of the skipped counter: the port moved more than
-/// `--probe.verbs.busy-share` of its data rate (a job is using it), or a responder session is
+/// `--collector.verbs.busy-share` of its data rate (a job is using it), or a responder session is
 /// using it now.
 pub const SKIP_REASONS: [&str; 2] = ["port_busy", "port_in_use"];
 
@@ -39,7 +39,7 @@ pub(super) struct Service {
     pub(super) available: bool,
     pub(super) series: Mutex<BTreeMap<String, Series>>,
     pub(super) responder: Option<Arc<ResponderStats>>,
-    /// `None` unless `--probe.verbs.peers` is set.
+    /// `None` unless `--collector.verbs.peers` is set.
     pub(super) mesh: Option<Mutex<MeshState>>,
     /// Run failures since the last scrape, for `hpcnode_collector_errors_total` and the log.
     pub(super) failures: PendingErrors,
@@ -149,7 +149,7 @@ impl Service {
 
     /// Drops the results of mesh peers other than `peers` (this round's and the last's, so
     /// that a peer's results stay until this round's run replaces them): a node exports results
-    /// for at most twice `--probe.verbs.mesh-fanout` peers, however large the fleet.
+    /// for at most twice `--collector.verbs.mesh-fanout` peers, however large the fleet.
     pub(super) fn keep_mesh_peers(&self, target: &Target, peers: &[&mesh::Node]) {
         let keep: BTreeSet<String> = peers
             .iter()

@@ -29,7 +29,7 @@ pub enum ProbeError {
     #[error("port is not ACTIVE")]
     PortNotActive,
     #[error(
-        "no RoCE v2 GID on the port (give the netdev an address, or set --probe.verbs.gid-index)"
+        "no RoCE v2 GID on the port (give the netdev an address, or set --collector.verbs.gid-index)"
     )]
     NoRoceV2Gid,
     #[error("invalid {0}")]
@@ -41,7 +41,7 @@ pub enum ProbeError {
     #[error("peer rejected the probe: {}", .0.as_str())]
     Rejected(RejectReason),
     #[error(
-        "the responder closed the connection without answering this exporter's protocol version {} hello: an exporter speaking version 1 does so, as does one whose --probe.verbs.allow does not list this node",
+        "the responder closed the connection without answering this exporter's protocol version {} hello: an exporter speaking version 1 does so, as does one whose --collector.verbs.allow does not list this node",
         oob::VERSION
     )]
     HelloUnanswered,
@@ -137,7 +137,7 @@ pub fn probe(
 #[derive(Debug, Clone, Copy)]
 pub(super) enum RunMode<'a> {
     Loopback,
-    /// `--probe.verbs.peer`, labelled by its address.
+    /// `--collector.verbs.peer`, labelled by its address.
     Peer(&'a str),
     /// A node of the mesh: its results labelled by its name, its runs counted with every
     /// other mesh peer's (`peer=""`), so that a node's counters do not grow with the fleet.

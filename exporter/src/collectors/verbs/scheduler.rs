@@ -230,7 +230,7 @@ impl Scheduler<'_> {
         }
     }
 
-    /// Whether the port moved more than `--probe.verbs.busy-share` of its data rate since
+    /// Whether the port moved more than `--collector.verbs.busy-share` of its data rate since
     /// `since` (the end of the last run), or without one over [`TRAFFIC_WINDOW`]. A port whose
     /// traffic or data rate is unknown is not busy: the probe runs.
     fn port_busy(&self, target: &Target, since: Option<port::TrafficReading>) -> bool {

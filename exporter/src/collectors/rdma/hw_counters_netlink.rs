@@ -9,9 +9,9 @@ use super::{DeviceRead, HwCounters, RdmaCollector, PORT_HW_STAT};
 use crate::collector::{CollectError, ErrorKind};
 use crate::logging::{self, Level};
 use crate::metrics::{LabelSet, LabelValue, Value};
-use crate::rdma_netlink::message::Command;
-use crate::rdma_netlink::reply::Counter;
-use crate::rdma_netlink::socket::{DumpError, Socket};
+use crate::netlink::rdma::message::Command;
+use crate::netlink::rdma::reply::Counter;
+use crate::netlink::rdma::socket::{DumpError, Socket};
 use crate::sync::lock;
 use crate::sysfs::Entry;
 

@@ -7,10 +7,10 @@
 use std::collections::BTreeMap;
 use std::time::Instant;
 
-use crate::rdma_netlink::counters::{QpCounter, QpCounterMode, MASK_PID, MASK_QP_TYPE};
-use crate::rdma_netlink::message::{Command, Entry, Resource};
-use crate::rdma_netlink::reply::{attr, Holder, ReplyError};
-use crate::rdma_netlink::socket::DumpError;
+use crate::netlink::rdma::counters::{QpCounter, QpCounterMode, MASK_PID, MASK_QP_TYPE};
+use crate::netlink::rdma::message::{Command, Entry, Resource};
+use crate::netlink::rdma::reply::{attr, Holder, ReplyError};
+use crate::netlink::rdma::socket::DumpError;
 
 use super::Requests;
 
@@ -137,7 +137,7 @@ pub fn by_holder(counters: &[QpCounter], entries: &[(Resource, Entry)]) -> BTree
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::rdma_netlink::counters::encode::counter;
+    use crate::netlink::rdma::counters::encode::counter;
 
     fn qp(holder: Holder, number: u32) -> (Resource, Entry) {
         let entry = Entry {

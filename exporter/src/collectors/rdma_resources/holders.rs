@@ -4,8 +4,8 @@
 
 use std::collections::BTreeMap;
 
-use crate::rdma_netlink::message::{Entry, Resource};
-use crate::rdma_netlink::reply::Holder;
+use crate::netlink::rdma::message::{Entry, Resource};
+use crate::netlink::rdma::reply::Holder;
 
 /// What one holder (or job, or device) has of each resource type, and the bytes its MRs pin.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]

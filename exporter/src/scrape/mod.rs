@@ -1,0 +1,151 @@
+//! The scrape: every started collector run under one deadline, their listings and units read
+//! by one crew of workers (one by default), and the framework's own metrics.
+//!
+//! Invariants:
+//! - a scrape never fails and never waits past the deadline because of a collector;
+//! - a collector's units (devices) are read independently: a unit whose read hangs is not read
+//!   again until that read returns, so it hides only itself, and stuck threads never pile up
+//!   (at most one per hung unit);
+//! - a scrape that leaves any of a collector's units unread at the deadline says so: one
+//!   `timeout` error and success 0 for that collector, never part of the devices with success 1;
+//! - every error is counted in `hpcnode_collector_errors_total` and logged once per distinct cause.
+
+mod busy;
+mod error_log;
+mod framework_metrics;
+mod run;
+mod schedule;
+
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use busy::Busy;
+use error_log::ErrorLog;
+pub use framework_metrics::FRAMEWORK_METRICS;
+use framework_metrics::{BUILD_INFO, COLLECTOR_DURATION, COLLECTOR_SUCCESS};
+use run::Run;
+use schedule::{Crew, Work, STALL_LOOKS_PER_DEADLINE};
+
+use crate::collector::{ErrorKind, Started};
+use crate::metrics::{Samples, Value};
+
+struct Slot {
+    name: &'static str,
+    collector: Started,
+    busy: Busy,
+}
+
+/// Runs the enabled collectors for each scrape.
+pub struct Scraper {
+    slots: Vec<Slot>,
+    deadline: Duration,
+    errors: ErrorLog,
+    revision: &'static str,
+    workers: usize,
+    /// How long a worker may be in one piece before it counts as stuck and is replaced.
+    stalled_after: Duration,
+}
+
+impl Scraper {
+    /// The started collectors, by name, in the order their output appears; at most `workers`
+    /// threads read them at once while none is stuck.
+    pub fn new(
+        collectors: Vec<(&'static str, Started)>,
+        deadline: Duration,
+        workers: usize,
+    ) -> Self {
+        let names: Vec<_> = collectors.iter().map(|(name, _)| *name).collect();
+        Scraper {
+            slots: collectors
+                .into_iter()
+                .map(|(name, collector)| Slot {
+                    name,
+                    collector,
+                    busy: Arc::default(),
+                })
+                .collect(),
+            deadline,
+            errors: ErrorLog::new(&names),
+            revision: env!("HPCNODE_REVISION"),
+            workers: workers.max(1),
+            stalled_after: deadline / STALL_LOOKS_PER_DEADLINE,
+        }
+    }
+
+    pub fn collector_names(&self) -> impl Iterator<Item = &'static str> + '_ {
+        self.slots.iter().map(|slot| slot.name)
+    }
+
+    /// Stops every collector (SIGTERM): what their start acquired is released.
+    pub fn stop(&self) {
+        for slot in &self.slots {
+            slot.collector.0.stop();
+        }
+    }
+
+    /// One scrape: every collector's samples plus the framework's own metrics.
+    pub async fn scrape(&self) -> Samples {
+        let started = Instant::now();
+        let deadline = tokio::time::Instant::now() + self.deadline;
+        let runs: Vec<_> = self
+            .slots
+            .iter()
+            .map(|slot| {
+                let run = Run::new(
+                    &slot.collector,
+                    &slot.busy,
+                    self.deadline,
+                    deadline.into_std(),
+                );
+                Arc::new(run) as Arc<dyn Work>
+            })
+            .collect();
+        let crew = Arc::new(Crew::new(
+            runs.clone(),
+            started,
+            deadline.into_std(),
+            self.stalled_after,
+            self.workers,
+        ));
+        let overran = crew.work(deadline).await;
+
+        let mut samples = Samples::default();
+        samples.push(
+            &BUILD_INFO,
+            vec![
+                ("version", env!("CARGO_PKG_VERSION").into()),
+                ("revision", self.revision.into()),
+            ],
+            Value::Int(1),
+        );
+        for (slot, run) in self.slots.iter().zip(runs) {
+            let outcome = run.outcome(overran);
+            for error in outcome.output.errors.iter().chain(&outcome.failures) {
+                self.errors.record(slot.name, error);
+            }
+            samples.append(outcome.output.samples);
+            let success = outcome.failures.is_empty()
+                && outcome
+                    .output
+                    .errors
+                    .iter()
+                    .all(|e| e.kind != ErrorKind::StillRunning);
+            let label = vec![("collector", slot.name.into())];
+            samples.push(
+                &COLLECTOR_SUCCESS,
+                label.clone(),
+                Value::Int(u64::from(success)),
+            );
+            samples.push(
+                &COLLECTOR_DURATION,
+                label,
+                Value::Float(outcome.duration.as_secs_f64()),
+            );
+        }
+        self.errors.export(&mut samples);
+        samples
+    }
+}
+
+#[cfg(test)]
+mod tests;
