@@ -55,4 +55,4 @@ for tool in "${CARGO_TOOLS[@]}"; do
   fi
 done
 # The verbs tests' rdma-core header and library, unpacked under target/ (not installed).
-"$(dirname "$0")/verbs/fetch-rdma-core.sh"
+"$(dirname "$0")/../exporter/tests/support/fetch-rdma-core.sh"

@@ -16,7 +16,7 @@ series back into it. Then:
   - every query of every dashboard (fleet and node) returns data from VictoriaMetrics, except
     where the fixtures lack the input (said per query).
 The exporters run without the ebpf collector: its probes read this machine's kernel, not the
-fixture (tests/rules/prometheus_e2e.sh and the kernel lab check it). Alerts' `for:` durations
+fixture (tests/e2e and the kernel lab check it). Alerts' `for:` durations
 are shortened to FOR_IN_TEST; everything else is loaded as in alerts/.
 """
 
@@ -36,6 +36,7 @@ from pathlib import Path
 
 sys.dont_write_bytecode = True  # no __pycache__ in the checkout
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "rules"))
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "e2e"))
 import lint  # noqa: E402  (rule and dashboard helpers)
 import prometheus_e2e as e2e  # noqa: E402  (process, HTTP and wait helpers; the lab-only metrics)
 from prometheus_e2e import check, free_port, log, start, wait_until  # noqa: E402
@@ -90,13 +91,13 @@ NO_INPUT = [
     (e2e.NEEDS_RDMA_NETLINK, "RDMA netlink's resources need a real RDMA device (the kernel lab's rdma_netlink group)"),
     ({"hpcnode_nova_config_errors", "hpcnode_nova_alias_type_mismatch_devices", "hpcnode_nova_alias_matching_devices",
       "hpcnode_nova_config_valid", "hpcnode_nova_scheduler_pci_filter_enabled", "hpcnode_nova_alias_definitions"},
-     "the typical node runs no Nova (prometheus_e2e.sh checks them on pci_host)"),
+     "the typical node runs no Nova (the e2e checks them on pci_host)"),
     ({"hpcnode_module_modprobe_rule"}, "no variant has a modprobe.d rule against an expected module"),
     ({"hpcnode_module_file_signed", "hpcnode_module_file_signer_trust"},
-     "the typical node has no module files (prometheus_e2e.sh checks them on modules_signed_files)"),
-    (e2e.NEEDS_HELD_VFIO_DEVICE, "no VM runs on the typical node (tests/pci.rs holds a node, the lab holds edu)"),
+     "the typical node has no module files (the e2e checks them on modules_signed_files)"),
+    (e2e.NEEDS_HELD_VFIO_DEVICE, "no VM runs on the typical node (exporter/tests/it/pci.rs holds a node, the lab holds edu)"),
     ({"hpcnode_pci_aer_messages_total", "hpcnode_pci_aer_root_port_messages_total", "hpcnode_pci_aer_errors_total"},
-     "the typical node's GPU is a capture from a 3.13 kernel, without AER statistics (prometheus_e2e.sh: pci_host)"),
+     "the typical node's GPU is a capture from a 3.13 kernel, without AER statistics (the e2e: pci_host)"),
 ]
 NEEDS_HISTORY = {"Predicted threshold crossing"}
 

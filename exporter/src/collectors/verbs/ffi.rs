@@ -2,7 +2,7 @@
 //! `ibvwrap` does), so that the binary builds and runs where rdma-core is absent.
 //!
 //! Layouts mirror rdma-core's `infiniband/verbs.h` (stable ABI `IBVERBS_1.1`). Only the fields the
-//! probe reads or writes are named; the rest is padding of the exact size. `tests/verbs.rs`
+//! probe reads or writes are named; the rest is padding of the exact size. `exporter/tests/it/verbs.rs`
 //! compiles a C program against the real header and checks every offset and size in
 //! [`ABI_LAYOUT`] against it.
 //!
@@ -302,7 +302,7 @@ pub const QP_MAX_DEST_RD_ATOMIC: c_int = 1 << 17;
 pub const QP_DEST_QPN: c_int = 1 << 20;
 
 /// Every offset, size and constant the binding relies on, as `(C expression, value)`;
-/// `tests/verbs.rs` evaluates each expression against the real `verbs.h`.
+/// `exporter/tests/it/verbs.rs` evaluates each expression against the real `verbs.h`.
 pub const ABI_LAYOUT: &[(&str, usize)] = &[
     (
         "offsetof(struct ibv_context, ops.poll_cq)",
@@ -547,7 +547,7 @@ impl Verbs {
 pub unsafe fn post_send(qp: *mut Qp, wr: *mut SendWr) -> c_int {
     let mut bad = std::ptr::null_mut();
     // SAFETY: the caller passes a live QP, whose `context` is the live context it was created
-    // on; `Qp` and `Context` mirror verbs.h up to the fields read (checked by tests/verbs.rs).
+    // on; `Qp` and `Context` mirror verbs.h up to the fields read (checked by exporter/tests/it/verbs.rs).
     let post_send = unsafe { (*(*qp).context).ops.post_send };
     match post_send {
         // SAFETY: the provider's own post_send, given the caller's live QP and valid `wr`.
@@ -562,7 +562,7 @@ pub unsafe fn post_send(qp: *mut Qp, wr: *mut SendWr) -> c_int {
 /// `cq` is a live CQ from `ibv_create_cq`; `wc` has room for `entries` completions.
 pub unsafe fn poll_cq(cq: *mut Cq, entries: c_int, wc: *mut Wc) -> c_int {
     // SAFETY: the caller passes a live CQ, whose `context` is the live context it was created
-    // on; `Cq` and `Context` mirror verbs.h up to the fields read (checked by tests/verbs.rs).
+    // on; `Cq` and `Context` mirror verbs.h up to the fields read (checked by exporter/tests/it/verbs.rs).
     let poll_cq = unsafe { (*(*cq).context).ops.poll_cq };
     match poll_cq {
         // SAFETY: the provider's own poll_cq, given the caller's live CQ and room for

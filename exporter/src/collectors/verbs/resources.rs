@@ -86,7 +86,7 @@ impl Device {
     pub fn query_port(&self, port: u8) -> Result<ffi::PortAttr, ProbeError> {
         let mut attr = ffi::PortAttr::default();
         // SAFETY: the context is live while `self` is; `attr` is larger than what
-        // ibv_query_port@@IBVERBS_1.1 writes (its prefix is checked by tests/verbs.rs).
+        // ibv_query_port@@IBVERBS_1.1 writes (its prefix is checked by exporter/tests/it/verbs.rs).
         check("ibv_query_port", unsafe {
             (self.verbs.query_port)(self.context, port, &mut attr)
         })?;
@@ -96,7 +96,7 @@ impl Device {
     pub fn query_gid(&self, port: u8, index: u8) -> Result<ffi::Gid, ProbeError> {
         let mut gid = ffi::Gid::default();
         // SAFETY: the context is live while `self` is; `Gid` has the size of `union ibv_gid`
-        // (checked by tests/verbs.rs), which is all ibv_query_gid writes.
+        // (checked by exporter/tests/it/verbs.rs), which is all ibv_query_gid writes.
         check("ibv_query_gid", unsafe {
             (self.verbs.query_gid)(self.context, port, c_int::from(index), &mut gid)
         })?;
@@ -198,7 +198,7 @@ impl RegisteredBuffer {
 
     pub fn lkey(&self) -> u32 {
         // SAFETY: `mr` is the live region from ibv_reg_mr; `Mr` mirrors the start of
-        // `struct ibv_mr` (offsets checked by tests/verbs.rs).
+        // `struct ibv_mr` (offsets checked by exporter/tests/it/verbs.rs).
         unsafe { (*self.mr).lkey }
     }
 
@@ -263,7 +263,7 @@ impl CompletionQueue {
     pub fn poll(&self, wc: &mut [ffi::Wc]) -> Result<usize, ProbeError> {
         let entries = c_int::try_from(wc.len()).unwrap_or(c_int::MAX);
         // SAFETY: the CQ is live while `self` is, and `wc` has room for `entries` completions
-        // (`Wc` has the size of `struct ibv_wc`, checked by tests/verbs.rs).
+        // (`Wc` has the size of `struct ibv_wc`, checked by exporter/tests/it/verbs.rs).
         let n = unsafe { ffi::poll_cq(self.cq, entries, wc.as_mut_ptr()) };
         let n = usize::try_from(n).map_err(|_| ProbeError::Call {
             call: "ibv_poll_cq",
@@ -313,7 +313,7 @@ impl QueuePair {
             sq_sig_all: 0,
         };
         // SAFETY: the PD and CQ are live while `pd` and `cq` are; `init` is a whole
-        // `struct ibv_qp_init_attr` (size checked by tests/verbs.rs). This relies on `pd` and
+        // `struct ibv_qp_init_attr` (size checked by exporter/tests/it/verbs.rs). This relies on `pd` and
         // `cq` being on one device: the callers of `engine::Side::new` make the PD on the
         // device they pass it.
         let qp = non_null("ibv_create_qp", unsafe {
@@ -328,13 +328,13 @@ impl QueuePair {
 
     pub fn qp_num(&self) -> u32 {
         // SAFETY: `qp` is the live QP from ibv_create_qp; `Qp` mirrors the start of
-        // `struct ibv_qp` (offsets checked by tests/verbs.rs).
+        // `struct ibv_qp` (offsets checked by exporter/tests/it/verbs.rs).
         unsafe { (*self.qp).qp_num }
     }
 
     pub fn modify(&self, attr: &mut ffi::QpAttr, mask: c_int) -> Result<(), ProbeError> {
         // SAFETY: the QP is live while `self` is; `attr` is a whole `struct ibv_qp_attr` (size
-        // checked by tests/verbs.rs).
+        // checked by exporter/tests/it/verbs.rs).
         check("ibv_modify_qp", unsafe {
             (self.pd.device.verbs.modify_qp)(self.qp, attr, mask)
         })

@@ -1,10 +1,10 @@
 //! The verbs probe on a machine without RDMA hardware: the binding's layouts against the real
 //! `verbs.h`, the real `libibverbs.so.1` loaded (from Debian's package, unpacked by
-//! `tests/verbs/fetch-rdma-core.sh`, which `tests/setup.sh` runs), the unavailable state where it
+//! `exporter/tests/support/fetch-rdma-core.sh`, which `tests/setup.sh` runs), the unavailable state where it
 //! is absent, and the responder against hostile peers over real TCP sockets.
 //! What needs an RDMA device (a successful probe) runs in the kernel lab on Soft-RoCE.
 
-mod util;
+use crate::util;
 
 use std::io::{ErrorKind, Read, Write};
 use std::net::{TcpListener, TcpStream};
@@ -593,7 +593,7 @@ fn a_busy_port_is_skipped() {
 }
 
 /// The stand-in libibverbs whose device list waits at a gate
-/// (`tests/support/gated_libibverbs.c`), built into a directory of its own.
+/// (`exporter/tests/support/gated_libibverbs.c`), built into a directory of its own.
 struct GatedLibrary {
     dir: tempfile::TempDir,
 }
@@ -605,7 +605,7 @@ impl GatedLibrary {
         let output = Command::new("gcc")
             .args(["-shared", "-fPIC", "-Wall", "-Werror", &gate, "-o"])
             .arg(dir.path().join("libibverbs.so.1"))
-            .arg(util::tests_dir().join("support/gated_libibverbs.c"))
+            .arg(util::support("gated_libibverbs.c"))
             .output()
             .expect("gcc is required for this test");
         assert!(

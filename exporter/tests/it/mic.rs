@@ -1,10 +1,10 @@
 //! The Xeon Phi (MIC) collector end to end: the real binary on fixture trees (MPSS 3 and MPSS 4
 //! hosts, the card side, bad input), micras files built from real captures, and a fake
 //! `libmicmgmt.so.0` compiled from C and loaded by the binary through the dynamic loader's
-//! normal search path. Whole outputs are compared with `tests/golden/mic_*.prom`
-//! (`HPCNODE_UPDATE_GOLDEN=1 cargo test --test mic` rewrites them).
+//! normal search path. Whole outputs are compared with `exporter/tests/golden/mic_*.prom`
+//! (`HPCNODE_UPDATE_GOLDEN=1 cargo test --test it mic::` rewrites them).
 
-mod util;
+use crate::util;
 
 use std::fs;
 use std::os::unix::fs::PermissionsExt;
@@ -12,7 +12,7 @@ use std::path::Path;
 use std::process::Command;
 
 use util::golden::{check_fixture_output, errors_total, scrape};
-use util::{fixture_root, is_root, tests_dir, Exporter, TreeCopy};
+use util::{fixture_root, is_root, support, Exporter, TreeCopy};
 
 /// Flags for a fixture directory holding `sys/` and rootfs content.
 fn tree_args(root: &Path) -> Vec<String> {
@@ -317,7 +317,7 @@ fn fake_library(defines: &[&str]) -> tempfile::TempDir {
     let output = Command::new("gcc")
         .args(["-shared", "-fPIC", "-Wall", "-Werror", "-o"])
         .arg(dir.path().join("libmicmgmt.so.0"))
-        .arg(tests_dir().join("support/fake_libmicmgmt.c"))
+        .arg(support("fake_libmicmgmt.c"))
         .args(defines)
         .output()
         .expect("gcc is required for the libmicmgmt tests");

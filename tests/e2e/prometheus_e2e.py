@@ -1,5 +1,5 @@
 #!/usr/bin/python3
-"""End to end against a real Prometheus: tests/rules/prometheus_e2e.sh <hpcnode_exporter binary>
+"""End to end against a real Prometheus: tests/e2e/run.sh <hpcnode_exporter binary>
 
 Starts exporters on loopback, one on a writable copy of the real procfs fixture tree
 (tests/fixtures/procfs/sys), one on tests/fixtures/rdma_edge/sys, and the modules collector
@@ -47,7 +47,7 @@ from pathlib import Path
 import yaml
 
 sys.dont_write_bytecode = True  # no __pycache__ in the checkout
-sys.path.insert(0, str(Path(__file__).resolve().parent))
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "rules"))
 import lint  # noqa: E402  (the rule and dashboard helpers)
 
 ROOT = lint.ROOT
@@ -74,7 +74,7 @@ PCI_ROOTS = {
                    [f"--collector.pci.nova-config={ROOT}/tests/fixtures/pci_sriov_host/etc/nova/nova.conf"]),
 }
 MODULES_EXPECTED = "--collector.modules.expected=mlx5_core,mlx5_ib,ib_uverbs,rdma_ucm,ib_ipoib,vfio_pci,nvidia"
-# The signed-files root's own modules (tests/modules.rs uses the same list).
+# The signed-files root's own modules (exporter/tests/it/modules.rs uses the same list).
 MODULES_EXPECTED_FOR = {"signed_files": "--collector.modules.expected=geniv,pcspkr,lab_mok,lab_foreign_keyid,"
                                         "lab_foreign_serial,lab_unsigned,lab_debian,lab_truncated,8250"}
 # Metrics only a kernel lab guest produces: this kernel has no modules, kprobes or IOMMU, so they stay
@@ -85,7 +85,7 @@ NEEDS_LAB_KERNEL = {
     "hpcnode_kernel_log_events_total",
     # Kernel-log events from before start: the lab refuses a module before starting the exporter.
     "hpcnode_kernel_log_events_before_start", "hpcnode_kernel_log_before_start_complete",
-    # IOMMU faults from the kernel log: tests/pci.rs writes DMAR lines to /dev/kmsg for them.
+    # IOMMU faults from the kernel log: exporter/tests/it/pci.rs writes DMAR lines to /dev/kmsg for them.
     "hpcnode_iommu_faults_total",
     # DMAR fault interrupts and vfio failures: kprobes on an emulated Intel IOMMU and vfio-pci
     # in the kernel lab.
@@ -356,7 +356,7 @@ def check_recording_rules(prom, inst, driver):
 
 # Alerts whose input is this machine's own kernel log, not a fixture: the exporters on the
 # fixture trees run the default collectors, ebpf included, and the suite itself writes forged
-# Lockdown lines into the log (tests/ebpf.rs, tests/metrics_catalog.rs), which an exporter
+# Lockdown lines into the log (exporter/tests/it/ebpf.rs, exporter/tests/it/metrics_catalog.rs), which an exporter
 # started later reads from before its start. check_host_kernel_log_alert checks them apart.
 HOST_KERNEL_LOG_ALERTS = {"HpcnodeModuleRefusedBeforeStart"}
 REFUSALS = "unsigned_module_rejected|unverifiable_module_rejected|lockdown_refused_module"
@@ -519,7 +519,7 @@ NEEDS_RDMA_NETLINK = {"hpcnode_rdma_holder_pinned_bytes", "hpcnode_rdma_holder_r
                       "hpcnode:rdma_slurm_job_pinned_bytes:sum", "hpcnode_rdma_queue_pairs"}
 
 # vfio holds, which only a process with the device open makes: a fixture's /proc is links, names
-# that prove none (tests/pci.rs holds a node with a real process; the kernel lab's vfio_holders
+# that prove none (exporter/tests/it/pci.rs holds a node with a real process; the kernel lab's vfio_holders
 # scenario, a device and a stale holder). The holder table joins them to the device info.
 NEEDS_HELD_VFIO_DEVICE = {"hpcnode_pci_vfio_holder_info", "hpcnode_pci_vfio_stale_holder_info",
                           "hpcnode_pci_device_info"}

@@ -3,7 +3,7 @@
 //! input that carries a marker, and on peers and token files that carry one; the log must
 //! name the failures and hold no marker.
 
-mod util;
+use crate::util;
 
 use std::fs;
 use std::os::unix::fs::PermissionsExt;

@@ -1,6 +1,6 @@
 //! The command line of the real binary: help, version, and one-line errors with exit code 2.
 
-mod util;
+use crate::util;
 
 use std::process::{Command, Stdio};
 use std::sync::mpsc;

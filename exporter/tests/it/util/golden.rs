@@ -1,9 +1,11 @@
 //! Golden-output helpers shared by the integration tests that compare a whole `/metrics` page
-//! with `tests/golden/<case>.prom`.
+//! with `exporter/tests/golden/<case>.prom`.
 
 use std::fs;
 
-use super::{run_with_stdin, tests_dir, Exporter};
+use std::path::Path;
+
+use super::{run_with_stdin, Exporter};
 
 /// The sample lines whose values differ run to run, with the value masked.
 pub fn normalize(text: &str) -> String {
@@ -25,7 +27,9 @@ pub fn normalize(text: &str) -> String {
 }
 
 pub fn assert_golden(case: &str, output: &str) {
-    let path = tests_dir().join("golden").join(format!("{case}.prom"));
+    let path = Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("tests/golden")
+        .join(format!("{case}.prom"));
     let actual = normalize(output);
     if std::env::var_os("HPCNODE_UPDATE_GOLDEN").is_some() {
         fs::create_dir_all(path.parent().unwrap()).unwrap();

@@ -2,7 +2,7 @@
 //! control characters, and entries whose names are not UTF-8. Each is reported or neutralised,
 //! nothing outside a root is ever read, and the rest of the tree is exported.
 
-mod util;
+use crate::util;
 
 use std::ffi::OsStr;
 use std::fs;

@@ -2,7 +2,7 @@
 //! limit, clients that vanish, misbehave, hold connections or do not read, concurrent scrapes,
 //! and graceful shutdown.
 
-mod util;
+use crate::util;
 
 use std::io::{Read, Write};
 use std::time::{Duration, Instant};

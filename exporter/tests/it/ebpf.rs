@@ -1,7 +1,7 @@
 //! The `ebpf` collector on the CI machine's own kernel, with the real binary: a kernel without
 //! modules or kprobes, where fexit is refused but tracepoints, raw_tp and tp_btf work.
 
-mod util;
+use crate::util;
 
 use std::path::Path;
 use std::time::{Duration, Instant};

@@ -1,8 +1,8 @@
 //! Golden end-to-end tests: the real binary on fixture trees, the whole `/metrics` output
-//! compared with `tests/golden/<case>.prom` (node_exporter's e2e-output.txt contract).
-//! `HPCNODE_UPDATE_GOLDEN=1 cargo test --test golden` rewrites the golden files.
+//! compared with `exporter/tests/golden/<case>.prom` (node_exporter's e2e-output.txt contract).
+//! `HPCNODE_UPDATE_GOLDEN=1 cargo test --test it golden::` rewrites the golden files.
 
-mod util;
+use crate::util;
 
 use std::collections::BTreeSet;
 use std::fs;

@@ -2,7 +2,7 @@
 # apt: prometheus python3 python3-yaml
 # End-to-end test of alerts/ and dashboards/ against a real Prometheus scraping the exporter
 # on the fixture trees; see prometheus_e2e.py for what it checks.
-#   tests/rules/prometheus_e2e.sh target/debug/hpcnode_exporter
+#   tests/e2e/run.sh target/debug/hpcnode_exporter
 # Starts its own exporters and Prometheus on free loopback ports with a temporary storage
 # directory and stops them on exit; every wait is bounded (at most 240 s in all).
 set -euo pipefail

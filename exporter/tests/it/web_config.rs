@@ -2,7 +2,7 @@
 //! openssl CLI at test time and curl as the client; rotation while running; and promtool's
 //! `check web-config` as the reference parser for every config file here.
 
-mod util;
+use crate::util;
 
 use std::path::Path;
 use std::process::Command;

@@ -3,7 +3,7 @@
 //! connection, certificates renamed in during a reload, a FIFO named by the config, and a flood
 //! of wrong passwords while a real Prometheus scrapes.
 
-mod util;
+use crate::util;
 
 use std::io::{BufRead as _, BufReader, Read as _, Write as _};
 use std::net::{Ipv4Addr, SocketAddr, TcpStream};

@@ -1,7 +1,7 @@
 //! The real binary under signals: SIGHUP (a reload, to node_exporter's Debian unit) is logged
 //! and survived; a second SIGTERM or SIGINT while in-flight requests finish exits at once.
 
-mod util;
+use crate::util;
 
 use std::os::unix::process::ExitStatusExt;
 use std::time::Duration;

@@ -1,7 +1,5 @@
 //! Helpers for integration tests that run the real binary (ripgrep's tests/util.rs idea).
 
-#![allow(dead_code)] // each test binary uses a different subset
-
 pub mod golden;
 pub mod kernel;
 pub mod web;
@@ -17,9 +15,16 @@ use std::time::{Duration, Instant};
 
 pub const BINARY: &str = env!("CARGO_BIN_EXE_hpcnode_exporter");
 
-/// The repository's `tests/` directory.
+/// The repository's `tests/` directory: the fixture trees, which the shell suites read too.
 pub fn tests_dir() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("../tests")
+}
+
+/// A file of `exporter/tests/support/`: the stand-in libraries and helpers only these tests use.
+pub fn support(name: &str) -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("tests/support")
+        .join(name)
 }
 
 pub fn fixture(name: &str) -> PathBuf {
@@ -519,7 +524,7 @@ impl HungFiles {
         std::fs::remove_dir_all(dir).unwrap();
         std::fs::create_dir(dir).unwrap();
         let fuse = Command::new("/usr/bin/python3")
-            .arg(tests_dir().join("support/hung_sysfs.py"))
+            .arg(support("hung_sysfs.py"))
             .arg(dir)
             .args(names)
             .stdout(Stdio::null())
@@ -599,7 +604,7 @@ pub fn rdma_core() -> PathBuf {
         .unwrap_or_else(|| tests_dir().join("../target/rdma-core"));
     assert!(
         root.join("usr/include/infiniband/verbs.h").exists(),
-        "{} lacks rdma-core: run tests/verbs/fetch-rdma-core.sh (tests/setup.sh does)",
+        "{} lacks rdma-core: run exporter/tests/support/fetch-rdma-core.sh (tests/setup.sh does)",
         root.display()
     );
     root

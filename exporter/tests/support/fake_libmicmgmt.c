@@ -1,5 +1,5 @@
 /*
- * A stand-in for Intel's libmicmgmt.so.0 (MPSS 3.x), for tests/mic.rs: the functions the mic
+ * A stand-in for Intel's libmicmgmt.so.0 (MPSS 3.x), for tests/it/mic.rs: the functions the mic
  * collector calls, with the prototypes of MPSS's miclib.h, answering with the readings of the
  * real `micinfo` capture in shared/samples (micinfo-mpss3.8.2-x100-7120P.txt: die 50 C, cores
  * 1041000 uV and 1238095 kHz, GDDR 1501000 uV) and the real micras power capture A

@@ -1,7 +1,7 @@
 //! METRICS.md is the catalog: every emitted metric is listed there, and every listed metric is
 //! produced by some fixture tree.
 
-mod util;
+use crate::util;
 
 use std::collections::BTreeSet;
 
@@ -34,7 +34,7 @@ const KERNEL_LAB_ONLY: &[&str] = &[
 ];
 
 /// A fixture's `/proc` is links, names that prove no hold, so no fixture holds a vfio device:
-/// `tests/pci.rs` (`vfio_holders_are_proven_by_the_open_file_not_its_name`) holds one with a
+/// `pci.rs` (`vfio_holders_are_proven_by_the_open_file_not_its_name`) holds one with a
 /// real process, and the kernel lab's `vfio_holders` scenario also leaves a stale holder.
 const NEEDS_HELD_VFIO_DEVICE: &[&str] = &[
     "hpcnode_pci_vfio_holder_info",

@@ -1,8 +1,8 @@
 //! The `modules` collector end to end: the real binary on fixture roots (procfs, sysfs and the
-//! root filesystem's /etc and /lib/modules), whole outputs against `tests/golden/modules_*.prom`,
+//! root filesystem's /etc and /lib/modules), whole outputs against `exporter/tests/golden/modules_*.prom`,
 //! and on the running kernel's own /proc and /sys.
 
-mod util;
+use crate::util;
 
 use std::fs;
 use std::path::Path;

@@ -1,5 +1,5 @@
 /*
- * A stand-in for libibverbs.so.1, for tests/verbs.rs: every symbol the exporter resolves, on a
+ * A stand-in for libibverbs.so.1, for tests/it/verbs.rs: every symbol the exporter resolves, on a
  * machine without RDMA devices, whose ibv_get_device_list can be held at a gate. While the file
  * GATE exists, a call first creates GATE.held (so the test knows a caller is in) and then waits
  * until GATE is removed; then, as without a gate, it fails with ENODEV. A responder session

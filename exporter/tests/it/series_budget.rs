@@ -5,7 +5,7 @@
 //! (every node of a fleet pays for each new series); more than 10 % below it fails too, so the
 //! budget stays a number to plan with.
 
-mod util;
+use crate::util;
 
 use std::fs;
 use std::process::Command;
@@ -55,7 +55,14 @@ fn typical_node_stays_within_its_series_budget() {
     ] {
         assert!(text.contains(line), "typical node lacks {line}");
     }
-    let series = sample_lines(&text);
+    // The kernel_log probe reads this machine's own kernel log, where the test suites' refused
+    // loads of made-up modules (`hpcnode_<test><pid>`, one series each) pile up run after run:
+    // they are the test machine's, not the typical node's.
+    let own_lines = text
+        .lines()
+        .filter(|l| l.starts_with("hpcnode_kernel_log_events") && l.contains("module=\"hpcnode_"))
+        .count();
+    let series = sample_lines(&text) - own_lines;
     let budget = readme_budget();
     let (low, high) = (
         budget as f64 * (1.0 - TOLERANCE),
