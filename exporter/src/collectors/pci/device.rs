@@ -13,9 +13,9 @@ use crate::sync::lock;
 use crate::sysfs::{SysDir, SysfsError};
 
 use super::config_space::{self, ConfigSpace, BAR_COUNT};
+use super::driver_modules;
 use super::host::IOMMU_GROUPS_DIR;
 use super::identity::{kernel_hex, parse_id16, read_id, KERNEL_HEX_BYTES};
-use super::modules;
 use super::nova::DeviceType;
 use super::{
     with_label, DeviceSelector, ListedDevice, Read, BARS, CONFIG_READABLE, DEVICE_FAULT,
@@ -522,7 +522,7 @@ impl Read<'_> {
         let Some(aliases) = self.modules_alias() else {
             return;
         };
-        let modules = modules::matching_modules(&aliases, &modalias);
+        let modules = driver_modules::matching_modules(&aliases, &modalias);
         self.push(
             &UNBOUND_ALIAS_MODULES,
             labels.iter().cloned(),
@@ -584,7 +584,7 @@ impl Read<'_> {
 
     /// The rules of the effective modprobe.d files (kmod's precedence and masking). Rules read
     /// with errors are not kept, so that each scrape reports them.
-    fn modprobe_rules(&mut self) -> Arc<modules::ModprobeRules> {
+    fn modprobe_rules(&mut self) -> Arc<driver_modules::ModprobeRules> {
         let (rootfs, kept) = (&self.collector.rootfs, &self.collector.modprobe_rules);
         // Errors here are those the read below meets again, and reports.
         let mut stamp_errors = Vec::new();
@@ -596,7 +596,7 @@ impl Read<'_> {
         }
         let mut errors = Vec::new();
         let files = modprobe::read_config(rootfs, &mut errors);
-        let rules = modules::ModprobeRules::from_config(files);
+        let rules = driver_modules::ModprobeRules::from_config(files);
         if errors.is_empty() && stamp_errors.is_empty() {
             return kept.keep(stamps, rules);
         }

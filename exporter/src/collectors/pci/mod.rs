@@ -15,9 +15,9 @@ mod aer;
 pub(crate) mod config_space;
 mod descs;
 mod device;
+pub(crate) mod driver_modules;
 mod host;
 pub(crate) mod identity;
-pub(crate) mod modules;
 pub(crate) mod nova;
 mod nova_check;
 mod vfio_holders;
@@ -42,8 +42,8 @@ use crate::sysfs::{
 
 pub use descs::METRICS;
 use descs::*;
+use driver_modules::{ModprobeRules, Stamped};
 use identity::{read_identity, Address, Identity};
-use modules::{ModprobeRules, Stamped};
 use nova_check::NovaFiles;
 use vfio_holders::Unproven;
 

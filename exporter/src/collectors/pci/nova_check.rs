@@ -9,8 +9,8 @@ use crate::collector::{CollectError, ErrorKind};
 use crate::metrics::{LabelValue, Value};
 use crate::sysfs::{AttributeReader, FileStamp, NamedFile, SysDir, SysfsError};
 
+use super::driver_modules::Stamped;
 use super::identity::{read_identity, Identity};
-use super::modules::Stamped;
 use super::nova::{self, Alias, DeviceType, NovaConfig, PciIdentity, Problem};
 use super::{
     Read, DEVICES_DIR, NOVA_ALIAS_DEFINITIONS, NOVA_ALIAS_DEVICES, NOVA_ALIAS_MISMATCH,
