@@ -1,10 +1,9 @@
 //! Descriptors of sysfs attributes kept open between scrapes and read again with `pread`, within
 //! a process-wide budget.
 
-use std::collections::HashMap;
 use std::os::fd::OwnedFd;
 use std::os::unix::ffi::OsStrExt;
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use foldhash::fast::RandomState as FastState;
@@ -13,10 +12,13 @@ use indexmap::IndexMap;
 use rustix::fs::FileType;
 use rustix::io::Errno;
 
+mod file_name;
+
+use file_name::FileName;
+
 use super::budget::{HeldBudget, HeldSlot};
 use super::linked::numbers_not_reused;
 use super::{is_plain_name, read_flags, Entry, SysDir, SysfsError};
-use crate::sync::{lock, try_lock};
 
 /// Attributes read scrape after scrape through descriptors kept open: a `pread` at offset 0 of
 /// a held sysfs attribute runs the driver's `show()` again and costs about a tenth of open,
@@ -123,58 +125,6 @@ struct HeldSubdir {
     /// The round it was last asked for in.
     used_in: u64,
     _slots: [HeldSlot; 2],
-}
-
-/// A held file's name, inline when short (nearly every attribute's): each read compares it
-/// with the name asked for, and a name elsewhere on the heap costs that compare a cache miss.
-enum FileName {
-    Inline { len: u8, bytes: [u8; INLINE_NAME] },
-    Elsewhere(Box<[u8]>),
-}
-
-/// The longest name kept inline: `FileName` fits in 40 bytes.
-const INLINE_NAME: usize = 38;
-
-impl FileName {
-    fn new(name: &str) -> FileName {
-        let name = name.as_bytes();
-        match u8::try_from(name.len()) {
-            Ok(len) if name.len() <= INLINE_NAME => {
-                let mut bytes = [0; INLINE_NAME];
-                bytes[..name.len()].copy_from_slice(name);
-                FileName::Inline { len, bytes }
-            }
-            _ => FileName::Elsewhere(name.into()),
-        }
-    }
-
-    fn as_bytes(&self) -> &[u8] {
-        match self {
-            FileName::Inline { len, bytes } => &bytes[..usize::from(*len)],
-            FileName::Elsewhere(name) => name,
-        }
-    }
-}
-
-// Hashed and compared as its bytes, so that a map of them is looked up by `&[u8]`.
-impl std::hash::Hash for FileName {
-    fn hash<H: std::hash::Hasher>(&self, state: &mut H) {
-        self.as_bytes().hash(state);
-    }
-}
-
-impl PartialEq for FileName {
-    fn eq(&self, other: &Self) -> bool {
-        self.as_bytes() == other.as_bytes()
-    }
-}
-
-impl Eq for FileName {}
-
-impl std::borrow::Borrow<[u8]> for FileName {
-    fn borrow(&self) -> &[u8] {
-        self.as_bytes()
-    }
 }
 
 struct HeldFile {
@@ -602,100 +552,6 @@ impl HeldAttributes {
     pub fn len(&self) -> usize {
         let held = self.dirs.values();
         held.map(|held| held.files.len() + held.subdirs.len()).sum()
-    }
-
-    pub fn is_empty(&self) -> bool {
-        self.len() == 0
-    }
-}
-
-/// One [`HeldAttributes`] per unit of a collector (an RDMA device, a PCI device), with the
-/// collector's own state for the unit (`T`: the RDMA device's room, label values and label
-/// sets, a PCI unit's room, label values and root port), each with a lock of its own: the
-/// scrape claims a unit before reading it,
-/// so only one read locks it, a read hung in a driver blocks no other unit, and units read at
-/// once share none of the collector's state.
-pub struct HeldByUnit<T = ()> {
-    units: Mutex<HashMap<String, Arc<Mutex<UnitHeld<T>>>>>,
-}
-
-/// What one unit holds: its descriptors and the collector's state for it.
-#[derive(Default)]
-struct UnitHeld<T> {
-    held: HeldAttributes,
-    state: T,
-    /// Whether its round was left open by [`HeldByUnit::read_opening`].
-    round_open: bool,
-}
-
-impl<T> Default for HeldByUnit<T> {
-    fn default() -> Self {
-        HeldByUnit {
-            units: Mutex::default(),
-        }
-    }
-}
-
-impl<T: Default> HeldByUnit<T> {
-    /// Runs `read` with what `unit` holds, then ends its round. Were the unit's set still
-    /// locked (a read of it still running), `read` gets a set (and state) of its own for its
-    /// length rather than wait.
-    pub fn read<R>(&self, unit: &str, read: impl FnOnce(&mut HeldAttributes, &mut T) -> R) -> R {
-        self.read_in_round(unit, false, |held, state| (read(held, state), false))
-    }
-
-    /// As [`HeldByUnit::read`], in a new round that stays open when `read` says so: the
-    /// unit's next [`HeldByUnit::read`] (a collector's read of a unit its listing read from)
-    /// goes on in it, looking at no directory again. A round left open and never gone on
-    /// with (the unit was not read after all) is ended first.
-    pub fn read_opening<R>(
-        &self,
-        unit: &str,
-        read: impl FnOnce(&mut HeldAttributes, &mut T) -> (R, bool),
-    ) -> R {
-        self.read_in_round(unit, true, read)
-    }
-
-    fn read_in_round<R>(
-        &self,
-        unit: &str,
-        new_round: bool,
-        read: impl FnOnce(&mut HeldAttributes, &mut T) -> (R, bool),
-    ) -> R {
-        let held = {
-            let mut units = lock(&self.units);
-            // Looked up before it is made: a scrape reads hundreds of units, all known.
-            match units.get(unit) {
-                Some(held) => held.clone(),
-                None => units.entry(unit.to_string()).or_default().clone(),
-            }
-        };
-        let Some(mut guard) = try_lock(&held) else {
-            return read(&mut HeldAttributes::default(), &mut T::default()).0;
-        };
-        let unit = &mut *guard;
-        if new_round && unit.round_open {
-            unit.held.end_round();
-        }
-        // Open while it reads: one that panics leaves its round for the next opening to end.
-        unit.round_open = true;
-        let (result, stays_open) = read(&mut unit.held, &mut unit.state);
-        unit.round_open = stays_open;
-        if !stays_open {
-            unit.held.end_round();
-        }
-        result
-    }
-
-    /// Closes what the units `keep` refuses held (units gone since the last listing).
-    pub fn retain(&self, keep: impl Fn(&str) -> bool) {
-        let mut units = lock(&self.units);
-        units.retain(|unit, _| keep(unit));
-    }
-
-    /// Units with a held set.
-    pub fn len(&self) -> usize {
-        lock(&self.units).len()
     }
 
     pub fn is_empty(&self) -> bool {

@@ -19,9 +19,7 @@
 //! `openat`; links and paths are resolved by openat2 (Linux 5.6), or before it by a walk that
 //! reads each link itself (`resolve.rs`).
 
-use std::ffi::CStr;
-use std::fmt;
-use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
+use std::os::fd::{AsFd, OwnedFd};
 use std::os::unix::ffi::OsStringExt;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -30,111 +28,28 @@ use std::sync::Arc;
 use rustix::fs::{AtFlags, FileType, Mode, OFlags, StatxFlags};
 use rustix::io::Errno;
 
-use crate::error::{CollectError, ErrorKind};
-
 mod budget;
+mod by_unit;
+mod entry;
+mod error;
 mod held;
 mod linked;
+mod named;
 mod resolve;
 
 pub use budget::HeldBudget;
-pub use held::{DirStamp, HeldAttributes, HeldByUnit};
+pub use by_unit::HeldByUnit;
+pub use entry::Entry;
+use entry::{list, without_inodes};
+pub use error::SysfsError;
+pub use held::{DirStamp, HeldAttributes};
 pub use linked::LinkedDirs;
+use named::read_to_end;
+pub use named::{read_named_file, read_private_file, FileStamp, NamedFile};
 use resolve::{resolve, Scope};
 
 /// sysfs attributes are at most one page; anything longer is not an attribute.
 const MAX_ATTRIBUTE_BYTES: usize = 4096;
-
-/// Why one sysfs attribute or directory could not be used.
-#[derive(Debug, thiserror::Error)]
-pub enum SysfsError {
-    #[error("read {path}: {source}")]
-    Io {
-        path: PathBuf,
-        source: std::io::Error,
-    },
-    #[error("read {path}: not a regular file")]
-    NotRegularFile { path: PathBuf },
-    #[error("read {path}: mode {mode:04o} lets its group or others at it (chmod 600 {path})")]
-    NotPrivate { path: PathBuf, mode: u32 },
-    /// Never the content: a file may hold anything (a secret, a terminal escape), so its name,
-    /// the reason and how much was read are all a log line may carry.
-    #[error("parse {path}: {reason}{}", bytes_read(.len))]
-    Parse {
-        path: PathBuf,
-        reason: &'static str,
-        /// The length of what could not be parsed, where there was one text to parse.
-        len: Option<usize>,
-    },
-    #[error("list {dir}: entry name is not UTF-8: {name}")]
-    NameNotUtf8 { dir: PathBuf, name: String },
-}
-
-impl SysfsError {
-    pub fn kind(&self) -> ErrorKind {
-        match self {
-            SysfsError::Io { .. } | SysfsError::NotPrivate { .. } => ErrorKind::Io,
-            SysfsError::NotRegularFile { .. } => ErrorKind::NotRegularFile,
-            SysfsError::Parse { .. } | SysfsError::NameNotUtf8 { .. } => ErrorKind::Parse,
-        }
-    }
-
-    /// True when the file simply does not exist (an optional attribute of this driver).
-    pub fn is_not_found(&self) -> bool {
-        matches!(self, SysfsError::Io { source, .. } if source.kind() == std::io::ErrorKind::NotFound)
-    }
-
-    /// True when the file, or a directory on its path, does not exist.
-    pub fn is_absent(&self) -> bool {
-        self.is_not_found()
-            || matches!(self, SysfsError::Io { source, .. } if source.raw_os_error() == Some(libc::ENOTDIR))
-    }
-
-    /// True when the kernel refused access (another user's `/proc/<pid>/fd` without ptrace
-    /// access, a file only root may read).
-    pub fn is_permission_denied(&self) -> bool {
-        matches!(self, SysfsError::Io { source, .. } if source.kind() == std::io::ErrorKind::PermissionDenied)
-    }
-
-    /// `content` could not be parsed: only its length is kept.
-    pub fn parse(path: &Path, reason: &'static str, content: &str) -> Self {
-        SysfsError::unparsed(path.to_path_buf(), reason, content.len())
-    }
-
-    /// The file is not what it should be, for `reason` alone (a module's signature block, a
-    /// compressed stream): no one text was parsed.
-    pub fn invalid(path: &Path, reason: &'static str) -> Self {
-        SysfsError::Parse {
-            path: path.to_path_buf(),
-            reason,
-            len: None,
-        }
-    }
-
-    /// `len` bytes (binary, or not text) could not be parsed.
-    pub fn unparsed(path: PathBuf, reason: &'static str, len: usize) -> Self {
-        SysfsError::Parse {
-            path,
-            reason,
-            len: Some(len),
-        }
-    }
-
-    fn io(path: PathBuf, errno: Errno) -> Self {
-        match errno {
-            Errno::ISDIR => SysfsError::NotRegularFile { path },
-            errno => SysfsError::Io {
-                path,
-                source: errno.into(),
-            },
-        }
-    }
-}
-
-/// ` (N bytes)` after a parse error's reason, where it has a length.
-fn bytes_read(len: &Option<usize>) -> String {
-    len.map_or_else(String::new, |len| format!(" ({len} bytes)"))
-}
 
 /// One reusable read buffer per device read.
 pub struct AttributeReader {
@@ -146,60 +61,6 @@ impl Default for AttributeReader {
         AttributeReader {
             // One byte more than an attribute can hold, to tell "full page" from "too long".
             buf: vec![0; MAX_ATTRIBUTE_BYTES + 1],
-        }
-    }
-}
-
-/// One entry of a directory listing. A name that is not UTF-8 is an entry of its own, reported
-/// where it is used, so that it hides none of its siblings.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum Entry {
-    Name(String),
-    /// The directory's path, and the name with its bytes escaped (`bad\xff`).
-    NotUtf8 {
-        dir: PathBuf,
-        escaped: String,
-    },
-}
-
-impl Entry {
-    fn new(dir: &Path, name: &CStr) -> Entry {
-        match name.to_str() {
-            Ok(name) => Entry::Name(name.to_string()),
-            Err(_) => Entry::NotUtf8 {
-                dir: dir.to_path_buf(),
-                escaped: name.to_bytes().escape_ascii().to_string(),
-            },
-        }
-    }
-
-    /// The name, or the error that reports an entry without a usable one.
-    pub fn name(&self) -> Result<&str, SysfsError> {
-        match self {
-            Entry::Name(name) => Ok(name),
-            Entry::NotUtf8 { dir, escaped } => Err(SysfsError::NameNotUtf8 {
-                dir: dir.clone(),
-                name: escaped.clone(),
-            }),
-        }
-    }
-
-    /// As [`Entry::name`], owned.
-    pub fn into_name(self) -> Result<String, SysfsError> {
-        match self {
-            Entry::Name(name) => Ok(name),
-            Entry::NotUtf8 { dir, escaped } => Err(SysfsError::NameNotUtf8 { dir, name: escaped }),
-        }
-    }
-}
-
-/// The name; an entry without one shows its escaped path, which no name can equal (a name has
-/// no `/`), so listings stay usable as unit names.
-impl fmt::Display for Entry {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        match self {
-            Entry::Name(name) => f.write_str(name),
-            Entry::NotUtf8 { dir, escaped } => write!(f, "{}/{escaped}", dir.display()),
         }
     }
 }
@@ -218,9 +79,6 @@ pub struct SysDir {
     /// The full path, for messages.
     path: PathBuf,
 }
-
-/// The buffer a listing is read into.
-const LISTING_BYTES: usize = 16 << 10;
 
 /// `SYSFS_MAGIC` of `linux/magic.h`: the `f_type` statfs reports for sysfs.
 const SYSFS_MAGIC: i64 = 0x6265_6572;
@@ -701,164 +559,6 @@ impl SysDir {
     }
 }
 
-/// The entries of the directory open as `fd` at `path` with their inode numbers, sorted as
-/// [`SysDir::entries`] says; read from where `fd`'s offset is (its start, when just opened).
-fn list(fd: BorrowedFd<'_>, path: &Path) -> Result<Vec<(Entry, u64)>, SysfsError> {
-    let io_error = |errno| SysfsError::io(path.to_path_buf(), errno);
-    // Room for a device directory's entries or a PCI bus's few hundred in one `getdents64`;
-    // any name fits (at most 255 bytes).
-    let mut buf = Vec::with_capacity(LISTING_BYTES);
-    let mut listing = rustix::fs::RawDir::new(fd, buf.spare_capacity_mut());
-    let mut entries = Vec::new();
-    while let Some(entry) = listing.next() {
-        let entry = match entry {
-            Ok(entry) => entry,
-            // As rustix's `Dir` (and readdir) have it: a directory removed while listed ends
-            // its listing, and an interrupted read is read again.
-            Err(Errno::NOENT) => break,
-            Err(Errno::INTR) => continue,
-            Err(errno) => return Err(io_error(errno)),
-        };
-        let name = entry.file_name();
-        if name == c"." || name == c".." {
-            continue;
-        }
-        entries.push((Entry::new(path, name), entry.ino()));
-    }
-    // A total order whatever the names. Each key is made again at each comparison, borrowing
-    // the name: keys made once would copy every name of a listing of hundreds.
-    entries.sort_unstable_by(|(a, _), (b, _)| sort_key(a).cmp(&sort_key(b)));
-    Ok(entries)
-}
-
-fn without_inodes(entries: Vec<(Entry, u64)>) -> Vec<Entry> {
-    entries.into_iter().map(|(entry, _)| entry).collect()
-}
-
-/// Where [`list`] puts an entry: numbers by value, then names, then names not UTF-8.
-fn sort_key(entry: &Entry) -> (u8, u64, &str) {
-    match entry {
-        Entry::Name(name) => match name.parse::<u64>() {
-            Ok(number) => (0, number, name),
-            Err(_) => (1, 0, name),
-        },
-        Entry::NotUtf8 { escaped, .. } => (2, 0, escaped),
-    }
-}
-
-/// A file's identity and version as `stat` tells them ([`SysDir::stamp`]).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct FileStamp {
-    device: u64,
-    inode: u64,
-    size: i64,
-    modified: (i64, u64),
-}
-
-impl FileStamp {
-    fn of(stat: &rustix::fs::Stat) -> FileStamp {
-        FileStamp {
-            device: stat.st_dev,
-            inode: stat.st_ino,
-            size: stat.st_size,
-            modified: (stat.st_mtime, stat.st_mtime_nsec),
-        }
-    }
-
-    /// The stamp of the file a path names now (links followed, as for a [`NamedFile`]);
-    /// `None` when it cannot be stat'ed.
-    pub fn of_path(path: &Path) -> Option<FileStamp> {
-        rustix::fs::stat(path).ok().map(|stat| FileStamp::of(&stat))
-    }
-}
-
-/// A file named by a flag (a config or token file; not under a root, so its links are
-/// followed as for any path the operator writes), opened: its stamp, taken from the open
-/// file before any read, tells whether what was made from it before still holds.
-pub struct NamedFile {
-    fd: OwnedFd,
-    path: PathBuf,
-    stamp: FileStamp,
-}
-
-impl NamedFile {
-    pub fn open(path: &Path) -> Result<NamedFile, SysfsError> {
-        let io_error = |errno| SysfsError::io(path.to_path_buf(), errno);
-        let fd = rustix::fs::open(path, read_flags(), Mode::empty()).map_err(io_error)?;
-        let stamp = FileStamp::of(&rustix::fs::fstat(&fd).map_err(io_error)?);
-        Ok(NamedFile {
-            fd,
-            path: path.to_path_buf(),
-            stamp,
-        })
-    }
-
-    pub fn stamp(&self) -> FileStamp {
-        self.stamp
-    }
-
-    /// Read as [`SysDir::read_file`] reads.
-    pub fn read(&self, limit: usize) -> Result<Vec<u8>, SysfsError> {
-        read_to_end(&self.fd, self.path.clone(), limit)
-    }
-}
-
-/// A file named by a flag, read whole as [`NamedFile::read`] reads.
-pub fn read_named_file(path: &Path, limit: usize) -> Result<Vec<u8>, SysfsError> {
-    NamedFile::open(path)?.read(limit)
-}
-
-/// A secret named by a flag, read as [`read_named_file`] reads (a regular file only), refused
-/// when its mode gives its group or others any access (checked on the opened file, so a link is judged by the
-/// file it leads to).
-pub fn read_private_file(path: &Path, limit: usize) -> Result<Vec<u8>, SysfsError> {
-    let fd = rustix::fs::open(path, read_flags(), Mode::empty())
-        .map_err(|errno| SysfsError::io(path.to_path_buf(), errno))?;
-    let stat = rustix::fs::fstat(&fd).map_err(|errno| SysfsError::io(path.to_path_buf(), errno))?;
-    let mode = stat.st_mode & 0o7777;
-    // A device or FIFO is refused as such, whatever its mode.
-    if FileType::from_raw_mode(stat.st_mode) != FileType::RegularFile {
-        return Err(SysfsError::NotRegularFile {
-            path: path.to_path_buf(),
-        });
-    }
-    if mode & 0o077 != 0 {
-        return Err(SysfsError::NotPrivate {
-            path: path.to_path_buf(),
-            mode,
-        });
-    }
-    read_to_end(&fd, path.to_path_buf(), limit)
-}
-
-/// Reads an open file to its end: regular files only (checked before reading, since this
-/// reads until end of file), at most `limit` bytes, a longer file refused rather than cut.
-fn read_to_end(fd: &OwnedFd, path: PathBuf, limit: usize) -> Result<Vec<u8>, SysfsError> {
-    let stat = rustix::fs::fstat(fd).map_err(|errno| SysfsError::io(path.clone(), errno))?;
-    if FileType::from_raw_mode(stat.st_mode) != FileType::RegularFile {
-        return Err(SysfsError::NotRegularFile { path });
-    }
-    // sysfs reports a size that need not match what a read returns (`config` says 4096
-    // and gives 64 bytes to non-root readers), so the size is only a capacity hint.
-    let hint = usize::try_from(stat.st_size).unwrap_or(limit).min(limit);
-    let mut content = Vec::with_capacity(hint + 1);
-    let mut chunk = [0u8; 4096];
-    loop {
-        match rustix::io::read(fd, &mut chunk[..]) {
-            Ok(0) => return Ok(content),
-            Ok(len) => {
-                content.extend_from_slice(&chunk[..len]);
-                if content.len() > limit {
-                    let reason = "longer than this file may be";
-                    return Err(SysfsError::unparsed(path, reason, content.len()));
-                }
-            }
-            Err(Errno::INTR) => continue,
-            Err(errno) => return Err(SysfsError::io(path, errno)),
-        }
-    }
-}
-
 /// `base/relative`, or `base` when `relative` is empty, in one allocation (`Path::join` copies
 /// `base`, then grows the copy): paths are made for every directory opened and every error,
 /// thousands a scrape.
@@ -886,25 +586,13 @@ fn read_flags() -> OFlags {
     OFlags::RDONLY | OFlags::NONBLOCK | OFlags::CLOEXEC | OFlags::NOCTTY
 }
 
-impl From<SysfsError> for CollectError {
-    fn from(err: SysfsError) -> Self {
-        let error = CollectError::new(err.kind(), err.to_string());
-        match &err {
-            // The length may change every read; the file and the reason are the fault.
-            SysfsError::Parse { path, reason, .. } => {
-                error.keyed_by(format!("{}: {reason}", path.display()))
-            }
-            _ => error,
-        }
-    }
-}
-
 #[cfg(test)]
 pub(crate) mod tests;
 
 #[cfg(test)]
 mod proptests {
     use super::*;
+    use crate::error::ErrorKind;
     use crate::test_strategies::bytes;
     use proptest::prelude::*;
     use std::fs;

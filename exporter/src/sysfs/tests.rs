@@ -6,6 +6,7 @@ use std::os::unix::fs::symlink;
 use std::time::{Duration, Instant};
 
 use super::resolve::tests::hostile_tree;
+use crate::error::{CollectError, ErrorKind};
 
 pub(super) fn mkfifo(path: &Path) {
     let c_path = CString::new(path.as_os_str().as_bytes()).unwrap();

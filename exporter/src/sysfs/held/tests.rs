@@ -1,7 +1,9 @@
+use super::file_name::INLINE_NAME;
 use super::*;
 use crate::error::ErrorKind;
 use crate::sysfs::tests::{dir_with, mkfifo, settle};
 use crate::sysfs::AttributeReader;
+use crate::sysfs::HeldByUnit;
 use std::fs;
 use std::path::Path;
 
