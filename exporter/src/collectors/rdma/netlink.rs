@@ -4,8 +4,9 @@
 use std::collections::hash_map::Entry as MapEntry;
 use std::time::Instant;
 
+use super::device_read::DeviceRead;
 use super::state::counter_set;
-use super::{DeviceRead, HwCounters, RdmaCollector, PORT_HW_STAT};
+use super::{HwCounters, RdmaCollector, PORT_HW_STAT};
 use crate::collector::{CollectError, ErrorKind};
 use crate::logging::{self, Level};
 use crate::metrics::{LabelSet, LabelValue, Value};

@@ -1,3 +1,4 @@
+use super::device_read::PMA_COUNTERS;
 use super::*;
 use crate::sysfs::tests::settle;
 
