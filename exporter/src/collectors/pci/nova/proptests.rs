@@ -2,7 +2,7 @@ use super::*;
 use crate::test_strategies::text;
 use proptest::collection::vec;
 use proptest::prelude::*;
-use serde_json::json;
+use serde_json::{json, Map, Value};
 
 const NOVA_TOKENS: &[&str] = &[
     "[pci]",
