@@ -20,6 +20,7 @@ mod host;
 pub(crate) mod identity;
 pub(crate) mod nova;
 mod nova_check;
+mod unbound;
 mod vfio_holders;
 
 use std::collections::{HashMap, HashSet};
