@@ -72,8 +72,8 @@ impl PciCollector {
             }
         }
         // Errors in these files are the nova unit's to report.
-        let configs: Vec<_> = self.nova.read().filter_map(|(_, c)| c.ok()).collect();
-        let specs: Vec<&nova::DeviceSpec> = configs.iter().flat_map(|c| &c.specs).collect();
+        let nova = self.nova.read();
+        let specs: Vec<&nova::DeviceSpec> = nova.configs().flat_map(|c| &c.specs).collect();
         let with_netdevs = specs.iter().any(|spec| spec.names_netdev());
         let selection = Selection {
             devices: &devices,
@@ -104,7 +104,9 @@ impl PciCollector {
         self.held
             .retain(|unit| unit == HOST_UNIT || listed.contains(unit));
         self.device_dirs.retain(|address| listed.contains(address));
-        Ok(self.finish(listing, &addresses, unnamed))
+        let units = self.finish(listing, &addresses, unnamed);
+        lock(&self.scrape).nova = Some(nova);
+        Ok(units)
     }
 
     /// One device's identity, whether it is of interest, and its root port (kept while its

@@ -46,7 +46,7 @@ pub use descs::METRICS;
 use descs::*;
 use driver_modules::{ModprobeRules, Stamped};
 use identity::{Address, Identity};
-use nova_check::NovaFiles;
+use nova_check::{NovaFiles, NovaRead};
 use vfio_holders::Unproven;
 
 pub const REGISTRATION: Registration = Registration {
@@ -222,6 +222,8 @@ struct ScrapeState {
     /// The directories of the devices bound to vfio-pci as the listing opened them, and
     /// their IOMMU groups as it read them, for the vfio holders unit to take.
     vfio_bound: HashMap<String, (Arc<SysDir>, Option<String>)>,
+    /// The Nova config files as the listing read them, for the nova unit to take.
+    nova: Option<NovaRead>,
 }
 
 /// The key in [`PciCollector::held`] of the host unit, which no PCI address can be.
