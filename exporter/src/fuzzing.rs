@@ -13,7 +13,7 @@ use std::time::Duration;
 use crate::collectors::ebpf::kernel_log::{self, KernelLogCounts};
 use crate::collectors::mic::micras;
 use crate::collectors::pci::identity::{self, Address};
-use crate::collectors::pci::{config_space, modules as pci_modules, nova};
+use crate::collectors::pci::{config_space, driver_modules, nova};
 use crate::collectors::verbs::oob::{self, Channel};
 use crate::collectors::verbs::peer::{self, SessionError};
 use crate::collectors::verbs::{PortClaims, Target};
@@ -117,7 +117,7 @@ pub fn module_file(data: &[u8]) {
 pub fn modules_alias(data: &[u8]) {
     let text = String::from_utf8_lossy(data);
     let (first, rest) = text.split_once('\n').unwrap_or((&text, ""));
-    for module in pci_modules::matching_modules(rest, first) {
+    for module in driver_modules::matching_modules(rest, first) {
         assert!(rest.contains(module));
     }
     let second = rest.lines().next().unwrap_or_default();
@@ -136,7 +136,7 @@ pub fn modprobe_d(data: &[u8]) {
         assert!(!rule.module.is_empty() && !rule.module.contains('-'));
         rule.action.disables();
     }
-    let rules = pci_modules::ModprobeRules::from_config(vec![file]);
+    let rules = driver_modules::ModprobeRules::from_config(vec![file]);
     for module in modules {
         rules.install_command(&module);
     }

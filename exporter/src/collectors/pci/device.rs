@@ -3,11 +3,6 @@
 //! without a driver, the modules that would claim it and the modprobe.d rules on them. The
 //! root port unit: the AER counters of a root port above such a device.
 
-use std::collections::BTreeMap;
-use std::sync::Arc;
-
-use crate::kernel::modprobe;
-use crate::kernel::release::checked_release;
 use crate::metrics::{Labels, Value};
 use crate::sync::lock;
 use crate::sysfs::{SysDir, SysfsError};
@@ -15,13 +10,12 @@ use crate::sysfs::{SysDir, SysfsError};
 use super::config_space::{self, ConfigSpace, BAR_COUNT};
 use super::host::IOMMU_GROUPS_DIR;
 use super::identity::{kernel_hex, parse_id16, read_id, KERNEL_HEX_BYTES};
-use super::modules;
 use super::nova::DeviceType;
 use super::{
     with_label, DeviceSelector, ListedDevice, Read, BARS, CONFIG_READABLE, DEVICE_FAULT,
     DEVICE_INFO, DRIVER_BOUND, INTERRUPT_CAPABILITY, IRQ, LINK_SPEED, LINK_WIDTH, MEMORY_DECODE,
     MSIX_TABLE_SIZE, PASSTHROUGH_CHECK, PASSTHROUGH_READY, POWER_STATE, SRIOV_TOTAL_VFS, SRIOV_VFS,
-    UNBOUND_ALIAS_MODULE, UNBOUND_ALIAS_MODULES, VFIO_DRIVER,
+    VFIO_DRIVER,
 };
 
 const PCI_BRIDGE_CLASS: u32 = 0x0604;
@@ -30,13 +24,17 @@ const IRQ_UNASSIGNED: [u64; 2] = [0, 255];
 /// What `power_state` prints for PCI_UNKNOWN (a device no driver has enabled) and
 /// PCI_POWER_ERROR (drivers/pci/pci.c `pci_power_names`).
 const POWER_STATE_UNKNOWN: [&str; 2] = ["unknown", "error"];
-/// Real `modules.alias` files are 1 to 2 MiB, read once per unbound device, by up to four
-/// units at once.
-const MODULES_ALIAS_LIMIT: usize = 16 << 20;
 /// PCI's configuration space before the extended capabilities of PCIe.
 const STANDARD_CONFIG_BYTES: usize = 256;
-/// Candidate modules kept per unbound device; more go to one `other` series.
-const MAX_ALIAS_MODULES: usize = 8;
+
+/// What the device's identity read gives the rest of its read.
+struct Identity {
+    ids: Option<(u16, u16)>,
+    driver: String,
+    iommu_group: String,
+    /// `sriov_totalvfs`, where the kernel shows it.
+    sysfs_total_vfs: Option<u64>,
+}
 
 /// What the passthrough checks and the fault gauges need from a device's read.
 struct DeviceState {
@@ -129,6 +127,39 @@ impl Read<'_> {
         labels: &Labels,
         listed: Option<ListedDevice>,
     ) -> DeviceState {
+        let identity = self.identity(dir, labels, listed);
+        let space = self.config_space(dir);
+        let space = self.out.optional(space).unwrap_or_default();
+        let (bars_implemented, bars_assigned) = self.bars(dir, labels, &space);
+        let irq = self
+            .out
+            .optional(dir.read_held_u64("irq", self.held, &mut self.reader));
+        if let Some(irq) = irq {
+            self.push(&IRQ, labels.iter().cloned(), Value::Int(irq));
+        }
+        self.config_registers(labels, &space);
+        self.link_state(dir, labels, &space);
+        let power_state = self.power_state(dir, labels, &space);
+        self.sriov(dir, labels, &space, identity.sysfs_total_vfs);
+        DeviceState {
+            ids: identity.ids,
+            driver: identity.driver,
+            iommu_group: identity.iommu_group,
+            bars_implemented,
+            bars_assigned,
+            irq,
+            space,
+            power_state,
+        }
+    }
+
+    /// The info series and whether a driver is bound.
+    fn identity(
+        &mut self,
+        dir: &SysDir,
+        labels: &Labels,
+        listed: Option<ListedDevice>,
+    ) -> Identity {
         // Label values: the unit's own, made once.
         let text = |read: &mut Self, name: &str| {
             let text = dir.read_held(name, read.held, &mut read.reader);
@@ -191,9 +222,16 @@ impl Read<'_> {
         ]);
         self.push(&DEVICE_INFO, info, Value::Int(1));
         self.flag(&DRIVER_BOUND, labels.iter().cloned(), !driver.is_empty());
+        Identity {
+            ids,
+            driver,
+            iommu_group,
+            sysfs_total_vfs,
+        }
+    }
 
-        let space = self.config_space(dir);
-        let space = self.out.optional(space).unwrap_or_default();
+    /// Implemented and assigned BARs, from `resource` and the header's registers.
+    fn bars(&mut self, dir: &SysDir, labels: &Labels, space: &ConfigSpace) -> (usize, usize) {
         // Parsed where it was read into, not copied out first.
         let resource = dir.read_held("resource", self.held, &mut self.reader);
         let (bars_implemented, bars_assigned) = match self.out.optional(resource) {
@@ -223,13 +261,12 @@ impl Read<'_> {
                 Value::Int(count as u64),
             );
         }
-        let irq = self
-            .out
-            .optional(dir.read_held_u64("irq", self.held, &mut self.reader));
-        if let Some(irq) = irq {
-            self.push(&IRQ, labels.iter().cloned(), Value::Int(irq));
-        }
+        (bars_implemented, bars_assigned)
+    }
 
+    /// What the config space's registers say: how much is readable, memory decode, MSI and
+    /// MSI-X.
+    fn config_registers(&mut self, labels: &Labels, space: &ConfigSpace) {
         if space.readable_bytes > 0 {
             self.push(
                 &CONFIG_READABLE,
@@ -256,8 +293,10 @@ impl Read<'_> {
                 Value::Int(msix.table_size.into()),
             );
         }
-        self.link_state(dir, labels, &space);
+    }
 
+    /// `power_state`, or the PM capability's where the kernel knows none.
+    fn power_state(&mut self, dir: &SysDir, labels: &Labels, space: &ConfigSpace) -> Option<u64> {
         let power_state = dir
             .read_held("power_state", self.held, &mut self.reader)
             .map(str::to_string);
@@ -282,7 +321,17 @@ impl Read<'_> {
         if let Some(id) = power_state {
             self.push(&POWER_STATE, labels.iter().cloned(), Value::Int(id));
         }
+        power_state
+    }
 
+    /// SR-IOV's VFs: from the `sriov_*` files, else the capability's registers.
+    fn sriov(
+        &mut self,
+        dir: &SysDir,
+        labels: &Labels,
+        space: &ConfigSpace,
+        sysfs_total_vfs: Option<u64>,
+    ) {
         let total_vfs = sysfs_total_vfs.or(space.sriov.map(|s| s.total_vfs.into()));
         if let Some(total) = total_vfs {
             self.push(&SRIOV_TOTAL_VFS, labels.iter().cloned(), Value::Int(total));
@@ -298,16 +347,6 @@ impl Read<'_> {
             if let Some(enabled) = enabled {
                 self.push(&SRIOV_VFS, labels.iter().cloned(), Value::Int(enabled));
             }
-        }
-        DeviceState {
-            ids,
-            driver,
-            iommu_group,
-            bars_implemented,
-            bars_assigned,
-            irq,
-            space,
-            power_state,
         }
     }
 
@@ -509,101 +548,6 @@ impl Read<'_> {
                 class.is_some_and(|c| c >> 8 == PCI_BRIDGE_CLASS)
                     || PASSTHROUGH_DRIVERS.contains(&driver.as_str())
             })
-    }
-
-    /// For a device without a driver: the modules whose aliases match its modalias, and the
-    /// modprobe.d rules on them.
-    fn alias_modules(&mut self, dir: &SysDir, labels: &Labels) {
-        let modalias = dir.read_held("modalias", self.held, &mut self.reader);
-        let modalias = modalias.map(str::to_string);
-        let Some(modalias) = self.out.optional(modalias) else {
-            return;
-        };
-        let Some(aliases) = self.modules_alias() else {
-            return;
-        };
-        let modules = modules::matching_modules(&aliases, &modalias);
-        self.push(
-            &UNBOUND_ALIAS_MODULES,
-            labels.iter().cloned(),
-            Value::Int(modules.len() as u64),
-        );
-        let rules = self.modprobe_rules();
-        let mut series: BTreeMap<(String, String, bool), u64> = BTreeMap::new();
-        for (index, module) in modules.iter().enumerate() {
-            let key = modprobe::module_key(module);
-            let entry = if index < MAX_ALIAS_MODULES {
-                let install = rules
-                    .install_command(&key)
-                    .map(str::to_string)
-                    .unwrap_or_default();
-                (module.to_string(), install, rules.blacklist.contains(&key))
-            } else {
-                ("other".to_string(), String::new(), false)
-            };
-            *series.entry(entry).or_default() += 1;
-        }
-        for ((module, install, blacklisted), count) in series {
-            let mut labels = labels.clone();
-            labels.extend([
-                ("module", module.into()),
-                ("install", install.into()),
-                ("blacklisted", if blacklisted { "1" } else { "0" }.into()),
-            ]);
-            self.push(&UNBOUND_ALIAS_MODULE, labels, Value::Int(count));
-        }
-    }
-
-    /// `<rootfs>/lib/modules/<release>/modules.alias`, release from procfs.
-    fn modules_alias(&mut self) -> Option<Arc<String>> {
-        let collector = self.collector;
-        let kernel = self
-            .out
-            .reported(SysDir::open(&collector.procfs, "sys/kernel"))?;
-        let release = kernel
-            .read("osrelease", &mut self.reader)
-            .map(str::to_string);
-        let release = self.out.optional(release)?;
-        let release = self
-            .out
-            .reported(checked_release(&kernel.path("osrelease"), &release))?;
-        let dir = self.out.reported(SysDir::open(
-            &collector.rootfs,
-            format!("lib/modules/{release}"),
-        ))?;
-        let key = (release, self.out.reported(dir.stamp("modules.alias"))?);
-        if let Some(aliases) = collector.aliases.get(&key) {
-            return Some(aliases);
-        }
-        let bytes = (self.out).reported(dir.read_file("modules.alias", MODULES_ALIAS_LIMIT))?;
-        // Valid UTF-8 (as depmod writes it) is kept without a copy.
-        let text = String::from_utf8(bytes)
-            .unwrap_or_else(|invalid| String::from_utf8_lossy(invalid.as_bytes()).into_owned());
-        Some(collector.aliases.keep(key, text))
-    }
-
-    /// The rules of the effective modprobe.d files (kmod's precedence and masking). Rules read
-    /// with errors are not kept, so that each scrape reports them.
-    fn modprobe_rules(&mut self) -> Arc<modules::ModprobeRules> {
-        let (rootfs, kept) = (&self.collector.rootfs, &self.collector.modprobe_rules);
-        // Errors here are those the read below meets again, and reports.
-        let mut stamp_errors = Vec::new();
-        let stamps = modprobe::config_stamps(rootfs, &mut stamp_errors);
-        if stamp_errors.is_empty() {
-            if let Some(rules) = kept.get(&stamps) {
-                return rules;
-            }
-        }
-        let mut errors = Vec::new();
-        let files = modprobe::read_config(rootfs, &mut errors);
-        let rules = modules::ModprobeRules::from_config(files);
-        if errors.is_empty() && stamp_errors.is_empty() {
-            return kept.keep(stamps, rules);
-        }
-        for err in errors {
-            self.error(err);
-        }
-        Arc::new(rules)
     }
 }
 

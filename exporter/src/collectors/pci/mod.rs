@@ -15,14 +15,16 @@ mod aer;
 pub(crate) mod config_space;
 mod descs;
 mod device;
+pub(crate) mod driver_modules;
 mod host;
 pub(crate) mod identity;
-pub(crate) mod modules;
+mod listing;
 pub(crate) mod nova;
 mod nova_check;
+mod unbound;
 mod vfio_holders;
 
-use std::collections::{HashMap, HashSet};
+use std::collections::HashMap;
 use std::fmt;
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -42,9 +44,9 @@ use crate::sysfs::{
 
 pub use descs::METRICS;
 use descs::*;
-use identity::{read_identity, Address, Identity};
-use modules::{ModprobeRules, Stamped};
-use nova_check::NovaFiles;
+use driver_modules::{ModprobeRules, Stamped};
+use identity::{Address, Identity};
+use nova_check::{NovaFiles, NovaRead};
 use vfio_holders::Unproven;
 
 pub const REGISTRATION: Registration = Registration {
@@ -220,6 +222,8 @@ struct ScrapeState {
     /// The directories of the devices bound to vfio-pci as the listing opened them, and
     /// their IOMMU groups as it read them, for the vfio holders unit to take.
     vfio_bound: HashMap<String, (Arc<SysDir>, Option<String>)>,
+    /// The Nova config files as the listing read them, for the nova unit to take.
+    nova: Option<NovaRead>,
 }
 
 /// The key in [`PciCollector::held`] of the host unit, which no PCI address can be.
@@ -350,158 +354,7 @@ impl Collector for PciCollector {
     type Unit = Unit;
 
     fn units(&self) -> Result<Vec<Unit>, CollectError> {
-        let sysfs = SysDir::open(&self.sysfs, "").ok().map(Arc::new);
-        *lock(&self.scrape) = ScrapeState {
-            sysfs,
-            ..ScrapeState::default()
-        };
-        let listing = self
-            .sysfs_dir(DEVICES_DIR)
-            .and_then(|dir| dir.entries_with_inodes().map(|entries| (dir, entries)));
-        let (devices, entries) = match listing {
-            Ok(listing) => listing,
-            // No PCI bus: nothing to report.
-            Err(err) if err.is_absent() => return Ok(Vec::new()),
-            Err(err) => return Err(err.into()),
-        };
-        let keep = LinkedDirs::keeps(&devices);
-        let mut addresses = Vec::new();
-        let mut inodes = Vec::new();
-        let mut unnamed = Vec::new();
-        for (entry, inode) in entries {
-            match entry {
-                Entry::Name(address) => {
-                    addresses.push(address);
-                    inodes.push(inode);
-                }
-                entry => unnamed.push(Unit::Unnamed(entry)),
-            }
-        }
-        // Errors in these files are the nova unit's to report.
-        let configs: Vec<_> = self.nova.read().filter_map(|(_, c)| c.ok()).collect();
-        let specs: Vec<&nova::DeviceSpec> = configs.iter().flat_map(|c| &c.specs).collect();
-        let with_netdevs = specs.iter().any(|spec| spec.names_netdev());
-        let mut reader = AttributeReader::default();
-        let mut units = Vec::new();
-        let mut root_ports: Vec<String> = Vec::new();
-        let mut vfio_bound = Vec::new();
-        let mut vfio_dirs = HashMap::new();
-        let mut of_interest = HashMap::new();
-        for (address, inode) in addresses.iter().zip(inodes) {
-            // A device that vanished or cannot be identified is not one of interest; a
-            // device named by address that is absent is still listed (to report it absent).
-            let Ok(dir) = self.device_dirs.dir(&devices, keep, address, inode) else {
-                continue;
-            };
-            // Read in the device's held set, in a round its unit's read goes on in.
-            let listed = self.held.read_opening(address, |held, state| {
-                let Some(identity) = read_identity(&dir, address, &mut reader, Some(held)) else {
-                    return (None, false);
-                };
-                // Unusable names under `net` are the nova unit's to report.
-                let nova =
-                    nova_check::nova_identity(&dir, &identity, with_netdevs, &mut Vec::new());
-                let by_nova = specs.iter().any(|spec| spec.matches(&nova));
-                let named = self
-                    .devices
-                    .iter()
-                    .chain(&self.passthrough)
-                    .any(|s| s.matches(address, identity.vendor, identity.device));
-                let driver = dir.link_target_name("driver");
-                let on_vfio = driver.as_ref().is_ok_and(|d| d == VFIO_DRIVER);
-                let interesting = by_nova
-                    || named
-                    || on_vfio
-                    || CLASSES_OF_INTEREST.contains(&(identity.class >> 8))
-                    || RDMA_VENDORS.contains(&identity.vendor);
-                let root_port = match interesting.then(|| held.stamp(&dir)) {
-                    None => None,
-                    Some(stamp) => match &state.root_port {
-                        Some((kept, port)) if Some(*kept) == stamp => port.clone(),
-                        _ => {
-                            let port = devices
-                                .link_target(address)
-                                .ok()
-                                .and_then(|path| aer::root_port_of(&path));
-                            state.root_port = stamp.map(|stamp| (stamp, port.clone()));
-                            port
-                        }
-                    },
-                };
-                let listed = (identity, by_nova, driver, on_vfio, interesting, root_port);
-                // Open for any unit that reads the device (a root port is one, of no interest
-                // itself, in the same held set): ended by the next listing's read if none does.
-                (Some(listed), true)
-            });
-            let Some((identity, by_nova, driver, on_vfio, interesting, root_port)) = listed else {
-                continue;
-            };
-            let iommu_group = on_vfio.then(|| dir.link_target_name("iommu_group"));
-            if on_vfio {
-                vfio_bound.push(address.clone());
-                let group = iommu_group.as_ref().and_then(|group| group.as_ref().ok());
-                vfio_dirs.insert(address.clone(), (dir.clone(), group.cloned()));
-            }
-            if interesting {
-                units.push(Unit::Device {
-                    address: address.clone(),
-                    nova_selected: by_nova,
-                });
-                if let Some(root_port) = root_port.filter(|port| !root_ports.contains(port)) {
-                    root_ports.push(root_port);
-                }
-                let device = ListedDevice {
-                    dir,
-                    driver,
-                    identity,
-                    iommu_group,
-                };
-                of_interest.insert(address.clone(), device);
-            }
-        }
-        let listed: HashSet<&str> = addresses.iter().map(String::as_str).collect();
-        self.held
-            .retain(|unit| unit == HOST_UNIT || listed.contains(unit));
-        self.device_dirs.retain(|address| listed.contains(address));
-        // A root port that is a device of interest itself is read as one.
-        root_ports.retain(|port| {
-            !units
-                .iter()
-                .any(|unit| matches!(unit, Unit::Device { address, .. } if address == port))
-        });
-        for selector in &self.passthrough {
-            if let DeviceSelector::Address(address) = selector {
-                if !addresses.contains(address) {
-                    units.push(Unit::Device {
-                        address: address.clone(),
-                        nova_selected: false,
-                    });
-                }
-            }
-        }
-        // The host's IOMMU state matters where there is a device to pass through or check;
-        // a node without one stays silent.
-        if !self.nova.is_empty() {
-            units.insert(0, Unit::Nova);
-        }
-        if !units.is_empty() {
-            units.insert(0, Unit::Host);
-        }
-        // Scanning every process's open files costs: only where vfio is loaded (a process
-        // may still hold a group whose device left vfio-pci).
-        if !vfio_bound.is_empty() || self.sysfs_dir("module/vfio").is_ok() {
-            units.push(Unit::VfioHolders(vfio_bound));
-        }
-        units.extend(
-            root_ports
-                .into_iter()
-                .map(|address| Unit::RootPort { address }),
-        );
-        units.extend(unnamed);
-        let mut scrape = lock(&self.scrape);
-        scrape.listed = of_interest;
-        scrape.vfio_bound = vfio_dirs;
-        Ok(units)
+        self.list_units()
     }
 
     fn collect_unit(&self, unit: &Unit, out: &mut Output) {

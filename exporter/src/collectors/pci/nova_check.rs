@@ -7,10 +7,11 @@ use std::sync::Arc;
 
 use crate::collector::{CollectError, ErrorKind};
 use crate::metrics::{LabelValue, Value};
+use crate::sync::lock;
 use crate::sysfs::{AttributeReader, FileStamp, NamedFile, SysDir, SysfsError};
 
+use super::driver_modules::Stamped;
 use super::identity::{read_identity, Identity};
-use super::modules::Stamped;
 use super::nova::{self, Alias, DeviceType, NovaConfig, PciIdentity, Problem};
 use super::{
     Read, DEVICES_DIR, NOVA_ALIAS_DEFINITIONS, NOVA_ALIAS_DEVICES, NOVA_ALIAS_MISMATCH,
@@ -44,13 +45,27 @@ impl NovaFiles {
         self.0.is_empty()
     }
 
-    /// Each file's config, parsed again only when the file changed since it last was.
-    pub(super) fn read(
-        &self,
-    ) -> impl Iterator<Item = (&Path, Result<Arc<NovaConfig>, SysfsError>)> + '_ {
-        self.0
+    /// Each file's config in the order given, parsed again only when the file changed since
+    /// it last was.
+    pub(super) fn read(&self) -> NovaRead {
+        let configs = self
+            .0
             .iter()
-            .map(|(path, kept)| (path.as_path(), read_nova_config(path, kept)))
+            .map(|(path, kept)| read_nova_config(path, kept));
+        NovaRead(configs.collect())
+    }
+}
+
+/// One scrape's read of the Nova config files, in the order given: the listing selects devices
+/// by it and the nova unit checks and reports it, so both see the same files and the errors
+/// reported are those of the read the devices were chosen by.
+#[derive(Default)]
+pub(super) struct NovaRead(Vec<Result<Arc<NovaConfig>, SysfsError>>);
+
+impl NovaRead {
+    /// The configs that could be read.
+    pub(super) fn configs(&self) -> impl Iterator<Item = &NovaConfig> {
+        self.0.iter().filter_map(|config| config.as_deref().ok())
     }
 }
 
@@ -111,8 +126,12 @@ impl Read<'_> {
     /// scheduler's filters.
     pub(super) fn nova(&mut self) {
         let collector = self.collector;
+        // The listing's read; read here only where no listing left one.
+        let read = lock(&collector.scrape).nova.take();
+        let read = read.unwrap_or_else(|| collector.nova.read());
         let mut configs: Vec<(&Path, LabelValue, Arc<NovaConfig>)> = Vec::new();
-        for (path, config) in collector.nova.read() {
+        let paths = collector.nova.0.iter().map(|(path, _)| path.as_path());
+        for (path, config) in paths.zip(read.0) {
             let label: LabelValue = path.display().to_string().into();
             let config = match config {
                 Ok(config) => config,
@@ -313,9 +332,8 @@ mod tests {
         .unwrap();
         // Given twice (as a config and a scheduler config): one file, parsed once.
         let files = NovaFiles::new([path.clone(), path.clone()]);
-        let read = || -> Vec<Arc<NovaConfig>> {
-            files.read().map(|(_, config)| config.unwrap()).collect()
-        };
+        let read =
+            || -> Vec<Arc<NovaConfig>> { files.read().0.into_iter().map(Result::unwrap).collect() };
         let first = read();
         assert_eq!(first.len(), 1);
         assert!(Arc::ptr_eq(&first[0], &read()[0]));
@@ -324,7 +342,7 @@ mod tests {
         assert!(!Arc::ptr_eq(&first[0], &changed[0]));
         assert!(changed[0].specs[0].text.contains("10de"));
         std::fs::remove_file(&path).unwrap();
-        assert!(files.read().all(|(_, config)| config.is_err()));
+        assert!(files.read().0.iter().all(Result::is_err));
     }
 
     #[test]

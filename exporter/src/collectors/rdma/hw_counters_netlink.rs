@@ -4,8 +4,9 @@
 use std::collections::hash_map::Entry as MapEntry;
 use std::time::Instant;
 
+use super::device_read::DeviceRead;
 use super::state::counter_set;
-use super::{DeviceRead, HwCounters, RdmaCollector, PORT_HW_STAT};
+use super::{HwCounters, RdmaCollector, PORT_HW_STAT};
 use crate::collector::{CollectError, ErrorKind};
 use crate::logging::{self, Level};
 use crate::metrics::{LabelSet, LabelValue, Value};
@@ -55,12 +56,9 @@ impl RdmaCollector {
             return None;
         };
         let index = match &*lock(&self.netlink_indexes) {
-            Some(Ok(indexes)) => indexes
-                .get(device)
-                .copied()
-                .ok_or_else(|| "not listed by RDMA netlink".to_string()),
-            Some(Err(cause)) => Err(cause.clone()),
-            None => Err("not listed by RDMA netlink".to_string()),
+            Some(Ok(indexes)) => indexes.get(device).copied().ok_or(NoIndex::NotListed),
+            Some(Err(cause)) => Err(NoIndex::ListingFailed(cause.clone())),
+            None => Err(NoIndex::NotListed),
         };
         Some(NetlinkRead {
             collector: self,
@@ -79,7 +77,7 @@ pub(super) struct NetlinkRead<'a> {
     collector: &'a RdmaCollector,
     device: String,
     /// The device's netlink index, or why there is none.
-    index: Result<u32, String>,
+    index: Result<u32, NoIndex>,
     fallback: bool,
     socket: Option<Socket>,
     deadline: Instant,
@@ -102,11 +100,21 @@ pub(super) enum NetlinkOutcome {
     FallBack,
 }
 
+/// Why a device has no netlink index this scrape.
+#[derive(Debug, Clone, thiserror::Error)]
+enum NoIndex {
+    #[error("not listed by RDMA netlink")]
+    NotListed,
+    /// The listing's error, as it was logged when the listing failed.
+    #[error("{0}")]
+    ListingFailed(String),
+}
+
 /// Why a port's counters did not come over netlink.
 #[derive(Debug, thiserror::Error)]
 enum NetlinkCountersError {
     #[error("{0}")]
-    NoIndex(String),
+    NoIndex(NoIndex),
     #[error("port {0:?} is not a port number")]
     PortName(String),
     #[error("its index is now device {0:?}'s")]

@@ -3,7 +3,7 @@
 
 use std::sync::Arc;
 
-use super::{PMA_COUNTERS, PMA_EXTRA_ERRORS};
+use super::device_read::{PMA_COUNTERS, PMA_EXTRA_ERRORS};
 use crate::metrics::{LabelCache, LabelSet, LabelValue, Room};
 use crate::sysfs::{DirStamp, Entry};
 

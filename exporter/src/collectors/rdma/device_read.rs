@@ -1,0 +1,453 @@
+//! One RDMA device's sysfs read: its state, ports, rates, PMA counters (with saturation) and
+//! `hw_counters`, pushed as it goes; a failed file is reported and the rest still read.
+
+use super::*;
+
+/// What a PMA counter file feeds.
+#[derive(Clone, Copy)]
+pub(super) enum Target {
+    /// A named metric, value multiplied by the factor (4 for the `*_data` 4-byte units).
+    Metric(&'static Desc, u64),
+    /// `hpcnode_rdma_port_errors_total{counter=<file name>}`.
+    Error,
+}
+
+/// A PMA counter in `counters/`: file name, what it feeds, and its width in bits in the PMA
+/// PortCounters attribute when it may be that narrow (the kernel reads 64-bit
+/// PortCountersExtended instead where the HCA has it; a value above 2^32-1 shows it did).
+pub(super) struct PmaCounter {
+    pub(super) file: &'static str,
+    pub(super) target: Target,
+    pub(super) width: Option<u32>,
+}
+
+const fn pma(file: &'static str, target: Target, width: Option<u32>) -> PmaCounter {
+    PmaCounter {
+        file,
+        target,
+        width,
+    }
+}
+
+pub(super) const PMA_COUNTERS: [PmaCounter; 21] = [
+    pma(
+        "port_xmit_data",
+        Target::Metric(&PORT_DATA_TRANSMITTED, 4),
+        Some(32),
+    ),
+    pma(
+        "port_rcv_data",
+        Target::Metric(&PORT_DATA_RECEIVED, 4),
+        Some(32),
+    ),
+    pma(
+        "port_xmit_packets",
+        Target::Metric(&PORT_PACKETS_TRANSMITTED, 1),
+        Some(32),
+    ),
+    pma(
+        "port_rcv_packets",
+        Target::Metric(&PORT_PACKETS_RECEIVED, 1),
+        Some(32),
+    ),
+    pma(
+        "unicast_xmit_packets",
+        Target::Metric(&PORT_UNICAST_TRANSMITTED, 1),
+        None,
+    ),
+    pma(
+        "unicast_rcv_packets",
+        Target::Metric(&PORT_UNICAST_RECEIVED, 1),
+        None,
+    ),
+    pma(
+        "multicast_xmit_packets",
+        Target::Metric(&PORT_MULTICAST_TRANSMITTED, 1),
+        None,
+    ),
+    pma(
+        "multicast_rcv_packets",
+        Target::Metric(&PORT_MULTICAST_RECEIVED, 1),
+        None,
+    ),
+    pma(
+        "port_xmit_wait",
+        Target::Metric(&PORT_TRANSMIT_WAIT, 1),
+        Some(32),
+    ),
+    pma("symbol_error", Target::Error, Some(16)),
+    pma("link_error_recovery", Target::Error, Some(8)),
+    pma("link_downed", Target::Error, Some(8)),
+    pma("port_rcv_errors", Target::Error, Some(16)),
+    pma("port_rcv_remote_physical_errors", Target::Error, Some(16)),
+    pma("port_rcv_switch_relay_errors", Target::Error, Some(16)),
+    pma("port_xmit_discards", Target::Error, Some(16)),
+    pma("port_xmit_constraint_errors", Target::Error, Some(8)),
+    pma("port_rcv_constraint_errors", Target::Error, Some(8)),
+    pma("local_link_integrity_errors", Target::Error, Some(4)),
+    pma("excessive_buffer_overrun_errors", Target::Error, Some(4)),
+    pma("VL15_dropped", Target::Error, Some(16)),
+];
+
+/// `counters/port_rcv_discards` is not in the PortCounters attribute (width unknown).
+pub(super) const PMA_EXTRA_ERRORS: [&str; 1] = ["port_rcv_discards"];
+
+/// The 64-bit `counters_ext/` of kernels before 4.5: each file and the `counters/` file that
+/// counts the same thing. `DeviceRead::pma_counters` says which of the two is exported.
+const COUNTERS_EXT: [(&str, &str); 8] = [
+    ("port_xmit_data_64", "port_xmit_data"),
+    ("port_rcv_data_64", "port_rcv_data"),
+    ("port_xmit_packets_64", "port_xmit_packets"),
+    ("port_rcv_packets_64", "port_rcv_packets"),
+    ("port_unicast_xmit_packets", "unicast_xmit_packets"),
+    ("port_unicast_rcv_packets", "unicast_rcv_packets"),
+    ("port_multicast_xmit_packets", "multicast_xmit_packets"),
+    ("port_multicast_rcv_packets", "multicast_rcv_packets"),
+];
+
+/// What iWARP ports print in every PMA counter file: no data, not an error.
+const NO_PMA: &str = "N/A (no PMA)";
+
+/// One device's read: the read buffer, the held descriptors and where samples and errors go.
+pub(super) struct DeviceRead<'a> {
+    pub(super) reader: AttributeReader,
+    pub(super) held: &'a mut HeldAttributes,
+    pub(super) out: &'a mut Output,
+    pub(super) device: LabelValue,
+    /// What the device's last read kept.
+    pub(super) state: &'a mut DeviceState,
+    /// Where ports' hw counters come over netlink; `None`: from sysfs.
+    pub(super) netlink: Option<NetlinkRead<'a>>,
+}
+
+impl DeviceRead<'_> {
+    fn push(&mut self, desc: &Desc, labels: impl IntoIterator<Item = Label>, value: Value) {
+        self.out.samples.push(desc, labels, value);
+    }
+
+    fn push_set(&mut self, desc: &Desc, labels: &LabelSet, value: Value) {
+        self.out.samples.push_set(desc, labels, value);
+    }
+
+    fn device_label(&self) -> Label {
+        ("device", self.device.clone())
+    }
+
+    /// An optional text attribute as a label value: "" when absent or broken (then reported).
+    fn text(&mut self, dir: &SysDir, name: &str) -> LabelValue {
+        let text = (self.out).optional(dir.read_held(name, self.held, &mut self.reader));
+        self.state.labels.get(text.unwrap_or_default())
+    }
+
+    /// An optional symlink's target name as a label value: "" when absent or broken (then
+    /// reported).
+    fn link(&mut self, dir: &SysDir, name: &str) -> LabelValue {
+        let target = self.out.optional(dir.link_target_name(name));
+        self.state.labels.get(target.as_deref().unwrap_or_default())
+    }
+
+    /// The address and driver of the device's parent (the targets of its `device` and
+    /// `device/driver` links), on sysfs read once per device directory: neither moves while
+    /// the directory lives (its parent is set at registration; the parent's driver, or the
+    /// netdev a software device is made over, goes only with the device), and a device
+    /// registered again is another directory. Elsewhere read each time: a fixture tree may
+    /// re-point a link anywhere.
+    fn parent_labels(&mut self, dir: &SysDir) -> [LabelValue; 2] {
+        let stamp = self.held.sysfs_stamp(dir);
+        if let Some((kept, labels)) = &self.state.parent {
+            if Some(*kept) == stamp {
+                return labels.clone();
+            }
+        }
+        let errors = self.out.errors.len();
+        let labels = [self.link(dir, "device"), self.link(dir, "device/driver")];
+        // An error is counted again at each read, as any other.
+        let read_well = self.out.errors.len() == errors;
+        self.state.parent = stamp
+            .filter(|_| read_well)
+            .map(|stamp| (stamp, labels.clone()));
+        labels
+    }
+
+    pub(super) fn device(&mut self, dir: &SysDir) {
+        let labels = [
+            self.device_label(),
+            ("board_id", self.text(dir, "board_id")),
+            ("firmware_version", self.text(dir, "fw_ver")),
+            ("hca_type", self.text(dir, "hca_type")),
+            ("node_guid", self.text(dir, "node_guid")),
+            ("node_type", self.text(dir, "node_type")),
+        ];
+        let [pci_address, driver] = self.parent_labels(dir);
+        let labels = labels
+            .into_iter()
+            .chain([("pci_address", pci_address), ("driver", driver)]);
+        self.push(&DEVICE_INFO, labels, Value::Int(1));
+        let hw = self.held.fixed_subdir(dir, "hw_counters");
+        if let Some(hw) = self.out.optional(hw) {
+            self.hw_counters(&hw, None);
+        }
+
+        let Some(ports) = self.out.optional(self.held.fixed_subdir(dir, "ports")) else {
+            return;
+        };
+        let listing = self.held.fixed_entries(&ports);
+        for port in self.out.reported(listing).unwrap_or_default().iter() {
+            let Some(port) = self.out.reported(port.name()) else {
+                continue;
+            };
+            if let Some(port_dir) = self.out.reported(self.held.fixed_subdir(&ports, port)) {
+                let port_label = self.state.labels.get(port);
+                self.port(&port_dir, &port_label);
+            }
+        }
+    }
+
+    fn port(&mut self, dir: &SysDir, port: &LabelValue) {
+        let mut sets = self.state.take_port(&self.device, port);
+        self.port_series(dir, port, &mut sets.1);
+        self.state.put_port(sets);
+    }
+
+    fn port_series(&mut self, dir: &SysDir, port: &LabelValue, sets: &mut PortSets) {
+        let link_layer = self.text(dir, "link_layer");
+        let netdev = match link_layer.as_str() {
+            ETHERNET_LINK_LAYER => self.netdev(dir),
+            _ => String::new(),
+        };
+        let netdev = self.state.labels.get(&netdev);
+        let info = [
+            self.device_label(),
+            ("port", port.clone()),
+            ("link_layer", link_layer.clone()),
+            ("netdev", netdev),
+            ("lid", self.text(dir, "lid")),
+            ("sm_lid", self.text(dir, "sm_lid")),
+        ];
+        self.push(&PORT_INFO, info, Value::Int(1));
+
+        for (file, desc) in [("state", &PORT_STATE), ("phys_state", &PORT_PHYSICAL_STATE)] {
+            let id = dir
+                .read_held(file, self.held, &mut self.reader)
+                .and_then(|text| parse_state_id(|| dir.path(file), text));
+            if let Some(id) = self.out.reported(id) {
+                self.push_set(desc, &sets.port, Value::Int(id));
+            }
+        }
+
+        let rate = dir
+            .read_held("rate", self.held, &mut self.reader)
+            .and_then(|text| parse_rate(|| dir.path("rate"), text));
+        if let Some(rate) = self.out.reported(rate) {
+            let bytes = Value::Float(rate.bytes_per_second());
+            self.push_set(&PORT_RATE, &sets.port, bytes);
+            let data_rate = rate
+                .data_bytes_per_second(link_layer.as_str() == ETHERNET_LINK_LAYER)
+                .ok_or_else(|| {
+                    SysfsError::parse(
+                        &dir.path("rate"),
+                        "unknown link speed generation; data rate not exported",
+                        rate.generation(),
+                    )
+                });
+            if let Some(bytes) = self.out.reported(data_rate) {
+                self.push_set(&PORT_DATA_RATE, &sets.port, Value::Float(bytes));
+            }
+        }
+
+        let extended = match self
+            .out
+            .optional(self.held.fixed_subdir(dir, "counters_ext"))
+        {
+            Some(ext) => self.counters_ext(&ext),
+            None => Vec::new(),
+        };
+        // Soft-RoCE, irdma and bnxt_re have no PMA: no counters/ at all.
+        let counters = self.out.optional(self.held.fixed_subdir(dir, "counters"));
+        self.pma_counters(counters.as_deref(), sets, &extended);
+        self.port_hw_counters(dir, port, sets);
+    }
+
+    /// A port's `hw_counters`: over netlink where asked, else (or where netlink failed and
+    /// may fall back) from the files; and where they came from.
+    fn port_hw_counters(&mut self, dir: &SysDir, port: &LabelValue, sets: &mut PortSets) {
+        let [netlink, sysfs] = &sets.sources;
+        let source = match self.netlink_hw_counters(port, &mut sets.netlink) {
+            Some(NetlinkOutcome::Read) => netlink,
+            // Netlink forced, and failed: reported, no counters.
+            Some(NetlinkOutcome::Failed) => return,
+            Some(NetlinkOutcome::FallBack) | None => {
+                if let Some(hw) = self
+                    .out
+                    .optional(self.held.fixed_subdir(dir, "hw_counters"))
+                {
+                    self.hw_counters(&hw, Some((port, &sets.port)));
+                }
+                sysfs
+            }
+        };
+        self.push_set(&PORT_HW_COUNTERS_SOURCE, source, Value::Int(1));
+    }
+
+    /// The first network device bound to a GID of a RoCE port. The default GID, index 0 (made
+    /// from the network device's address), has it on every RoCE port with one: read first,
+    /// through a held descriptor, so that a scrape need not list the GID table (255 entries on
+    /// mlx5, 1024 on rxe) every time; the table is read in order only where index 0 names none.
+    /// Read by its path below the port, index 0's file is checked itself outside sysfs (see
+    /// [`HeldAttributes`]): a fixture that renames `gid_attrs/` or `ndevs/` aside, keeping it,
+    /// is read through the old one until the port's directory changes. Unused GID entries fail
+    /// to read on real kernels, so read failures here are expected and not reported; an entry
+    /// whose name is not UTF-8 is no GID entry, and is reported when the table is read.
+    fn netdev(&mut self, port_dir: &SysDir) -> String {
+        let bound_to = |read: &mut Self, dir: &SysDir, index: &str| match dir.read_held(
+            index,
+            read.held,
+            &mut read.reader,
+        ) {
+            Ok(name) if !name.is_empty() => Some(name.to_string()),
+            _ => None,
+        };
+        if let Some(netdev) = bound_to(self, port_dir, DEFAULT_GID_NETDEV) {
+            return netdev;
+        }
+        // Made with the port, as its `counters/`.
+        let ndevs = (self.held.fixed_subdir(port_dir, "gid_attrs"))
+            .and_then(|gid_attrs| self.held.fixed_subdir(&gid_attrs, "ndevs"));
+        let Ok(ndevs) = ndevs else {
+            return String::new();
+        };
+        let listing = self.held.fixed_entries(&ndevs).unwrap_or_default();
+        let indexes: Vec<&str> = (listing.iter())
+            .filter_map(|index| self.out.reported(index.name()))
+            .filter(|index| *index != DEFAULT_GID)
+            .collect();
+        (indexes.into_iter())
+            .find_map(|index| bound_to(self, &ndevs, index))
+            .unwrap_or_default()
+    }
+
+    /// The values of `counters_ext/`, each under the name of the `counters/` file it doubles.
+    fn counters_ext(&mut self, dir: &SysDir) -> Vec<(&'static str, u64)> {
+        COUNTERS_EXT
+            .iter()
+            .filter_map(|(file, basic)| Some((*basic, self.counter_value(dir, file)?)))
+            .collect()
+    }
+
+    /// The PMA counters of a port: from `counters/` when the port has it, and from
+    /// `counters_ext/` (`extended`) for the counters it doubles.
+    ///
+    /// Where both give a counter, the larger value is exported. Either can be the wrong one:
+    /// `counters_ext/` reads 0 on mlx4 ports whose firmware does not fill the extended
+    /// attribute, while `counters/` holds the traffic (node_exporter, which exports
+    /// `counters/`, shows it); and a 32-bit `counters/` value stops at 2^32-1 while the 64-bit
+    /// one goes on. Each file only grows until the counters are reset, so the larger of the two
+    /// only grows too, scrape after scrape: `rate()` never sees a counter go backwards because
+    /// the exporter switched files. Preferring `counters_ext/` whenever it is not 0 would: an
+    /// extended counter that starts late (from 0) or is reset alone (`perfquery -x -R`) would
+    /// take the series back below the basic value it showed before.
+    fn pma_counters(
+        &mut self,
+        dir: Option<&SysDir>,
+        sets: &PortSets,
+        extended: &[(&'static str, u64)],
+    ) {
+        let basics = match dir {
+            Some(dir) => self.counter_values(dir, PMA_COUNTERS.iter().map(|c| Some(c.file))),
+            None => vec![None; PMA_COUNTERS.len()],
+        };
+        for ((counter, set), basic) in PMA_COUNTERS.iter().zip(&sets.pma).zip(basics) {
+            let doubled = extended
+                .iter()
+                .find(|(file, _)| *file == counter.file)
+                .map(|(_, value)| *value);
+            // `None` is below every `Some`: one file alone gives the value.
+            let Some(value) = basic.max(doubled) else {
+                continue;
+            };
+            match counter.target {
+                Target::Metric(desc, factor) => {
+                    // Exact while the product fits a u64; past it (2^62 data words and on) a
+                    // float, as Prometheus holds every value, rather than a wrapped one.
+                    let scaled = value
+                        .checked_mul(factor)
+                        .map_or_else(|| Value::Float(value as f64 * factor as f64), Value::Int);
+                    self.push_set(desc, &sets.port, scaled);
+                }
+                Target::Error => self.push_set(&PORT_ERRORS, set, Value::Int(value)),
+            }
+            // Of the value exported: it is what stops counting.
+            if let Some(width) = counter.width {
+                let saturated = value == (1u64 << width) - 1;
+                let saturated = Value::Int(u64::from(saturated));
+                self.push_set(&PORT_PMA_SATURATED, set, saturated);
+            }
+        }
+        let Some(dir) = dir else {
+            return;
+        };
+        let extra = PMA_EXTRA_ERRORS.iter().zip(&sets.pma[PMA_COUNTERS.len()..]);
+        for (file, set) in extra {
+            if let Some(value) = self.counter_value(dir, file) {
+                self.push_set(&PORT_ERRORS, set, Value::Int(value));
+            }
+        }
+    }
+
+    /// A counter's value; `None` when absent, `N/A (no PMA)`, or broken (then reported).
+    fn counter_value(&mut self, dir: &SysDir, name: &str) -> Option<u64> {
+        let value = dir
+            .read_held(name, self.held, &mut self.reader)
+            .and_then(|text| match text {
+                NO_PMA => Ok(None),
+                text => text.parse().map(Some).map_err(|_| {
+                    SysfsError::parse(&dir.path(name), "not an unsigned integer", text)
+                }),
+            });
+        self.out.optional(value).flatten()
+    }
+
+    /// The values of `names` in `dir` (`None` for a name to skip), all read before any is
+    /// pushed: reads back to back, with no pushing between them, keep the kernel's read path
+    /// in the CPU's caches where a scrape's files outgrow them (0.93x to 0.97x the CPU per
+    /// scrape of a read and a push in turn at 64 HCAs; at 16, 0.94x on a busy machine, 1.00x on
+    /// a quiet one).
+    fn counter_values<'n>(
+        &mut self,
+        dir: &SysDir,
+        names: impl Iterator<Item = Option<&'n str>>,
+    ) -> Vec<Option<u64>> {
+        names
+            .map(|name| name.and_then(|name| self.counter_value(dir, name)))
+            .collect()
+    }
+
+    /// Every file of a `hw_counters/` directory, whatever its name; `lifespan` is a setting.
+    /// `port` is the port's name and label set, `None` for the device-wide directory.
+    fn hw_counters(&mut self, dir: &SysDir, port: Option<(&LabelValue, &LabelSet)>) {
+        let Some(names) = self.out.reported(self.held.fixed_entries(dir)) else {
+            return;
+        };
+        let port_name = port.map(|(name, _)| name);
+        let counters = self.state.counter_sets(&names, &self.device, port_name);
+        let values = self.counter_values(dir, names.iter().map(|name| name.name().ok()));
+        for ((name, counter), value) in names.iter().zip(counters.iter()).zip(values) {
+            let Some(name) = self.out.reported(name.name()) else {
+                continue;
+            };
+            let Some(value) = value else {
+                continue;
+            };
+            match (name, port) {
+                ("lifespan", Some((_, port))) => {
+                    let seconds = Value::Float(value as f64 / 1000.0);
+                    self.push_set(&PORT_HW_STATS_LIFESPAN, port, seconds);
+                }
+                // The device-wide lifespan mirrors the ports'; it is not exported twice.
+                ("lifespan", None) => {}
+                (_, Some(_)) => self.push_set(&PORT_HW_STAT, counter, Value::Int(value)),
+                (_, None) => self.push_set(&DEVICE_HW_STAT, counter, Value::Int(value)),
+            }
+        }
+    }
+}
