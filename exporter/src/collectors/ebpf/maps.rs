@@ -15,7 +15,7 @@ use super::error::{refused, SyscallError};
 /// cannot, short of memory): the kernel log's holds about a thousand lines.
 const RING_POLL_RETRY: Duration = Duration::from_millis(500);
 
-/// What a probe's [`ProbeSpec::started`] gets once it attached: its object, to take maps from.
+/// What a probe's `ProbeSpec::started` gets once it attached: its object, to take maps from.
 pub enum Attached<'a> {
     Bpf(&'a mut Ebpf),
     Perf,
@@ -56,7 +56,7 @@ pub fn follow_ring(
 }
 
 /// A probe's maps (none for a probe counted by perf or read from /dev/kmsg), its lost events
-/// and its perf count, for its spec to decode ([`ProbeSpec::samples`]).
+/// and its perf count, for its spec to decode (`ProbeSpec::samples`).
 pub struct Maps<'a> {
     ebpf: Option<&'a Ebpf>,
     /// Events the kernel side could not record (a full map or ring buffer).
