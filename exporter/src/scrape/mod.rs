@@ -23,8 +23,8 @@ use busy::Busy;
 use error_log::ErrorLog;
 pub use framework_metrics::FRAMEWORK_METRICS;
 use framework_metrics::{BUILD_INFO, COLLECTOR_DURATION, COLLECTOR_SUCCESS};
-use run::Run;
-use schedule::{Crew, Work, STALL_LOOKS_PER_DEADLINE};
+use run::{Run, Work};
+use schedule::{Crew, STALL_LOOKS_PER_DEADLINE};
 
 use crate::collector::{ErrorKind, Started};
 use crate::metrics::{Samples, Value};

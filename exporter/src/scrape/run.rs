@@ -1,6 +1,7 @@
-//! One collector's run in a scrape: its listing and units taken by the crew's workers, each
-//! read claimed in the busy set and guarded against panics, and what it produced by the
-//! deadline (a run left unfinished is one timeout).
+//! One collector's run in a scrape, and the [`Work`] the crew asks of it (here, so the crew
+//! only looks down at runs): its listing and units taken by the crew's workers, each read
+//! claimed in the busy set and guarded against panics, and what it produced by the deadline
+//! (a run left unfinished is one timeout).
 
 use std::any::Any;
 use std::collections::HashMap;
@@ -10,7 +11,6 @@ use std::sync::{Arc, Mutex, OnceLock};
 use std::time::{Duration, Instant};
 
 use super::busy::{Busy, BusyGuard, LISTING};
-use super::schedule::Work;
 use crate::collector::{CollectError, Erased, ErasedUnit, ErrorKind, Output, Started};
 use crate::sync::lock;
 
@@ -42,6 +42,23 @@ pub(super) struct RunOutcome {
     /// any makes the collector's success 0.
     pub(super) failures: Vec<CollectError>,
     pub(super) duration: Duration,
+}
+
+/// One collector's part of a scrape, as the crew works on it.
+pub(super) trait Work: Send + Sync {
+    /// Takes and does this run's listing: how many units it listed (0 when it failed), or
+    /// `None` when another worker has taken it.
+    fn list(&self) -> Option<usize>;
+    /// Takes and reads (or skips as still running) this run's next unit; `false` when none is
+    /// left to take.
+    fn read_next(&self) -> bool;
+    /// Whether a listing or a unit is left for a worker to take now.
+    fn untaken(&self) -> bool;
+    /// How many of this scrape's workers have been in one of its pieces for `after` or longer.
+    fn stuck(&self, after: Duration) -> usize;
+    /// What the run has produced, taken at the scrape's end: a run left unfinished fails as
+    /// one timeout.
+    fn outcome(&self, overran: bool) -> RunOutcome;
 }
 
 /// What the crew's workers share of one collector's run.

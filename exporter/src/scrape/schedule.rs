@@ -6,7 +6,7 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use super::run::RunOutcome;
+use super::run::Work;
 
 /// How often a scrape looks whether its workers are stuck, in parts of the deadline: a worker
 /// in one piece (a listing, a unit) for longer than a tenth of the deadline is stuck (hung, or
@@ -18,23 +18,6 @@ pub(super) const STALL_LOOKS_PER_DEADLINE: u32 = 10;
 /// read hides only itself (a second worker reads the collector's other units), and a collector
 /// whose every read hangs (a wedged driver) holds two threads, not every worker of the scrape.
 pub(super) const STUCK_PER_COLLECTOR: usize = 2;
-
-/// One collector's part of a scrape, as the crew works on it.
-pub(super) trait Work: Send + Sync {
-    /// Takes and does this run's listing: how many units it listed (0 when it failed), or
-    /// `None` when another worker has taken it.
-    fn list(&self) -> Option<usize>;
-    /// Takes and reads (or skips as still running) this run's next unit; `false` when none is
-    /// left to take.
-    fn read_next(&self) -> bool;
-    /// Whether a listing or a unit is left for a worker to take now.
-    fn untaken(&self) -> bool;
-    /// How many of this scrape's workers have been in one of its pieces for `after` or longer.
-    fn stuck(&self, after: Duration) -> usize;
-    /// What the run has produced, taken at the scrape's end: a run left unfinished fails as
-    /// one timeout.
-    fn outcome(&self, overran: bool) -> RunOutcome;
-}
 
 /// The workers of one scrape, on the blocking pool. Each takes the collectors' listings first,
 /// in collector order, then their units, from a collector that turns with every unit (so one

@@ -3,16 +3,20 @@
 //! probes also when their module loads later: [`late_attach`]) and read at every scrape.
 //!
 //! Invariant: nothing a probe does stops the exporter. Each probe loads and attaches on its
-//! own, trying its hooks cheapest first ([`probes::ProbeSpec`]); a probe that gets none is
+//! own, trying its hooks cheapest first ([`spec::ProbeSpec`]); a probe that gets none is
 //! exported as `hpcnode_ebpf_probe_attached{hook="none"} 0` with one log line saying why,
 //! and the others run. Only `--collector.ebpf.strict` turns a missed probe into a startup error (not
 //! for the IOMMU and vfio probes, whose hooks a node may rightly lack).
 
+mod error;
+pub mod hook_choice;
 pub mod hooks;
 pub mod kernel_log;
 pub mod late_attach;
+mod maps;
 pub mod module_events;
 pub mod probes;
+pub mod spec;
 mod syscalls;
 
 use std::os::fd::OwnedFd;
@@ -28,10 +32,12 @@ use crate::logging::{self, Level};
 use crate::metrics::{Desc, LabelValue, Labels, Samples, Value};
 use crate::sync::lock;
 use crate::sysfs::{AttributeReader, SysDir};
-use hooks::{attach_first, Attempt, HookChoice, KernelFeatures, Outcome};
+use error::SyscallError;
+use hook_choice::{attach_first, HookChoice, Outcome};
+use hooks::{Attempt, KernelFeatures};
 use late_attach::{Loads, Step};
-use probes::{ProbeSpec, Shared};
-use syscalls::{Attachment, SyscallError};
+use spec::{ProbeSpec, Shared};
+use syscalls::Attachment;
 
 const PROBE_ATTACHED: Desc = Desc::gauge(
     "hpcnode_ebpf_probe_attached",
@@ -74,8 +80,8 @@ const PROBE_METRICS: [Desc; 6] = [
 ];
 
 /// The probes' own metrics, then each probe's, in registry order.
-pub const METRICS: [Desc; PROBE_METRICS.len() + probes::metric_count(probes::ALL)] =
-    probes::metrics(&PROBE_METRICS, probes::ALL);
+pub const METRICS: [Desc; PROBE_METRICS.len() + spec::metric_count(probes::ALL)] =
+    spec::metrics(&PROBE_METRICS, probes::ALL);
 
 pub const REGISTRATION: Registration = Registration {
     name: "ebpf",
@@ -221,7 +227,7 @@ fn log_outcome(probe: &ProbeSpec, outcome: &Outcome<Attachment>, trigger: &str) 
 }
 
 /// The kernel as the loader uses it: attach an attempt, or load it to attach later.
-trait Loader: hooks::Kernel<Attachment = Attachment, Error = SyscallError> {
+trait Loader: hook_choice::Kernel<Attachment = Attachment, Error = SyscallError> {
     fn load_unattached(
         &self,
         probe: &ProbeSpec,
@@ -247,7 +253,7 @@ struct KeepLoaded<'k, K> {
     loaded: Option<(hooks::Hook, Attachment)>,
 }
 
-impl<K: Loader> hooks::Kernel for KeepLoaded<'_, K> {
+impl<K: Loader> hook_choice::Kernel for KeepLoaded<'_, K> {
     type Attachment = Attachment;
     type Error = SyscallError;
     fn attach(
@@ -624,7 +630,7 @@ pub(crate) mod tests {
     /// A kernel where every attempt attaches, as a /dev/kmsg reader does: nothing to load.
     struct EveryHookWorks;
 
-    impl hooks::Kernel for EveryHookWorks {
+    impl hook_choice::Kernel for EveryHookWorks {
         type Attachment = Attachment;
         type Error = SyscallError;
         fn attach(
@@ -689,7 +695,7 @@ pub(crate) mod tests {
             assert!(text.lines().any(|l| l == line), "{line} not in\n{text}");
         }
 
-        let metrics: [Desc; 7] = probes::metrics(&PROBE_METRICS, &[&TEST_PROBE]);
+        let metrics: [Desc; 7] = spec::metrics(&PROBE_METRICS, &[&TEST_PROBE]);
         assert_eq!(metrics[6].sample_name(), TEST_METRIC.sample_name());
     }
 

@@ -1,42 +1,32 @@
-//! The one place that talks to the kernel's BPF and perf interfaces (through aya and
-//! perf-event2): loading the embedded objects, attaching, and reading maps and run-time
-//! statistics. Everything above it works on plain values: each probe's spec decodes its own
-//! map keys through [`Maps`].
+//! The loader, with `maps.rs` the only code that talks to the kernel's BPF and perf interfaces
+//! (through aya and perf-event2): loading the objects a spec embeds, attaching, and reading
+//! lost-event counts and run-time statistics. It sits above the specs (it takes a
+//! [`ProbeSpec`]); each spec decodes its own map keys through [`Maps`], below them.
 
-use std::collections::BTreeMap;
 use std::error::Error;
 use std::os::fd::OwnedFd;
 use std::path::Path;
 use std::sync::Mutex;
 use std::time::Duration;
 
-use aya::maps::{HashMap as BpfHashMap, MapError, PerCpuArray, RingBuf};
+use aya::maps::{MapError, PerCpuArray};
 use aya::programs::{
     BtfTracePoint, FEntry, FExit, KProbe, Program, ProgramError, RawTracePoint, TracePoint,
 };
 use aya::util::KernelVersion;
 use aya::{Btf, Ebpf, EbpfLoader};
 use perf_event::Counter;
-use rustix::event::{PollFd, PollFlags};
 
-use super::hooks::{Attempt, Hook, Kernel};
-use super::probes::{ProbeSpec, Shared};
+use super::error::{one_line, refused, SyscallError};
+use super::hook_choice::Kernel;
+use super::hooks::{Attempt, Hook};
+use super::maps::{Attached, Maps};
+use super::spec::{ProbeSpec, Shared};
 use crate::sync::lock;
-pub use error::SyscallError;
 use perf::count_with_perf;
 pub use perf::ensure_tracefs;
 
-mod error;
 mod perf;
-
-/// An aya error on one line.
-fn refused(err: &dyn Error) -> SyscallError {
-    SyscallError::Refused(one_line(err))
-}
-
-/// How long a ring buffer's drain waits before it looks again when poll(2) itself fails (it
-/// cannot, short of memory): the kernel log's holds about a thousand lines.
-const RING_POLL_RETRY: Duration = Duration::from_millis(500);
 
 /// An attached probe's kernel side, kept alive for the life of the exporter.
 pub enum Attachment {
@@ -51,13 +41,6 @@ pub enum Attachment {
     /// One counting perf event per online CPU on a tracepoint.
     Perf(Mutex<Vec<Counter>>),
     /// A thread reading /dev/kmsg into the kernel log counts.
-    Kmsg,
-}
-
-/// What a probe's [`ProbeSpec::started`] gets once it attached: its object, to take maps from.
-pub enum Attached<'a> {
-    Bpf(&'a mut Ebpf),
-    Perf,
     Kmsg,
 }
 
@@ -183,15 +166,6 @@ fn program_of<'a>(ebpf: &'a mut Ebpf, name: &str) -> Result<&'a mut Program, Sys
         .ok_or_else(|| SyscallError::MissingProgram(name.to_string()))
 }
 
-/// Starts a named thread for a probe's user-space side.
-pub fn spawn(name: &str, body: impl FnOnce() + Send + 'static) -> Result<(), SyscallError> {
-    std::thread::Builder::new()
-        .name(name.into())
-        .spawn(body)
-        .map(drop)
-        .map_err(SyscallError::Thread)
-}
-
 /// Loads (verifies) the attempt's program for its hook.
 fn load_program(
     program: &mut Program,
@@ -301,33 +275,6 @@ fn unload_kprobe(program: &mut Program) -> Result<(), SyscallError> {
     }
 }
 
-/// An error and its causes on one line, whitespace (the verifier log's newlines) collapsed,
-/// cut to its last 300 bytes, where the verifier says why it refused.
-fn one_line(err: &dyn Error) -> String {
-    let mut text = err.to_string();
-    let mut source = err.source();
-    while let Some(cause) = source {
-        // Some errors already print their cause; say it once.
-        let cause_text = cause.to_string();
-        if !text.contains(&cause_text) {
-            text.push_str(": ");
-            text.push_str(&cause_text);
-        }
-        source = cause.source();
-    }
-    let words: Vec<&str> = text.split_whitespace().collect();
-    let mut line = words.join(" ");
-    const MAX: usize = 300;
-    if line.len() > MAX {
-        let cut = line.len() - MAX;
-        let cut = (cut..line.len())
-            .find(|&i| line.is_char_boundary(i))
-            .unwrap_or(0);
-        line = format!("...{}", &line[cut..]);
-    }
-    line
-}
-
 /// An error from loading an object or a program on one line, and where the kernel refused to
 /// create a map or program for the memlock limit, that limit named.
 fn creation_failure(err: &(dyn Error + 'static)) -> String {
@@ -405,30 +352,6 @@ impl std::fmt::Display for Bytes {
     }
 }
 
-/// Takes a ring buffer map from the object and calls `on_record` with each record from a thread
-/// of its own, which sleeps in poll(2) between records, so a quiet node never wakes it.
-pub fn follow_ring(
-    ebpf: &mut Ebpf,
-    map: &'static str,
-    thread: &str,
-    mut on_record: impl FnMut(&[u8]) + Send + 'static,
-) -> Result<(), SyscallError> {
-    let ring = ebpf
-        .take_map(map)
-        .ok_or(SyscallError::MissingFromObject(map))?;
-    let mut ring = RingBuf::try_from(ring).map_err(|err| refused(&err))?;
-    spawn(thread, move || loop {
-        while let Some(record) = ring.next() {
-            on_record(&record);
-        }
-        let mut ready = [PollFd::new(&ring, PollFlags::IN)];
-        match rustix::event::poll(&mut ready, None) {
-            Ok(_) | Err(rustix::io::Errno::INTR) => {}
-            Err(_) => std::thread::sleep(RING_POLL_RETRY),
-        }
-    })
-}
-
 /// The kernel's BTF, or why it is not available.
 pub fn kernel_btf() -> Result<Btf, SyscallError> {
     Btf::from_sys_fs().map_err(|err| refused(&err))
@@ -468,50 +391,6 @@ pub fn run_stats(attachment: &Attachment) -> Option<Result<(u64, Duration), Sysc
     Some(info.map(|info| (info.run_count(), info.run_time())))
 }
 
-/// A probe's maps (none for a probe counted by perf or read from /dev/kmsg), its lost events
-/// and its perf count, for its spec to decode ([`ProbeSpec::samples`]).
-pub struct Maps<'a> {
-    ebpf: Option<&'a Ebpf>,
-    /// Events the kernel side could not record (a full map or ring buffer).
-    pub dropped: u64,
-    /// Events counted by perf, which sees that one happened but nothing about it.
-    pub perf_count: u64,
-}
-
-impl<'a> Maps<'a> {
-    /// The maps of a loaded object, nothing lost or counted by perf.
-    pub fn of(ebpf: &'a Ebpf) -> Maps<'a> {
-        Maps {
-            ebpf: Some(ebpf),
-            dropped: 0,
-            perf_count: 0,
-        }
-    }
-
-    fn map(&self, name: &str) -> Result<Option<&'a aya::maps::Map>, SyscallError> {
-        self.ebpf
-            .map(|ebpf| ebpf.map(name).ok_or(SyscallError::MissingMap(name.into())))
-            .transpose()
-    }
-
-    /// Every (key, count) of a count hash of the kernel side; none without maps.
-    pub fn keyed_counts<K: aya::Pod>(&self, name: &str) -> Result<Vec<(K, u64)>, SyscallError> {
-        let Some(map) = self.map(name)? else {
-            return Ok(Vec::new());
-        };
-        let counts: BpfHashMap<_, K, u64> = BpfHashMap::try_from(map).map_err(|e| refused(&e))?;
-        counts
-            .iter()
-            .map(|entry| entry.map_err(|e| refused(&e)))
-            .collect()
-    }
-
-    /// An `i32 -> u64` count hash of the kernel side (return values, errnos, unit numbers).
-    pub fn i32_counts(&self, name: &str) -> Result<BTreeMap<i32, u64>, SyscallError> {
-        Ok(self.keyed_counts(name)?.into_iter().collect())
-    }
-}
-
 /// Calls `read` with a probe's maps and their lost-event count (`lost_map`), or its perf count.
 pub fn with_maps<T>(
     attachment: &Attachment,
@@ -519,22 +398,14 @@ pub fn with_maps<T>(
     read: impl FnOnce(&Maps<'_>) -> Result<T, SyscallError>,
 ) -> Result<T, SyscallError> {
     match attachment {
-        Attachment::Kmsg => read(&Maps {
-            ebpf: None,
-            dropped: 0,
-            perf_count: 0,
-        }),
+        Attachment::Kmsg => read(&Maps::counted(0)),
         Attachment::Perf(counters) => {
             let mut counters = lock(counters);
             let mut total = 0;
             for counter in counters.iter_mut() {
                 total += counter.read().map_err(SyscallError::PerfRead)?;
             }
-            read(&Maps {
-                ebpf: None,
-                dropped: 0,
-                perf_count: total,
-            })
+            read(&Maps::counted(total))
         }
         Attachment::Bpf { ebpf, .. } => {
             let ebpf = lock(ebpf);

@@ -2,9 +2,10 @@
 
 use std::collections::BTreeMap;
 
-use super::{ProbeSpec, Shared, NO_DEVICE};
+use crate::collectors::ebpf::error::SyscallError;
 use crate::collectors::ebpf::hooks::{attempt, Attempt, Hook::*, Needs};
-use crate::collectors::ebpf::syscalls::{Maps, SyscallError};
+use crate::collectors::ebpf::maps::Maps;
+use crate::collectors::ebpf::spec::{ProbeSpec, Shared, NO_DEVICE};
 use crate::metrics::{Desc, Samples, Value};
 
 pub const SPEC: ProbeSpec = ProbeSpec {
@@ -60,7 +61,7 @@ fn push_interrupts(interrupts: &BTreeMap<i32, u64>, out: &mut Samples) {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::collectors::ebpf::probes::tests::exposition;
+    use crate::collectors::ebpf::spec::tests::exposition;
 
     #[test]
     fn interrupts_are_labelled_by_unit() {

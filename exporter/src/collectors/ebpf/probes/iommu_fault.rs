@@ -1,9 +1,10 @@
 //! `iommu_fault`: IOMMU faults from the iommu:io_page_fault tracepoint (AMD-Vi, ARM SMMU), by
 //! device and access, in the series the kernel-log matcher also writes.
 
-use super::{device_events, device_label, ProbeSpec, Shared};
+use crate::collectors::ebpf::error::SyscallError;
 use crate::collectors::ebpf::hooks::{attempt, Attempt, Hook::*, Needs};
-use crate::collectors::ebpf::syscalls::{Maps, SyscallError};
+use crate::collectors::ebpf::maps::Maps;
+use crate::collectors::ebpf::spec::{device_events, device_label, ProbeSpec, Shared};
 use crate::metrics::{Desc, Labels, Samples, Value};
 
 pub const SPEC: ProbeSpec = ProbeSpec {
@@ -76,7 +77,7 @@ fn push_faults(faults: &[(String, u32, u64)], dropped: u64, out: &mut Samples) {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::collectors::ebpf::probes::tests::exposition;
+    use crate::collectors::ebpf::spec::tests::exposition;
 
     #[test]
     fn faults_become_labelled_series() {

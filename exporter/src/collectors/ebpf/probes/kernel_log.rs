@@ -3,10 +3,11 @@
 //! matching and counting is [`crate::collectors::ebpf::kernel_log`]'s.
 
 use super::iommu_fault::IOMMU_FAULTS;
-use super::{ProbeSpec, Shared};
+use crate::collectors::ebpf::error::SyscallError;
 use crate::collectors::ebpf::hooks::{attempt, Attempt, Hook::*, Needs};
 use crate::collectors::ebpf::kernel_log::{self as log, EventKey};
-use crate::collectors::ebpf::syscalls::{self, Attached, Maps, SyscallError};
+use crate::collectors::ebpf::maps::{self, Attached, Maps};
+use crate::collectors::ebpf::spec::{ProbeSpec, Shared};
 use crate::metrics::{Desc, Labels, Samples, Value};
 
 pub const SPEC: ProbeSpec = ProbeSpec {
@@ -70,7 +71,7 @@ fn started(attached: Attached<'_>, shared: &Shared) -> Result<(), SyscallError> 
     let counts = shared.kernel_log.clone();
     match attached {
         Attached::Bpf(ebpf) => {
-            syscalls::follow_ring(
+            maps::follow_ring(
                 ebpf,
                 "kernel_log_lines",
                 "hpcnode-kernel-log",
@@ -83,7 +84,7 @@ fn started(attached: Attached<'_>, shared: &Shared) -> Result<(), SyscallError> 
         }
         Attached::Kmsg => {
             let kmsg = log::open_kmsg().map_err(SyscallError::Kmsg)?;
-            syscalls::spawn("hpcnode-kmsg", move || log::follow_kmsg(kmsg, counts))?;
+            maps::spawn("hpcnode-kmsg", move || log::follow_kmsg(kmsg, counts))?;
         }
         Attached::Perf => {}
     }

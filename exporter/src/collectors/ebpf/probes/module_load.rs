@@ -1,10 +1,11 @@
 //! `module_load`: every module load (module:module_load), by module name and taint flags; where
 //! BPF is refused, counted by a perf event without names.
 
-use super::{c_name, ProbeSpec, Shared};
+use crate::collectors::ebpf::error::SyscallError;
 use crate::collectors::ebpf::hooks::{attempt, Attempt, Hook::*, Needs};
+use crate::collectors::ebpf::maps::Maps;
 use crate::collectors::ebpf::module_events;
-use crate::collectors::ebpf::syscalls::{Maps, SyscallError};
+use crate::collectors::ebpf::spec::{c_name, ProbeSpec, Shared};
 use crate::metrics::{Desc, Samples, Value};
 use crate::sync::lock;
 

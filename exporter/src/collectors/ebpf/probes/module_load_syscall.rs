@@ -3,10 +3,11 @@
 
 use std::collections::BTreeMap;
 
-use super::{c_name, ProbeSpec, Shared};
+use crate::collectors::ebpf::error::SyscallError;
 use crate::collectors::ebpf::hooks::{attempt, named, Attempt, Hook::*, Needs};
+use crate::collectors::ebpf::maps::Maps;
 use crate::collectors::ebpf::module_events;
-use crate::collectors::ebpf::syscalls::{Maps, SyscallError};
+use crate::collectors::ebpf::spec::{c_name, ProbeSpec, Shared};
 use crate::metrics::{Desc, Samples, Value};
 use crate::sync::lock;
 

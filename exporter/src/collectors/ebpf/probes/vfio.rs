@@ -5,10 +5,11 @@
 
 use std::collections::BTreeMap;
 
-use super::{device_events, device_label, ProbeSpec, Shared};
+use crate::collectors::ebpf::error::SyscallError;
 use crate::collectors::ebpf::hooks::{attempt, Attempt, Hook::*, Needs};
+use crate::collectors::ebpf::maps::Maps;
 use crate::collectors::ebpf::module_events;
-use crate::collectors::ebpf::syscalls::{Maps, SyscallError};
+use crate::collectors::ebpf::spec::{device_events, device_label, ProbeSpec, Shared};
 use crate::metrics::{Desc, Samples, Value};
 
 const OBJECT: &[u8] = aya::include_bytes_aligned!("../../../../../ebpf/vfio.bpf.o");
@@ -165,7 +166,7 @@ fn channel_state(state: u32) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::collectors::ebpf::probes::tests::exposition;
+    use crate::collectors::ebpf::spec::tests::exposition;
 
     #[test]
     fn aer_errors_and_errnos_become_labelled_series() {

@@ -6,7 +6,8 @@ use std::sync::Mutex;
 
 use perf_event::events::Tracepoint as PerfTracepoint;
 
-use super::{Attachment, SyscallError};
+use super::Attachment;
+use crate::collectors::ebpf::error::SyscallError;
 use crate::sysfs::{AttributeReader, SysDir};
 
 pub(super) fn count_with_perf(targets: &[&str]) -> Result<Attachment, SyscallError> {

@@ -1,3 +1,7 @@
+use std::collections::BTreeMap;
+
+use aya::maps::{HashMap as BpfHashMap, RingBuf};
+
 use super::*;
 use crate::collectors::ebpf::kernel_log;
 use crate::collectors::ebpf::probes::{self, iommu_fault, module_load_syscall};

@@ -1,6 +1,7 @@
 //! What the syscall layer's failures say: one line each, as the logs and
-//! `hpcnode_ebpf_probe_failure_info` show them.
+//! `hpcnode_ebpf_probe_failure_info` show them (aya's errors folded by [`one_line`]).
 
+use std::error::Error;
 use std::path::PathBuf;
 
 use crate::sysfs::SysfsError;
@@ -53,4 +54,36 @@ pub enum SyscallError {
     Mount(String),
     #[error("--collector.ebpf.btf-path {}: {reason}", path.display())]
     BtfFile { path: PathBuf, reason: String },
+}
+
+/// An aya error on one line.
+pub(super) fn refused(err: &dyn Error) -> SyscallError {
+    SyscallError::Refused(one_line(err))
+}
+
+/// An error and its causes on one line, whitespace (the verifier log's newlines) collapsed,
+/// cut to its last 300 bytes, where the verifier says why it refused.
+pub(super) fn one_line(err: &dyn Error) -> String {
+    let mut text = err.to_string();
+    let mut source = err.source();
+    while let Some(cause) = source {
+        // Some errors already print their cause; say it once.
+        let cause_text = cause.to_string();
+        if !text.contains(&cause_text) {
+            text.push_str(": ");
+            text.push_str(&cause_text);
+        }
+        source = cause.source();
+    }
+    let words: Vec<&str> = text.split_whitespace().collect();
+    let mut line = words.join(" ");
+    const MAX: usize = 300;
+    if line.len() > MAX {
+        let cut = line.len() - MAX;
+        let cut = (cut..line.len())
+            .find(|&i| line.is_char_boundary(i))
+            .unwrap_or(0);
+        line = format!("...{}", &line[cut..]);
+    }
+    line
 }
