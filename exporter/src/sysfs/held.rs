@@ -401,7 +401,7 @@ impl HeldAttributes {
 
     /// Whether [`HeldAttributes::read_fixed`] gives `name` in `dir` as kept from its first
     /// read (on sysfs), not as read now.
-    pub fn keeps_fixed(&mut self, dir: &SysDir, name: &str) -> bool {
+    pub(super) fn keeps_fixed(&mut self, dir: &SysDir, name: &str) -> bool {
         self.held_dir(dir)
             .is_some_and(|held| held.on_sysfs && held.fixed.contains_key(name))
     }
