@@ -49,7 +49,8 @@ impl<'a, O: Report> UnitRead<'a, O> {
     }
 
     /// As [`UnitRead::text`], `None` for an attribute the directory lacks, made without an
-    /// error (see [`SysDir::read_held_optional`]).
+    /// error: optional attributes (`aer_dev_*` without AER, `sriov_*` without SR-IOV) are
+    /// absent on most devices, every scrape.
     pub fn optional_text(&mut self, dir: &SysDir, name: &str) -> Result<Option<&str>, SysfsError> {
         dir.read_held_optional(name, self.held, self.reader)
     }
@@ -104,14 +105,14 @@ impl<'a, O: Report> UnitRead<'a, O> {
         optional(self.out, text).unwrap_or_default()
     }
 
-    /// A subdirectory the kernel makes with `dir`, held open between rounds (see
-    /// [`HeldAttributes::fixed_subdir`]).
+    /// A subdirectory the kernel makes with `dir` (an RDMA device's `ports/`, a port's
+    /// `counters/`), held open between rounds while `dir` stays the same directory.
     pub fn subdir(&mut self, dir: &SysDir, name: &str) -> Result<Arc<SysDir>, SysfsError> {
         self.held.fixed_subdir(dir, name)
     }
 
-    /// The entries of a directory the kernel makes with its entries (see
-    /// [`HeldAttributes::fixed_entries`]).
+    /// The entries of a directory the kernel makes with its entries (`ports/`,
+    /// `hw_counters/`), listed again only when it changed.
     pub fn list(&mut self, dir: &SysDir) -> Result<Arc<[Entry]>, SysfsError> {
         self.held.fixed_entries(dir)
     }
