@@ -56,5 +56,8 @@ done
 if [ "$(id -u)" = 0 ]; then tests/setup.sh; fi
 for stage in "${chosen[@]}"; do
   echo "tests/run.sh: $stage"
+  started=$SECONDS
   "stage_$stage"
+  # Where CI's time goes, stage by stage.
+  echo "tests/run.sh: $stage took $((SECONDS - started)) s"
 done

@@ -353,17 +353,17 @@ fn validate(raw: RawFlags) -> Result<Common, ConfigError> {
     let count = |flag: &str, value: &str, min: u64| {
         parse_number(value, min, MAX_CONNECTIONS)
             .map(|n| n as usize)
-            .map_err(|reason| invalid(flag, value, &reason))
+            .map_err(|reason| invalid(flag, value, &reason.to_string()))
     };
     let max_requests = count("web.max-requests", &raw.max_requests, 0)?;
     let max_connections = count("web.max-connections", &raw.max_connections, 2)?;
     let listen_address = parse_listen_address(&raw.listen_address)
         .map_err(|reason| invalid("web.listen-address", &raw.listen_address, reason))?;
     let scrape_timeout = parse_duration_at_most(&raw.scrape_timeout, MAX_SCRAPE_TIMEOUT)
-        .map_err(|reason| invalid("scrape.timeout", &raw.scrape_timeout, &reason))?;
+        .map_err(|reason| invalid("scrape.timeout", &raw.scrape_timeout, &reason.to_string()))?;
     let scrape_workers = parse_number(&raw.scrape_workers, 1, MAX_SCRAPE_WORKERS)
         .map(|n| n as usize)
-        .map_err(|reason| invalid("scrape.workers", &raw.scrape_workers, &reason))?;
+        .map_err(|reason| invalid("scrape.workers", &raw.scrape_workers, &reason.to_string()))?;
     Ok(Common {
         listen_address,
         telemetry_path,

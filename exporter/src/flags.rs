@@ -68,7 +68,7 @@ impl Flags {
         self.value(name)
             .map(|value| {
                 parse_duration_at_most(&value, max)
-                    .map_err(|reason| self.invalid(name, &value, reason))
+                    .map_err(|reason| self.invalid(name, &value, reason.to_string()))
             })
             .transpose()
     }
@@ -77,7 +77,8 @@ impl Flags {
     pub fn number(&self, name: &str, min: u64, max: u64) -> Result<Option<u64>, ConfigError> {
         self.value(name)
             .map(|value| {
-                parse_number(&value, min, max).map_err(|reason| self.invalid(name, &value, reason))
+                parse_number(&value, min, max)
+                    .map_err(|reason| self.invalid(name, &value, reason.to_string()))
             })
             .transpose()
     }
@@ -214,20 +215,31 @@ pub fn parse_listen_address(value: &str) -> Result<ListenAddress, &'static str> 
     })
 }
 
-/// An integer from `min` to `max`; the error is the reason.
-pub fn parse_number(value: &str, min: u64, max: u64) -> Result<u64, String> {
+/// Why a bounded flag value was refused; its text is the reason a [`ConfigError`] gives.
+#[derive(Debug, PartialEq, Eq, thiserror::Error)]
+pub enum BoundError {
+    #[error("must be an integer from {min} to {max}")]
+    NotInRange { min: u64, max: u64 },
+    #[error("{0}")]
+    NotADuration(&'static str),
+    #[error("must be at most {}", format_duration(*.0))]
+    TooLong(Duration),
+}
+
+/// An integer from `min` to `max`.
+pub fn parse_number(value: &str, min: u64, max: u64) -> Result<u64, BoundError> {
     match value.parse::<u64>() {
         Ok(n) if (min..=max).contains(&n) => Ok(n),
-        _ => Err(format!("must be an integer from {min} to {max}")),
+        _ => Err(BoundError::NotInRange { min, max }),
     }
 }
 
-/// A duration as [`parse_duration`] reads it, up to `max`; the error is the reason. Every
-/// duration flag has a bound, so none can overflow the clock arithmetic it is used in.
-pub fn parse_duration_at_most(value: &str, max: Duration) -> Result<Duration, String> {
-    let duration = parse_duration(value)?;
+/// A duration as [`parse_duration`] reads it, up to `max`. Every duration flag has a bound,
+/// so none can overflow the clock arithmetic it is used in.
+pub fn parse_duration_at_most(value: &str, max: Duration) -> Result<Duration, BoundError> {
+    let duration = parse_duration(value).map_err(BoundError::NotADuration)?;
     if duration > max {
-        return Err(format!("must be at most {}", format_duration(max)));
+        return Err(BoundError::TooLong(max));
     }
     Ok(duration)
 }
@@ -315,17 +327,21 @@ mod tests {
         let hour = Duration::from_secs(3600);
         assert_eq!(parse_duration_at_most("1h", hour), Ok(hour));
         assert_eq!(
-            parse_duration_at_most("999999999h", hour).unwrap_err(),
+            parse_duration_at_most("999999999h", hour)
+                .unwrap_err()
+                .to_string(),
             "must be at most 1h"
         );
         assert_eq!(
-            parse_duration_at_most("2s", Duration::from_millis(1500)).unwrap_err(),
+            parse_duration_at_most("2s", Duration::from_millis(1500))
+                .unwrap_err()
+                .to_string(),
             "must be at most 1500ms"
         );
         assert_eq!(parse_number("7", 0, 7), Ok(7));
         for bad in ["8", "-1", "", "2305843009213693952", "1e3"] {
             assert_eq!(
-                parse_number(bad, 0, 7).unwrap_err(),
+                parse_number(bad, 0, 7).unwrap_err().to_string(),
                 "must be an integer from 0 to 7",
                 "{bad:?}"
             );

@@ -13,6 +13,7 @@ pub mod flags;
 pub mod fuzzing;
 pub mod http;
 pub mod kernel;
+pub mod kernel_version;
 pub mod logging;
 pub mod metrics;
 pub mod netlink;

@@ -18,7 +18,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Condvar, Mutex};
 use std::time::{Duration, Instant};
 
-use crate::kernel::release::major_minor;
+use crate::kernel_version::major_minor;
 use crate::sync::{lock, wait_while};
 use crate::sysfs::{AttributeReader, SysDir};
 

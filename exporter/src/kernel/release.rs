@@ -26,12 +26,6 @@ pub fn is_release(text: &str) -> bool {
         && text.chars().all(|c| c.is_ascii_graphic() && c != '/')
 }
 
-/// (major, minor) of a release: `6.1.0-27-amd64` is (6, 1); none when it does not start so.
-pub fn major_minor(release: &str) -> Option<(u32, u32)> {
-    let mut parts = release.split(|c: char| !c.is_ascii_digit());
-    Some((parts.next()?.parse().ok()?, parts.next()?.parse().ok()?))
-}
-
 /// The release a kernel image in `/boot` is named for: `vmlinuz-<release>` (x86, and most
 /// distributions elsewhere), `vmlinux-<release>` (ppc64le) or `Image-<release>` (SLES on
 /// aarch64). Links such as Debian's `vmlinuz` and `vmlinuz.old` name none.
@@ -103,14 +97,6 @@ fn trim_zeros(digits: &[u8]) -> &[u8] {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn major_and_minor() {
-        assert_eq!(major_minor("6.1.0-27-amd64"), Some((6, 1)));
-        assert_eq!(major_minor("3.10.0-1160.el7.x86_64"), Some((3, 10)));
-        assert_eq!(major_minor("6.18.44-fc-v669"), Some((6, 18)));
-        assert_eq!(major_minor("garbage"), None);
-    }
 
     #[test]
     fn releases_are_single_path_components() {

@@ -14,7 +14,7 @@ use std::sync::{Arc, Mutex, OnceLock};
 
 use super::budget::{HeldBudget, HeldSlot};
 use super::{SysDir, SysfsError};
-use crate::kernel::release::major_minor;
+use crate::kernel_version::major_minor;
 use crate::sync::lock;
 
 /// A kept directory: its link's inode number when opened, the directory, and its two shares of

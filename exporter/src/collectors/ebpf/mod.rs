@@ -23,7 +23,7 @@ use crate::collector::{
     CollectError, Collector, ErrorKind, Host, Output, Registration, Settings, StartError, Started,
 };
 use crate::flags::{optional, switch};
-use crate::kernel::release::major_minor;
+use crate::kernel_version::major_minor;
 use crate::logging::{self, Level};
 use crate::metrics::{Desc, LabelValue, Labels, Samples, Value};
 use crate::sync::lock;

@@ -411,4 +411,6 @@ pub fn slot_start(interval: Duration, fanout: usize, slot: usize) -> Duration {
 }
 
 #[cfg(test)]
+mod proptests;
+#[cfg(test)]
 mod tests;

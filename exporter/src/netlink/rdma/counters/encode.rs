@@ -1,3 +1,6 @@
+//! Test only: `RDMA_NLDEV_CMD_STAT_GET` replies built as the kernel writes them, from the
+//! message encoders, for the counter decoder's tests and property tests.
+
 use super::*;
 use crate::netlink::rdma::message::encode::{
     attribute, hw_counters, message, nested, string, u32, u8,

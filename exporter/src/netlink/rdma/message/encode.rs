@@ -1,3 +1,6 @@
+//! Test only: netlink messages built byte by byte as the kernel writes them (attributes, nests,
+//! a whole `RDMA_NLDEV_CMD_GET` reply), for the decoders' tests and property tests.
+
 use super::*;
 use crate::netlink::rdma::reply::NLA_HEADER_LEN;
 
