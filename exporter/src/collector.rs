@@ -12,7 +12,7 @@ use clap::Arg;
 pub use crate::error::{CollectError, ErrorKind, PendingErrors};
 use crate::flags::{ConfigError, Flags};
 use crate::metrics::{Desc, Samples};
-use crate::sysfs::SysfsError;
+use crate::sysfs::{Report, SysfsError};
 
 /// One row of the registry (`collectors::ALL`): everything the framework needs to know about a
 /// collector. Adding a collector is one module that defines its `REGISTRATION` and one row in
@@ -173,12 +173,19 @@ impl Output {
 
     /// The value of something a driver or kernel may rightly lack: `None` when it, or a
     /// directory on its path, does not exist; any other failure is counted and gives `None`.
-    /// The one not-found rule of every collector (`SysDir::read_held_optional` applies it
-    /// inside sysfs reads, through the same `SysfsError::is_absent`).
+    /// The one not-found rule of every collector (`sysfs::UnitRead` applies it to a unit's
+    /// reads, through the same `SysfsError::is_absent`).
     pub fn optional<T>(&mut self, result: Result<T, SysfsError>) -> Option<T> {
         match result {
             Err(err) if err.is_absent() => None,
             result => self.reported(result),
         }
+    }
+}
+
+/// A unit's sysfs read (`sysfs::UnitRead`) counts its errors here.
+impl Report for Output {
+    fn report(&mut self, err: SysfsError) {
+        self.errors.push(err.into());
     }
 }

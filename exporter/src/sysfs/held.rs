@@ -401,7 +401,7 @@ impl HeldAttributes {
 
     /// Whether [`HeldAttributes::read_fixed`] gives `name` in `dir` as kept from its first
     /// read (on sysfs), not as read now.
-    pub fn keeps_fixed(&mut self, dir: &SysDir, name: &str) -> bool {
+    pub(super) fn keeps_fixed(&mut self, dir: &SysDir, name: &str) -> bool {
         self.held_dir(dir)
             .is_some_and(|held| held.on_sysfs && held.fixed.contains_key(name))
     }
@@ -413,7 +413,7 @@ impl HeldAttributes {
     /// entries the kernel makes with them: an RDMA device's `ports/`, a device's or port's
     /// `hw_counters/`, a port's GID table `gid_attrs/ndevs/`, whose ports, counters and GID
     /// entries are registered with the device (a device registered again is new directories).
-    pub fn fixed_entries(&mut self, dir: &SysDir) -> Result<Arc<[Entry]>, SysfsError> {
+    pub(super) fn fixed_entries(&mut self, dir: &SysDir) -> Result<Arc<[Entry]>, SysfsError> {
         let Some(held) = self.held_dir(dir) else {
             return dir.entries().map(Arc::from);
         };
@@ -438,13 +438,17 @@ impl HeldAttributes {
     /// `dir` (an RDMA device's `ports/` and `hw_counters/`, a port's `counters/` and
     /// `gid_attrs/`, its `ndevs/`): on sysfs the directory that holds them is another one when
     /// they are made again.
-    pub fn fixed_subdir(&mut self, dir: &SysDir, name: &str) -> Result<Arc<SysDir>, SysfsError> {
+    pub(super) fn fixed_subdir(
+        &mut self,
+        dir: &SysDir,
+        name: &str,
+    ) -> Result<Arc<SysDir>, SysfsError> {
         self.held_subdir(dir, name, None)
     }
 
     /// The subdirectory `name` of `dir`, which a listing of `dir` this round gave with inode
     /// number `inode`: held from one round to the next while it is the same directory, as
-    /// [`HeldAttributes::fixed_subdir`] holds one, for a directory the kernel makes and removes
+    /// [`super::UnitRead::subdir`] holds one, for a directory the kernel makes and removes
     /// apart from its parent (an IOMMU group in `kernel/iommu_groups/`). Outside sysfs the
     /// parent's look tells it (a directory removed, made or renamed in it moves its time). On
     /// sysfs, where it does not, the listing does: an entry with the inode number it had is the
@@ -512,8 +516,8 @@ impl HeldAttributes {
 
     /// The entries of the subdirectory `name` of `dir`, one the kernel makes with `dir` but
     /// whose entries come and go (an IOMMU group's `devices/`), held as
-    /// [`HeldAttributes::fixed_subdir`] holds it. Outside sysfs they are listed again only
-    /// when its look says it changed (as [`HeldAttributes::fixed_entries`] lists); on sysfs,
+    /// [`super::UnitRead::subdir`] holds it. Outside sysfs they are listed again only
+    /// when its look says it changed (as [`super::UnitRead::list`] lists); on sysfs,
     /// where its time need not move, each time, through its own descriptor (no open).
     pub fn subdir_entries(&mut self, dir: &SysDir, name: &str) -> Result<Arc<[Entry]>, SysfsError> {
         let subdir = self.fixed_subdir(dir, name)?;

@@ -36,6 +36,7 @@ mod held;
 mod linked;
 mod named;
 mod resolve;
+mod unit;
 
 pub use budget::HeldBudget;
 pub use by_unit::HeldByUnit;
@@ -47,6 +48,7 @@ pub use linked::LinkedDirs;
 use named::read_to_end;
 pub use named::{read_named_file, read_private_file, FileStamp, NamedFile};
 use resolve::{resolve, Scope};
+pub use unit::{Report, UnitRead};
 
 /// sysfs attributes are at most one page; anything longer is not an attribute.
 const MAX_ATTRIBUTE_BYTES: usize = 4096;
@@ -218,7 +220,7 @@ impl SysDir {
     /// As [`SysDir::read_held`], with `None` for an attribute that is absent (the rule of
     /// `Output::optional`), made without an error: optional attributes (`aer_dev_*` without
     /// AER, `sriov_*` without SR-IOV) are absent on most devices, every scrape.
-    pub fn read_held_optional<'r>(
+    fn read_held_optional<'r>(
         &self,
         name: &str,
         held: &mut HeldAttributes,
@@ -235,7 +237,7 @@ impl SysDir {
     }
 
     /// As [`SysDir::read_held_optional`], parsed as [`SysDir::read_u64`] parses.
-    pub fn read_held_optional_u64(
+    fn read_held_optional_u64(
         &self,
         name: &str,
         held: &mut HeldAttributes,
@@ -247,7 +249,7 @@ impl SysDir {
 
     /// As [`SysDir::read`], through a descriptor `held` keeps open from one scrape to the
     /// next (see [`HeldAttributes`]): a pread at offset 0 instead of open, read and close.
-    pub fn read_held<'r>(
+    fn read_held<'r>(
         &self,
         name: &str,
         held: &mut HeldAttributes,
@@ -259,7 +261,7 @@ impl SysDir {
 
     /// As [`SysDir::read_held`], for an attribute the kernel fixes when it makes the directory:
     /// on sysfs read once per directory (see [`HeldAttributes::read_fixed`]).
-    pub fn read_fixed<'r>(
+    fn read_fixed<'r>(
         &self,
         name: &str,
         held: &mut HeldAttributes,
@@ -270,7 +272,7 @@ impl SysDir {
     }
 
     /// As [`SysDir::read_fixed`], its raw bytes (see [`SysDir::read_bytes`]).
-    pub fn read_fixed_bytes<'r>(
+    fn read_fixed_bytes<'r>(
         &self,
         name: &str,
         held: &mut HeldAttributes,
@@ -283,7 +285,7 @@ impl SysDir {
     /// `len` bytes at most from `offset` in an attribute, through a held descriptor (see
     /// [`SysDir::read_held`]): a register of a binary attribute whose every byte read costs
     /// the kernel (a PCI device's `config`).
-    pub fn read_held_at<'r>(
+    fn read_held_at<'r>(
         &self,
         name: &str,
         offset: usize,
@@ -297,7 +299,7 @@ impl SysDir {
     }
 
     /// As [`SysDir::read_bytes`], through a held descriptor (see [`SysDir::read_held`]).
-    pub fn read_held_bytes<'r>(
+    fn read_held_bytes<'r>(
         &self,
         name: &str,
         held: &mut HeldAttributes,
@@ -308,7 +310,7 @@ impl SysDir {
     }
 
     /// As [`SysDir::read_u64`], through a held descriptor (see [`SysDir::read_held`]).
-    pub fn read_held_u64(
+    fn read_held_u64(
         &self,
         name: &str,
         held: &mut HeldAttributes,

@@ -93,9 +93,9 @@ impl Read<'_> {
     /// of messages received from itself and the devices below it.
     pub(super) fn aer(&mut self, dir: &SysDir, labels: &Labels) {
         for (file, severity) in DEVICE_FILES {
-            let text = dir.read_held_optional(file, self.held, &mut self.reader);
+            let text = self.unit.optional_text(dir, file);
             let text = text.map(|text| text.map(str::to_string));
-            let Some(text) = self.out.reported(text).flatten() else {
+            let Some(text) = self.unit.reported(text).flatten() else {
                 continue;
             };
             let counts = match parse_device_counts(&text) {
@@ -117,8 +117,8 @@ impl Read<'_> {
             );
         }
         for (file, severity) in ROOT_PORT_FILES {
-            let count = dir.read_held_optional_u64(file, self.held, &mut self.reader);
-            if let Some(count) = self.out.reported(count).flatten() {
+            let count = self.unit.optional_u64(dir, file);
+            if let Some(count) = self.unit.reported(count).flatten() {
                 self.push(
                     &AER_ROOT_PORT_MESSAGES,
                     with_label(labels, ("severity", severity.into())),

@@ -9,7 +9,7 @@ use crate::sysfs::{SysDir, SysfsError};
 
 use super::config_space::{self, ConfigSpace, BAR_COUNT};
 use super::host::IOMMU_GROUPS_DIR;
-use super::identity::{kernel_hex, parse_id16, read_id, KERNEL_HEX_BYTES};
+use super::identity::{kernel_hex, parse_id, parse_id16, KERNEL_HEX_BYTES};
 use super::nova::DeviceType;
 use super::{
     with_label, DeviceSelector, ListedDevice, Read, BARS, CONFIG_READABLE, DEVICE_FAULT,
@@ -102,7 +102,7 @@ impl Read<'_> {
     /// A root port that was above a device of interest at the listing: gone since, nothing.
     pub(super) fn root_port(&mut self, address: &str) {
         let dir = self.collector.device_dir(address, None);
-        if let Some(dir) = self.out.optional(dir) {
+        if let Some(dir) = self.unit.optional(dir) {
             self.aer(&dir, &vec![("device", address.to_string().into())]);
         }
     }
@@ -129,11 +129,10 @@ impl Read<'_> {
     ) -> DeviceState {
         let identity = self.identity(dir, labels, listed);
         let space = self.config_space(dir);
-        let space = self.out.optional(space).unwrap_or_default();
+        let space = self.unit.optional(space).unwrap_or_default();
         let (bars_implemented, bars_assigned) = self.bars(dir, labels, &space);
-        let irq = self
-            .out
-            .optional(dir.read_held_u64("irq", self.held, &mut self.reader));
+        let irq = self.unit.u64(dir, "irq");
+        let irq = self.unit.optional(irq);
         if let Some(irq) = irq {
             self.push(&IRQ, labels.iter().cloned(), Value::Int(irq));
         }
@@ -161,20 +160,17 @@ impl Read<'_> {
         listed: Option<ListedDevice>,
     ) -> Identity {
         // Label values: the unit's own, made once.
-        let text = |read: &mut Self, name: &str| {
-            let text = dir.read_held(name, read.held, &mut read.reader);
-            read.labels.get(read.out.optional(text).unwrap_or_default())
-        };
+        let text = |read: &mut Self, name: &str| read.labels.get(read.unit.label(dir, name));
         let fixed = |read: &mut Self, name: &str| {
-            let text = dir.read_fixed(name, read.held, &mut read.reader);
-            read.labels.get(read.out.optional(text).unwrap_or_default())
+            let value = read.unit.fixed(dir, name).map(|text| read.labels.get(text));
+            (read.unit.optional(value)).unwrap_or_else(|| read.labels.get(""))
         };
         let hex = |read: &mut Self, value: u32, digits: usize| {
             read.labels
                 .get(kernel_hex(value, digits, &mut [0; KERNEL_HEX_BYTES]))
         };
         let link = |read: &mut Self, target: Result<String, SysfsError>| {
-            read.out.optional(target).unwrap_or_default()
+            read.unit.optional(target).unwrap_or_default()
         };
         let (listed_driver, identity, listed_group) = match listed {
             Some(listed) => (
@@ -187,9 +183,8 @@ impl Read<'_> {
         let driver = listed_driver.unwrap_or_else(|| dir.link_target_name("driver"));
         let driver = link(self, driver);
         let physical_function = link(self, dir.link_target_name("physfn"));
-        let sysfs_total_vfs =
-            dir.read_held_optional_u64("sriov_totalvfs", self.held, &mut self.reader);
-        let sysfs_total_vfs = self.out.reported(sysfs_total_vfs).flatten();
+        let sysfs_total_vfs = self.unit.optional_u64(dir, "sriov_totalvfs");
+        let sysfs_total_vfs = self.unit.reported(sysfs_total_vfs).flatten();
         let device_type = DeviceType::of(!physical_function.is_empty(), sysfs_total_vfs.is_some());
         let (vendor, device, class) = match identity {
             // As the kernel prints them: `0x%04x`, the class `0x%06x`.
@@ -233,24 +228,16 @@ impl Read<'_> {
     /// Implemented and assigned BARs, from `resource` and the header's registers.
     fn bars(&mut self, dir: &SysDir, labels: &Labels, space: &ConfigSpace) -> (usize, usize) {
         // Parsed where it was read into, not copied out first.
-        let resource = dir.read_held("resource", self.held, &mut self.reader);
-        let (bars_implemented, bars_assigned) = match self.out.optional(resource) {
-            Some(resource) => match parse_bars(resource, &space.bars_in_header) {
-                Some(bars) => bars,
-                None => {
-                    self.out.errors.push(
-                        SysfsError::parse(
-                            &dir.path("resource"),
-                            "expected '0x<start> 0x<end> 0x<flags>' lines",
-                            resource,
-                        )
-                        .into(),
-                    );
-                    (0, 0)
-                }
-            },
-            None => (0, 0),
-        };
+        let bars = self.unit.text(dir, "resource").and_then(|resource| {
+            parse_bars(resource, &space.bars_in_header).ok_or_else(|| {
+                SysfsError::parse(
+                    &dir.path("resource"),
+                    "expected '0x<start> 0x<end> 0x<flags>' lines",
+                    resource,
+                )
+            })
+        });
+        let (bars_implemented, bars_assigned) = self.unit.optional(bars).unwrap_or((0, 0));
         for (state, count) in [
             ("assigned", bars_assigned),
             ("unassigned", bars_implemented - bars_assigned),
@@ -297,10 +284,8 @@ impl Read<'_> {
 
     /// `power_state`, or the PM capability's where the kernel knows none.
     fn power_state(&mut self, dir: &SysDir, labels: &Labels, space: &ConfigSpace) -> Option<u64> {
-        let power_state = dir
-            .read_held("power_state", self.held, &mut self.reader)
-            .map(str::to_string);
-        let power_state = match self.out.optional(power_state) {
+        let power_state = self.unit.text(dir, "power_state").map(str::to_string);
+        let power_state = match self.unit.optional(power_state) {
             // The kernel knows no state (a device no driver enabled): the PM capability may.
             Some(text) if POWER_STATE_UNKNOWN.contains(&text.as_str()) => {
                 space.power_state.map(u64::from)
@@ -335,8 +320,8 @@ impl Read<'_> {
         let total_vfs = sysfs_total_vfs.or(space.sriov.map(|s| s.total_vfs.into()));
         if let Some(total) = total_vfs {
             self.push(&SRIOV_TOTAL_VFS, labels.iter().cloned(), Value::Int(total));
-            let numvfs = dir.read_held_optional_u64("sriov_numvfs", self.held, &mut self.reader);
-            let enabled = match self.out.reported(numvfs).flatten() {
+            let numvfs = self.unit.optional_u64(dir, "sriov_numvfs");
+            let enabled = match self.unit.reported(numvfs).flatten() {
                 Some(enabled) => Some(enabled),
                 // No sriov_* files (a kernel without CONFIG_PCI_IOV): NumVFs is the register's,
                 // read now, since the extended space is kept from its first read (TotalVFs
@@ -353,14 +338,14 @@ impl Read<'_> {
     /// The device's config space, parsed. The kernel reads it a register at a time, each a
     /// config cycle (all 4096 bytes cost 4.5 ms of CPU per device in a VM, the standard 256
     /// bytes 1.75 ms, the 64-byte header 0.44 ms), so on sysfs the whole space is read once per
-    /// device and kept ([`SysDir::read_fixed_bytes`]), and each scrape reads again only the
+    /// device and kept ([`crate::sysfs::UnitRead::fixed_bytes`]), and each scrape reads again only the
     /// registers of its standard part that change (command, BARs, the capabilities' registers
     /// parsed: [`config_space::changing_registers`]). Of the extended space only SR-IOV's
     /// TotalVFs and NumVFs are parsed, a fallback for the `sriov_*` attributes, which a kernel
     /// that can enable VFs shows. Elsewhere (fixture trees) the whole space is read each scrape.
     fn config_space(&mut self, dir: &SysDir) -> Result<ConfigSpace, SysfsError> {
-        let whole = dir.read_fixed_bytes("config", self.held, &mut self.reader);
-        let whole = match whole {
+        let whole = self.unit.fixed_bytes(dir, "config");
+        let (whole, kept) = match whole {
             Ok(whole) => whole,
             // Its failure costs the extended space alone: the standard part is parsed still.
             Err(err) => {
@@ -370,7 +355,7 @@ impl Read<'_> {
             }
         };
         // Read now whole (outside sysfs): parsed where it was read into.
-        if !self.held.keeps_fixed(dir, "config") {
+        if !kept {
             return Ok(config_space::parse(whole));
         }
         let mut config = whole.to_vec();
@@ -384,7 +369,7 @@ impl Read<'_> {
         }
         for range in config_space::changing_registers(&config[..standard]) {
             let (offset, len) = (range.start, range.len());
-            let now = dir.read_held_at("config", offset, len, self.held, &mut self.reader)?;
+            let now = self.unit.bytes_at(dir, "config", offset, len)?;
             // Cut short, or a device that stopped answering since: the standard part whole.
             if now.len() != len || now.iter().all(|b| *b == 0xFF) {
                 return self.standard_read_now(dir, config);
@@ -410,21 +395,15 @@ impl Read<'_> {
 
     /// The standard part of `config` (its first 256 bytes), read now.
     fn standard_part(&mut self, dir: &SysDir) -> Result<Vec<u8>, SysfsError> {
-        let read = dir.read_held_at(
-            "config",
-            0,
-            STANDARD_CONFIG_BYTES,
-            self.held,
-            &mut self.reader,
-        );
+        let read = self.unit.bytes_at(dir, "config", 0, STANDARD_CONFIG_BYTES);
         read.map(<[u8]>::to_vec)
     }
 
     /// SR-IOV's NumVFs from the whole config space read now.
     fn current_num_vfs(&mut self, dir: &SysDir) -> Option<u64> {
-        let config = dir.read_held_bytes("config", self.held, &mut self.reader);
-        let config = self.out.reported(config)?;
-        config_space::parse(config).sriov.map(|s| s.num_vfs.into())
+        let sriov =
+            (self.unit.bytes(dir, "config")).map(|config| config_space::parse(config).sriov);
+        self.unit.reported(sriov)?.map(|s| s.num_vfs.into())
     }
 
     /// Link speed and width from the PCIe capability when config space could be read, else
@@ -451,29 +430,25 @@ impl Read<'_> {
             let speed = match from_config.and_then(|l| l.speed_gts) {
                 Some(gts) => Some(gts),
                 None => {
-                    let speed = dir.read_held(speed_file, self.held, &mut self.reader);
+                    let speed = self.unit.text(dir, speed_file);
                     let speed = speed.map(str::to_string);
-                    self.out
-                        .optional(speed)
-                        .and_then(|text| parse_link_speed(&text))
+                    (self.unit.optional(speed)).and_then(|text| parse_link_speed(&text))
                 }
             };
             // The width is 0 while the link is down.
             let width = match from_config {
                 Some(link) => Some(u64::from(link.width)),
                 None => {
-                    let width = dir.read_held(width_file, self.held, &mut self.reader);
+                    let width = self.unit.text(dir, width_file);
                     let width = width.map(str::to_string);
-                    self.out
-                        .optional(width)
-                        .and_then(|text| match text.parse::<u64>() {
-                            Ok(width) => Some(width),
-                            Err(_) => {
-                                let path = dir.path(width_file);
-                                self.error(SysfsError::parse(&path, "not a link width", &text));
-                                None
-                            }
-                        })
+                    (self.unit.optional(width)).and_then(|text| match text.parse::<u64>() {
+                        Ok(width) => Some(width),
+                        Err(_) => {
+                            let path = dir.path(width_file);
+                            self.error(SysfsError::parse(&path, "not a link width", &text));
+                            None
+                        }
+                    })
                 }
             };
             let link = || with_label(labels, ("link", which.into()));
@@ -543,7 +518,11 @@ impl Read<'_> {
                 let Ok(member_dir) = self.collector.sysfs_dir(&member_dir) else {
                     return false;
                 };
-                let class = read_id(&member_dir, "class", &mut self.reader);
+                let class = self
+                    .unit
+                    .unheld(&member_dir, "class")
+                    .ok()
+                    .and_then(parse_id);
                 let driver = member_dir.link_target_name("driver").unwrap_or_default();
                 class.is_some_and(|c| c >> 8 == PCI_BRIDGE_CLASS)
                     || PASSTHROUGH_DRIVERS.contains(&driver.as_str())

@@ -33,11 +33,9 @@ impl Read<'_> {
         self.flag(&IOMMU_ENABLED, Vec::new(), enabled);
         self.push(&IOMMU_UNITS, Vec::new(), Value::Int(units as u64));
 
-        if let Some(proc_dir) = self.out.reported(SysDir::open(&collector.procfs, "")) {
-            let cmdline = proc_dir
-                .read("cmdline", &mut self.reader)
-                .map(str::to_string);
-            if let Some(cmdline) = self.out.optional(cmdline) {
+        if let Some(proc_dir) = self.unit.reported(SysDir::open(&collector.procfs, "")) {
+            let cmdline = self.unit.unheld(&proc_dir, "cmdline").map(str::to_string);
+            if let Some(cmdline) = self.unit.optional(cmdline) {
                 for (parameter, value) in iommu_parameters(&cmdline) {
                     self.push(
                         &IOMMU_KERNEL_PARAMETER,
@@ -51,22 +49,21 @@ impl Read<'_> {
         let groups = collector
             .sysfs_dir(IOMMU_GROUPS_DIR)
             .and_then(|d| d.entries_with_inodes().map(|e| (d, e)));
-        if let Some((groups, entries)) = self.out.optional(groups) {
+        if let Some((groups, entries)) = self.unit.optional(groups) {
             for (group, inode) in entries {
-                let Some(group) = self.out.reported(group.into_name()) else {
+                let Some(group) = self.unit.reported(group.into_name()) else {
                     continue;
                 };
                 // Held from one scrape to the next within the budget (five shares a group:
                 // three descriptors, two of them keeping the root open), so a group's
                 // directory, `type` and `devices/` are not opened again, and outside sysfs its
                 // listing is not read again while unchanged.
-                let dir = self.held.listed_subdir(&groups, &group, inode);
-                let Some(dir) = self.out.reported(dir) else {
+                let dir = self.unit.held().listed_subdir(&groups, &group, inode);
+                let Some(dir) = self.unit.reported(dir) else {
                     continue;
                 };
-                let kind = dir.read_held("type", self.held, &mut self.reader);
-                let kind = self.labels.get(self.out.optional(kind).unwrap_or_default());
-                let listing = self.held.subdir_entries(&dir, "devices");
+                let kind = self.labels.get(self.unit.label(&dir, "type"));
+                let listing = self.unit.held().subdir_entries(&dir, "devices");
                 if let Some(members) = self.keep_group_members(&group, listing) {
                     let labels = vec![("group", self.labels.get(&group)), ("type", kind)];
                     self.push(
@@ -79,8 +76,8 @@ impl Read<'_> {
         }
 
         let loaded = collector.sysfs_dir("module").and_then(SysDir::into_entries);
-        let loaded: Vec<String> = (self.out.optional(loaded).unwrap_or_default().into_iter())
-            .filter_map(|module| self.out.reported(module.into_name()))
+        let loaded: Vec<String> = (self.unit.optional(loaded).unwrap_or_default().into_iter())
+            .filter_map(|module| self.unit.reported(module.into_name()))
             .collect();
         let others = loaded
             .iter()
@@ -120,8 +117,8 @@ impl Read<'_> {
         group: &str,
         listing: Result<Arc<[Entry]>, SysfsError>,
     ) -> Option<Arc<[String]>> {
-        let members: Arc<[String]> = (self.out.reported(listing)?.iter())
-            .filter_map(|member| self.out.reported(member.name().map(str::to_string)))
+        let members: Arc<[String]> = (self.unit.reported(listing)?.iter())
+            .filter_map(|member| self.unit.reported(member.name().map(str::to_string)))
             .collect();
         let mut scrape = lock(&self.collector.scrape);
         scrape
@@ -137,9 +134,9 @@ impl Read<'_> {
             return iommu;
         }
         // Read once per scrape, unless it met an error, which each read reports then.
-        let errors = self.out.errors.len();
+        let errors = self.unit.out().errors.len();
         let iommu = self.read_iommu();
-        if self.out.errors.len() == errors {
+        if self.unit.out().errors.len() == errors {
             lock(&self.collector.scrape).iommu = Some(iommu);
         }
         iommu
@@ -154,7 +151,7 @@ impl Read<'_> {
             .collector
             .sysfs_dir("class/iommu")
             .and_then(SysDir::into_entries);
-        let units = self.out.optional(units).unwrap_or_default().len();
+        let units = self.unit.optional(units).unwrap_or_default().len();
         if units > 0 {
             return (units, true);
         }
@@ -167,8 +164,9 @@ impl Read<'_> {
             return (0, false);
         };
         let enabled = entries.iter().filter_map(|e| e.name().ok()).any(|group| {
-            let name = groups.read(&format!("{group}/name"), &mut self.reader);
-            self.out.optional(name) != Some(NO_IOMMU_GROUP)
+            let name = self.unit.unheld(&groups, &format!("{group}/name"));
+            let no_iommu = name.map(|name| name == NO_IOMMU_GROUP);
+            self.unit.optional(no_iommu) != Some(true)
         });
         (0, enabled)
     }
@@ -191,7 +189,6 @@ fn iommu_parameters(text: &str) -> Vec<(&'static str, String)> {
 mod tests {
     use super::super::{collector_at as collector, PciCollector};
     use super::*;
-    use crate::collector::Output;
 
     /// `hpcnode_iommu_enabled` on a sysfs root with the given IOMMU groups (`None`: unnamed)
     /// and no `/sys/class/iommu`, as kernels before 3.17 have.
@@ -205,17 +202,9 @@ mod tests {
             }
         }
         let collector = collector(tmp.path());
-        let mut out = Output::default();
-        let mut read = Read {
-            collector: &collector,
-            reader: Default::default(),
-            held: &mut Default::default(),
-            labels: &mut Default::default(),
-            out: &mut out,
-        };
-        let (units, enabled) = read.iommu();
+        let ((units, enabled), errors) = unit_read(&collector, |read| read.iommu());
         assert_eq!(units, 0);
-        assert!(out.errors.is_empty(), "{:?}", out.errors);
+        assert_eq!(errors, 0);
         enabled
     }
 

@@ -5,8 +5,6 @@
 
 use std::fmt;
 
-use crate::sysfs::{AttributeReader, HeldAttributes, SysDir};
-
 /// A PCI address split into its four fields.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Address {
@@ -56,11 +54,6 @@ pub fn parse_id16(text: &str) -> Option<u16> {
     u16::try_from(parse_id(text)?).ok()
 }
 
-/// An id attribute of a device directory; `None` when it cannot be read or is no id.
-pub fn read_id(dir: &SysDir, name: &str, reader: &mut AttributeReader) -> Option<u32> {
-    parse_id(dir.read(name, reader).ok()?)
-}
-
 /// What the listing reads of every device: enough to choose it and to match Nova specs.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Identity {
@@ -88,22 +81,10 @@ pub fn kernel_hex(value: u32, digits: usize, buf: &mut [u8; KERNEL_HEX_BYTES]) -
     std::str::from_utf8(&buf[..2 + digits]).unwrap_or_default()
 }
 
-/// The identity of the device in `dir`, named `address`; `None` when any part cannot be read
-/// or parsed (such a device is not one this collector can choose).
-pub fn read_identity(
-    dir: &SysDir,
-    address: &str,
-    reader: &mut AttributeReader,
-    mut held: Option<&mut HeldAttributes>,
-) -> Option<Identity> {
-    let mut id = |name: &str| {
-        let text = match held.as_deref_mut() {
-            // The kernel fixes them with the device (read at enumeration).
-            Some(held) => dir.read_fixed(name, held, reader),
-            None => dir.read(name, reader),
-        };
-        parse_id(text.ok()?)
-    };
+/// The identity of the device named `address`, its ids read by `id` (`vendor`, `device`,
+/// `class`, as [`parse_id`] parses them); `None` when any part cannot be read or parsed (such a device is
+/// not one this collector can choose).
+pub fn read_identity(address: &str, mut id: impl FnMut(&str) -> Option<u32>) -> Option<Identity> {
     let (vendor, device) = (id("vendor")?, id("device")?);
     Some(Identity {
         class: id("class")?,
@@ -116,6 +97,7 @@ pub fn read_identity(
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::sysfs::{AttributeReader, SysDir};
 
     #[test]
     fn kernel_hex_is_printf_hex() {
@@ -180,13 +162,22 @@ mod tests {
         }
         let dir = SysDir::open(tmp.path(), "").unwrap();
         let mut reader = AttributeReader::default();
-        let identity = read_identity(&dir, "0000:3b:00.0", &mut reader, None).unwrap();
+        let identity = read_identity("0000:3b:00.0", |name| {
+            parse_id(dir.read(name, &mut reader).ok()?)
+        })
+        .unwrap();
         assert_eq!((identity.vendor, identity.device), (0x10de, 0x1eb8));
         assert_eq!(identity.class >> 8, 0x0302);
         assert_eq!(identity.address.to_string(), "0000:3b:00.0");
-        assert!(read_identity(&dir, "nvidia0", &mut reader, None).is_none());
+        assert!(read_identity("nvidia0", |name| parse_id(
+            dir.read(name, &mut reader).ok()?
+        ))
+        .is_none());
         std::fs::remove_file(tmp.path().join("class")).unwrap();
-        assert!(read_identity(&dir, "0000:3b:00.0", &mut reader, None).is_none());
+        assert!(read_identity("0000:3b:00.0", |name| parse_id(
+            dir.read(name, &mut reader).ok()?
+        ))
+        .is_none());
     }
 }
 

@@ -5,11 +5,11 @@
 use std::collections::{HashMap, HashSet};
 use std::sync::Arc;
 
-use crate::collector::CollectError;
+use crate::collector::{CollectError, Output};
 use crate::sync::lock;
-use crate::sysfs::{AttributeReader, Entry, HeldAttributes, LinkedDirs, SysDir, SysfsError};
+use crate::sysfs::{AttributeReader, Entry, LinkedDirs, SysDir, SysfsError, UnitRead};
 
-use super::identity::{read_identity, Identity};
+use super::identity::{parse_id, read_identity, Identity};
 use super::{
     aer, nova, nova_check, DeviceSelector, ListedDevice, PciCollector, ScrapeState, Unit,
     UnitState, CLASSES_OF_INTEREST, DEVICES_DIR, HOST_UNIT, RDMA_VENDORS, VFIO_DRIVER,
@@ -81,6 +81,7 @@ impl PciCollector {
             with_netdevs,
         };
         let mut reader = AttributeReader::default();
+        let mut unreported = Output::default();
         let mut listing = Listing::default();
         for (address, inode) in addresses.iter().zip(inodes) {
             // A device that vanished or cannot be identified is not one of interest; a
@@ -90,7 +91,9 @@ impl PciCollector {
             };
             // Read in the device's held set, in a round its unit's read goes on in.
             let read = self.held.read_opening(address, |held, state| {
-                let read = self.read_listed(&selection, &dir, address, &mut reader, held, state);
+                // What fails makes the device one not chosen, reported by none.
+                let mut unit = UnitRead::new(held, &mut reader, &mut unreported);
+                let read = self.read_listed(&selection, &dir, address, &mut unit, state);
                 // Open for any unit that reads the device (a root port is one, of no interest
                 // itself, in the same held set): ended by the next listing's read if none does.
                 let open = read.is_some();
@@ -116,11 +119,11 @@ impl PciCollector {
         selection: &Selection<'_>,
         dir: &SysDir,
         address: &str,
-        reader: &mut AttributeReader,
-        held: &mut HeldAttributes,
+        unit: &mut UnitRead<'_, Output>,
         state: &mut UnitState,
     ) -> Option<ListedRead> {
-        let identity = read_identity(dir, address, reader, Some(held))?;
+        // The kernel fixes the ids with the device (read at enumeration).
+        let identity = read_identity(address, |name| parse_id(unit.fixed(dir, name).ok()?))?;
         // Unusable names under `net` are the nova unit's to report.
         let nova_identity =
             nova_check::nova_identity(dir, &identity, selection.with_netdevs, &mut Vec::new());
@@ -140,7 +143,7 @@ impl PciCollector {
             || on_vfio
             || CLASSES_OF_INTEREST.contains(&(identity.class >> 8))
             || RDMA_VENDORS.contains(&identity.vendor);
-        let root_port = match interesting.then(|| held.stamp(dir)) {
+        let root_port = match interesting.then(|| unit.held().stamp(dir)) {
             None => None,
             Some(stamp) => match &state.root_port {
                 Some((kept, port)) if Some(*kept) == stamp => port.clone(),

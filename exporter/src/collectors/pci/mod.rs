@@ -39,7 +39,7 @@ use crate::metrics::{Desc, Label, LabelCache, Room, Value};
 use crate::sync::lock;
 use crate::sysfs::{
     AttributeReader, DirStamp, Entry, FileStamp, HeldAttributes, HeldByUnit, LinkedDirs, SysDir,
-    SysfsError,
+    SysfsError, UnitRead,
 };
 
 pub use descs::METRICS;
@@ -359,12 +359,11 @@ impl Collector for PciCollector {
 
     fn collect_unit(&self, unit: &Unit, out: &mut Output) {
         let read_unit = |held: &mut HeldAttributes, labels: &mut LabelCache, out: &mut Output| {
+            let mut reader = AttributeReader::default();
             let mut read = Read {
                 collector: self,
-                reader: AttributeReader::default(),
-                held,
+                unit: UnitRead::new(held, &mut reader, out),
                 labels,
-                out,
             };
             match unit {
                 Unit::Host => read.host(),
@@ -404,24 +403,22 @@ impl Collector for PciCollector {
     }
 }
 
-/// One unit's read: where samples and errors go.
+/// One unit's read: its sysfs read (attributes held open between scrapes, where samples and
+/// errors go) and its label values.
 struct Read<'a> {
     collector: &'a PciCollector,
-    reader: AttributeReader,
-    /// The unit's attributes held open between scrapes.
-    held: &'a mut HeldAttributes,
+    unit: UnitRead<'a, Output>,
     /// The unit's label values, kept between scrapes.
     labels: &'a mut LabelCache,
-    out: &'a mut Output,
 }
 
 impl Read<'_> {
     fn push(&mut self, desc: &Desc, labels: impl IntoIterator<Item = Label>, value: Value) {
-        self.out.samples.push(desc, labels, value);
+        self.unit.out().samples.push(desc, labels, value);
     }
 
     fn error(&mut self, err: SysfsError) {
-        self.out.errors.push(err.into());
+        self.unit.out().errors.push(err.into());
     }
 
     fn flag(&mut self, desc: &Desc, labels: impl IntoIterator<Item = Label>, on: bool) {
@@ -466,10 +463,8 @@ fn unit_read<R>(
     let mut out = Output::default();
     let got = read(&mut Read {
         collector,
-        reader: AttributeReader::default(),
-        held,
+        unit: UnitRead::new(held, &mut AttributeReader::default(), &mut out),
         labels: &mut LabelCache::default(),
-        out: &mut out,
     });
     (got, out.errors.len())
 }

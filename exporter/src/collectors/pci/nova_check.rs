@@ -5,13 +5,13 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
-use crate::collector::{CollectError, ErrorKind};
+use crate::collector::{CollectError, ErrorKind, Output};
 use crate::metrics::{LabelValue, Value};
 use crate::sync::lock;
-use crate::sysfs::{AttributeReader, FileStamp, NamedFile, SysDir, SysfsError};
+use crate::sysfs::{FileStamp, NamedFile, SysDir, SysfsError, UnitRead};
 
 use super::driver_modules::Stamped;
-use super::identity::{read_identity, Identity};
+use super::identity::{parse_id, read_identity, Identity};
 use super::nova::{self, Alias, DeviceType, NovaConfig, PciIdentity, Problem};
 use super::{
     Read, DEVICES_DIR, NOVA_ALIAS_DEFINITIONS, NOVA_ALIAS_DEVICES, NOVA_ALIAS_MISMATCH,
@@ -114,10 +114,10 @@ pub(super) fn nova_identity(
 
 /// The Nova device type of a present device: type-VF with a `physfn` link, type-PF with an
 /// SR-IOV capability (`sriov_totalvfs`), else type-PCI.
-fn nova_device_type(dir: &SysDir, reader: &mut AttributeReader) -> DeviceType {
+fn nova_device_type(dir: &SysDir, unit: &mut UnitRead<'_, Output>) -> DeviceType {
     DeviceType::of(
         dir.link_target_name("physfn").is_ok(),
-        dir.read("sriov_totalvfs", reader).is_ok(),
+        unit.unheld(dir, "sriov_totalvfs").is_ok(),
     )
 }
 
@@ -152,7 +152,7 @@ impl Read<'_> {
             let mut by_reason: BTreeMap<Problem, u64> = BTreeMap::new();
             for (problem, reason) in &config.errors {
                 *by_reason.entry(*problem).or_default() += 1;
-                self.out.errors.push(CollectError::new(
+                self.unit.out().errors.push(CollectError::new(
                     ErrorKind::Parse,
                     format!("nova config {}: {reason}", path.display()),
                 ));
@@ -174,10 +174,10 @@ impl Read<'_> {
         self.scheduler_filter(&configs);
         self.alias_definitions(&configs);
         // Every present device with its Nova identity and type.
-        let Some(devices) = self.out.reported(collector.sysfs_dir(DEVICES_DIR)) else {
+        let Some(devices) = self.unit.reported(collector.sysfs_dir(DEVICES_DIR)) else {
             return;
         };
-        let Some(entries) = self.out.reported(devices.entries()) else {
+        let Some(entries) = self.unit.reported(devices.entries()) else {
             return;
         };
         let mut present = Vec::new();
@@ -190,9 +190,11 @@ impl Read<'_> {
             let Ok(dir) = devices.link_dir(&address) else {
                 continue;
             };
-            if let Some(identity) = read_identity(&dir, &address, &mut self.reader, None) {
+            if let Some(identity) = read_identity(&address, |name| {
+                parse_id(self.unit.unheld(&dir, name).ok()?)
+            }) {
                 let nova = nova_identity(&dir, &identity, true, &mut unnamed);
-                present.push((nova, nova_device_type(&dir, &mut self.reader)));
+                present.push((nova, nova_device_type(&dir, &mut self.unit)));
             }
         }
         for err in unnamed {

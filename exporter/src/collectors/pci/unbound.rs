@@ -21,9 +21,9 @@ impl Read<'_> {
     /// For a device without a driver: the modules whose aliases match its modalias, and the
     /// modprobe.d rules on them.
     pub(super) fn alias_modules(&mut self, dir: &SysDir, labels: &Labels) {
-        let modalias = dir.read_held("modalias", self.held, &mut self.reader);
+        let modalias = self.unit.text(dir, "modalias");
         let modalias = modalias.map(str::to_string);
-        let Some(modalias) = self.out.optional(modalias) else {
+        let Some(modalias) = self.unit.optional(modalias) else {
             return;
         };
         let Some(aliases) = self.modules_alias() else {
@@ -64,25 +64,21 @@ impl Read<'_> {
     /// `<rootfs>/lib/modules/<release>/modules.alias`, release from procfs.
     fn modules_alias(&mut self) -> Option<Arc<String>> {
         let collector = self.collector;
-        let kernel = self
-            .out
-            .reported(SysDir::open(&collector.procfs, "sys/kernel"))?;
-        let release = kernel
-            .read("osrelease", &mut self.reader)
-            .map(str::to_string);
-        let release = self.out.optional(release)?;
-        let release = self
-            .out
-            .reported(checked_release(&kernel.path("osrelease"), &release))?;
-        let dir = self.out.reported(SysDir::open(
+        let kernel = (self.unit).reported(SysDir::open(&collector.procfs, "sys/kernel"))?;
+        let release = self.unit.unheld(&kernel, "osrelease").map(str::to_string);
+        let release = self.unit.optional(release)?;
+        let release = (self.unit).reported(checked_release(&kernel.path("osrelease"), &release))?;
+        let dir = self.unit.reported(SysDir::open(
             &collector.rootfs,
             format!("lib/modules/{release}"),
         ))?;
-        let key = (release, self.out.reported(dir.stamp("modules.alias"))?);
+        let key = (release, self.unit.reported(dir.stamp("modules.alias"))?);
         if let Some(aliases) = collector.aliases.get(&key) {
             return Some(aliases);
         }
-        let bytes = (self.out).reported(dir.read_file("modules.alias", MODULES_ALIAS_LIMIT))?;
+        let bytes = self
+            .unit
+            .reported(dir.read_file("modules.alias", MODULES_ALIAS_LIMIT))?;
         // Valid UTF-8 (as depmod writes it) is kept without a copy.
         let text = String::from_utf8(bytes)
             .unwrap_or_else(|invalid| String::from_utf8_lossy(invalid.as_bytes()).into_owned());

@@ -32,10 +32,11 @@ use std::sync::Arc;
 
 use rustix::fs::OFlags;
 
+use crate::collector::Output;
 use crate::logging::OncePerCause;
 use crate::metrics::Value;
 use crate::sync::lock;
-use crate::sysfs::{AttributeReader, Entry, OpenFile, SysDir, SysfsError};
+use crate::sysfs::{Entry, OpenFile, SysDir, SysfsError, UnitRead};
 
 use super::{
     Read, VFIO_DEVICE_HOLDERS, VFIO_HOLDER_INFO, VFIO_STALE_HOLDER_INFO, VFIO_UNPROVEN_HOLDS,
@@ -152,7 +153,7 @@ impl Read<'_> {
             .collect();
         let mut nodes = VfioNodes { bound, known: None };
 
-        let Some(proc) = self.out.reported(SysDir::open(&collector.procfs, "")) else {
+        let Some(proc) = self.unit.reported(SysDir::open(&collector.procfs, "")) else {
             return;
         };
         let scan = self.scan_processes(&proc, &mut nodes);
@@ -205,11 +206,11 @@ impl Read<'_> {
     /// `/proc/devices` gives vfio.
     fn known_nodes<'a>(&mut self, proc: &SysDir, bound: &[BoundDevice<'a>]) -> KnownNodes<'a> {
         let collector = self.collector;
-        let class = self.out.optional(collector.sysfs_dir(VFIO_CLASS_DIR));
+        let class = self.unit.optional(collector.sysfs_dir(VFIO_CLASS_DIR));
         let mut devices = HashMap::new();
         for device in bound {
             let dir = collector.device_dir(device.address, device.dir.clone());
-            let Some(dir) = self.out.optional(dir) else {
+            let Some(dir) = self.unit.optional(dir) else {
                 continue;
             };
             for number in self.device_numbers(&dir, class.as_ref(), device.group.clone()) {
@@ -217,7 +218,7 @@ impl Read<'_> {
             }
         }
         let majors = proc.read_text_file("devices", MAX_DEVICES_BYTES);
-        let majors = self.out.reported(majors.map(|text| vfio_majors(&text)));
+        let majors = self.unit.reported(majors.map(|text| vfio_majors(&text)));
         KnownNodes {
             devices,
             majors: majors.unwrap_or_default(),
@@ -236,22 +237,22 @@ impl Read<'_> {
     ) -> Vec<DeviceNumber> {
         let mut numbers = Vec::new();
         let group = group.map_or_else(|| dir.link_target_name("iommu_group"), Ok);
-        if let (Some(class), Some(group)) = (class, self.out.optional(group)) {
-            let number = match device_number(class, &format!("{group}/dev"), &mut self.reader) {
+        if let (Some(class), Some(group)) = (class, self.unit.optional(group)) {
+            let number = match device_number(&mut self.unit, class, &format!("{group}/dev")) {
                 Err(err) if err.is_absent() => {
-                    device_number(class, &format!("noiommu-{group}/dev"), &mut self.reader)
+                    device_number(&mut self.unit, class, &format!("noiommu-{group}/dev"))
                 }
                 number => number,
             };
-            numbers.extend(self.out.optional(number));
+            numbers.extend(self.unit.optional(number));
         }
-        let Some(cdevs) = self.out.optional(dir.subdir("vfio-dev")) else {
+        let Some(cdevs) = self.unit.optional(dir.subdir("vfio-dev")) else {
             return numbers;
         };
-        for cdev in self.out.reported(cdevs.entries()).unwrap_or_default() {
-            if let Some(name) = self.out.reported(cdev.into_name()) {
-                let number = device_number(&cdevs, &format!("{name}/dev"), &mut self.reader);
-                numbers.extend(self.out.reported(number));
+        for cdev in self.unit.reported(cdevs.entries()).unwrap_or_default() {
+            if let Some(name) = self.unit.reported(cdev.into_name()) {
+                let number = device_number(&mut self.unit, &cdevs, &format!("{name}/dev"));
+                numbers.extend(self.unit.reported(number));
             }
         }
         numbers
@@ -262,7 +263,7 @@ impl Read<'_> {
     /// is simply gone.
     fn scan_processes<'a>(&mut self, proc: &SysDir, nodes: &mut VfioNodes<'a>) -> ProcessScan<'a> {
         let mut scan = ProcessScan::default();
-        let entries = self.out.reported(proc.entries()).unwrap_or_default();
+        let entries = self.unit.reported(proc.entries()).unwrap_or_default();
         for pid in entries.iter().filter_map(process_id) {
             let fds = proc
                 .subdir(&format!("{pid}/fd"))
@@ -351,7 +352,7 @@ impl Read<'_> {
             return Ok(hold);
         }
         let fdinfo = format!("{pid}/fdinfo/{fd}");
-        match opened_path_only(proc.read(&fdinfo, &mut self.reader)?) {
+        match opened_path_only(self.unit.unheld(proc, &fdinfo)?) {
             Some(false) => Ok(hold),
             Some(true) => Ok(Hold::Unproven(Unproven::PathOnly)),
             None => Err(SysfsError::parse(&proc.path(&fdinfo), "no flags line", "")),
@@ -360,8 +361,9 @@ impl Read<'_> {
 
     /// Who process `pid` is: its command name and, for QEMU, the guest it runs.
     fn holder(&mut self, proc: &SysDir, pid: u32) -> Holder {
-        let comm = proc
-            .read(&format!("{pid}/comm"), &mut self.reader)
+        let comm = self
+            .unit
+            .unheld(proc, &format!("{pid}/comm"))
             .map(str::to_string)
             .unwrap_or_default();
         let cmdline = proc.read_file(&format!("{pid}/cmdline"), MAX_CMDLINE_BYTES);
@@ -450,11 +452,11 @@ fn classify<'a>(
 
 /// A `dev` attribute: a node's `MAJOR:MINOR`.
 fn device_number(
+    unit: &mut UnitRead<'_, Output>,
     dir: &SysDir,
     name: &str,
-    reader: &mut AttributeReader,
 ) -> Result<DeviceNumber, SysfsError> {
-    let text = dir.read(name, reader)?;
+    let text = unit.unheld(dir, name)?;
     let number = text
         .split_once(':')
         .and_then(|(major, minor)| Some((major.parse().ok()?, minor.parse().ok()?)));

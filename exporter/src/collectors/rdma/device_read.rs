@@ -108,11 +108,10 @@ const COUNTERS_EXT: [(&str, &str); 8] = [
 /// What iWARP ports print in every PMA counter file: no data, not an error.
 const NO_PMA: &str = "N/A (no PMA)";
 
-/// One device's read: the read buffer, the held descriptors and where samples and errors go.
+/// One device's read: its sysfs read (held descriptors, buffer, where samples and errors go)
+/// and what it keeps.
 pub(super) struct DeviceRead<'a> {
-    pub(super) reader: AttributeReader,
-    pub(super) held: &'a mut HeldAttributes,
-    pub(super) out: &'a mut Output,
+    pub(super) unit: UnitRead<'a, Output>,
     pub(super) device: LabelValue,
     /// What the device's last read kept.
     pub(super) state: &'a mut DeviceState,
@@ -122,11 +121,11 @@ pub(super) struct DeviceRead<'a> {
 
 impl DeviceRead<'_> {
     fn push(&mut self, desc: &Desc, labels: impl IntoIterator<Item = Label>, value: Value) {
-        self.out.samples.push(desc, labels, value);
+        self.unit.out().samples.push(desc, labels, value);
     }
 
     fn push_set(&mut self, desc: &Desc, labels: &LabelSet, value: Value) {
-        self.out.samples.push_set(desc, labels, value);
+        self.unit.out().samples.push_set(desc, labels, value);
     }
 
     fn device_label(&self) -> Label {
@@ -135,14 +134,13 @@ impl DeviceRead<'_> {
 
     /// An optional text attribute as a label value: "" when absent or broken (then reported).
     fn text(&mut self, dir: &SysDir, name: &str) -> LabelValue {
-        let text = (self.out).optional(dir.read_held(name, self.held, &mut self.reader));
-        self.state.labels.get(text.unwrap_or_default())
+        self.state.labels.get(self.unit.label(dir, name))
     }
 
     /// An optional symlink's target name as a label value: "" when absent or broken (then
     /// reported).
     fn link(&mut self, dir: &SysDir, name: &str) -> LabelValue {
-        let target = self.out.optional(dir.link_target_name(name));
+        let target = self.unit.optional(dir.link_target_name(name));
         self.state.labels.get(target.as_deref().unwrap_or_default())
     }
 
@@ -153,16 +151,16 @@ impl DeviceRead<'_> {
     /// registered again is another directory. Elsewhere read each time: a fixture tree may
     /// re-point a link anywhere.
     fn parent_labels(&mut self, dir: &SysDir) -> [LabelValue; 2] {
-        let stamp = self.held.sysfs_stamp(dir);
+        let stamp = self.unit.held().sysfs_stamp(dir);
         if let Some((kept, labels)) = &self.state.parent {
             if Some(*kept) == stamp {
                 return labels.clone();
             }
         }
-        let errors = self.out.errors.len();
+        let errors = self.unit.out().errors.len();
         let labels = [self.link(dir, "device"), self.link(dir, "device/driver")];
         // An error is counted again at each read, as any other.
-        let read_well = self.out.errors.len() == errors;
+        let read_well = self.unit.out().errors.len() == errors;
         self.state.parent = stamp
             .filter(|_| read_well)
             .map(|stamp| (stamp, labels.clone()));
@@ -183,20 +181,22 @@ impl DeviceRead<'_> {
             .into_iter()
             .chain([("pci_address", pci_address), ("driver", driver)]);
         self.push(&DEVICE_INFO, labels, Value::Int(1));
-        let hw = self.held.fixed_subdir(dir, "hw_counters");
-        if let Some(hw) = self.out.optional(hw) {
+        let hw = self.unit.subdir(dir, "hw_counters");
+        if let Some(hw) = self.unit.optional(hw) {
             self.hw_counters(&hw, None);
         }
 
-        let Some(ports) = self.out.optional(self.held.fixed_subdir(dir, "ports")) else {
+        let ports = self.unit.subdir(dir, "ports");
+        let Some(ports) = self.unit.optional(ports) else {
             return;
         };
-        let listing = self.held.fixed_entries(&ports);
-        for port in self.out.reported(listing).unwrap_or_default().iter() {
-            let Some(port) = self.out.reported(port.name()) else {
+        let listing = self.unit.list(&ports);
+        for port in self.unit.reported(listing).unwrap_or_default().iter() {
+            let Some(port) = self.unit.reported(port.name()) else {
                 continue;
             };
-            if let Some(port_dir) = self.out.reported(self.held.fixed_subdir(&ports, port)) {
+            let port_dir = self.unit.subdir(&ports, port);
+            if let Some(port_dir) = self.unit.reported(port_dir) {
                 let port_label = self.state.labels.get(port);
                 self.port(&port_dir, &port_label);
             }
@@ -227,18 +227,16 @@ impl DeviceRead<'_> {
         self.push(&PORT_INFO, info, Value::Int(1));
 
         for (file, desc) in [("state", &PORT_STATE), ("phys_state", &PORT_PHYSICAL_STATE)] {
-            let id = dir
-                .read_held(file, self.held, &mut self.reader)
+            let id = (self.unit.text(dir, file))
                 .and_then(|text| parse_state_id(|| dir.path(file), text));
-            if let Some(id) = self.out.reported(id) {
+            if let Some(id) = self.unit.reported(id) {
                 self.push_set(desc, &sets.port, Value::Int(id));
             }
         }
 
-        let rate = dir
-            .read_held("rate", self.held, &mut self.reader)
-            .and_then(|text| parse_rate(|| dir.path("rate"), text));
-        if let Some(rate) = self.out.reported(rate) {
+        let rate =
+            (self.unit.text(dir, "rate")).and_then(|text| parse_rate(|| dir.path("rate"), text));
+        if let Some(rate) = self.unit.reported(rate) {
             let bytes = Value::Float(rate.bytes_per_second());
             self.push_set(&PORT_RATE, &sets.port, bytes);
             let data_rate = rate
@@ -250,20 +248,19 @@ impl DeviceRead<'_> {
                         rate.generation(),
                     )
                 });
-            if let Some(bytes) = self.out.reported(data_rate) {
+            if let Some(bytes) = self.unit.reported(data_rate) {
                 self.push_set(&PORT_DATA_RATE, &sets.port, Value::Float(bytes));
             }
         }
 
-        let extended = match self
-            .out
-            .optional(self.held.fixed_subdir(dir, "counters_ext"))
-        {
+        let ext = self.unit.subdir(dir, "counters_ext");
+        let extended = match self.unit.optional(ext) {
             Some(ext) => self.counters_ext(&ext),
             None => Vec::new(),
         };
         // Soft-RoCE, irdma and bnxt_re have no PMA: no counters/ at all.
-        let counters = self.out.optional(self.held.fixed_subdir(dir, "counters"));
+        let counters = self.unit.subdir(dir, "counters");
+        let counters = self.unit.optional(counters);
         self.pma_counters(counters.as_deref(), sets, &extended);
         self.port_hw_counters(dir, port, sets);
     }
@@ -277,10 +274,8 @@ impl DeviceRead<'_> {
             // Netlink forced, and failed: reported, no counters.
             Some(NetlinkOutcome::Failed) => return,
             Some(NetlinkOutcome::FallBack) | None => {
-                if let Some(hw) = self
-                    .out
-                    .optional(self.held.fixed_subdir(dir, "hw_counters"))
-                {
+                let hw = self.unit.subdir(dir, "hw_counters");
+                if let Some(hw) = self.unit.optional(hw) {
                     self.hw_counters(&hw, Some((port, &sets.port)));
                 }
                 sysfs
@@ -294,16 +289,13 @@ impl DeviceRead<'_> {
     /// through a held descriptor, so that a scrape need not list the GID table (255 entries on
     /// mlx5, 1024 on rxe) every time; the table is read in order only where index 0 names none.
     /// Read by its path below the port, index 0's file is checked itself outside sysfs (see
-    /// [`HeldAttributes`]): a fixture that renames `gid_attrs/` or `ndevs/` aside, keeping it,
+    /// `sysfs::HeldAttributes`): a fixture that renames `gid_attrs/` or `ndevs/` aside, keeping it,
     /// is read through the old one until the port's directory changes. Unused GID entries fail
     /// to read on real kernels, so read failures here are expected and not reported; an entry
     /// whose name is not UTF-8 is no GID entry, and is reported when the table is read.
     fn netdev(&mut self, port_dir: &SysDir) -> String {
-        let bound_to = |read: &mut Self, dir: &SysDir, index: &str| match dir.read_held(
-            index,
-            read.held,
-            &mut read.reader,
-        ) {
+        let bound_to = |read: &mut Self, dir: &SysDir, index: &str| match read.unit.text(dir, index)
+        {
             Ok(name) if !name.is_empty() => Some(name.to_string()),
             _ => None,
         };
@@ -311,14 +303,14 @@ impl DeviceRead<'_> {
             return netdev;
         }
         // Made with the port, as its `counters/`.
-        let ndevs = (self.held.fixed_subdir(port_dir, "gid_attrs"))
-            .and_then(|gid_attrs| self.held.fixed_subdir(&gid_attrs, "ndevs"));
+        let ndevs = (self.unit.subdir(port_dir, "gid_attrs"))
+            .and_then(|gid_attrs| self.unit.subdir(&gid_attrs, "ndevs"));
         let Ok(ndevs) = ndevs else {
             return String::new();
         };
-        let listing = self.held.fixed_entries(&ndevs).unwrap_or_default();
+        let listing = self.unit.list(&ndevs).unwrap_or_default();
         let indexes: Vec<&str> = (listing.iter())
-            .filter_map(|index| self.out.reported(index.name()))
+            .filter_map(|index| self.unit.reported(index.name()))
             .filter(|index| *index != DEFAULT_GID)
             .collect();
         (indexes.into_iter())
@@ -396,15 +388,14 @@ impl DeviceRead<'_> {
 
     /// A counter's value; `None` when absent, `N/A (no PMA)`, or broken (then reported).
     fn counter_value(&mut self, dir: &SysDir, name: &str) -> Option<u64> {
-        let value = dir
-            .read_held(name, self.held, &mut self.reader)
-            .and_then(|text| match text {
-                NO_PMA => Ok(None),
-                text => text.parse().map(Some).map_err(|_| {
-                    SysfsError::parse(&dir.path(name), "not an unsigned integer", text)
-                }),
-            });
-        self.out.optional(value).flatten()
+        let value = self.unit.text(dir, name).and_then(|text| match text {
+            NO_PMA => Ok(None),
+            text => text
+                .parse()
+                .map(Some)
+                .map_err(|_| SysfsError::parse(&dir.path(name), "not an unsigned integer", text)),
+        });
+        self.unit.optional(value).flatten()
     }
 
     /// The values of `names` in `dir` (`None` for a name to skip), all read before any is
@@ -425,14 +416,15 @@ impl DeviceRead<'_> {
     /// Every file of a `hw_counters/` directory, whatever its name; `lifespan` is a setting.
     /// `port` is the port's name and label set, `None` for the device-wide directory.
     fn hw_counters(&mut self, dir: &SysDir, port: Option<(&LabelValue, &LabelSet)>) {
-        let Some(names) = self.out.reported(self.held.fixed_entries(dir)) else {
+        let names = self.unit.list(dir);
+        let Some(names) = self.unit.reported(names) else {
             return;
         };
         let port_name = port.map(|(name, _)| name);
         let counters = self.state.counter_sets(&names, &self.device, port_name);
         let values = self.counter_values(dir, names.iter().map(|name| name.name().ok()));
         for ((name, counter), value) in names.iter().zip(counters.iter()).zip(values) {
-            let Some(name) = self.out.reported(name.name()) else {
+            let Some(name) = self.unit.reported(name.name()) else {
                 continue;
             };
             let Some(value) = value else {

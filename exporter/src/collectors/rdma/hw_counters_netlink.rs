@@ -188,9 +188,7 @@ impl DeviceRead<'_> {
                             vacant.insert(counter_set(&self.device, Some(port), counter))
                         }
                     };
-                    self.out
-                        .samples
-                        .push_set(&PORT_HW_STAT, set, Value::Int(value));
+                    (self.unit.out().samples).push_set(&PORT_HW_STAT, set, Value::Int(value));
                 }
                 return Some(NetlinkOutcome::Read);
             }
@@ -202,7 +200,7 @@ impl DeviceRead<'_> {
             port.as_str()
         );
         if !netlink.fallback {
-            self.out.errors.push(err.collect_error(&what));
+            self.unit.out().errors.push(err.collect_error(&what));
             return Some(NetlinkOutcome::Failed);
         }
         let notice = format!("RDMA netlink failed for {what} read from sysfs instead: {err}");

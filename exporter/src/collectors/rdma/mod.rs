@@ -24,9 +24,7 @@ use crate::metrics::{Desc, Label, LabelSet, LabelValue, Value};
 use crate::netlink::rdma::socket::Socket;
 use crate::rdma_port::{parse_rate, parse_state_id, ETHERNET_LINK_LAYER};
 use crate::sync::lock;
-use crate::sysfs::{
-    AttributeReader, Entry, HeldAttributes, HeldByUnit, LinkedDirs, SysDir, SysfsError,
-};
+use crate::sysfs::{AttributeReader, Entry, HeldByUnit, LinkedDirs, SysDir, SysfsError, UnitRead};
 
 mod device_read;
 mod hw_counters_netlink;
@@ -400,16 +398,15 @@ impl Collector for RdmaCollector {
         self.held.read(device, |held, state| {
             // About as many as the last read: pushed without growing a list step by step.
             out.samples.reserve(state.pushed);
+            let mut reader = AttributeReader::default();
             let mut read = DeviceRead {
-                reader: AttributeReader::default(),
-                held,
-                out,
+                unit: UnitRead::new(held, &mut reader, out),
                 device: state.labels.get(device),
                 state,
                 netlink: self.netlink_read(device),
             };
             read.device(&dir);
-            read.state.end_read(read.out.samples.pushed());
+            read.state.end_read(read.unit.out().samples.pushed());
         });
     }
 }
