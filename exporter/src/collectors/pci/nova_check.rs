@@ -121,6 +121,9 @@ fn nova_device_type(dir: &SysDir, unit: &mut UnitRead<'_, Output>) -> DeviceType
     )
 }
 
+/// A config file read: its path, the path as a label, and what it holds.
+type Config<'p> = (&'p Path, LabelValue, Arc<NovaConfig>);
+
 impl Read<'_> {
     /// Nova's `[pci]` options against the devices present, aliases across the files, and the
     /// scheduler's filters.
@@ -129,57 +132,71 @@ impl Read<'_> {
         // The listing's read; read here only where no listing left one.
         let read = lock(&collector.scrape).nova.take();
         let read = read.unwrap_or_else(|| collector.nova.read());
-        let mut configs: Vec<(&Path, LabelValue, Arc<NovaConfig>)> = Vec::new();
         let paths = collector.nova.0.iter().map(|(path, _)| path.as_path());
-        for (path, config) in paths.zip(read.0) {
-            let label: LabelValue = path.display().to_string().into();
-            let config = match config {
-                Ok(config) => config,
-                Err(err) => {
-                    self.error(err);
-                    self.flag(&NOVA_CONFIG_VALID, vec![("path", label.clone())], false);
-                    self.push(
-                        &NOVA_CONFIG_ERRORS,
-                        vec![
-                            ("path", label),
-                            ("reason", Problem::Unreadable.as_str().into()),
-                        ],
-                        Value::Int(1),
-                    );
-                    continue;
-                }
-            };
-            let mut by_reason: BTreeMap<Problem, u64> = BTreeMap::new();
-            for (problem, reason) in &config.errors {
-                *by_reason.entry(*problem).or_default() += 1;
-                self.unit.out().errors.push(CollectError::new(
-                    ErrorKind::Parse,
-                    format!("nova config {}: {reason}", path.display()),
-                ));
-            }
-            self.flag(
-                &NOVA_CONFIG_VALID,
-                vec![("path", label.clone())],
-                config.errors.is_empty(),
-            );
-            for (problem, count) in by_reason {
-                self.push(
-                    &NOVA_CONFIG_ERRORS,
-                    vec![("path", label.clone()), ("reason", problem.as_str().into())],
-                    Value::Int(count),
-                );
-            }
-            configs.push((path, label, config));
-        }
+        let configs: Vec<_> = paths
+            .zip(read.0)
+            .filter_map(|(path, config)| self.config_validity(path, config))
+            .collect();
         self.scheduler_filter(&configs);
         self.alias_definitions(&configs);
-        // Every present device with its Nova identity and type.
-        let Some(devices) = self.unit.reported(collector.sysfs_dir(DEVICES_DIR)) else {
+        let Some(present) = self.present_devices() else {
             return;
         };
-        let Some(entries) = self.unit.reported(devices.entries()) else {
-            return;
+        self.spec_devices(&configs, &present);
+        self.alias_devices(&configs, &present);
+    }
+
+    /// A config file's validity and its errors by reason; the config, where it was read.
+    fn config_validity<'p>(
+        &mut self,
+        path: &'p Path,
+        config: Result<Arc<NovaConfig>, SysfsError>,
+    ) -> Option<Config<'p>> {
+        let label: LabelValue = path.display().to_string().into();
+        let config = match config {
+            Ok(config) => config,
+            Err(err) => {
+                self.error(err);
+                self.flag(&NOVA_CONFIG_VALID, vec![("path", label.clone())], false);
+                self.push(
+                    &NOVA_CONFIG_ERRORS,
+                    vec![
+                        ("path", label),
+                        ("reason", Problem::Unreadable.as_str().into()),
+                    ],
+                    Value::Int(1),
+                );
+                return None;
+            }
         };
+        let mut by_reason: BTreeMap<Problem, u64> = BTreeMap::new();
+        for (problem, reason) in &config.errors {
+            *by_reason.entry(*problem).or_default() += 1;
+            self.unit.out().errors.push(CollectError::new(
+                ErrorKind::Parse,
+                format!("nova config {}: {reason}", path.display()),
+            ));
+        }
+        self.flag(
+            &NOVA_CONFIG_VALID,
+            vec![("path", label.clone())],
+            config.errors.is_empty(),
+        );
+        for (problem, count) in by_reason {
+            self.push(
+                &NOVA_CONFIG_ERRORS,
+                vec![("path", label.clone()), ("reason", problem.as_str().into())],
+                Value::Int(count),
+            );
+        }
+        Some((path, label, config))
+    }
+
+    /// Every present device with its Nova identity and type; none when the devices cannot be
+    /// listed (reported).
+    fn present_devices(&mut self) -> Option<Vec<(PciIdentity, DeviceType)>> {
+        let devices = self.unit.reported(self.collector.sysfs_dir(DEVICES_DIR))?;
+        let entries = self.unit.reported(devices.entries())?;
         let mut present = Vec::new();
         let mut unnamed = Vec::new();
         for entry in entries {
@@ -200,8 +217,12 @@ impl Read<'_> {
         for err in unnamed {
             self.error(err);
         }
-        let specs: Vec<&nova::DeviceSpec> = configs.iter().flat_map(|(_, _, c)| &c.specs).collect();
-        for (_, path, config) in &configs {
+        Some(present)
+    }
+
+    /// How many present devices each device_spec matches.
+    fn spec_devices(&mut self, configs: &[Config<'_>], present: &[(PciIdentity, DeviceType)]) {
+        for (_, path, config) in configs {
             for spec in &config.specs {
                 let count = present.iter().filter(|(d, _)| spec.matches(d)).count();
                 self.push(
@@ -215,12 +236,17 @@ impl Read<'_> {
                 );
             }
         }
+    }
+
+    /// How many devices of Nova's pool each alias can allocate, and those of a type it refuses.
+    fn alias_devices(&mut self, configs: &[Config<'_>], present: &[(PciIdentity, DeviceType)]) {
+        let specs: Vec<&nova::DeviceSpec> = configs.iter().flat_map(|(_, _, c)| &c.specs).collect();
         // Only devices a device_spec allows are in Nova's pool.
         let pool: Vec<&(PciIdentity, DeviceType)> = present
             .iter()
             .filter(|(d, _)| specs.iter().any(|s| s.matches(d)))
             .collect();
-        for (_, path, config) in &configs {
+        for (_, path, config) in configs {
             for alias in &config.aliases {
                 let named: Vec<DeviceType> = pool
                     .iter()
@@ -250,9 +276,9 @@ impl Read<'_> {
     /// scheduler_default_filters` is named when only it is set: Nova 15 to 23 read it then,
     /// later releases ignore it. Nothing when a scheduler file could not be read: it may set
     /// the option.
-    fn scheduler_filter(&mut self, configs: &[(&Path, LabelValue, Arc<NovaConfig>)]) {
+    fn scheduler_filter(&mut self, configs: &[Config<'_>]) {
         let wanted = &self.collector.nova_scheduler_configs;
-        let files: Vec<&(&Path, LabelValue, Arc<NovaConfig>)> = wanted
+        let files: Vec<&Config<'_>> = wanted
             .iter()
             .filter_map(|w| configs.iter().find(|(path, _, _)| path == w))
             .collect();
@@ -283,7 +309,7 @@ impl Read<'_> {
 
     /// `hpcnode_nova_alias_definitions`: how many distinct definitions each alias name has
     /// across the files that define it.
-    fn alias_definitions(&mut self, configs: &[(&Path, LabelValue, Arc<NovaConfig>)]) {
+    fn alias_definitions(&mut self, configs: &[Config<'_>]) {
         let mut definitions: BTreeMap<&str, BTreeSet<&str>> = BTreeMap::new();
         for (_, _, config) in configs {
             for alias in &config.aliases {

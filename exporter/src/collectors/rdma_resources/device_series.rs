@@ -26,11 +26,22 @@ impl NetlinkCollector {
         out: &mut Output,
     ) {
         let holders = by_holder(entries);
+        let (processes, jobs) = self.processes(&holders);
+        let job_counters = by_job(counters, &processes);
+        holder_series(device, &holders, processes, counters, self.max_holders, out);
+        job_series(device, &jobs, &job_counters, self.max_holders, out);
+    }
+
+    /// The processes among `holders`, and what they hold summed by their Slurm job.
+    fn processes(
+        &self,
+        holders: &BTreeMap<Holder, Usage>,
+    ) -> (BTreeMap<u32, Process>, BTreeMap<String, Usage>) {
         let mut processes = BTreeMap::new();
         let mut jobs: BTreeMap<String, Usage> = BTreeMap::new();
         let proc = SysDir::open(&self.procfs, "").ok();
         let mut reader = AttributeReader::default();
-        for (holder, usage) in &holders {
+        for (holder, usage) in holders {
             if let Holder::Process(pid) = holder {
                 let process = proc
                     .as_ref()
@@ -42,80 +53,110 @@ impl NetlinkCollector {
                 processes.insert(*pid, process);
             }
         }
-        let mut job_counters: BTreeMap<String, Sums> = BTreeMap::new();
-        for (holder, sums) in counters {
-            let job = match holder {
-                Holder::Process(pid) => processes.get(pid).and_then(|p| p.slurm_job.as_ref()),
-                _ => None,
+        (processes, jobs)
+    }
+}
+
+/// The holders' QP counter sums summed again by their processes' Slurm job.
+fn by_job(
+    counters: &BTreeMap<Holder, Sums>,
+    processes: &BTreeMap<u32, Process>,
+) -> BTreeMap<String, Sums> {
+    let mut job_counters: BTreeMap<String, Sums> = BTreeMap::new();
+    for (holder, sums) in counters {
+        let job = match holder {
+            Holder::Process(pid) => processes.get(pid).and_then(|p| p.slurm_job.as_ref()),
+            _ => None,
+        };
+        if let Some(job) = job {
+            qp_counters::add(job_counters.entry(job.clone()).or_default(), sums);
+        }
+    }
+    job_counters
+}
+
+/// The holders kept one by one, then `other` for the rest and for the counters of holders not
+/// kept (or gone from the resource dumps).
+fn holder_series(
+    device: &LabelValue,
+    holders: &BTreeMap<Holder, Usage>,
+    mut processes: BTreeMap<u32, Process>,
+    counters: &BTreeMap<Holder, Sums>,
+    max_holders: usize,
+    out: &mut Output,
+) {
+    let (kept, rest) = capped(holders, max_holders);
+    let mut other_counters = Sums::new();
+    for (holder, sums) in counters {
+        if !kept.iter().any(|(kept, _)| kept == holder) {
+            qp_counters::add(&mut other_counters, sums);
+        }
+    }
+    for (holder, usage) in kept {
+        let sums = counters.get(&holder);
+        let (kind, pid, comm, job): (&'static str, LabelValue, LabelValue, LabelValue) =
+            match &holder {
+                Holder::Process(pid) => {
+                    let process = processes.remove(pid).unwrap_or_default();
+                    (
+                        "process",
+                        pid.to_string().into(),
+                        process.comm.into(),
+                        process.slurm_job.unwrap_or_default().into(),
+                    )
+                }
+                Holder::Kernel(name) => ("kernel", "".into(), name.clone().into(), "".into()),
+                Holder::Unknown => ("unknown", "".into(), "".into(), "".into()),
             };
-            if let Some(job) = job {
-                qp_counters::add(job_counters.entry(job.clone()).or_default(), sums);
-            }
-        }
-        let (kept, rest) = capped(&holders, self.max_holders);
-        // The counters of holders not kept one by one (or gone from the resource dumps).
-        let mut other_counters = Sums::new();
-        for (holder, sums) in counters {
-            if !kept.iter().any(|(kept, _)| kept == holder) {
-                qp_counters::add(&mut other_counters, sums);
-            }
-        }
-        for (holder, usage) in kept {
-            let sums = counters.get(&holder);
-            let (kind, pid, comm, job): (&'static str, LabelValue, LabelValue, LabelValue) =
-                match &holder {
-                    Holder::Process(pid) => {
-                        let process = processes.remove(pid).unwrap_or_default();
-                        (
-                            "process",
-                            pid.to_string().into(),
-                            process.comm.into(),
-                            process.slurm_job.unwrap_or_default().into(),
-                        )
-                    }
-                    Holder::Kernel(name) => ("kernel", "".into(), name.clone().into(), "".into()),
-                    Holder::Unknown => ("unknown", "".into(), "".into(), "".into()),
-                };
-            let labels = vec![
-                ("device", device.clone()),
-                ("holder", kind.into()),
-                ("pid", pid),
-                ("comm", comm),
-                ("slurm_job", job),
-            ];
-            push_counters(&HOLDER_QP_COUNTER, &labels, sums, out);
-            push_usage(&HOLDER_RESOURCES, &HOLDER_PINNED, labels, &usage, out);
-        }
         let labels = vec![
             ("device", device.clone()),
-            ("holder", "other".into()),
-            ("pid", "".into()),
-            ("comm", "".into()),
-            ("slurm_job", "".into()),
+            ("holder", kind.into()),
+            ("pid", pid),
+            ("comm", comm),
+            ("slurm_job", job),
         ];
-        push_counters(&HOLDER_QP_COUNTER, &labels, Some(&other_counters), out);
-        if let Some(rest) = rest {
-            push_usage(&HOLDER_RESOURCES, &HOLDER_PINNED, labels, &rest, out);
+        push_counters(&HOLDER_QP_COUNTER, &labels, sums, out);
+        push_usage(&HOLDER_RESOURCES, &HOLDER_PINNED, labels, &usage, out);
+    }
+    let labels = vec![
+        ("device", device.clone()),
+        ("holder", "other".into()),
+        ("pid", "".into()),
+        ("comm", "".into()),
+        ("slurm_job", "".into()),
+    ];
+    push_counters(&HOLDER_QP_COUNTER, &labels, Some(&other_counters), out);
+    if let Some(rest) = rest {
+        push_usage(&HOLDER_RESOURCES, &HOLDER_PINNED, labels, &rest, out);
+    }
+}
+
+/// The jobs kept one by one, then `other` for the rest and for the counters of jobs not kept.
+fn job_series(
+    device: &LabelValue,
+    jobs: &BTreeMap<String, Usage>,
+    job_counters: &BTreeMap<String, Sums>,
+    max_holders: usize,
+    out: &mut Output,
+) {
+    let (kept, rest) = capped(jobs, max_holders);
+    let mut other_job_counters = Sums::new();
+    for (job, sums) in job_counters {
+        if !kept.iter().any(|(kept, _)| kept == job) {
+            qp_counters::add(&mut other_job_counters, sums);
         }
-        let (kept, rest) = capped(&jobs, self.max_holders);
-        let mut other_job_counters = Sums::new();
-        for (job, sums) in &job_counters {
-            if !kept.iter().any(|(kept, _)| kept == job) {
-                qp_counters::add(&mut other_job_counters, sums);
-            }
-        }
-        let other = || ("other".to_string(), Usage::default());
-        let rest = (rest.is_some() || !other_job_counters.is_empty())
-            .then(|| rest.map_or_else(other, |usage| ("other".to_string(), usage)));
-        for (job, usage) in kept.into_iter().chain(rest) {
-            let sums = match job.as_str() {
-                "other" => Some(&other_job_counters),
-                job => job_counters.get(job),
-            };
-            let labels = vec![("device", device.clone()), ("slurm_job", job.into())];
-            push_counters(&JOB_QP_COUNTER, &labels, sums, out);
-            push_usage(&JOB_RESOURCES, &JOB_PINNED, labels, &usage, out);
-        }
+    }
+    let other = || ("other".to_string(), Usage::default());
+    let rest = (rest.is_some() || !other_job_counters.is_empty())
+        .then(|| rest.map_or_else(other, |usage| ("other".to_string(), usage)));
+    for (job, usage) in kept.into_iter().chain(rest) {
+        let sums = match job.as_str() {
+            "other" => Some(&other_job_counters),
+            job => job_counters.get(job),
+        };
+        let labels = vec![("device", device.clone()), ("slurm_job", job.into())];
+        push_counters(&JOB_QP_COUNTER, &labels, sums, out);
+        push_usage(&JOB_RESOURCES, &JOB_PINNED, labels, &usage, out);
     }
 }
 
