@@ -1,5 +1,21 @@
 //! Descriptors of sysfs attributes kept open between scrapes and read again with `pread`, within
-//! a process-wide budget.
+//! a process-wide budget ([`super::budget`]).
+//!
+//! What is kept, and when it is dropped:
+//! - an attribute's descriptor, until the file is gone or its directory changed: one `fstat` of
+//!   each directory a scrape (none on sysfs for a directory held or kept); at an offset, for a
+//!   register of a binary attribute;
+//! - an attribute a directory lacks, remembered as absent until the directory changes;
+//! - listings and subdirectories of directories whose entries the kernel makes with them
+//!   (`fixed_subdir`), a subdirectory while it is asked for each round; one the kernel makes
+//!   apart from its parent (an IOMMU group, `listed_subdir`), on sysfs while the parent's listing
+//!   shows it with the same inode number; a held subdirectory's entries listed again each time
+//!   through its own descriptor (`subdir_entries`);
+//! - on sysfs, attributes the kernel fixes with their directory, read once per directory;
+//! - a directory's [`DirStamp`] (inode and modification time), for what a collector derives
+//!   from where a directory is (a PCI device's root port) and keeps while it stays the same.
+//!
+//! Collectors reach these through [`super::UnitRead`], one per unit ([`super::HeldByUnit`]).
 
 use std::os::fd::OwnedFd;
 use std::os::unix::ffi::OsStrExt;

@@ -9,7 +9,7 @@ use rustix::io::Errno;
 
 use super::{read_flags, SysfsError};
 
-/// A file's identity and version as `stat` tells them ([`SysDir::stamp`]).
+/// A file's identity and version as `stat` tells them ([`super::SysDir::stamp`]).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct FileStamp {
     device: u64,
@@ -60,7 +60,7 @@ impl NamedFile {
         self.stamp
     }
 
-    /// Read as [`SysDir::read_file`] reads.
+    /// Read as [`super::SysDir::read_file`] reads.
     pub fn read(&self, limit: usize) -> Result<Vec<u8>, SysfsError> {
         read_to_end(&self.fd, self.path.clone(), limit)
     }
