@@ -71,85 +71,20 @@ impl CardRead<'_> {
         let mut calls = Calls {
             card: self.device.as_str(),
             failures: Vec::new(),
+            readings: Vec::new(),
         };
-        let mut readings: Vec<(&'static Desc, ReadingKind, Value)> = Vec::new();
-        // SAFETY: every handle passed is one the library returned and has not freed, and every
-        // reader has the prototype miclib.h declares for its name.
+        // SAFETY: `device.handle` is an open device handle the library returned and has not
+        // freed, and every function pointer in `library` has the prototype miclib.h declares
+        // for its name.
         unsafe {
-            let get_thermal = ("mic_get_thermal_info", library.get_thermal_info);
-            if let Some(thermal) = calls.info(get_thermal, device.handle) {
-                for sensor in &library.temperatures {
-                    let Some(valid) = calls.read((sensor.valid_call, sensor.valid), thermal) else {
-                        continue;
-                    };
-                    let kind = Some(("sensor", sensor.sensor));
-                    let status = if valid != 0 { 0 } else { UNAVAILABLE };
-                    readings.push((&TEMPERATURE_STATUS, kind, Value::Int(status)));
-                    if valid == 0 {
-                        continue;
-                    }
-                    let celsius = match sensor.read {
-                        Temperature::Wide(read) => calls.read((sensor.read_call, read), thermal),
-                        Temperature::Narrow(read) => {
-                            calls.read((sensor.read_call, read), thermal).map(u32::from)
-                        }
-                    };
-                    if let Some(celsius) = celsius {
-                        readings.push((&TEMPERATURE, kind, degrees(printed_unsigned(celsius))));
-                    }
-                }
-                calls.free(
-                    ("mic_free_thermal_info", library.free_thermal_info),
-                    thermal,
-                );
-            }
-
-            let get_power = ("mic_get_power_utilization_info", library.get_power_info);
-            if let Some(power) = calls.info(get_power, device.handle) {
-                for (reading, call, read) in &library.power {
-                    if let Some(microwatts) = calls.read((call, *read), power) {
-                        let kind = Some(("reading", *reading));
-                        readings.push((&POWER, kind, micro(u64::from(microwatts))));
-                    }
-                }
-                let rail_metrics = [&RAIL_POWER, &RAIL_CURRENT, &RAIL_VOLTAGE];
-                for (rail, readers) in &library.rails {
-                    for (reader, desc) in readers.iter().zip(rail_metrics) {
-                        if let Some(micros) = calls.read(*reader, power) {
-                            readings.push((desc, Some(("rail", *rail)), micro(u64::from(micros))));
-                        }
-                    }
-                }
-                calls.free(
-                    ("mic_free_power_utilization_info", library.free_power_info),
-                    power,
-                );
-            }
-
-            let get_cores = ("mic_get_cores_info", library.get_cores_info);
-            if let Some(cores) = calls.info(get_cores, device.handle) {
-                let voltage = ("mic_get_cores_voltage", library.cores_voltage);
-                if let Some(microvolts) = calls.read(voltage, cores) {
-                    readings.push((&CORE_VOLTAGE, None, micro(u64::from(microvolts))));
-                }
-                let frequency = ("mic_get_cores_frequency", library.cores_frequency);
-                if let Some(kilohertz) = calls.read(frequency, cores) {
-                    let hertz = Value::Float(f64::from(kilohertz) * 1e3);
-                    readings.push((&CORE_FREQUENCY, None, hertz));
-                }
-                calls.free(("mic_free_cores_info", library.free_cores_info), cores);
-            }
-
-            let get_memory = ("mic_get_memory_info", library.get_memory_info);
-            if let Some(memory) = calls.info(get_memory, device.handle) {
-                let voltage = ("mic_get_memory_voltage", library.memory_voltage);
-                if let Some(microvolts) = calls.read(voltage, memory) {
-                    readings.push((&MEMORY_VOLTAGE, None, micro(u64::from(microvolts))));
-                }
-                calls.free(("mic_free_memory_info", library.free_memory_info), memory);
-            }
+            calls.thermal(library, device.handle);
+            calls.power(library, device.handle);
+            calls.cores(library, device.handle);
+            calls.memory(library, device.handle);
         }
-        let failures = calls.failures;
+        let Calls {
+            failures, readings, ..
+        } = calls;
         let answered = !readings.is_empty();
         for (desc, kind, value) in readings {
             self.reading(desc, kind, SOURCE_LIBRARY, value);
@@ -161,13 +96,114 @@ impl CardRead<'_> {
     }
 }
 
+/// A reading: its metric, its `sensor`/`reading`/`rail` label if any, its value.
+type Reading = (&'static Desc, ReadingKind, Value);
+
 /// libmicmgmt calls for one card: each returns 0 on success; failures are kept to report.
 struct Calls<'c> {
     card: &'c str,
     failures: Vec<LibraryError>,
+    readings: Vec<Reading>,
 }
 
+/// One reader per info structure. Safety, for each: `device` is an open device handle, and every
+/// function pointer in `library` has the prototype miclib.h declares for its name.
 impl Calls<'_> {
+    /// Each temperature sensor's status, and its reading where the sensor is valid.
+    unsafe fn thermal(&mut self, library: &MicLib, device: Handle) {
+        let get_thermal = ("mic_get_thermal_info", library.get_thermal_info);
+        let Some(thermal) = self.info(get_thermal, device) else {
+            return;
+        };
+        for sensor in &library.temperatures {
+            let Some(valid) = self.read((sensor.valid_call, sensor.valid), thermal) else {
+                continue;
+            };
+            let kind = Some(("sensor", sensor.sensor));
+            let status = if valid != 0 { 0 } else { UNAVAILABLE };
+            self.readings
+                .push((&TEMPERATURE_STATUS, kind, Value::Int(status)));
+            if valid == 0 {
+                continue;
+            }
+            let celsius = match sensor.read {
+                Temperature::Wide(read) => self.read((sensor.read_call, read), thermal),
+                Temperature::Narrow(read) => {
+                    self.read((sensor.read_call, read), thermal).map(u32::from)
+                }
+            };
+            if let Some(celsius) = celsius {
+                self.readings
+                    .push((&TEMPERATURE, kind, degrees(printed_unsigned(celsius))));
+            }
+        }
+        self.free(
+            ("mic_free_thermal_info", library.free_thermal_info),
+            thermal,
+        );
+    }
+
+    /// The card's power readings and each rail's power, current and voltage.
+    unsafe fn power(&mut self, library: &MicLib, device: Handle) {
+        let get_power = ("mic_get_power_utilization_info", library.get_power_info);
+        let Some(power) = self.info(get_power, device) else {
+            return;
+        };
+        for (reading, call, read) in &library.power {
+            if let Some(microwatts) = self.read((call, *read), power) {
+                let kind = Some(("reading", *reading));
+                self.readings
+                    .push((&POWER, kind, micro(u64::from(microwatts))));
+            }
+        }
+        let rail_metrics = [&RAIL_POWER, &RAIL_CURRENT, &RAIL_VOLTAGE];
+        for (rail, readers) in &library.rails {
+            for (reader, desc) in readers.iter().zip(rail_metrics) {
+                if let Some(micros) = self.read(*reader, power) {
+                    self.readings
+                        .push((desc, Some(("rail", *rail)), micro(u64::from(micros))));
+                }
+            }
+        }
+        self.free(
+            ("mic_free_power_utilization_info", library.free_power_info),
+            power,
+        );
+    }
+
+    /// The cores' voltage and frequency.
+    unsafe fn cores(&mut self, library: &MicLib, device: Handle) {
+        let get_cores = ("mic_get_cores_info", library.get_cores_info);
+        let Some(cores) = self.info(get_cores, device) else {
+            return;
+        };
+        let voltage = ("mic_get_cores_voltage", library.cores_voltage);
+        if let Some(microvolts) = self.read(voltage, cores) {
+            self.readings
+                .push((&CORE_VOLTAGE, None, micro(u64::from(microvolts))));
+        }
+        let frequency = ("mic_get_cores_frequency", library.cores_frequency);
+        if let Some(kilohertz) = self.read(frequency, cores) {
+            let hertz = Value::Float(f64::from(kilohertz) * 1e3);
+            self.readings.push((&CORE_FREQUENCY, None, hertz));
+        }
+        self.free(("mic_free_cores_info", library.free_cores_info), cores);
+    }
+
+    /// The memory's voltage.
+    unsafe fn memory(&mut self, library: &MicLib, device: Handle) {
+        let get_memory = ("mic_get_memory_info", library.get_memory_info);
+        let Some(memory) = self.info(get_memory, device) else {
+            return;
+        };
+        let voltage = ("mic_get_memory_voltage", library.memory_voltage);
+        if let Some(microvolts) = self.read(voltage, memory) {
+            self.readings
+                .push((&MEMORY_VOLTAGE, None, micro(u64::from(microvolts))));
+        }
+        self.free(("mic_free_memory_info", library.free_memory_info), memory);
+    }
+
     fn failed(&mut self, call: &'static str, code: c_int) {
         self.failures.push(LibraryError::Call {
             call,

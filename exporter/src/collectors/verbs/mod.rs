@@ -164,13 +164,7 @@ impl Settings for VerbsSettings {
                 listener: None,
             }));
         }
-        let token = match &self.measurement.token_file {
-            None => Vec::new(),
-            Some(path) => cli::read_token(path).map_err(|reason| StartError {
-                collector: REGISTRATION.name,
-                reason: format!("--collector.verbs.token-file {path:?}: {reason}"),
-            })?,
-        };
+        let token = self.token()?;
         let start_error = |reason: String| StartError {
             collector: REGISTRATION.name,
             reason,
@@ -180,17 +174,7 @@ impl Settings for VerbsSettings {
             .as_ref()
             .map(|settings| MeshNode::start(settings).map_err(|err| start_error(err.to_string())))
             .transpose()?;
-        let verbs = match Verbs::load(&self.measurement.library) {
-            Ok(verbs) => Some(Arc::new(verbs)),
-            Err(err) => {
-                logging::log(
-                    Level::Info,
-                    "verbs probe unavailable",
-                    &[("err", &err.to_string())],
-                );
-                None
-            }
-        };
+        let verbs = self.load_verbs();
         let claims = Arc::new(PortClaims::default());
         let responder = verbs
             .as_ref()
@@ -236,6 +220,34 @@ impl Settings for VerbsSettings {
             stop,
             listener,
         }))
+    }
+}
+
+impl VerbsSettings {
+    /// The token file's contents; none configured is the empty token.
+    fn token(&self) -> Result<Vec<u8>, StartError> {
+        let Some(path) = &self.measurement.token_file else {
+            return Ok(Vec::new());
+        };
+        cli::read_token(path).map_err(|reason| StartError {
+            collector: REGISTRATION.name,
+            reason: format!("--collector.verbs.token-file {path:?}: {reason}"),
+        })
+    }
+
+    /// libibverbs, or none (logged): a node may rightly lack it.
+    fn load_verbs(&self) -> Option<Arc<Verbs>> {
+        match Verbs::load(&self.measurement.library) {
+            Ok(verbs) => Some(Arc::new(verbs)),
+            Err(err) => {
+                logging::log(
+                    Level::Info,
+                    "verbs probe unavailable",
+                    &[("err", &err.to_string())],
+                );
+                None
+            }
+        }
     }
 }
 
