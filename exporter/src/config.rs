@@ -9,7 +9,7 @@ use std::ffi::OsString;
 use std::path::PathBuf;
 use std::time::Duration;
 
-use clap::{Arg, Command};
+use clap::{Arg, ArgAction, Command};
 
 use crate::collector::{Host, Registration, RunOnce, Settings};
 use crate::flags::{
@@ -34,7 +34,7 @@ pub enum Invocation {
 
 #[derive(Debug)]
 pub struct Config {
-    pub listen_address: ListenAddress,
+    pub listen: Listen,
     pub telemetry_path: String,
     /// Concurrent scrapes allowed; 0: only `max_connections` limits them.
     pub max_requests: usize,
@@ -52,6 +52,15 @@ pub struct Config {
     pub collectors: Vec<Enabled>,
     /// Old spellings of renamed flags that the command line used, each once.
     pub deprecated: Vec<Deprecated>,
+}
+
+/// Where the exporter serves.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Listen {
+    /// `--web.listen-address`, once or more: a listener each, all serving the same routes.
+    Addresses(Vec<ListenAddress>),
+    /// `--web.systemd-socket`: the listening sockets systemd passes (socket activation).
+    Systemd,
 }
 
 /// An old spelling of a flag on the command line, and the flag's name now (both without `--`).
@@ -141,7 +150,7 @@ where
         }
     }
     Ok(Invocation::Run(Box::new(Config {
-        listen_address: common.listen_address,
+        listen: common.listen,
         telemetry_path: common.telemetry_path,
         max_requests: common.max_requests,
         scrape_workers: common.scrape_workers,
@@ -221,9 +230,10 @@ pub fn command(registry: &[Registration]) -> Command {
         .version(env!("CARGO_PKG_VERSION"))
         .long_version(LONG_VERSION)
         .about("Prometheus exporter for HPC node driver stacks: RDMA fabrics, Xeon Phi coprocessors, GPU passthrough.")
-        .arg(flag("web.listen-address", ":10050", "Address on which to expose metrics and the web interface."))
+        .arg(flag("web.listen-address", ":10050", "Address on which to expose metrics and the web interface; repeat it to listen on several.").action(ArgAction::Append))
+        .arg(switch("web.systemd-socket", "Use the listening sockets systemd passes (socket activation) instead of --web.listen-address.").conflicts_with("web.listen-address"))
         .arg(flag("web.telemetry-path", "/metrics", "Path under which to expose metrics."))
-        .arg(flag("web.max-requests", "40", "Maximum number of parallel scrape requests, at most one below --web.max-connections; beyond it, 503. 0: only --web.max-connections limits them."))
+        .arg(flag("web.max-requests", "40", "Maximum number of parallel scrape requests, at most one below --web.max-connections (the default gives way to a lower one); beyond it, 503. 0: one below --web.max-connections."))
         .arg(flag("web.max-connections", "512", "Maximum number of open connections; at the limit a new connection replaces the one idle the longest."))
         .arg(flag("web.config.file", "", "Path to a configuration file that can enable TLS or basic authentication, in the format of Prometheus' exporter-toolkit (web-config.yml)."))
         .arg(flag("path.sysfs", "/sys", "sysfs mountpoint."))
@@ -256,9 +266,12 @@ pub fn command(registry: &[Registration]) -> Command {
 
 /// The common flags as given, before validation.
 struct RawFlags {
-    listen_address: String,
+    listen_addresses: Vec<String>,
+    systemd_socket: bool,
     telemetry_path: String,
     max_requests: String,
+    /// Whether `max_requests` was given, not its default.
+    max_requests_given: bool,
     max_connections: String,
     web_config_file: String,
     sysfs: String,
@@ -285,9 +298,11 @@ impl RawFlags {
             .map(|registration| registration.name)
             .collect();
         RawFlags {
-            listen_address: value("web.listen-address"),
+            listen_addresses: flags.values("web.listen-address"),
+            systemd_socket: flags.is_set("web.systemd-socket"),
             telemetry_path: value("web.telemetry-path"),
             max_requests: value("web.max-requests"),
+            max_requests_given: flags.given("web.max-requests"),
             max_connections: value("web.max-connections"),
             web_config_file: value("web.config.file"),
             sysfs: value("path.sysfs"),
@@ -304,7 +319,7 @@ impl RawFlags {
 
 /// The common flags, validated.
 struct Common {
-    listen_address: ListenAddress,
+    listen: Listen,
     telemetry_path: String,
     max_requests: usize,
     max_connections: usize,
@@ -357,15 +372,42 @@ fn validate(raw: RawFlags) -> Result<Common, ConfigError> {
     };
     let max_requests = count("web.max-requests", &raw.max_requests, 0)?;
     let max_connections = count("web.max-connections", &raw.max_connections, 2)?;
-    let listen_address = parse_listen_address(&raw.listen_address)
-        .map_err(|reason| invalid("web.listen-address", &raw.listen_address, reason))?;
+    // One connection stays free for the health checks. A value given beyond that is refused;
+    // the default gives way to a lower --web.max-connections.
+    let max_requests = match max_requests {
+        n if n < max_connections => n,
+        _ if raw.max_requests_given => {
+            return Err(invalid(
+                "web.max-requests",
+                &raw.max_requests,
+                &format!(
+                    "must be at most one below --web.max-connections ({max_connections}), or 0"
+                ),
+            ))
+        }
+        _ => max_connections - 1,
+    };
+    let listen = if raw.systemd_socket {
+        Listen::Systemd
+    } else {
+        let address = |value: &String| {
+            parse_listen_address(value)
+                .map_err(|reason| invalid("web.listen-address", value, reason))
+        };
+        Listen::Addresses(
+            raw.listen_addresses
+                .iter()
+                .map(address)
+                .collect::<Result<_, _>>()?,
+        )
+    };
     let scrape_timeout = parse_duration_at_most(&raw.scrape_timeout, MAX_SCRAPE_TIMEOUT)
         .map_err(|reason| invalid("scrape.timeout", &raw.scrape_timeout, &reason.to_string()))?;
     let scrape_workers = parse_number(&raw.scrape_workers, 1, MAX_SCRAPE_WORKERS)
         .map(|n| n as usize)
         .map_err(|reason| invalid("scrape.workers", &raw.scrape_workers, &reason.to_string()))?;
     Ok(Common {
-        listen_address,
+        listen,
         telemetry_path,
         max_requests,
         max_connections,
@@ -472,11 +514,11 @@ mod tests {
     fn defaults_match_node_exporter_conventions() {
         let config = config(&[]).unwrap();
         assert_eq!(
-            config.listen_address,
-            ListenAddress {
+            config.listen,
+            Listen::Addresses(vec![ListenAddress {
                 host: None,
                 port: 10050
-            }
+            }])
         );
         assert_eq!(config.telemetry_path, "/metrics");
         assert_eq!(config.max_requests, 40);
@@ -528,6 +570,57 @@ mod tests {
         assert_eq!(
             err,
             "invalid --scrape.workers \"0\": must be an integer from 1 to 16"
+        );
+    }
+
+    #[test]
+    fn listen_addresses_repeat_or_give_way_to_systemds_sockets() {
+        let repeated = config(&[
+            "--web.listen-address=127.0.0.1:9000",
+            "--web.listen-address=[::1]:9001",
+        ])
+        .unwrap();
+        assert_eq!(
+            repeated.listen,
+            Listen::Addresses(vec![
+                ListenAddress {
+                    host: Some("127.0.0.1".into()),
+                    port: 9000
+                },
+                ListenAddress {
+                    host: Some("::1".into()),
+                    port: 9001
+                },
+            ])
+        );
+        let systemd = config(&["--web.systemd-socket"]).unwrap();
+        assert_eq!(systemd.listen, Listen::Systemd);
+        // Both would leave one of them unused: refused, not ignored.
+        assert!(config(&["--web.systemd-socket", "--web.listen-address=:9000"]).is_err());
+    }
+
+    #[test]
+    fn max_requests_is_refused_not_clamped_at_the_connection_cap() {
+        let err = config(&["--web.max-connections=2", "--web.max-requests=40"])
+            .unwrap_err()
+            .to_string();
+        assert_eq!(
+            err,
+            "invalid --web.max-requests \"40\": must be at most one below --web.max-connections (2), or 0"
+        );
+        assert!(config(&["--web.max-connections=41", "--web.max-requests=41"]).is_err());
+        let config_at_cap = config(&["--web.max-connections=41", "--web.max-requests=40"]);
+        assert_eq!(config_at_cap.unwrap().max_requests, 40);
+        assert_eq!(
+            config(&["--web.max-connections=2", "--web.max-requests=0"])
+                .unwrap()
+                .max_requests,
+            0
+        );
+        // Not given, the default makes room for a lower connection cap.
+        assert_eq!(
+            config(&["--web.max-connections=2"]).unwrap().max_requests,
+            1
         );
     }
 

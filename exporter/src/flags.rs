@@ -5,6 +5,7 @@
 use std::path::PathBuf;
 use std::time::Duration;
 
+use clap::parser::ValueSource;
 use clap::{Arg, ArgAction, ArgMatches, Command};
 use regex::Regex;
 
@@ -47,6 +48,11 @@ impl Flags {
             .get_many::<String>(name)
             .map(|values| values.cloned().collect())
             .unwrap_or_default()
+    }
+
+    /// Whether `name` was on the command line, rather than left at its default.
+    pub fn given(&self, name: &str) -> bool {
+        self.0.value_source(name) == Some(ValueSource::CommandLine)
     }
 
     /// Whether a switch ([`switch`]) was given.

@@ -1,7 +1,8 @@
-//! Entry point: flags -> validated config -> start the collectors -> serve -> stop them. The one
-//! place that maps errors to exit codes: 2 for a bad command line, 1 for a failure to start
-//! (the port is taken, `--collector.ebpf.strict` with a probe missing) or a second SIGTERM or
-//! SIGINT that cut shutdown short; for `probe <name>`, 1 when the probe fails or does not pass.
+//! Entry point: flags -> validated config -> listeners -> start the collectors -> serve -> stop
+//! them. The one place that maps errors to exit codes: 2 for a bad command line, 3 for a
+//! listener it cannot have (the port is taken, no socket from systemd), 1 for a failure to start
+//! (`--collector.ebpf.strict` with a probe missing) or a second SIGTERM or SIGINT that cut
+//! shutdown short; for `probe <name>`, 1 when the probe fails or does not pass.
 //! Also the one place that handles signals and the process's own limits.
 
 use std::process::ExitCode;
@@ -11,14 +12,15 @@ use std::time::Duration;
 use anyhow::Context;
 use hpcnode_exporter::collector::Host;
 use hpcnode_exporter::collectors;
-use hpcnode_exporter::config::{self, Config, Invocation, ListenAddress};
-use hpcnode_exporter::http::{self, Limits, Server};
+use hpcnode_exporter::config::{self, Config, Invocation, Listen};
+use hpcnode_exporter::http::{self, Limits, ListenError, Server};
 use hpcnode_exporter::logging::{self, Level};
 use hpcnode_exporter::privileges::{self, StillNeeded};
 use hpcnode_exporter::scrape::Scraper;
 use hpcnode_exporter::sysfs::HeldBudget;
 use hpcnode_exporter::web_config::WebConfigFile;
 use rustix::process::{getrlimit, setrlimit, Resource, Rlimit};
+use tokio::net::TcpListener;
 use tokio::signal::unix::{signal, Signal, SignalKind};
 
 fn main() -> ExitCode {
@@ -69,7 +71,11 @@ fn main() -> ExitCode {
         Ok(Stopped::Forced) => ExitCode::from(1),
         Err(err) => {
             logging::log(Level::Error, "exiting", &[("err", &format!("{err:#}"))]);
-            ExitCode::from(1)
+            // Its own code, for the unit's RestartPreventExitStatus=: a restart frees no port.
+            match err.downcast_ref::<ListenError>() {
+                Some(_) => ExitCode::from(3),
+                None => ExitCode::from(1),
+            }
         }
     }
 }
@@ -112,6 +118,8 @@ fn run(config: Config, web_config: Option<Arc<WebConfigFile>>) -> anyhow::Result
         let _runtime = runtime.enter();
         signal(SignalKind::hangup()).context("installing SIGHUP handler")?
     };
+    // Before anything slow or privileged starts: a port in use fails the start at once.
+    let listeners = runtime.block_on(listen(&config.listen))?;
     let open_files = raise_open_file_limit();
     if open_files
         .is_some_and(|limit| limit < config.max_connections as u64 + FDS_BESIDE_CONNECTIONS)
@@ -156,7 +164,7 @@ fn run(config: Config, web_config: Option<Arc<WebConfigFile>>) -> anyhow::Result
     let names: Vec<_> = scraper.collector_names().collect();
     let result = runtime.block_on(serve(
         server,
-        &config.listen_address,
+        listeners,
         &config.host,
         &names,
         calls_bpf,
@@ -246,9 +254,23 @@ fn describe_limit(limit: Option<u64>) -> String {
     limit.map_or_else(|| "unlimited".to_string(), |n| n.to_string())
 }
 
+/// The listeners `--web.listen-address` or `--web.systemd-socket` asks for.
+async fn listen(listen: &Listen) -> Result<Vec<TcpListener>, ListenError> {
+    match listen {
+        Listen::Systemd => http::systemd_sockets(),
+        Listen::Addresses(addresses) => {
+            let mut listeners = Vec::with_capacity(addresses.len());
+            for address in addresses {
+                listeners.push(http::bind(address.host.as_deref(), address.port).await?);
+            }
+            Ok(listeners)
+        }
+    }
+}
+
 async fn serve(
     server: Arc<Server>,
-    address: &ListenAddress,
+    listeners: Vec<TcpListener>,
     host: &Host,
     collectors: &[&str],
     calls_bpf: bool,
@@ -256,35 +278,28 @@ async fn serve(
 ) -> anyhow::Result<Stopped> {
     let mut terminate = signal(SignalKind::terminate()).context("installing SIGTERM handler")?;
     let mut interrupt = signal(SignalKind::interrupt()).context("installing SIGINT handler")?;
-    let listener = http::bind(address.host.as_deref(), address.port)
-        .await
-        .with_context(|| {
-            format!(
-                "listening on {}:{}",
-                address.host.as_deref().unwrap_or(""),
-                address.port
-            )
-        })?;
-    let local = listener
-        .local_addr()
-        .map(|a| a.to_string())
-        .unwrap_or_default();
-    logging::log(
-        Level::Info,
-        "listening",
-        &[
-            ("address", &local),
-            ("version", env!("CARGO_PKG_VERSION")),
-            ("collectors", &collectors.join(",")),
-            ("sysfs", &host.sysfs.display().to_string()),
-            ("procfs", &host.procfs.display().to_string()),
-            ("rootfs", &host.rootfs.display().to_string()),
-        ],
-    );
+    for listener in &listeners {
+        let local = listener
+            .local_addr()
+            .map(|a| a.to_string())
+            .unwrap_or_default();
+        logging::log(
+            Level::Info,
+            "listening",
+            &[
+                ("address", &local),
+                ("version", env!("CARGO_PKG_VERSION")),
+                ("collectors", &collectors.join(",")),
+                ("sysfs", &host.sysfs.display().to_string()),
+                ("procfs", &host.procfs.display().to_string()),
+                ("rootfs", &host.rootfs.display().to_string()),
+            ],
+        );
+    }
     drop_start_only_capabilities(host, calls_bpf);
     privileges::mark_settled();
     let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
-    let serving = server.serve(listener, async {
+    let serving = server.serve(listeners, async {
         let _ = stopped.await;
     });
     tokio::pin!(serving);

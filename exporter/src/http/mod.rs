@@ -26,6 +26,7 @@
 mod auth;
 mod body;
 mod limits;
+mod listen;
 mod negotiate;
 mod telemetry;
 
@@ -54,6 +55,7 @@ use crate::web_config::{WebConfig, WebConfigFile};
 use auth::{Authenticator, Verdict};
 use body::{Body, StallLimit};
 use limits::{Busy, Connection, Connections};
+pub use listen::{bind, systemd_sockets, ListenError, SystemdError};
 pub use negotiate::{accepts_gzip, negotiate_format};
 use telemetry::Flight;
 pub use telemetry::WEB_METRICS;
@@ -147,6 +149,26 @@ impl Refusal {
     }
 }
 
+/// The next connection on any of `listeners`, asking them in turn from `turn` on, so that a
+/// busy one cannot starve the others.
+async fn accept_any(
+    listeners: &[TcpListener],
+    turn: usize,
+) -> std::io::Result<(TcpStream, SocketAddr)> {
+    std::future::poll_fn(|cx| {
+        let (later, first) = listeners.split_at(turn % listeners.len().max(1));
+        first
+            .iter()
+            .chain(later)
+            .find_map(|listener| match listener.poll_accept(cx) {
+                std::task::Poll::Ready(accepted) => Some(accepted),
+                std::task::Poll::Pending => None,
+            })
+            .map_or(std::task::Poll::Pending, std::task::Poll::Ready)
+    })
+    .await
+}
+
 /// Who is at the other end of a connection, as the config checks each of its requests.
 struct Peer {
     address: IpAddr,
@@ -164,17 +186,17 @@ impl Server {
         web: Option<Arc<WebConfigFile>>,
     ) -> Self {
         let landing_page = landing_page(&telemetry_path, scraper.collector_names());
-        let most_scrapes = limits.max_connections.saturating_sub(1).max(1);
+        // The command line keeps max_requests below max_connections (at least 2).
         let scrape_slots = match limits.max_requests {
-            0 => most_scrapes,
-            n => n.min(most_scrapes),
+            0 => limits.max_connections - 1,
+            n => n,
         };
         Server {
             scraper,
             telemetry_path,
             scrape_slots: Arc::new(Semaphore::new(scrape_slots)),
             flight: Mutex::default(),
-            connections: Arc::new(Connections::new(limits.max_connections.max(1))),
+            connections: Arc::new(Connections::new(limits.max_connections)),
             accept_log: OncePerCause::new(MAX_ACCEPT_CAUSES),
             landing_page,
             web,
@@ -185,18 +207,21 @@ impl Server {
         }
     }
 
-    /// Serves until `shutdown` completes, then lets in-flight requests finish.
+    /// Serves every listener the same routes until `shutdown` completes, then lets in-flight
+    /// requests finish.
     pub async fn serve(
         self: Arc<Self>,
-        listener: TcpListener,
+        listeners: Vec<TcpListener>,
         shutdown: impl std::future::Future<Output = ()>,
     ) {
         let graceful = GracefulShutdown::new();
         tokio::pin!(shutdown);
         let mut backoff = Duration::ZERO;
+        let mut turn = 0;
         loop {
+            turn += 1;
             tokio::select! {
-                accepted = listener.accept() => {
+                accepted = accept_any(&listeners, turn) => {
                     let (stream, address) = match accepted {
                         Ok((stream, address)) => {
                             backoff = Duration::ZERO;
@@ -244,7 +269,7 @@ impl Server {
                 _ = &mut shutdown => break,
             }
         }
-        drop(listener);
+        drop(listeners);
         tokio::select! {
             _ = graceful.shutdown() => {}
             _ = tokio::time::sleep(SHUTDOWN_GRACE) => {
@@ -459,15 +484,4 @@ fn landing_page<'a>(telemetry_path: &str, collectors: impl Iterator<Item = &'a s
          <h2>Enabled collectors</h2>\n<ul>{items}</ul>\n</body></html>\n",
         env!("CARGO_PKG_VERSION")
     )
-}
-
-/// Binds the listen address; `:port` means every interface (IPv6 and IPv4 where available).
-pub async fn bind(host: Option<&str>, port: u16) -> std::io::Result<TcpListener> {
-    match host {
-        Some(host) => TcpListener::bind((host, port)).await,
-        None => match TcpListener::bind(SocketAddr::from(([0u16; 8], port))).await {
-            Ok(listener) => Ok(listener),
-            Err(_) => TcpListener::bind(SocketAddr::from(([0u8; 4], port))).await,
-        },
-    }
 }

@@ -156,6 +156,7 @@ fn bad_values_give_one_line_and_exit_2() {
         &["--log.level=chatty"],
         &["--log.format=xml"],
         &["--no-such-flag"],
+        &["--web.systemd-socket", "--web.listen-address=127.0.0.1:0"],
     ] {
         let (code, stdout, stderr) = run(args);
         assert_eq!(code, 2, "{args:?}: {stderr}");
@@ -255,13 +256,74 @@ fn token_files_that_never_end_or_block_are_refused() {
     }
 }
 
+/// A port in use fails the start at once, before any collector starts: exit 3 (a code of its
+/// own, which the unit's RestartPreventExitStatus= names) and one line saying why. The token
+/// file here would fail the verbs collector's start (exit 1): it is never reached.
 #[test]
-fn port_in_use_exits_1_with_reason() {
-    let first = Exporter::start(&["--path.sysfs=/nonexistent"]);
+fn a_port_in_use_exits_3_before_any_collector_starts() {
+    let first = Exporter::start(&["--collector.disable-defaults"]);
     let listen = format!("--web.listen-address={}", first.address);
-    let (code, _, stderr) = run(&[&listen]);
-    assert_eq!(code, 1);
+    let (code, _, stderr) = run(&[
+        &listen,
+        "--collector.disable-defaults",
+        "--collector.verbs",
+        "--collector.verbs.interval=1h",
+        "--collector.verbs.token-file=/dev/zero",
+    ]);
+    assert_eq!(code, 3, "{stderr}");
+    assert_eq!(stderr.lines().count(), 1, "{stderr}");
     assert!(stderr.contains("Address already in use"), "{stderr}");
+    assert!(stderr.contains(&first.address), "{stderr}");
+    assert!(!stderr.contains("token-file"), "{stderr}");
+}
+
+/// `--web.systemd-socket` where systemd passed this process no socket: exit 3, one line.
+#[test]
+fn a_systemd_socket_not_passed_exits_3() {
+    let (code, _, stderr) = run(&["--web.systemd-socket", "--collector.disable-defaults"]);
+    assert_eq!(code, 3, "{stderr}");
+    assert_eq!(stderr.lines().count(), 1, "{stderr}");
+    assert!(
+        stderr.contains("--web.systemd-socket: LISTEN_PID"),
+        "{stderr}"
+    );
+}
+
+/// A listen address that never collides: a value wrongly accepted serves there, not on 10050.
+const ANY_PORT: &str = "--web.listen-address=127.0.0.1:0";
+
+/// Values that other flags or the probe cannot use were quietly clamped: `--web.max-requests`
+/// to one below `--web.max-connections`, a verbs message size up to the latency run's 8 bytes.
+#[test]
+fn values_once_clamped_give_one_line_naming_the_flag_and_exit_2() {
+    for (args, flag) in [
+        (
+            &[ANY_PORT, "--web.max-connections=2", "--web.max-requests=40"][..],
+            "--web.max-requests",
+        ),
+        (
+            &[
+                ANY_PORT,
+                "--web.max-connections=40",
+                "--web.max-requests=40",
+            ],
+            "--web.max-requests",
+        ),
+        (
+            &[ANY_PORT, "--collector.verbs.message-size=7"],
+            "--collector.verbs.message-size",
+        ),
+        (&["probe", "verbs", "--message-size=1"], "--message-size"),
+    ] {
+        let (code, stdout, stderr) = run(args);
+        assert_eq!(code, 2, "{args:?}: {stderr}");
+        assert!(stdout.is_empty());
+        assert_eq!(stderr.lines().count(), 1, "{args:?}: {stderr}");
+        assert!(
+            stderr.starts_with(&format!("hpcnode_exporter: error: invalid {flag} ")),
+            "{args:?}: {stderr}"
+        );
+    }
 }
 
 /// The log lines of a start with `args` on a free port, up to "listening" (probes log before

@@ -10,6 +10,7 @@ mod cli;
 mod ebpf;
 mod golden;
 mod http;
+mod listen;
 mod log_hygiene;
 mod metrics_catalog;
 mod mic;

@@ -8,7 +8,7 @@ use std::time::Duration;
 
 use clap::Arg;
 
-use super::engine::Params;
+use super::engine::{Params, LATENCY_MESSAGE};
 use super::ffi::{self, Verbs};
 use super::mesh::{self, MeshSettings};
 use super::peer::{self, Cidr};
@@ -49,7 +49,7 @@ fn measurement_flags(prefix: &str) -> Vec<Arg> {
         flag("gid-index", "N", "GID index on RoCE (default: the first RoCE v2 GID, IPv4-mapped preferred)."),
         flag("peer", "HOST:PORT", "Probe against the responder of another exporter there instead of in loopback."),
         flag("token-file", "FILE", "File holding the shared token both sides prove they hold (never sent); mode 0600 or stricter."),
-        flag("message-size", "BYTES", "RDMA WRITE message size for the bandwidth run (default 65536)."),
+        flag("message-size", "BYTES", "RDMA WRITE message size for the bandwidth run (default 65536, at least 8)."),
         flag("queue-depth", "N", "Writes in flight during the bandwidth run (default 128)."),
         flag("duration", "DURATION", "Length of the bandwidth run (default 2s, at most 60s)."),
         flag("latency-iterations", "N", "Ping-pong round trips for the latency (default 1000)."),
@@ -78,8 +78,14 @@ fn measurement(flags: &Flags, prefix: &str) -> Result<Measurement, ConfigError> 
     let duration = |flag: &str, max| flags.duration(&name(flag), max);
     let defaults = Params::default();
     let params = Params {
-        message_size: number("message-size", 1, peer::MAX_MESSAGE_SIZE as u64)?
-            .map_or(defaults.message_size, |n| n as usize),
+        // The latency run writes LATENCY_MESSAGE bytes into the same buffer: a smaller size is
+        // refused rather than quietly raised.
+        message_size: number(
+            "message-size",
+            LATENCY_MESSAGE as u64,
+            peer::MAX_MESSAGE_SIZE as u64,
+        )?
+        .map_or(defaults.message_size, |n| n as usize),
         queue_depth: number("queue-depth", 1, 4096)?.map_or(defaults.queue_depth, |n| n as u32),
         duration: duration("duration", MAX_DURATION)?.unwrap_or(defaults.duration),
         latency_iterations: number("latency-iterations", 1, 100_000)?

@@ -90,6 +90,15 @@ impl Exporter {
         Exporter::spawn(command, false)
     }
 
+    /// As `start`, for a command the test built (its own listeners, descriptors passed in).
+    pub fn start_command(mut command: Command) -> Exporter {
+        command
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(Stdio::piped());
+        Exporter::spawn(command, false)
+    }
+
     fn command(args: &[&str]) -> Command {
         let mut command = Command::new(BINARY);
         command
@@ -159,6 +168,24 @@ impl Exporter {
             let log = self.log();
             if log.contains(needle) || Instant::now() > deadline {
                 return log;
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    }
+
+    /// The addresses of its "listening" lines, once there are `count` of them (its reader
+    /// thread may lag behind the first) or as they are after 5 s.
+    pub fn listening_addresses(&self, count: usize) -> Vec<String> {
+        let deadline = Instant::now() + Duration::from_secs(5);
+        loop {
+            let addresses: Vec<String> = self
+                .log()
+                .lines()
+                .filter(|line| line.contains("msg=listening"))
+                .filter_map(|line| field(line, "address"))
+                .collect();
+            if addresses.len() >= count || Instant::now() > deadline {
+                return addresses;
             }
             std::thread::sleep(Duration::from_millis(20));
         }
