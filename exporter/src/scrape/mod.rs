@@ -13,6 +13,7 @@
 mod busy;
 mod error_log;
 mod framework_metrics;
+mod process_metrics;
 mod run;
 mod schedule;
 
@@ -87,6 +88,8 @@ impl Scraper {
     pub async fn scrape(&self) -> Samples {
         let started = Instant::now();
         let deadline = tokio::time::Instant::now() + self.deadline;
+        // Beside the crew, on the blocking pool: no read runs on the async thread.
+        let process = tokio::task::spawn_blocking(process_metrics::read);
         let runs: Vec<_> = self
             .slots
             .iter()
@@ -143,6 +146,8 @@ impl Scraper {
             );
         }
         self.errors.export(&mut samples);
+        // A process metric is missing rather than the scrape late or failed.
+        samples.append(process.await.unwrap_or_default());
         samples
     }
 }

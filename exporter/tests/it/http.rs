@@ -70,10 +70,12 @@ fn gunzip(body: &[u8]) -> String {
     decoded
 }
 
-/// A scrape's lines but its collectors' durations, which differ from scrape to scrape.
+/// A scrape's lines but those that differ from scrape to scrape: its collectors' durations
+/// and the process's own samples.
 fn without_durations(text: &str) -> Vec<&str> {
     text.lines()
         .filter(|l| !l.starts_with("hpcnode_scrape_collector_duration_seconds{"))
+        .filter(|l| !l.starts_with("process_"))
         .collect()
 }
 

@@ -15,6 +15,7 @@ mod metrics_catalog;
 mod mic;
 mod modules;
 mod pci;
+mod process;
 mod registry;
 mod series_budget;
 mod signals;
