@@ -86,8 +86,10 @@ pub(super) fn read() -> Samples {
     let stat = std::fs::read_to_string("/proc/self/stat").ok();
     if let Some(stat) = stat.as_deref().and_then(parse_stat) {
         let ticks = rustix::param::clock_ticks_per_second() as f64;
-        let cpu = (stat.user_ticks + stat.system_ticks) as f64 / ticks;
-        let resident = stat.resident_pages * rustix::param::page_size() as u64;
+        let cpu = (stat.user_ticks as f64 + stat.system_ticks as f64) / ticks;
+        let resident = stat
+            .resident_pages
+            .saturating_mul(rustix::param::page_size() as u64);
         // The start in ticks since boot, on the wall clock: boot is now less the time since.
         let seconds = |clock| {
             let now = clock_gettime(clock);
