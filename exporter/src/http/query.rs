@@ -65,7 +65,7 @@ mod tests {
         assert_eq!(read.exclude, ["mic x"]);
         assert_eq!(filters(""), Filters::default());
         assert_eq!(decode("100%"), "100%");
-        assert_eq!(decode("%+1%zz%e2%82%ac"), "%+1%zz\u{20ac}");
+        assert_eq!(decode("%+1%zz%e2%82%ac"), "% 1%zz\u{20ac}");
     }
 
     proptest! {
