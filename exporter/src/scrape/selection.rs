@@ -101,10 +101,7 @@ mod tests {
             running(&select(&[], &["rdma", "ebpf"]).unwrap()),
             ["modules", "pci"]
         );
-        assert_eq!(
-            running(&select(&[], ENABLED).unwrap()),
-            [] as [&str; 0]
-        );
+        assert_eq!(running(&select(&[], ENABLED).unwrap()), [] as [&str; 0]);
     }
 
     #[test]
