@@ -3,6 +3,9 @@
 //! time. Read from `/proc/self`, the process itself and so not rooted in `--path.procfs`, and
 //! from its resource limits. What cannot be read is left out, as the client libraries do.
 
+use std::mem::MaybeUninit;
+
+use rustix::fs::{Mode, OFlags, RawDir};
 use rustix::process::{getrlimit, Resource};
 use rustix::time::{clock_gettime, ClockId};
 
@@ -79,6 +82,23 @@ fn limit(resource: Resource) -> Value {
     Value::Int(getrlimit(resource).current.unwrap_or(u64::MAX))
 }
 
+/// The entries of `/proc/self/fd`, listed through a buffer on the stack: a listing that
+/// allocated per entry would cost a scrape an allocation per held sysfs descriptor. The
+/// listing's own descriptor is counted too, as the client libraries count it.
+fn open_fds() -> Option<u64> {
+    let flags = OFlags::RDONLY | OFlags::DIRECTORY | OFlags::CLOEXEC;
+    let dir = rustix::fs::open("/proc/self/fd", flags, Mode::empty()).ok()?;
+    let mut buffer = [MaybeUninit::<u8>::uninit(); 4096];
+    let mut entries = RawDir::new(&dir, &mut buffer);
+    let mut count = 0;
+    while let Some(entry) = entries.next() {
+        if !matches!(entry.ok()?.file_name().to_bytes(), b"." | b"..") {
+            count += 1;
+        }
+    }
+    Some(count)
+}
+
 /// The process's metrics now. A few system calls and two small reads of `/proc/self`, run on
 /// the blocking pool like every other read.
 pub(super) fn read() -> Samples {
@@ -103,9 +123,8 @@ pub(super) fn read() -> Samples {
         samples.push(&START_TIME, Vec::new(), Value::Float(started));
     }
     samples.push(&VIRTUAL_MEMORY_MAX, Vec::new(), limit(Resource::As));
-    // The listing's own descriptor is counted too, as the client libraries count it.
-    if let Ok(fds) = std::fs::read_dir("/proc/self/fd") {
-        samples.push(&OPEN_FDS, Vec::new(), Value::Int(fds.count() as u64));
+    if let Some(fds) = open_fds() {
+        samples.push(&OPEN_FDS, Vec::new(), Value::Int(fds));
     }
     samples.push(&MAX_FDS, Vec::new(), limit(Resource::Nofile));
     samples
