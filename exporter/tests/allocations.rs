@@ -11,7 +11,7 @@ use std::time::{Duration, SystemTime};
 use hpcnode_exporter::collectors;
 use hpcnode_exporter::config::{self, Invocation};
 use hpcnode_exporter::metrics::{encode, Format};
-use hpcnode_exporter::scrape::Scraper;
+use hpcnode_exporter::scrape::{Scraper, Selection};
 
 struct Counting;
 
@@ -91,9 +91,9 @@ fn second_scrape(root: &Path) -> (usize, usize) {
         .build()
         .unwrap();
     // The first scrape opens and holds the files and makes the label values.
-    drop(runtime.block_on(scraper.scrape()));
+    drop(runtime.block_on(scraper.scrape(&Selection::All)));
     let before = ALLOCATIONS.load(Ordering::Relaxed);
-    let samples = runtime.block_on(scraper.scrape());
+    let samples = runtime.block_on(scraper.scrape(&Selection::All));
     let allocations = ALLOCATIONS.load(Ordering::Relaxed) - before;
     scraper.stop();
     let text = encode(samples, Format::PrometheusText).unwrap();

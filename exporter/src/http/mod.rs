@@ -10,9 +10,10 @@
 //! - scrapes (`--web.max-requests`, at most one below the connection cap, so a connection is
 //!   always left for the health checks): beyond it, 503; each holds its slot until its body is
 //!   written or its connection is gone, so clients that do not read cannot pile up bodies;
-//! - collections: scrapes that arrive while one is running wait for it and share its samples,
-//!   so concurrent scrapes cost one collection; each response encodes them a piece at a time
-//!   as it is written, so no whole text is held beside them;
+//! - collections: scrapes that arrive while one of the same collectors (`collect[]`,
+//!   `exclude[]`) is running wait for it and share its samples, so concurrent scrapes cost one
+//!   collection; no more collections run at once than scrapes may; each response encodes them
+//!   a piece at a time as it is written, so no whole text is held beside them;
 //! - TLS handshakes (`--web.config.file`): bounded in time, and a connection still in its
 //!   handshake is idle to the connection cap, so it is the first displaced;
 //! - basic auth: see [`auth`]; wrong passwords cost one core at most and cannot delay a client
@@ -28,8 +29,10 @@ mod body;
 mod limits;
 mod listen;
 mod negotiate;
+mod query;
 mod telemetry;
 
+use std::collections::HashMap;
 use std::convert::Infallible;
 use std::net::{IpAddr, SocketAddr};
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -49,7 +52,7 @@ use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::Semaphore;
 
 use crate::logging::{self, Level, OncePerCause};
-use crate::scrape::Scraper;
+use crate::scrape::{Scraper, Selection};
 use crate::sync::lock;
 use crate::web_config::{WebConfig, WebConfigFile};
 use auth::{Authenticator, Verdict};
@@ -92,8 +95,11 @@ pub struct Server {
     telemetry_path: String,
     /// One permit per scrape in flight, held by its response body.
     scrape_slots: Arc<Semaphore>,
-    /// The collection running, if one is; scrapes arriving meanwhile join it.
-    flight: Mutex<Option<Flight>>,
+    /// The collections running, by the collectors they run; scrapes of the same collectors
+    /// arriving meanwhile join one.
+    flights: Mutex<HashMap<Selection, Flight>>,
+    /// One permit per collection running, held by its task.
+    collection_slots: Arc<Semaphore>,
     connections: Arc<Connections>,
     /// Accept failures and refusals, each logged once per cause.
     accept_log: OncePerCause<String>,
@@ -195,7 +201,8 @@ impl Server {
             scraper,
             telemetry_path,
             scrape_slots: Arc::new(Semaphore::new(scrape_slots)),
-            flight: Mutex::default(),
+            flights: Mutex::default(),
+            collection_slots: Arc::new(Semaphore::new(scrape_slots)),
             connections: Arc::new(Connections::new(limits.max_connections)),
             accept_log: OncePerCause::new(MAX_ACCEPT_CAUSES),
             landing_page,

@@ -1,5 +1,6 @@
-//! The telemetry endpoint: a scrape's slot, the collection it joins or starts (concurrent
-//! scrapes share one), its response encoded a piece at a time, and the server's own counters.
+//! The telemetry endpoint: a scrape's collectors (`collect[]`, `exclude[]`), its slot, the
+//! collection it joins or starts (concurrent scrapes of the same collectors share one), its
+//! response encoded a piece at a time, and the server's own counters.
 
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
@@ -11,8 +12,10 @@ use tokio::sync::watch;
 
 use super::body::Body;
 use super::negotiate::{accepts_gzip, negotiate_format};
+use super::query;
 use super::{header, plain, Refusal, Server};
 use crate::metrics::{Desc, Encodable, Format, LabelValue, Samples, Value};
+use crate::scrape::Selection;
 use crate::sync::lock;
 use crate::web_config::WebConfigFile;
 
@@ -53,17 +56,21 @@ pub(super) type Flight = watch::Receiver<Option<Arc<Encodable>>>;
 
 impl Server {
     pub(super) async fn metrics(self: &Arc<Self>, request: &Request<Incoming>) -> Response<Body> {
+        let filters = query::filters(request.uri().query().unwrap_or(""));
+        let selection = match self.scraper.select(&filters.collect, &filters.exclude) {
+            Ok(selection) => selection,
+            Err(err) => return plain(StatusCode::BAD_REQUEST, format!("{err}\n")),
+        };
         let Ok(slot) = self.scrape_slots.clone().try_acquire_owned() else {
-            return plain(
-                StatusCode::SERVICE_UNAVAILABLE,
-                "Too many concurrent scrapes (--web.max-requests)\n",
-            );
+            return too_many_scrapes();
         };
         let variant = Variant {
             format: negotiate_format(header(request, ACCEPT)),
             gzip: accepts_gzip(header(request, ACCEPT_ENCODING)),
         };
-        let mut flight = self.join_or_start();
+        let Some(mut flight) = self.join_or_start(selection) else {
+            return too_many_scrapes();
+        };
         // An error: the collection's task panicked before it had samples.
         let collected = match flight.wait_for(Option::is_some).await {
             Ok(done) => done.clone(),
@@ -86,30 +93,34 @@ impl Server {
         response
     }
 
-    /// The running collection, or a new one. It runs as a task of its own, so a client that
-    /// goes away takes nothing from those waiting with it.
-    fn join_or_start(self: &Arc<Self>) -> Flight {
-        let mut running = lock(&self.flight);
-        if let Some(flight) = &*running {
-            return flight.clone();
+    /// The running collection of `selection`, or a new one; `None` when as many collections
+    /// run as scrapes may (clients that went away left them running). It runs as a task of
+    /// its own, so a client that goes away takes nothing from those waiting with it.
+    fn join_or_start(self: &Arc<Self>, selection: Selection) -> Option<Flight> {
+        let mut running = lock(&self.flights);
+        if let Some(flight) = running.get(&selection) {
+            return Some(flight.clone());
         }
+        let collecting = self.collection_slots.clone().try_acquire_owned().ok()?;
         let (done, flight) = watch::channel(None);
-        *running = Some(flight.clone());
+        running.insert(selection.clone(), flight.clone());
         let landing = Landing {
             server: self.clone(),
+            selection,
         };
         tokio::spawn(async move {
-            let collected = landing.server.collect().await;
+            let collected = landing.server.collect(&landing.selection).await;
             // Scrapes from now on start a collection of their own.
             drop(landing);
+            drop(collecting);
             let _ = done.send(Some(Arc::new(collected)));
         });
-        flight
+        Some(flight)
     }
 
     /// One collection, its samples grouped for the encoder.
-    async fn collect(&self) -> Encodable {
-        let mut samples = self.scraper.scrape().await;
+    async fn collect(&self, selection: &Selection) -> Encodable {
+        let mut samples = self.scraper.scrape(selection).await;
         if let Some(web) = &self.web {
             samples.append(self.web_samples(web));
         }
@@ -146,13 +157,21 @@ impl Server {
     }
 }
 
+fn too_many_scrapes() -> Response<Body> {
+    plain(
+        StatusCode::SERVICE_UNAVAILABLE,
+        "Too many concurrent scrapes (--web.max-requests)\n",
+    )
+}
+
 /// Takes a finished (or panicked) collection out of the running ones.
 struct Landing {
     server: Arc<Server>,
+    selection: Selection,
 }
 
 impl Drop for Landing {
     fn drop(&mut self) {
-        *lock(&self.server.flight) = None;
+        lock(&self.server.flights).remove(&self.selection);
     }
 }

@@ -58,8 +58,11 @@ impl ErrorLog {
         );
     }
 
-    pub(super) fn export(&self, samples: &mut Samples) {
-        let mut counts: Vec<_> = self.counts.iter().collect();
+    /// The counts of the collectors `exported` takes, and the log's own.
+    pub(super) fn export(&self, samples: &mut Samples, exported: impl Fn(&str) -> bool) {
+        let mut counts: Vec<_> = (self.counts.iter())
+            .filter(|((collector, _), _)| exported(collector))
+            .collect();
         counts.sort_by_key(|((collector, kind), _)| (*collector, kind.as_str()));
         for ((collector, kind), count) in counts {
             samples.push(
@@ -92,7 +95,7 @@ mod tests {
     /// The exported `hpcnode_log_messages_suppressed_total`.
     fn suppressed(errors: &ErrorLog) -> usize {
         let mut samples = Samples::default();
-        errors.export(&mut samples);
+        errors.export(&mut samples, |_| true);
         let text = encode(samples, Format::PrometheusText).unwrap();
         let line = text
             .lines()

@@ -1,6 +1,10 @@
 //! The framework's own metrics: build info, each collector's success and duration, its
-//! error counts and the log's suppressed and dropped lines. Every one is listed for METRICS.md.
+//! error counts, the log's suppressed and dropped lines, and the process's own (defined in
+//! `process_metrics.rs`). Every one is listed for METRICS.md.
 
+use super::process_metrics::{
+    CPU, MAX_FDS, OPEN_FDS, RESIDENT_MEMORY, START_TIME, VIRTUAL_MEMORY, VIRTUAL_MEMORY_MAX,
+};
 use crate::metrics::Desc;
 
 pub(super) const BUILD_INFO: Desc = Desc::gauge(
@@ -36,11 +40,18 @@ pub(super) const LOG_DROPPED: Desc = Desc::counter(
 );
 
 /// Every metric the framework itself emits (for the METRICS.md check).
-pub const FRAMEWORK_METRICS: [Desc; 6] = [
+pub const FRAMEWORK_METRICS: [Desc; 13] = [
     BUILD_INFO,
     COLLECTOR_SUCCESS,
     COLLECTOR_DURATION,
     COLLECTOR_ERRORS,
     LOG_SUPPRESSED,
     LOG_DROPPED,
+    CPU,
+    RESIDENT_MEMORY,
+    VIRTUAL_MEMORY,
+    VIRTUAL_MEMORY_MAX,
+    OPEN_FDS,
+    MAX_FDS,
+    START_TIME,
 ];

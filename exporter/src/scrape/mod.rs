@@ -13,8 +13,10 @@
 mod busy;
 mod error_log;
 mod framework_metrics;
+mod process_metrics;
 mod run;
 mod schedule;
+mod selection;
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -25,6 +27,7 @@ pub use framework_metrics::FRAMEWORK_METRICS;
 use framework_metrics::{BUILD_INFO, COLLECTOR_DURATION, COLLECTOR_SUCCESS};
 use run::{Run, Work};
 use schedule::{Crew, STALL_LOOKS_PER_DEADLINE};
+pub use selection::{Selection, SelectionError};
 
 use crate::collector::{ErrorKind, Started};
 use crate::metrics::{Samples, Value};
@@ -83,12 +86,27 @@ impl Scraper {
         }
     }
 
-    /// One scrape: every collector's samples plus the framework's own metrics.
-    pub async fn scrape(&self) -> Samples {
+    /// The collectors a request's `collect[]` and `exclude[]` names select.
+    pub fn select(
+        &self,
+        collect: &[String],
+        exclude: &[String],
+    ) -> Result<Selection, SelectionError> {
+        let enabled: Vec<_> = self.collector_names().collect();
+        Selection::new(&enabled, collect, exclude)
+    }
+
+    /// One scrape: the selected collectors' samples plus the framework's own metrics.
+    pub async fn scrape(&self, selection: &Selection) -> Samples {
         let started = Instant::now();
         let deadline = tokio::time::Instant::now() + self.deadline;
-        let runs: Vec<_> = self
-            .slots
+        // Beside the crew, on the blocking pool: no read runs on the async thread.
+        let process = tokio::task::spawn_blocking(process_metrics::read);
+        let slots: Vec<_> = (self.slots.iter().enumerate())
+            .filter(|(position, _)| selection.runs(*position))
+            .map(|(_, slot)| slot)
+            .collect();
+        let runs: Vec<_> = slots
             .iter()
             .map(|slot| {
                 let run = Run::new(
@@ -118,7 +136,7 @@ impl Scraper {
             ],
             Value::Int(1),
         );
-        for (slot, run) in self.slots.iter().zip(runs) {
+        for (slot, run) in slots.iter().zip(runs) {
             let outcome = run.outcome(overran);
             for error in outcome.output.errors.iter().chain(&outcome.failures) {
                 self.errors.record(slot.name, error);
@@ -142,7 +160,11 @@ impl Scraper {
                 Value::Float(outcome.duration.as_secs_f64()),
             );
         }
-        self.errors.export(&mut samples);
+        self.errors.export(&mut samples, |name| {
+            slots.iter().any(|slot| slot.name == name)
+        });
+        // A process metric is missing rather than the scrape late or failed.
+        samples.append(process.await.unwrap_or_default());
         samples
     }
 }

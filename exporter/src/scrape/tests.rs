@@ -94,7 +94,7 @@ async fn a_hung_or_panicking_listing_fails_the_collector() {
         2,
     );
     for (scraper, collector, kind) in [(&hangs, "hangs", "timeout"), (&panics, "panics", "panic")] {
-        let out = text(scraper.scrape().await);
+        let out = text(scraper.scrape(&Selection::All).await);
         assert!(!out.contains("hpcnode_test_up"), "{out}");
         let success = format!("hpcnode_scrape_collector_success{{collector=\"{collector}\"}} 0");
         assert!(out.contains(&success), "{out}");
@@ -118,7 +118,7 @@ async fn a_hung_or_panicking_listing_fails_the_collector() {
         lock(&busy).is_empty(),
         "the released listing still runs after 5 s"
     );
-    let again = text(hangs.scrape().await);
+    let again = text(hangs.scrape(&Selection::All).await);
     assert!(again.contains("hpcnode_test_up{device=\"a\"} 1"), "{again}");
     assert!(again.contains("hpcnode_scrape_collector_success{collector=\"hangs\"} 1"));
 }
@@ -170,7 +170,7 @@ async fn hung_unit_hides_only_itself_and_is_not_read_again() {
         2,
     );
 
-    let first = text(scraper.scrape().await);
+    let first = text(scraper.scrape(&Selection::All).await);
     assert!(
         first.contains("hpcnode_test_up{device=\"good\"} 1"),
         "{first}"
@@ -179,7 +179,7 @@ async fn hung_unit_hides_only_itself_and_is_not_read_again() {
     assert!(first.contains("hpcnode_collector_errors_total{collector=\"test\",kind=\"timeout\"} 1"));
 
     for _ in 0..5 {
-        let again = text(scraper.scrape().await);
+        let again = text(scraper.scrape(&Selection::All).await);
         assert!(
             again.contains("hpcnode_test_up{device=\"good\"} 1"),
             "{again}"
@@ -192,7 +192,7 @@ async fn hung_unit_hides_only_itself_and_is_not_read_again() {
         1,
         "a hung unit was read again"
     );
-    let counted = text(scraper.scrape().await);
+    let counted = text(scraper.scrape(&Selection::All).await);
     assert!(counted
         .contains("hpcnode_collector_errors_total{collector=\"test\",kind=\"still_running\"} 6"));
 
@@ -203,7 +203,7 @@ async fn hung_unit_hides_only_itself_and_is_not_read_again() {
         tokio::time::sleep(Duration::from_millis(10)).await;
     }
     release.send(()).unwrap();
-    let recovered = text(scraper.scrape().await);
+    let recovered = text(scraper.scrape(&Selection::All).await);
     assert!(recovered.contains("hpcnode_test_up{device=\"hung\"} 1"));
     assert!(recovered.contains("hpcnode_scrape_collector_success{collector=\"test\"} 1"));
     assert_eq!(collector.hung_reads.load(Ordering::SeqCst), 2);
@@ -252,7 +252,7 @@ async fn worker_freed_after_the_deadline_reads_no_further_unit() {
     // No helper: `after` is left for the worker stuck on `hung`.
     let (release, collector, scraper) =
         hung_then_after(Duration::from_millis(100), Duration::from_secs(3600));
-    let first = text(scraper.scrape().await);
+    let first = text(scraper.scrape(&Selection::All).await);
     assert!(first.contains("hpcnode_scrape_collector_success{collector=\"test\"} 0"));
 
     release.send(()).unwrap();
@@ -275,7 +275,7 @@ async fn worker_freed_after_the_deadline_reads_no_further_unit() {
 async fn a_crew_with_every_worker_stuck_is_sent_another() {
     let (release, collector, scraper) =
         hung_then_after(Duration::from_millis(500), Duration::from_millis(20));
-    let first = text(scraper.scrape().await);
+    let first = text(scraper.scrape(&Selection::All).await);
     assert_eq!(collector.after_reads.load(Ordering::SeqCst), 1, "{first}");
     assert!(first.contains("hpcnode_scrape_collector_success{collector=\"test\"} 0"));
     let timeout = "hpcnode_collector_errors_total{collector=\"test\",kind=\"timeout\"} 1";
@@ -334,7 +334,7 @@ async fn a_collector_whose_every_read_hangs_holds_two_threads_not_the_scrape() {
         Duration::from_secs(1),
         1,
     );
-    let out = text(scraper.scrape().await);
+    let out = text(scraper.scrape(&Selection::All).await);
     *lock(&wedged.released) = true;
     wedged.release.notify_all();
     let healthy = out
@@ -380,7 +380,10 @@ async fn concurrent_scrapes_both_read_a_slow_unit() {
         Duration::from_secs(2),
         2,
     );
-    let (first, second) = tokio::join!(scraper.scrape(), scraper.scrape());
+    let (first, second) = tokio::join!(
+        scraper.scrape(&Selection::All),
+        scraper.scrape(&Selection::All)
+    );
     for out in [text(first), text(second)] {
         assert!(out.contains("hpcnode_test_up{device=\"slow\"} 1"), "{out}");
         assert!(
@@ -432,7 +435,7 @@ async fn units_left_at_the_deadline_are_one_timeout_and_success_0() {
     );
     let mut counted = 0;
     for _ in 0..10 {
-        let text = text(scraper.scrape().await);
+        let text = text(scraper.scrape(&Selection::All).await);
         let read = text
             .lines()
             .filter(|l| l.starts_with("hpcnode_test_up{"))
@@ -486,7 +489,7 @@ async fn a_collector_of_many_units_does_not_starve_the_next() {
         // One worker, which lists both before it reads either.
         1,
     );
-    let out = text(scraper.scrape().await);
+    let out = text(scraper.scrape(&Selection::All).await);
     assert!(out.contains("hpcnode_test_up{device=\"quick\"} 1"), "{out}");
     assert!(out.contains("hpcnode_scrape_collector_success{collector=\"quick\"} 1"));
     assert!(out.contains("hpcnode_scrape_collector_success{collector=\"many\"} 0"));
@@ -503,13 +506,13 @@ async fn failure_and_panic_are_reported_not_propagated() {
         // One worker: the unit after the one that panicked is read by the same worker.
         1,
     );
-    let out = text(scraper.scrape().await);
+    let out = text(scraper.scrape(&Selection::All).await);
     assert!(out.contains("hpcnode_test_up{device=\"b\"} 1"), "{out}");
     assert!(out.contains("hpcnode_scrape_collector_success{collector=\"broken\"} 0"));
     assert!(out.contains("hpcnode_collector_errors_total{collector=\"broken\",kind=\"io\"} 1"));
     assert!(out.contains("hpcnode_scrape_collector_success{collector=\"panics\"} 0"));
     assert!(out.contains("hpcnode_collector_errors_total{collector=\"panics\",kind=\"panic\"} 1"));
     // The panicking read released its unit: the next scrape reads it (and panics) again.
-    let again = text(scraper.scrape().await);
+    let again = text(scraper.scrape(&Selection::All).await);
     assert!(again.contains("hpcnode_collector_errors_total{collector=\"panics\",kind=\"panic\"} 2"));
 }

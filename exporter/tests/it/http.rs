@@ -70,10 +70,12 @@ fn gunzip(body: &[u8]) -> String {
     decoded
 }
 
-/// A scrape's lines but its collectors' durations, which differ from scrape to scrape.
+/// A scrape's lines but those that differ from scrape to scrape: its collectors' durations
+/// and the process's own samples.
 fn without_durations(text: &str) -> Vec<&str> {
     text.lines()
         .filter(|l| !l.starts_with("hpcnode_scrape_collector_duration_seconds{"))
+        .filter(|l| !l.starts_with("process_"))
         .collect()
 }
 
@@ -558,4 +560,121 @@ fn a_large_scrape_written_in_pieces_is_one_text() {
     assert_eq!(gzipped.header("content-encoding"), Some("gzip"));
     let decoded = gunzip(&gzipped.body);
     assert_eq!(without_durations(&decoded), without_durations(&plain));
+}
+
+/// rdma on `sysfs` beside modules on `modules_rhel7`'s /proc and root.
+fn rdma_and_modules(sysfs: &str, extra: &[&str]) -> Exporter {
+    let root = util::fixture_root("modules_rhel7");
+    let procfs = format!("--path.procfs={}", root.join("proc").display());
+    let rootfs = format!("--path.rootfs={}", root.display());
+    let mut args = vec![
+        "--collector.disable-defaults",
+        "--collector.rdma",
+        "--collector.modules",
+        sysfs,
+        &procfs,
+        &rootfs,
+    ];
+    args.extend_from_slice(extra);
+    Exporter::start(&args)
+}
+
+/// The collectors a page has run, in its order.
+fn collectors_in(text: &str) -> Vec<&str> {
+    text.lines()
+        .filter_map(|l| l.strip_prefix("hpcnode_scrape_collector_success{collector=\""))
+        .map(|rest| rest.split('"').next().unwrap())
+        .collect()
+}
+
+/// What every page has, whatever its collectors: the framework's and the process's metrics.
+const FRAMEWORK_PREFIXES: &[&str] = &[
+    "hpcnode_build_info{",
+    "hpcnode_scrape_collector_",
+    "hpcnode_collector_errors_total{",
+    "hpcnode_log_messages_",
+    "process_",
+];
+
+#[test]
+fn collect_and_exclude_choose_the_collectors_of_a_scrape() {
+    let sysfs = format!("--path.sysfs={}", fixture("procfs").display());
+    let exporter = rdma_and_modules(&sysfs, &[]);
+    assert_eq!(
+        collectors_in(&exporter.get("/metrics").text()),
+        ["rdma", "modules"]
+    );
+    // As Prometheus sends `params` (brackets escaped), unescaped, repeated; or all but one.
+    for query in [
+        "collect%5B%5D=rdma",
+        "collect[]=rdma",
+        "collect[]=rdma&collect[]=rdma",
+        "exclude[]=modules",
+    ] {
+        let text = exporter.get(&format!("/metrics?{query}")).text();
+        assert_eq!(collectors_in(&text), ["rdma"], "{query}");
+        assert!(
+            text.contains("\nhpcnode_rdma_port_"),
+            "{query}: no rdma series"
+        );
+        assert!(
+            text.contains("\nprocess_open_fds "),
+            "{query}: no process metrics"
+        );
+        let foreign: Vec<_> = (text.lines())
+            .filter(|l| !l.starts_with('#') && !l.starts_with("hpcnode_rdma_"))
+            .filter(|l| !FRAMEWORK_PREFIXES.iter().any(|p| l.starts_with(p)))
+            .collect();
+        assert!(foreign.is_empty(), "{query}: not rdma's: {foreign:#?}");
+        assert!(!text.contains("collector=\"modules\""), "{query}");
+    }
+    // Excluding a collector that is not enabled excludes nothing, as in node_exporter.
+    let text = exporter.get("/metrics?exclude[]=pci").text();
+    assert_eq!(collectors_in(&text), ["rdma", "modules"]);
+    for (query, reason) in [
+        (
+            "collect[]=pci",
+            "collect[]: \"pci\" is not an enabled collector\n",
+        ),
+        (
+            "collect[]=",
+            "collect[]: \"\" is not an enabled collector\n",
+        ),
+        (
+            "collect[]=%3Cb%3E",
+            "collect[]: a name given is not an enabled collector\n",
+        ),
+        (
+            "collect[]=rdma&exclude[]=modules",
+            "collect[] and exclude[] cannot be combined\n",
+        ),
+    ] {
+        let response = exporter.get(&format!("/metrics?{query}"));
+        assert_eq!(response.status, 400, "{query}");
+        assert_eq!(response.text(), reason, "{query}");
+    }
+}
+
+#[test]
+fn a_filtered_scrape_does_not_share_an_unfiltered_collection() {
+    let test = "a_filtered_scrape_does_not_share_an_unfiltered_collection";
+    let Some(hung) = HungTree::mount(test) else {
+        return;
+    };
+    let exporter = rdma_and_modules(&hung.tree.sys_arg(), &["--scrape.timeout=3s"]);
+    let unfiltered = exporter.connect();
+    (&unfiltered)
+        .write_all(b"GET /metrics HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n")
+        .unwrap();
+    std::thread::sleep(Duration::from_millis(300));
+    let started = Instant::now();
+    let text = exporter.get("/metrics?collect[]=modules").text();
+    assert!(
+        started.elapsed() < Duration::from_secs(2),
+        "the filtered scrape waited for the unfiltered collection"
+    );
+    assert_eq!(collectors_in(&text), ["modules"]);
+    let mut whole = String::new();
+    (&unfiltered).read_to_string(&mut whole).unwrap();
+    assert_eq!(collectors_in(&whole), ["rdma", "modules"]);
 }

@@ -16,6 +16,7 @@ mod metrics_catalog;
 mod mic;
 mod modules;
 mod pci;
+mod process;
 mod registry;
 mod series_budget;
 mod signals;

@@ -7,13 +7,13 @@ use std::collections::BTreeSet;
 
 use util::Exporter;
 
-/// Backticked `hpcnode_*` names in the first column of METRICS.md's tables.
+/// Backticked `hpcnode_*` and `process_*` names in the first column of METRICS.md's tables.
 fn catalog() -> BTreeSet<String> {
     let text = std::fs::read_to_string(util::tests_dir().join("../METRICS.md")).unwrap();
     text.lines()
         .filter_map(|line| line.strip_prefix("| `"))
         .filter_map(|rest| rest.split('`').next())
-        .filter(|name| name.starts_with("hpcnode_"))
+        .filter(|name| name.starts_with("hpcnode_") || name.starts_with("process_"))
         .map(str::to_string)
         .collect()
 }

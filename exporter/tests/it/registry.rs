@@ -14,7 +14,7 @@ use hpcnode_exporter::collectors;
 use hpcnode_exporter::config::{self, Invocation};
 use hpcnode_exporter::flags::{flag, ConfigError, Flags};
 use hpcnode_exporter::metrics::{encode, Desc, Format, Value};
-use hpcnode_exporter::scrape::Scraper;
+use hpcnode_exporter::scrape::{Scraper, Selection};
 
 /// The whole collector: what a new module under `exporter/src/collectors/` would hold.
 mod greeter {
@@ -147,7 +147,11 @@ fn a_collector_added_by_one_row_gets_its_flags_settings_start_scrape_and_stop() 
         config.scrape_workers,
     ));
     let runtime = tokio::runtime::Runtime::new().unwrap();
-    let text = encode(runtime.block_on(scraper.scrape()), Format::PrometheusText).unwrap();
+    let text = encode(
+        runtime.block_on(scraper.scrape(&Selection::All)),
+        Format::PrometheusText,
+    )
+    .unwrap();
     for line in [
         "hpcnode_greeter_greeting{word=\"moin\",listener=\"Left\"} 1",
         "hpcnode_greeter_greeting{word=\"moin\",listener=\"Right\"} 1",
