@@ -1,7 +1,10 @@
 //! The framework's own metrics: build info, each collector's success and duration, its
-//! error counts and the log's suppressed and dropped lines. Every one is listed for METRICS.md.
+//! error counts, the log's suppressed and dropped lines, whether the `--path.*` roots
+//! looked right at start, and the privileges collectors found missing. Every one is listed for METRICS.md.
 
 use crate::metrics::Desc;
+use crate::privileges::PRIVILEGE_MISSING;
+use crate::roots::PATH_ROOT_VALID;
 
 pub(super) const BUILD_INFO: Desc = Desc::gauge(
     "hpcnode_build_info",
@@ -20,7 +23,7 @@ pub(super) const COLLECTOR_DURATION: Desc = Desc::gauge(
 );
 pub(super) const COLLECTOR_ERRORS: Desc = Desc::counter(
     "hpcnode_collector_errors",
-    "Errors met by collectors since start, by kind (io, parse, not_regular_file, timeout, still_running, panic).",
+    "Errors met by collectors since start, by kind (io, parse, not_regular_file, timeout, still_running, panic, config).",
     None,
 );
 
@@ -36,11 +39,13 @@ pub(super) const LOG_DROPPED: Desc = Desc::counter(
 );
 
 /// Every metric the framework itself emits (for the METRICS.md check).
-pub const FRAMEWORK_METRICS: [Desc; 6] = [
+pub const FRAMEWORK_METRICS: [Desc; 8] = [
     BUILD_INFO,
     COLLECTOR_SUCCESS,
     COLLECTOR_DURATION,
     COLLECTOR_ERRORS,
     LOG_SUPPRESSED,
     LOG_DROPPED,
+    PATH_ROOT_VALID,
+    PRIVILEGE_MISSING,
 ];

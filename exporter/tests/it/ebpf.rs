@@ -408,3 +408,47 @@ fn disabled_collector_loads_nothing() {
     assert!(!exporter.log().contains("eBPF probe"));
     assert_eq!(bpf_fds(exporter.pid()), 0);
 }
+
+/// Without the capabilities BPF needs (uid 65534, or a user without them), the exporter says
+/// so once, naming them with the remedy and what they cost, and exports them; each probe's
+/// failure stays in its metric instead of a warning of its own.
+#[test]
+fn a_missing_privilege_is_said_once_with_its_remedy_and_exported() {
+    let uid = util::is_root().then_some(65534);
+    let exporter = Exporter::start_as(&EBPF_ONLY, uid);
+    let text = exporter.get("/metrics").text();
+    let sysctl = |name: &str| std::fs::read_to_string(format!("/proc/sys/kernel/{name}")).unwrap();
+    let has_cap_bpf = sysctl("cap_last_cap").trim().parse::<u32>().unwrap() >= 39;
+    let missing: &[&str] = if has_cap_bpf {
+        &["cap_perfmon", "cap_bpf"]
+    } else {
+        &["cap_sys_admin"]
+    };
+    for capability in missing {
+        let series = format!(
+            "hpcnode_collector_privilege_missing{{collector=\"ebpf\",capability=\"{capability}\"}}"
+        );
+        assert_eq!(value(&text, &series), Some(1.0), "{series}:\n{text}");
+    }
+    assert!(text.contains("hpcnode_ebpf_probe_failure_info{"), "{text}");
+    let log = exporter.log();
+    let said: Vec<_> = log
+        .lines()
+        .filter(|l| l.contains("lacks a privilege"))
+        .collect();
+    let kmsg_refused = sysctl("dmesg_restrict").trim() == "1";
+    assert_eq!(said.len(), 1 + usize::from(kmsg_refused), "{log}");
+    assert!(
+        said[0].contains(&format!("missing={}", missing.join(","))),
+        "{log}"
+    );
+    assert!(
+        said[0].contains("remedy=") && said[0].contains("module loads"),
+        "{log}"
+    );
+    let not_attached = log.lines().filter(|l| l.contains("probe not attached"));
+    assert!(
+        not_attached.clone().all(|l| !l.contains("level=warn")),
+        "{log}"
+    );
+}
