@@ -452,3 +452,63 @@ fn a_missing_privilege_is_said_once_with_its_remedy_and_exported() {
         "{log}"
     );
 }
+
+/// The start's log lines of the ebpf collector, up to "listening", run through `wrapper`.
+fn start_lines(wrapper: &[&str]) -> Vec<String> {
+    use std::io::BufRead;
+    let mut command = std::process::Command::new(wrapper.first().copied().unwrap_or(BINARY));
+    command.args(wrapper.iter().skip(1));
+    if !wrapper.is_empty() {
+        command.arg(BINARY);
+    }
+    let mut child = command
+        .arg("--web.listen-address=127.0.0.1:0")
+        .args(EBPF_ONLY)
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let stderr = std::io::BufReader::new(child.stderr.take().unwrap());
+    let (sink, received) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        for line in stderr.lines().map_while(Result::ok) {
+            if sink.send(line).is_err() {
+                break;
+            }
+        }
+    });
+    let mut lines = Vec::new();
+    while let Ok(line) = received.recv_timeout(Duration::from_secs(20)) {
+        let listening = line.contains("msg=listening");
+        lines.push(line);
+        if listening {
+            break;
+        }
+    }
+    let _ = child.kill();
+    let _ = child.wait();
+    lines
+}
+
+/// Without CAP_SYSLOG under kernel.dmesg_restrict (the BPF capabilities kept), /dev/kmsg's
+/// refusal is one line with its remedy, not one more warning from the read of the log's past.
+#[test]
+fn a_refused_kmsg_is_said_once_with_its_remedy() {
+    let wrapper: &[&str] = if util::is_root() {
+        &["setpriv", "--bounding-set=-syslog", "--inh-caps=-syslog"]
+    } else {
+        &[]
+    };
+    let lines = start_lines(wrapper);
+    let restricted = std::fs::read_to_string("/proc/sys/kernel/dmesg_restrict").unwrap();
+    let warnings: Vec<_> = lines.iter().filter(|l| l.contains("level=warn")).collect();
+    let said = warnings.iter().filter(|l| l.contains("missing=cap_syslog"));
+    assert_eq!(
+        said.count(),
+        usize::from(restricted.trim() == "1"),
+        "{lines:#?}"
+    );
+    let again = warnings
+        .iter()
+        .filter(|l| l.contains("/dev/kmsg: Operation not permitted"));
+    assert_eq!(again.count(), 0, "{lines:#?}");
+}
