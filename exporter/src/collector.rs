@@ -12,6 +12,7 @@ use clap::Arg;
 pub use crate::error::{CollectError, ErrorKind, PendingErrors};
 use crate::flags::{ConfigError, Flags};
 use crate::metrics::{Desc, Samples};
+pub use crate::roots::Root;
 use crate::sysfs::{Report, SysfsError};
 
 /// One row of the registry (`collectors::ALL`): everything the framework needs to know about a
@@ -24,6 +25,8 @@ pub struct Registration {
     pub help: &'static str,
     /// Every metric the collector can emit (checked against METRICS.md).
     pub metrics: &'static [Desc],
+    /// The `--path.*` roots it reads: one that does not look like a root fails its scrapes.
+    pub roots: &'static [Root],
     /// The collector's own flags; the registry adds them to the command line.
     pub flags: fn() -> Vec<Arg>,
     /// The collector's flag values, validated into settings: raw strings in, no I/O. Run for

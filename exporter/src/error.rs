@@ -13,16 +13,19 @@ pub enum ErrorKind {
     Timeout,
     StillRunning,
     Panic,
+    /// The exporter is set up wrong for the node (a `--path.*` root that is not one).
+    Config,
 }
 
 impl ErrorKind {
-    pub const ALL: [ErrorKind; 6] = [
+    pub const ALL: [ErrorKind; 7] = [
         ErrorKind::Io,
         ErrorKind::Parse,
         ErrorKind::NotRegularFile,
         ErrorKind::Timeout,
         ErrorKind::StillRunning,
         ErrorKind::Panic,
+        ErrorKind::Config,
     ];
 
     pub fn as_str(self) -> &'static str {
@@ -33,6 +36,7 @@ impl ErrorKind {
             ErrorKind::Timeout => "timeout",
             ErrorKind::StillRunning => "still_running",
             ErrorKind::Panic => "panic",
+            ErrorKind::Config => "config",
         }
     }
 }

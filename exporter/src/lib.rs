@@ -19,6 +19,7 @@ pub mod metrics;
 pub mod netlink;
 pub mod privileges;
 pub mod rdma_port;
+pub mod roots;
 pub mod scrape;
 pub(crate) mod sync;
 pub mod sysfs;

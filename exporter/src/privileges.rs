@@ -19,6 +19,8 @@ use std::sync::{Condvar, Mutex};
 use std::time::{Duration, Instant};
 
 use crate::kernel_version::major_minor;
+use crate::logging::{self, Level};
+use crate::metrics::{Desc, Samples, Value};
 use crate::sync::{lock, wait_while};
 use crate::sysfs::{AttributeReader, SysDir};
 
@@ -27,6 +29,7 @@ use crate::sysfs::{AttributeReader, SysDir};
 pub struct CapSet(u64);
 
 pub const CAP_DAC_READ_SEARCH: u32 = 2;
+pub const CAP_SYS_ADMIN: u32 = 21;
 pub const CAP_SYSLOG: u32 = 34;
 pub const CAP_PERFMON: u32 = 38;
 pub const CAP_BPF: u32 = 39;
@@ -191,6 +194,94 @@ pub fn to_drop(held: CapSet, still_needed: StillNeeded) -> CapSet {
         keep = CapSet::of(&[CAP_BPF, CAP_PERFMON]);
     }
     held.intersection(START_ONLY).without(keep)
+}
+
+/// A privilege a collector needs and did not get, said once at start with what it costs.
+pub const PRIVILEGE_MISSING: Desc = Desc::gauge(
+    "hpcnode_collector_privilege_missing",
+    "A capability a collector needs and was not given at start (1), by collector and capability; the one log line at start says the feature it costs and the remedy.",
+    None,
+);
+
+/// The privileges found missing at start, by collector: capabilities are the process's, so
+/// the scraper exports them whichever collector found them.
+static MISSING: Mutex<Vec<(&'static str, CapSet)>> = Mutex::new(Vec::new());
+
+/// Says, in one line, that `collector` lacks `missing` and what it `costs` (`remedy` says how
+/// to grant it), and exports it from then on. Said once per collector and set.
+pub fn report_missing(collector: &'static str, missing: CapSet, remedy: &str, costs: &str) {
+    let mut reported = lock(&MISSING);
+    if reported.contains(&(collector, missing)) {
+        return;
+    }
+    reported.push((collector, missing));
+    logging::log(
+        Level::Warn,
+        "a collector lacks a privilege and runs without what it costs",
+        &[
+            ("collector", collector),
+            ("missing", &missing.to_string()),
+            ("remedy", remedy),
+            ("costs", costs),
+        ],
+    );
+}
+
+/// `hpcnode_collector_privilege_missing`, one series per collector and missing capability.
+pub fn export_missing(samples: &mut Samples) {
+    for (collector, missing) in lock(&MISSING).iter() {
+        for capability in (0..64).filter(|&c| missing.contains(c)) {
+            let name = CapSet::of(&[capability]).to_string();
+            let labels = vec![
+                ("collector", (*collector).into()),
+                ("capability", name.into()),
+            ];
+            samples.push(&PRIVILEGE_MISSING, labels, Value::Int(1));
+        }
+    }
+}
+
+/// What loading and attaching tracing BPF programs takes and the calling thread lacks, with
+/// the remedy: CAP_BPF and CAP_PERFMON on kernels that have them (5.8 and backports:
+/// `sys/kernel/cap_last_cap` under `procfs` is 39 or more), CAP_SYS_ADMIN before (or instead).
+/// `None` when nothing is missing or the thread's capabilities cannot be read.
+pub fn bpf_tracing_missing(procfs: &Path) -> Option<(CapSet, &'static str)> {
+    let held = sys::get().ok()?.effective;
+    let last_cap = SysDir::open(procfs, "sys/kernel").ok().and_then(|dir| {
+        dir.read_u64("cap_last_cap", &mut AttributeReader::default())
+            .ok()
+    });
+    bpf_tracing_missing_from(held, last_cap)
+}
+
+fn bpf_tracing_missing_from(held: CapSet, last_cap: Option<u64>) -> Option<(CapSet, &'static str)> {
+    let split = CapSet::of(&[CAP_BPF, CAP_PERFMON]);
+    if held.contains(CAP_SYS_ADMIN) || held.intersection(split) == split {
+        return None;
+    }
+    // A procfs that does not say is taken for a kernel since 5.8.
+    if last_cap.is_some_and(|last| last < u64::from(CAP_BPF)) {
+        let remedy =
+            "this kernel has no CAP_BPF (sys/kernel/cap_last_cap < 39): grant CAP_SYS_ADMIN";
+        Some((CapSet::of(&[CAP_SYS_ADMIN]), remedy))
+    } else {
+        let remedy = "grant CAP_BPF and CAP_PERFMON (kernel >= 5.8), or CAP_SYS_ADMIN";
+        Some((split.without(held), remedy))
+    }
+}
+
+/// CAP_SYSLOG, when `kernel.dmesg_restrict` (`sys/kernel/dmesg_restrict` under `procfs`) is
+/// set and the calling thread lacks it: the kernel then refuses to open `/dev/kmsg`.
+pub fn kmsg_missing(procfs: &Path) -> Option<(CapSet, &'static str)> {
+    let held = sys::get().ok()?.effective;
+    let restricted = SysDir::open(procfs, "sys/kernel")
+        .ok()?
+        .read_u64("dmesg_restrict", &mut AttributeReader::default())
+        .ok()?;
+    (restricted == 1 && !held.contains(CAP_SYSLOG)).then_some((
+        CapSet::of(&[CAP_SYSLOG]),
+        "kernel.dmesg_restrict is 1: grant CAP_SYSLOG, or set kernel.dmesg_restrict=0",
+    ))
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -471,6 +562,26 @@ mod tests {
     use super::*;
 
     const UNIT: CapSet = START_ONLY;
+
+    #[test]
+    fn bpf_names_the_capabilities_the_kernel_has() {
+        let split = CapSet::of(&[CAP_BPF, CAP_PERFMON]);
+        let admin = CapSet::of(&[CAP_SYS_ADMIN]);
+        assert_eq!(bpf_tracing_missing_from(split, Some(40)), None);
+        assert_eq!(bpf_tracing_missing_from(admin, Some(37)), None);
+        let (missing, _) = bpf_tracing_missing_from(CapSet::EMPTY, Some(40)).unwrap();
+        assert_eq!(missing, split);
+        let bpf_only = CapSet::of(&[CAP_BPF]);
+        let (missing, _) = bpf_tracing_missing_from(bpf_only, Some(39)).unwrap();
+        assert_eq!(missing, CapSet::of(&[CAP_PERFMON]));
+        assert_eq!(bpf_tracing_missing_from(split, None), None);
+        // RHEL 8's 4.18 without the backport.
+        let (missing, remedy) = bpf_tracing_missing_from(CapSet::EMPTY, Some(37)).unwrap();
+        assert_eq!(missing, admin);
+        assert!(remedy.contains("CAP_SYS_ADMIN"), "{remedy}");
+        let (missing, _) = bpf_tracing_missing_from(CapSet::EMPTY, None).unwrap();
+        assert_eq!(missing, split);
+    }
 
     #[test]
     fn the_unit_set_is_dropped_whole_where_bpf_checks_only_creation() {

@@ -1,11 +1,14 @@
 //! The framework's own metrics: build info, each collector's success and duration, its
-//! error counts, the log's suppressed and dropped lines, and the process's own (defined in
+//! error counts, the log's suppressed and dropped lines, whether the `--path.*` roots looked
+//! right at start, the privileges collectors found missing, and the process's own (defined in
 //! `process_metrics.rs`). Every one is listed for METRICS.md.
 
 use super::process_metrics::{
     CPU, MAX_FDS, OPEN_FDS, RESIDENT_MEMORY, START_TIME, VIRTUAL_MEMORY, VIRTUAL_MEMORY_MAX,
 };
 use crate::metrics::Desc;
+use crate::privileges::PRIVILEGE_MISSING;
+use crate::roots::PATH_ROOT_VALID;
 
 pub(super) const BUILD_INFO: Desc = Desc::gauge(
     "hpcnode_build_info",
@@ -24,7 +27,7 @@ pub(super) const COLLECTOR_DURATION: Desc = Desc::gauge(
 );
 pub(super) const COLLECTOR_ERRORS: Desc = Desc::counter(
     "hpcnode_collector_errors",
-    "Errors met by collectors since start, by kind (io, parse, not_regular_file, timeout, still_running, panic).",
+    "Errors met by collectors since start, by kind (io, parse, not_regular_file, timeout, still_running, panic, config).",
     None,
 );
 
@@ -40,7 +43,7 @@ pub(super) const LOG_DROPPED: Desc = Desc::counter(
 );
 
 /// Every metric the framework itself emits (for the METRICS.md check).
-pub const FRAMEWORK_METRICS: [Desc; 13] = [
+pub const FRAMEWORK_METRICS: [Desc; 15] = [
     BUILD_INFO,
     COLLECTOR_SUCCESS,
     COLLECTOR_DURATION,
@@ -54,4 +57,6 @@ pub const FRAMEWORK_METRICS: [Desc; 13] = [
     OPEN_FDS,
     MAX_FDS,
     START_TIME,
+    PATH_ROOT_VALID,
+    PRIVILEGE_MISSING,
 ];

@@ -29,13 +29,17 @@ use run::{Run, Work};
 use schedule::{Crew, STALL_LOOKS_PER_DEADLINE};
 pub use selection::{Selection, SelectionError};
 
-use crate::collector::{ErrorKind, Started};
+use crate::collector::{CollectError, ErrorKind, Started};
 use crate::metrics::{Samples, Value};
+use crate::privileges;
+use crate::roots::{Root, Roots};
 
 struct Slot {
     name: &'static str,
     collector: Started,
     busy: Busy,
+    /// Set at start when a root it reads is not one: counted every scrape, success 0.
+    misrooted: Option<CollectError>,
 }
 
 /// Runs the enabled collectors for each scrape.
@@ -47,6 +51,7 @@ pub struct Scraper {
     workers: usize,
     /// How long a worker may be in one piece before it counts as stuck and is replaced.
     stalled_after: Duration,
+    roots: Option<Roots>,
 }
 
 impl Scraper {
@@ -65,6 +70,7 @@ impl Scraper {
                     name,
                     collector,
                     busy: Arc::default(),
+                    misrooted: None,
                 })
                 .collect(),
             deadline,
@@ -72,7 +78,18 @@ impl Scraper {
             revision: env!("HPCNODE_REVISION"),
             workers: workers.max(1),
             stalled_after: deadline / STALL_LOOKS_PER_DEADLINE,
+            roots: None,
         }
+    }
+
+    /// Exports `roots` as checked at start, and fails every scrape of a collector that reads
+    /// (`reads`, by collector name) one that does not look like a root.
+    pub fn with_roots(mut self, roots: Roots, reads: impl Fn(&str) -> &'static [Root]) -> Self {
+        for slot in &mut self.slots {
+            slot.misrooted = roots.error_for(reads(slot.name));
+        }
+        self.roots = Some(roots);
+        self
     }
 
     pub fn collector_names(&self) -> impl Iterator<Item = &'static str> + '_ {
@@ -138,11 +155,13 @@ impl Scraper {
         );
         for (slot, run) in slots.iter().zip(runs) {
             let outcome = run.outcome(overran);
-            for error in outcome.output.errors.iter().chain(&outcome.failures) {
+            let errors = outcome.output.errors.iter().chain(&outcome.failures);
+            for error in errors.chain(&slot.misrooted) {
                 self.errors.record(slot.name, error);
             }
             samples.append(outcome.output.samples);
             let success = outcome.failures.is_empty()
+                && slot.misrooted.is_none()
                 && outcome
                     .output
                     .errors
@@ -163,6 +182,10 @@ impl Scraper {
         self.errors.export(&mut samples, |name| {
             slots.iter().any(|slot| slot.name == name)
         });
+        if let Some(roots) = &self.roots {
+            roots.export(&mut samples);
+        }
+        privileges::export_missing(&mut samples);
         // A process metric is missing rather than the scrape late or failed.
         samples.append(process.await.unwrap_or_default());
         samples

@@ -373,21 +373,53 @@ fn json_logs() {
     assert!(lines.iter().all(|l| l.starts_with('{')), "{lines:?}");
 }
 
+/// A mistyped root is said at start, once per flag, and fails the scrapes of the collectors
+/// that read it (a `config` error, logged once), instead of an empty success.
 #[test]
-fn missing_sysfs_tree_is_not_an_error() {
-    let exporter = Exporter::start(&["--path.sysfs=/nonexistent"]);
+fn roots_that_are_not_roots_are_logged_exported_and_fail_their_collectors() {
+    let exporter = Exporter::start(&[
+        "--path.sysfs=/nonexistent",
+        "--path.procfs=/nonexistent",
+        "--path.rootfs=/nonexistent",
+        "--collector.modules",
+    ]);
     let text = exporter.get("/metrics").text();
+    let text = text + &exporter.get("/metrics").text();
+    for line in [
+        "hpcnode_path_root_valid{flag=\"path.sysfs\"} 0\n",
+        "hpcnode_path_root_valid{flag=\"path.procfs\"} 0\n",
+        "hpcnode_path_root_valid{flag=\"path.rootfs\"} 0\n",
+        "hpcnode_scrape_collector_success{collector=\"rdma\"} 0\n",
+        "hpcnode_scrape_collector_success{collector=\"modules\"} 0\n",
+        "hpcnode_collector_errors_total{collector=\"rdma\",kind=\"config\"} 2\n",
+    ] {
+        assert!(text.contains(line), "{line} missing from:\n{text}");
+    }
+    assert!(!text.contains("hpcnode_scrape_collector_success{collector=\"rdma\"} 1"));
+    let log = exporter.log_with("kind=config");
+    for flag in ["--path.sysfs", "--path.procfs", "--path.rootfs"] {
+        let said = log.lines().filter(|l| l.contains(&format!("flag={flag} ")));
+        assert_eq!(said.count(), 1, "{flag}:\n{log}");
+    }
+    let config_errors = log.lines().filter(|l| l.contains("kind=config"));
+    let rdma = config_errors.filter(|l| l.contains("collector=rdma "));
+    assert_eq!(rdma.count(), 1, "{log}");
+}
+
+#[test]
+fn roots_that_look_like_roots_are_valid() {
+    let root = util::tests_dir().join("fixtures/pci_host");
+    let exporter = Exporter::start(&[
+        &format!("--path.sysfs={}", root.join("sys").display()),
+        &format!("--path.procfs={}", root.join("proc").display()),
+        &format!("--path.rootfs={}", root.display()),
+    ]);
+    let text = exporter.get("/metrics").text();
+    for flag in ["path.sysfs", "path.procfs", "path.rootfs"] {
+        let line = format!("hpcnode_path_root_valid{{flag=\"{flag}\"}} 1\n");
+        assert!(text.contains(&line), "{line} missing from:\n{text}");
+    }
     assert!(text.contains("hpcnode_scrape_collector_success{collector=\"rdma\"} 1\n"));
-    // No RDMA series but the rdma_netlink collector's availability (no class/infiniband: 0).
-    assert!(
-        text.contains("hpcnode_rdma_netlink_available 0\n"),
-        "{text}"
-    );
-    assert!(
-        !text.lines().any(|line| line.starts_with("hpcnode_rdma_")
-            && !line.starts_with("hpcnode_rdma_netlink_available ")),
-        "{text}"
-    );
 }
 
 /// `--collector.ebpf.hooks` takes only probes and hooks that exist: a wrong one is one line

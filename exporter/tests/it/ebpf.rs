@@ -408,3 +408,107 @@ fn disabled_collector_loads_nothing() {
     assert!(!exporter.log().contains("eBPF probe"));
     assert_eq!(bpf_fds(exporter.pid()), 0);
 }
+
+/// Without the capabilities BPF needs (uid 65534, or a user without them), the exporter says
+/// so once, naming them with the remedy and what they cost, and exports them; each probe's
+/// failure stays in its metric instead of a warning of its own.
+#[test]
+fn a_missing_privilege_is_said_once_with_its_remedy_and_exported() {
+    let uid = util::is_root().then_some(65534);
+    let exporter = Exporter::start_as(&EBPF_ONLY, uid);
+    let text = exporter.get("/metrics").text();
+    let sysctl = |name: &str| std::fs::read_to_string(format!("/proc/sys/kernel/{name}")).unwrap();
+    let has_cap_bpf = sysctl("cap_last_cap").trim().parse::<u32>().unwrap() >= 39;
+    let missing: &[&str] = if has_cap_bpf {
+        &["cap_perfmon", "cap_bpf"]
+    } else {
+        &["cap_sys_admin"]
+    };
+    for capability in missing {
+        let series = format!(
+            "hpcnode_collector_privilege_missing{{collector=\"ebpf\",capability=\"{capability}\"}}"
+        );
+        assert_eq!(value(&text, &series), Some(1.0), "{series}:\n{text}");
+    }
+    assert!(text.contains("hpcnode_ebpf_probe_failure_info{"), "{text}");
+    let log = exporter.log();
+    let said: Vec<_> = log
+        .lines()
+        .filter(|l| l.contains("lacks a privilege"))
+        .collect();
+    let kmsg_refused = sysctl("dmesg_restrict").trim() == "1";
+    assert_eq!(said.len(), 1 + usize::from(kmsg_refused), "{log}");
+    assert!(
+        said[0].contains(&format!("missing={}", missing.join(","))),
+        "{log}"
+    );
+    assert!(
+        said[0].contains("remedy=") && said[0].contains("module loads"),
+        "{log}"
+    );
+    let not_attached = log.lines().filter(|l| l.contains("probe not attached"));
+    assert!(
+        not_attached.clone().all(|l| !l.contains("level=warn")),
+        "{log}"
+    );
+}
+
+/// The start's log lines of the ebpf collector, up to "listening", run through `wrapper`.
+fn start_lines(wrapper: &[&str]) -> Vec<String> {
+    use std::io::BufRead;
+    let mut command = std::process::Command::new(wrapper.first().copied().unwrap_or(BINARY));
+    command.args(wrapper.iter().skip(1));
+    if !wrapper.is_empty() {
+        command.arg(BINARY);
+    }
+    let mut child = command
+        .arg("--web.listen-address=127.0.0.1:0")
+        .args(EBPF_ONLY)
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let stderr = std::io::BufReader::new(child.stderr.take().unwrap());
+    let (sink, received) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        for line in stderr.lines().map_while(Result::ok) {
+            if sink.send(line).is_err() {
+                break;
+            }
+        }
+    });
+    let mut lines = Vec::new();
+    while let Ok(line) = received.recv_timeout(Duration::from_secs(20)) {
+        let listening = line.contains("msg=listening");
+        lines.push(line);
+        if listening {
+            break;
+        }
+    }
+    let _ = child.kill();
+    let _ = child.wait();
+    lines
+}
+
+/// Without CAP_SYSLOG under kernel.dmesg_restrict (the BPF capabilities kept), /dev/kmsg's
+/// refusal is one line with its remedy, not one more warning from the read of the log's past.
+#[test]
+fn a_refused_kmsg_is_said_once_with_its_remedy() {
+    let wrapper: &[&str] = if util::is_root() {
+        &["setpriv", "--bounding-set=-syslog", "--inh-caps=-syslog"]
+    } else {
+        &[]
+    };
+    let lines = start_lines(wrapper);
+    let restricted = std::fs::read_to_string("/proc/sys/kernel/dmesg_restrict").unwrap();
+    let warnings: Vec<_> = lines.iter().filter(|l| l.contains("level=warn")).collect();
+    let said = warnings.iter().filter(|l| l.contains("missing=cap_syslog"));
+    assert_eq!(
+        said.count(),
+        usize::from(restricted.trim() == "1"),
+        "{lines:#?}"
+    );
+    let again = warnings
+        .iter()
+        .filter(|l| l.contains("/dev/kmsg: Operation not permitted"));
+    assert_eq!(again.count(), 0, "{lines:#?}");
+}

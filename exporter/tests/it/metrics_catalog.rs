@@ -140,6 +140,13 @@ fn web_emitted() -> BTreeSet<String> {
     )
 }
 
+/// The ebpf collector as a user without its capabilities: `hpcnode_collector_privilege_missing`.
+fn unprivileged_emitted() -> BTreeSet<String> {
+    let uid = util::is_root().then_some(65534);
+    let args = ["--collector.disable-defaults", "--collector.ebpf"];
+    names(&Exporter::start_as(&args, uid).get("/metrics").text())
+}
+
 fn emitted(flags: &[&str], fixture_name: &str) -> BTreeSet<String> {
     let root = util::tests_dir().join("fixtures").join(fixture_name);
     let paths = [
@@ -260,6 +267,7 @@ fn metrics_md_matches_what_fixtures_produce() {
         .chain(verbs_emitted())
         .chain(verbs_mesh_emitted())
         .chain(web_emitted())
+        .chain(unprivileged_emitted())
         .collect();
     let verbs_metrics: BTreeSet<String> = hpcnode_exporter::collectors::verbs::METRICS
         .iter()

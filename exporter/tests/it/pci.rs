@@ -307,7 +307,10 @@ fn repeated_alias_name_without_device_type_is_refused() {
 /// A node without a GPU, accelerator or fabric adapter on PCI: nothing from this collector.
 #[test]
 fn silent_without_devices_of_interest() {
-    let exporter = start("rdma_edge", &[]);
+    let tree = util::TreeCopy::with_rootfs("rdma_edge");
+    // Its procfs: an empty one would be no procfs at all (a config error).
+    std::fs::create_dir_all(tree.root().join("proc/sys")).unwrap();
+    let exporter = start_on_root("pci", tree.root(), &[]);
     let text = scrape(&exporter);
     assert!(has_line(
         &text,

@@ -8,7 +8,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 
 use hpcnode_exporter::collector::{
-    CollectError, Collector, Host, Output, Registration, Settings, StartError, Started,
+    CollectError, Collector, Host, Output, Registration, Root, Settings, StartError, Started,
 };
 use hpcnode_exporter::collectors;
 use hpcnode_exporter::config::{self, Invocation};
@@ -25,6 +25,7 @@ mod greeter {
         enabled_by_default: false,
         help: "Says a word per listener.",
         metrics: &[GREETINGS],
+        roots: &[Root::Rootfs],
         flags: || vec![flag(WORD, "hello", "The word to say.")],
         configure: |flags| Ok(Box::new(GreeterSettings::from_flags(flags)?)),
         probe: None,

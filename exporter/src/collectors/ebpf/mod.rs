@@ -24,12 +24,14 @@ use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
 
 use crate::collector::{
-    CollectError, Collector, ErrorKind, Host, Output, Registration, Settings, StartError, Started,
+    CollectError, Collector, ErrorKind, Host, Output, Registration, Root, Settings, StartError,
+    Started,
 };
 use crate::flags::{optional, switch};
 use crate::kernel_version::major_minor;
 use crate::logging::{self, Level};
 use crate::metrics::{Desc, LabelValue, Labels, Samples, Value};
+use crate::privileges;
 use crate::sync::lock;
 use crate::sysfs::{AttributeReader, SysDir};
 use error::SyscallError;
@@ -88,6 +90,7 @@ pub const REGISTRATION: Registration = Registration {
     enabled_by_default: true,
     help: "Kernel probes (eBPF, perf, /dev/kmsg): module loads and taints, signature verdicts, failed load syscalls, kernel log events",
     metrics: &METRICS,
+    roots: &[Root::Sysfs, Root::Procfs],
     flags: || {
         vec![
             switch(STRICT, "Exit with an error at startup if any module or kernel-log eBPF probe attaches to no hook (for CI); the IOMMU and vfio probes are not required."),
@@ -106,6 +109,11 @@ pub const REGISTRATION: Registration = Registration {
     },
     probe: None,
 };
+
+/// What the collector loses without the capabilities `bpf()` tracing programs take.
+const BPF_COSTS: &str = "no probe attaches through bpf(): module loads, module signature checks, IOMMU and DMAR faults and vfio events are not counted";
+/// What it loses when `/dev/kmsg` is refused.
+const KMSG_COSTS: &str = "the kernel log from before start is not read, and without a BPF hook no kernel log line is counted";
 
 const STRICT: &str = "collector.ebpf.strict";
 const HOOKS: &str = "collector.ebpf.hooks";
@@ -193,8 +201,8 @@ fn waiting_for_module(probe: &ProbeSpec) -> String {
     )
 }
 
-/// One log line per attach or failure; `trigger` says what started it.
-fn log_outcome(probe: &ProbeSpec, outcome: &Outcome<Attachment>, trigger: &str) {
+/// One log line per attach or failure, a failure at `missed`; `trigger` says what started it.
+fn log_outcome(probe: &ProbeSpec, outcome: &Outcome<Attachment>, trigger: &str, missed: Level) {
     match outcome {
         Outcome::Attached { hook, attachment } => {
             logging::log(
@@ -219,7 +227,7 @@ fn log_outcome(probe: &ProbeSpec, outcome: &Outcome<Attachment>, trigger: &str) 
             }
         }
         Outcome::Missed { reason } => logging::log(
-            Level::Warn,
+            missed,
             "eBPF probe not attached",
             &[("probe", probe.name), ("reason", reason), ("on", trigger)],
         ),
@@ -293,6 +301,20 @@ impl Probes {
                 .and_then(|dir| dir.read(name, &mut reader).ok().map(str::to_string))
         };
         let release = proc_value("sys/kernel/osrelease");
+        // A missing privilege is said once, with its remedy; the failures it causes (every
+        // probe's, tracefs, statistics) are then only detail.
+        let bpf_missing = privileges::bpf_tracing_missing(procfs);
+        if let Some((missing, remedy)) = bpf_missing {
+            privileges::report_missing(REGISTRATION.name, missing, remedy, BPF_COSTS);
+        }
+        if let Some((missing, remedy)) = privileges::kmsg_missing(procfs) {
+            privileges::report_missing(REGISTRATION.name, missing, remedy, KMSG_COSTS);
+        }
+        let detail = if bpf_missing.is_some() {
+            Level::Debug
+        } else {
+            Level::Warn
+        };
         let loader = syscalls::bare_loader();
         let btf = match btf_path {
             Some(path) => syscalls::btf_file(path),
@@ -308,7 +330,7 @@ impl Probes {
             Ok(Some(mounted)) => logging::log(Level::Info, "mounted", &[("what", mounted)]),
             Ok(None) => {}
             Err(err) => logging::log(
-                Level::Warn,
+                detail,
                 "tracefs unavailable; classic tracepoint hooks will fail",
                 &[("err", &err.to_string())],
             ),
@@ -319,7 +341,7 @@ impl Probes {
                 let sysctl = proc_value("sys/kernel/bpf_stats_enabled").as_deref() == Some("1");
                 if !sysctl {
                     logging::log(
-                        Level::Warn,
+                        detail,
                         "BPF run-time statistics off: BPF_ENABLE_STATS failed and kernel.bpf_stats_enabled is 0; no program run metrics",
                         &[("err", &err.to_string())],
                     );
@@ -329,7 +351,7 @@ impl Probes {
         };
         let shared = Shared::default();
         let mut kernel = syscalls::AyaKernel::new(loader, btf.as_ref().ok(), &shared);
-        let probes = start(probes::ALL, &mut kernel, &features, choice, sysfs);
+        let probes = start(probes::ALL, &mut kernel, &features, choice, sysfs, detail);
         // The BTF too (the kernel only borrowed it), before its heap is given back.
         drop(kernel);
         drop(btf);
@@ -351,6 +373,7 @@ fn start<K: Loader>(
     features: &KernelFeatures,
     choice: &HookChoice,
     sysfs: &Path,
+    missed: Level,
 ) -> Vec<ProbeState> {
     registry
         .iter()
@@ -383,7 +406,7 @@ fn start<K: Loader>(
                     "eBPF probe loaded, not attached",
                     &[("probe", probe.name), ("reason", reason)],
                 ),
-                _ => log_outcome(probe, &outcome, "start"),
+                _ => log_outcome(probe, &outcome, "start", missed),
             }
             let live = LiveProbe {
                 outcome,
@@ -463,7 +486,7 @@ impl Probes {
                         Ok(()) => {
                             live.detached = None;
                             live.module_attaches += 1;
-                            log_outcome(probe, &live.outcome, trigger);
+                            log_outcome(probe, &live.outcome, trigger, Level::Warn);
                         }
                         Err(err) => {
                             let reason = err.to_string();
@@ -663,7 +686,14 @@ pub(crate) mod tests {
         };
         let sysfs = Path::new("/nonexistent");
         let probes = Probes {
-            probes: start(REGISTRY, &mut EveryHookWorks, &features, &choice, sysfs),
+            probes: start(
+                REGISTRY,
+                &mut EveryHookWorks,
+                &features,
+                &choice,
+                sysfs,
+                Level::Warn,
+            ),
             module_support: false,
             sysfs: sysfs.to_path_buf(),
             shared: Shared::default(),

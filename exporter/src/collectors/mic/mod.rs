@@ -20,7 +20,7 @@ use std::collections::HashSet;
 use std::path::{Path, PathBuf};
 
 use crate::collector::{
-    CollectError, Collector, Host, Output, Registration, Settings, StartError, Started,
+    CollectError, Collector, Host, Output, Registration, Root, Settings, StartError, Started,
 };
 use crate::flags::{optional, toggle, ConfigError, Flags};
 use crate::metrics::{Desc, LabelValue, Labels, Value};
@@ -40,6 +40,7 @@ pub const REGISTRATION: Registration = Registration {
     enabled_by_default: true,
     help: "Xeon Phi (MIC) card state, boot and crash counts from /sys/class/mic; temperatures, voltages and power from micras files and libmicmgmt",
     metrics: &METRICS,
+    roots: &[Root::Sysfs, Root::Rootfs],
     flags: || {
         let mut flags = vec![optional(MICRAS_PATH, "micN=DIR", "Directory holding a copy of card micN's /sys/class/micras files (absolute, read below --path.rootfs). Repeat once per card.")
             .action(clap::ArgAction::Append)];

@@ -16,7 +16,7 @@ use std::fmt;
 use std::path::{Path, PathBuf};
 
 use crate::collector::{
-    CollectError, Collector, Host, Output, Registration, Settings, StartError, Started,
+    CollectError, Collector, Host, Output, Registration, Root, Settings, StartError, Started,
 };
 use crate::flags::{flag, ConfigError, Flags};
 use crate::kernel::cmdline;
@@ -38,6 +38,7 @@ pub const REGISTRATION: Registration = Registration {
     enabled_by_default: true,
     help: "Kernel taint, loaded and expected modules, modprobe.d rules, module signature enforcement, lockdown and Secure Boot",
     metrics: &METRICS,
+    roots: &[Root::Sysfs, Root::Procfs, Root::Rootfs],
     flags: || {
         vec![
             flag(EXPECTED, "", "Comma-separated kernel modules that must be loaded or built in, e.g. mlx5_core,mlx5_ib,ib_uverbs ('-' and '_' are the same)."),

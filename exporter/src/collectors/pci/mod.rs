@@ -31,7 +31,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 
 use crate::collector::{
-    CollectError, Collector, Host, Output, Registration, Settings, StartError, Started,
+    CollectError, Collector, Host, Output, Registration, Root, Settings, StartError, Started,
 };
 use crate::flags::{repeated, ConfigError, Flags};
 use crate::logging::{self, Level, OncePerCause};
@@ -54,6 +54,7 @@ pub const REGISTRATION: Registration = Registration {
     enabled_by_default: true,
     help: "GPU, accelerator and fabric PCI devices: passthrough readiness, IOMMU state, unbound devices, Nova [pci] config check",
     metrics: &METRICS,
+    roots: &[Root::Sysfs, Root::Procfs, Root::Rootfs],
     flags: || {
         vec![
             repeated(DEVICE, "VENDOR:DEVICE", "A PCI device of interest beyond the GPU, accelerator and fabric classes, by ids (10de:1eb8). Repeatable."),

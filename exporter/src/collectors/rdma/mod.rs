@@ -16,7 +16,7 @@ use std::time::Duration;
 use regex::Regex;
 
 use crate::collector::{
-    CollectError, Collector, Host, Output, Registration, Settings, StartError, Started,
+    CollectError, Collector, Host, Output, Registration, Root, Settings, StartError, Started,
 };
 use crate::flags::{flag, optional, ConfigError, Flags};
 use crate::logging::OncePerCause;
@@ -39,6 +39,7 @@ pub const REGISTRATION: Registration = Registration {
     enabled_by_default: true,
     help: "RDMA (InfiniBand, RoCE, iWARP, Omni-Path) device and port state and counters from /sys/class/infiniband",
     metrics: &METRICS,
+    roots: &[Root::Sysfs],
     flags: || {
         vec![
             optional(INCLUDE, "REGEX", "Regexp of RDMA devices to include (mutually exclusive with device-exclude).")

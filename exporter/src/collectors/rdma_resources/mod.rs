@@ -21,7 +21,7 @@ use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
 use crate::collector::{
-    CollectError, Collector, Host, Output, Registration, Settings, StartError, Started,
+    CollectError, Collector, Host, Output, Registration, Root, Settings, StartError, Started,
 };
 use crate::flags::{flag, switch, ConfigError, Flags};
 use crate::logging::{self, Level};
@@ -42,6 +42,7 @@ pub const REGISTRATION: Registration = Registration {
     enabled_by_default: true,
     help: "RDMA resources (QPs, CQs, MRs and pinned bytes, PDs, CM IDs) per device, process and Slurm job, over RDMA netlink",
     metrics: &METRICS,
+    roots: &[Root::Sysfs, Root::Procfs],
     flags: || {
         vec![
             flag(

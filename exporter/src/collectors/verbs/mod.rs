@@ -29,7 +29,7 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use crate::collector::{
-    CollectError, Collector, Host, Output, PendingErrors, Registration, Settings, StartError,
+    CollectError, Collector, Host, Output, PendingErrors, Registration, Root, Settings, StartError,
     Started,
 };
 use crate::logging::{self, Level};
@@ -138,6 +138,7 @@ pub const REGISTRATION: Registration = Registration {
     enabled_by_default: true,
     help: "Results of the periodic RDMA verbs bandwidth and latency probe (silent unless --collector.verbs.interval or --collector.verbs.listen is set)",
     metrics: &METRICS,
+    roots: &[Root::Sysfs],
     flags: cli::exporter_flags,
     configure: |flags| Ok(Box::new(VerbsSettings::from_flags(flags)?)),
     probe: Some(cli::PROBE),

@@ -56,7 +56,12 @@ pub fn read_before_start(counts: Arc<KernelLogCounts>) {
         .and_then(|mark| Ok((mark, open_kmsg_nonblocking(SeekFrom::Start(0))?)));
     let (mark, log) = match opened {
         Ok(opened) => opened,
-        Err(err) => return publish(&counts, EventCounts::default(), failed(err)),
+        Err(err) => {
+            // EPERM is kernel.dmesg_restrict without CAP_SYSLOG: said at start with its remedy.
+            let said = err.raw_os_error() == Some(libc::EPERM);
+            let level = if said { Level::Debug } else { Level::Warn };
+            return publish(&counts, EventCounts::default(), failed(err), level);
+        }
     };
     let spawned = std::thread::Builder::new()
         .name("hpcnode-kmsg-boot".into())
@@ -69,7 +74,7 @@ pub fn read_before_start(counts: Arc<KernelLogCounts>) {
             records: 0,
             incomplete: Some(format!("starting a thread: {err}")),
         };
-        publish(&counts, EventCounts::default(), outcome);
+        publish(&counts, EventCounts::default(), outcome, Level::Warn);
     }
 }
 
@@ -78,7 +83,7 @@ fn read_and_publish(mut log: File, mut mark: File, counts: &KernelLogCounts) {
     let outcome = read_records(&mut log, &mut mark, &LIMITS, |text| {
         counts.count_before_start(&mut events, text)
     });
-    publish(counts, events, outcome);
+    publish(counts, events, outcome, Level::Warn);
 }
 
 fn failed(err: std::io::Error) -> Outcome {
@@ -99,12 +104,13 @@ fn open_kmsg_nonblocking(position: SeekFrom) -> std::io::Result<File> {
     Ok(kmsg)
 }
 
-fn publish(counts: &KernelLogCounts, events: EventCounts, outcome: Outcome) {
+/// Logs the outcome, at `incomplete` when the log was not read whole.
+fn publish(counts: &KernelLogCounts, events: EventCounts, outcome: Outcome, incomplete: Level) {
     let events = events.snapshot();
     let found: u64 = events.iter().map(|(_, n)| n).sum();
     let (level, complete) = match &outcome.incomplete {
         None => (Level::Info, "true"),
-        Some(_) => (Level::Warn, "false"),
+        Some(_) => (incomplete, "false"),
     };
     let mut fields = vec![
         ("records", outcome.records.to_string()),
