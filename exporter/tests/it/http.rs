@@ -593,6 +593,8 @@ const FRAMEWORK_PREFIXES: &[&str] = &[
     "hpcnode_scrape_collector_",
     "hpcnode_collector_errors_total{",
     "hpcnode_log_messages_",
+    "hpcnode_path_root_valid{",
+    "hpcnode_collector_privilege_missing{",
     "process_",
 ];
 
