@@ -326,39 +326,11 @@ fn values_once_clamped_give_one_line_naming_the_flag_and_exit_2() {
     }
 }
 
-/// The log lines of a start with `args` on a free port, up to "listening" (probes log before
-/// it); then the exporter is stopped. Read on a thread, so that a binary that never logs that
-/// line (a changed encoding, a failed start) fails the test instead of hanging it.
+/// The log lines of a start with `args`, up to "listening" (probes log before it).
 fn lines_until_listening(args: &[&str]) -> Vec<String> {
-    let mut child = Command::new(BINARY)
-        .arg("--web.listen-address=127.0.0.1:0")
-        .args(args)
-        .stderr(std::process::Stdio::piped())
-        .spawn()
-        .unwrap();
-    let stderr = std::io::BufReader::new(child.stderr.take().unwrap());
-    let (sink, received) = mpsc::channel();
-    std::thread::spawn(move || {
-        for line in std::io::BufRead::lines(stderr).map_while(Result::ok) {
-            if sink.send(line).is_err() {
-                break;
-            }
-        }
-    });
-    let deadline = std::time::Instant::now() + Duration::from_secs(20);
-    let mut lines = Vec::new();
-    while let Ok(line) =
-        received.recv_timeout(deadline.saturating_duration_since(std::time::Instant::now()))
-    {
-        let listening = line.contains("\"msg\":\"listening\"") || line.contains("msg=listening");
-        lines.push(line);
-        if listening {
-            break;
-        }
-    }
-    let _ = child.kill();
-    let _ = child.wait();
-    lines
+    let mut command = Command::new(BINARY);
+    command.args(args);
+    util::lines_until_listening(command)
 }
 
 #[test]

@@ -455,38 +455,13 @@ fn a_missing_privilege_is_said_once_with_its_remedy_and_exported() {
 
 /// The start's log lines of the ebpf collector, up to "listening", run through `wrapper`.
 fn start_lines(wrapper: &[&str]) -> Vec<String> {
-    use std::io::BufRead;
     let mut command = std::process::Command::new(wrapper.first().copied().unwrap_or(BINARY));
     command.args(wrapper.iter().skip(1));
     if !wrapper.is_empty() {
         command.arg(BINARY);
     }
-    let mut child = command
-        .arg("--web.listen-address=127.0.0.1:0")
-        .args(EBPF_ONLY)
-        .stderr(std::process::Stdio::piped())
-        .spawn()
-        .unwrap();
-    let stderr = std::io::BufReader::new(child.stderr.take().unwrap());
-    let (sink, received) = std::sync::mpsc::channel();
-    std::thread::spawn(move || {
-        for line in stderr.lines().map_while(Result::ok) {
-            if sink.send(line).is_err() {
-                break;
-            }
-        }
-    });
-    let mut lines = Vec::new();
-    while let Ok(line) = received.recv_timeout(Duration::from_secs(20)) {
-        let listening = line.contains("msg=listening");
-        lines.push(line);
-        if listening {
-            break;
-        }
-    }
-    let _ = child.kill();
-    let _ = child.wait();
-    lines
+    command.args(EBPF_ONLY);
+    util::lines_until_listening(command)
 }
 
 /// Without CAP_SYSLOG under kernel.dmesg_restrict (the BPF capabilities kept), /dev/kmsg's

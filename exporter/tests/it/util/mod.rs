@@ -512,6 +512,38 @@ fn copy_tree(from: &Path, to: &Path, file: fn(&Path, &Path) -> std::io::Result<(
     }
 }
 
+/// The log lines `command` (the exporter, on a free port) writes up to "listening" (logfmt or
+/// JSON), within 20 s; then the exporter is stopped. Read on a thread, so that a binary that
+/// never logs that line (a changed encoding, a failed start) fails the test instead of hanging.
+pub fn lines_until_listening(mut command: Command) -> Vec<String> {
+    let mut child = command
+        .arg("--web.listen-address=127.0.0.1:0")
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let stderr = BufReader::new(child.stderr.take().unwrap());
+    let (sink, received) = mpsc::channel();
+    std::thread::spawn(move || {
+        for line in stderr.lines().map_while(Result::ok) {
+            if sink.send(line).is_err() {
+                break;
+            }
+        }
+    });
+    let deadline = Instant::now() + Duration::from_secs(20);
+    let mut lines = Vec::new();
+    while let Ok(line) = received.recv_timeout(deadline.saturating_duration_since(Instant::now())) {
+        let listening = line.contains("\"msg\":\"listening\"") || line.contains("msg=listening");
+        lines.push(line);
+        if listening {
+            break;
+        }
+    }
+    let _ = child.kill();
+    let _ = child.wait();
+    lines
+}
+
 /// Runs a command with input on stdin; returns (success, stdout + stderr).
 pub fn run_with_stdin(program: &str, args: &[&str], input: &[u8]) -> (bool, String) {
     let mut child = Command::new(program)
