@@ -340,11 +340,6 @@ const MAX_SCRAPE_TIMEOUT: Duration = Duration::from_secs(3600);
 const MAX_SCRAPE_WORKERS: u64 = 16;
 
 fn validate(raw: RawFlags) -> Result<Common, ConfigError> {
-    let invalid = |flag: &str, value: &str, reason: &str| ConfigError::Invalid {
-        flag: format!("--{flag}"),
-        value: value.to_string(),
-        reason: reason.to_string(),
-    };
     let path = |flag: &str, value: String| {
         if value.is_empty() {
             Err(ConfigError::EmptyPath {
@@ -354,7 +349,7 @@ fn validate(raw: RawFlags) -> Result<Common, ConfigError> {
             Ok(PathBuf::from(value))
         }
     };
-    let telemetry_path = raw.telemetry_path;
+    let telemetry_path = raw.telemetry_path.clone();
     if !telemetry_path.starts_with('/')
         || telemetry_path == "/"
         || telemetry_path.starts_with("/-/")
@@ -365,42 +360,8 @@ fn validate(raw: RawFlags) -> Result<Common, ConfigError> {
             "must start with '/' and must not be '/' or start with '/-/'",
         ));
     }
-    let count = |flag: &str, value: &str, min: u64| {
-        parse_number(value, min, MAX_CONNECTIONS)
-            .map(|n| n as usize)
-            .map_err(|reason| invalid(flag, value, &reason.to_string()))
-    };
-    let max_requests = count("web.max-requests", &raw.max_requests, 0)?;
-    let max_connections = count("web.max-connections", &raw.max_connections, 2)?;
-    // One connection stays free for the health checks. A value given beyond that is refused;
-    // the default gives way to a lower --web.max-connections.
-    let max_requests = match max_requests {
-        n if n < max_connections => n,
-        _ if raw.max_requests_given => {
-            return Err(invalid(
-                "web.max-requests",
-                &raw.max_requests,
-                &format!(
-                    "must be at most one below --web.max-connections ({max_connections}), or 0"
-                ),
-            ))
-        }
-        _ => max_connections - 1,
-    };
-    let listen = if raw.systemd_socket {
-        Listen::Systemd
-    } else {
-        let address = |value: &String| {
-            parse_listen_address(value)
-                .map_err(|reason| invalid("web.listen-address", value, reason))
-        };
-        Listen::Addresses(
-            raw.listen_addresses
-                .iter()
-                .map(address)
-                .collect::<Result<_, _>>()?,
-        )
-    };
+    let (max_requests, max_connections) = connection_limits(&raw)?;
+    let listen = listen(&raw)?;
     let scrape_timeout = parse_duration_at_most(&raw.scrape_timeout, MAX_SCRAPE_TIMEOUT)
         .map_err(|reason| invalid("scrape.timeout", &raw.scrape_timeout, &reason.to_string()))?;
     let scrape_workers = parse_number(&raw.scrape_workers, 1, MAX_SCRAPE_WORKERS)
@@ -430,6 +391,54 @@ fn validate(raw: RawFlags) -> Result<Common, ConfigError> {
             .ok_or_else(|| invalid("log.format", &raw.log_format, "one of logfmt, json"))?,
         enabled: raw.enabled,
     })
+}
+
+/// The error for a common flag's value.
+fn invalid(flag: &str, value: &str, reason: &str) -> ConfigError {
+    ConfigError::Invalid {
+        flag: format!("--{flag}"),
+        value: value.to_string(),
+        reason: reason.to_string(),
+    }
+}
+
+/// `--web.max-requests` and `--web.max-connections`. One connection stays free for the health
+/// checks: a max-requests given beyond that is refused; the default gives way to a lower
+/// max-connections.
+fn connection_limits(raw: &RawFlags) -> Result<(usize, usize), ConfigError> {
+    let count = |flag: &str, value: &str, min: u64| {
+        parse_number(value, min, MAX_CONNECTIONS)
+            .map(|n| n as usize)
+            .map_err(|reason| invalid(flag, value, &reason.to_string()))
+    };
+    let max_requests = count("web.max-requests", &raw.max_requests, 0)?;
+    let max_connections = count("web.max-connections", &raw.max_connections, 2)?;
+    let max_requests = match max_requests {
+        n if n < max_connections => n,
+        _ if raw.max_requests_given => {
+            return Err(invalid(
+                "web.max-requests",
+                &raw.max_requests,
+                &format!(
+                    "must be at most one below --web.max-connections ({max_connections}), or 0"
+                ),
+            ))
+        }
+        _ => max_connections - 1,
+    };
+    Ok((max_requests, max_connections))
+}
+
+/// Where to listen: systemd's sockets, or every `--web.listen-address` given.
+fn listen(raw: &RawFlags) -> Result<Listen, ConfigError> {
+    if raw.systemd_socket {
+        return Ok(Listen::Systemd);
+    }
+    let address = |value: &String| {
+        parse_listen_address(value).map_err(|reason| invalid("web.listen-address", value, reason))
+    };
+    let addresses = raw.listen_addresses.iter().map(address);
+    Ok(Listen::Addresses(addresses.collect::<Result<_, _>>()?))
 }
 
 #[cfg(test)]
