@@ -2,7 +2,8 @@
 //! exporter is in the code map (a row of its own, or below a directory's row), and every source
 //! module opens with the `//!` doc the code map leaves the details to. So does the kernel lab's
 //! README: its tables of groups name the groups of `tests/lab/scenarios/`; every suite under
-//! `tests/` has a README. And the documents hold together: every relative link leads to a file
+//! `tests/` has a README; the READMEs count the dashboards and rule files there are. And the
+//! documents hold together: every relative link leads to a file
 //! (and heading) that exists, and none leads outside the repository.
 
 use std::collections::{BTreeMap, BTreeSet};
@@ -382,5 +383,58 @@ fn every_relative_link_in_the_documents_leads_to_something_in_the_repository() {
         problems.is_empty(),
         "broken links in the documents:\n{}",
         problems.join("\n")
+    );
+}
+
+/// The number a document spells out before `noun` ("the three Grafana dashboards").
+fn spelled_count(text: &str, noun: &str) -> Option<usize> {
+    const NUMBERS: [&str; 10] = [
+        "one", "two", "three", "four", "five", "six", "seven", "eight", "nine", "ten",
+    ];
+    let words: Vec<String> = text
+        .split_whitespace()
+        .map(|word| word.to_lowercase())
+        .collect();
+    let at = words
+        .windows(noun.split(' ').count())
+        .position(|window| window.join(" ") == noun)?;
+    let before = words.get(at.checked_sub(1)?)?;
+    NUMBERS.iter().position(|n| n == before).map(|n| n + 1)
+}
+
+/// The files of `dir` whose names end with `suffix`.
+fn files_ending(dir: &str, suffix: &str) -> BTreeSet<String> {
+    std::fs::read_dir(repository().join(dir))
+        .unwrap()
+        .map(|entry| entry.unwrap().file_name().to_string_lossy().into_owned())
+        .filter(|name| name.ends_with(suffix))
+        .collect()
+}
+
+/// The README and the dashboards' README count the dashboards the tree has; the rules' README
+/// has a row for every rule file and none for a file that is gone.
+#[test]
+fn the_documents_count_the_dashboards_and_rule_files_there_are() {
+    let dashboards = files_ending("dashboards", ".json").len();
+    for document in ["README.md", "dashboards/README.md"] {
+        let text = std::fs::read_to_string(repository().join(document)).unwrap();
+        assert_eq!(
+            spelled_count(&text, "grafana dashboards"),
+            Some(dashboards),
+            "{document} does not say how many Grafana dashboards there are ({dashboards})"
+        );
+    }
+    let rule_files = files_ending("alerts", ".rules.yml");
+    let readme = std::fs::read_to_string(repository().join("alerts/README.md")).unwrap();
+    let rows: BTreeSet<String> = readme
+        .lines()
+        .filter_map(|line| line.strip_prefix("| `"))
+        .filter_map(|cell| cell.split('`').next())
+        .filter(|name| name.ends_with(".rules.yml"))
+        .map(str::to_string)
+        .collect();
+    assert_eq!(
+        rows, rule_files,
+        "alerts/README.md's table against alerts/*.rules.yml"
     );
 }
