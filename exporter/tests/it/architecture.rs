@@ -3,8 +3,8 @@
 //! module opens with the `//!` doc the code map leaves the details to. So does the kernel lab's
 //! README: its tables of groups name the groups of `tests/lab/scenarios/`; every suite under
 //! `tests/` has a README; the READMEs count the dashboards and rule files there are. And the
-//! documents hold together: every relative link leads to a file
-//! (and heading) that exists, and none leads outside the repository.
+//! documents hold together: every relative link leads to a file (and heading) that exists, and
+//! none leads outside the repository.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Component, Path, PathBuf};
