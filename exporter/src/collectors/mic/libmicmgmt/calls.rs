@@ -21,10 +21,13 @@ pub(super) struct Calls<'c> {
     pub readings: Vec<Reading>,
 }
 
-/// One reader per info structure. Safety, for each: `device` is an open device handle, and every
-/// function pointer in `library` has the prototype miclib.h declares for its name.
+/// One reader per info structure.
 impl Calls<'_> {
     /// Each temperature sensor's status, and its reading where the sensor is valid.
+    ///
+    /// # Safety
+    /// `device` is an open device handle, and every function pointer in `library` has the
+    /// prototype miclib.h declares for its name.
     pub(super) unsafe fn thermal(&mut self, library: &MicLib, device: Handle) {
         let get_thermal = ("mic_get_thermal_info", library.get_thermal_info);
         let Some(thermal) = self.info(get_thermal, device) else {
@@ -59,6 +62,10 @@ impl Calls<'_> {
     }
 
     /// The card's power readings and each rail's power, current and voltage.
+    ///
+    /// # Safety
+    /// `device` is an open device handle, and every function pointer in `library` has the
+    /// prototype miclib.h declares for its name.
     pub(super) unsafe fn power(&mut self, library: &MicLib, device: Handle) {
         let get_power = ("mic_get_power_utilization_info", library.get_power_info);
         let Some(power) = self.info(get_power, device) else {
@@ -87,6 +94,10 @@ impl Calls<'_> {
     }
 
     /// The cores' voltage and frequency.
+    ///
+    /// # Safety
+    /// `device` is an open device handle, and every function pointer in `library` has the
+    /// prototype miclib.h declares for its name.
     pub(super) unsafe fn cores(&mut self, library: &MicLib, device: Handle) {
         let get_cores = ("mic_get_cores_info", library.get_cores_info);
         let Some(cores) = self.info(get_cores, device) else {
@@ -106,6 +117,10 @@ impl Calls<'_> {
     }
 
     /// The memory's voltage.
+    ///
+    /// # Safety
+    /// `device` is an open device handle, and every function pointer in `library` has the
+    /// prototype miclib.h declares for its name.
     pub(super) unsafe fn memory(&mut self, library: &MicLib, device: Handle) {
         let get_memory = ("mic_get_memory_info", library.get_memory_info);
         let Some(memory) = self.info(get_memory, device) else {
