@@ -230,7 +230,7 @@ pub fn command(registry: &[Registration]) -> Command {
         .version(env!("CARGO_PKG_VERSION"))
         .long_version(LONG_VERSION)
         .about("Prometheus exporter for HPC node driver stacks: RDMA fabrics, Xeon Phi coprocessors, GPU passthrough.")
-        .arg(flag("web.listen-address", ":10050", "Address on which to expose metrics and the web interface; repeat it to listen on several.").action(ArgAction::Append))
+        .arg(flag("web.listen-address", ":10133", "Address on which to expose metrics and the web interface; repeat it to listen on several.").action(ArgAction::Append))
         .arg(switch("web.systemd-socket", "Use the listening sockets systemd passes (socket activation) instead of --web.listen-address.").conflicts_with("web.listen-address"))
         .arg(flag("web.telemetry-path", "/metrics", "Path under which to expose metrics."))
         .arg(flag("web.max-requests", "40", "Maximum number of parallel scrape requests, at most one below --web.max-connections (the default gives way to a lower one); beyond it, 503. 0: one below --web.max-connections."))

@@ -212,7 +212,7 @@ pub fn parse_listen_address(value: &str) -> Result<ListenAddress, &'static str> 
         return Err("expected [host]:port");
     }
     if bracketed.is_none() && host.contains(':') {
-        return Err("an IPv6 host must be written in brackets, e.g. [::1]:10050");
+        return Err("an IPv6 host must be written in brackets, e.g. [::1]:10133");
     }
     let host = bracketed.unwrap_or(host);
     Ok(ListenAddress {
@@ -313,8 +313,8 @@ mod tests {
                 port: 9
             }
         );
-        assert_eq!(parsed("[::1]:10050").host.as_deref(), Some("::1"));
-        assert!(parse_listen_address("10050").is_err());
+        assert_eq!(parsed("[::1]:10133").host.as_deref(), Some("::1"));
+        assert!(parse_listen_address("10133").is_err());
         assert!(parse_listen_address(":99999").is_err());
         assert!(parse_listen_address("::1:80").is_err());
     }

@@ -76,6 +76,27 @@ fn names(args: &[&str]) -> Vec<&'static str> {
         .collect()
 }
 
+/// The default port is nobody else's: not in the Prometheus exporters' range (9100-9999, all
+/// allocated on the wiki's list) and not in the system's `/etc/services` (10050, the old
+/// default, is `zabbix-agent` there).
+#[test]
+fn the_default_port_is_in_no_allocation_list() {
+    let Listen::Addresses(addresses) = config(&[]).unwrap().listen else {
+        panic!("the default is an address");
+    };
+    let port = addresses[0].port;
+    assert!(
+        !(9100..=9999).contains(&port),
+        "{port} is in the exporters' range"
+    );
+    let services = std::fs::read_to_string("/etc/services").expect("/etc/services (netbase)");
+    let taken = services
+        .lines()
+        .filter_map(|line| line.split('#').next()?.split_whitespace().nth(1))
+        .any(|port_and_protocol| port_and_protocol == format!("{port}/tcp"));
+    assert!(!taken, "/etc/services assigns {port}/tcp");
+}
+
 #[test]
 fn defaults_match_node_exporter_conventions() {
     let config = config(&[]).unwrap();
@@ -83,7 +104,7 @@ fn defaults_match_node_exporter_conventions() {
         config.listen,
         Listen::Addresses(vec![ListenAddress {
             host: None,
-            port: 10050
+            port: 10133
         }])
     );
     assert_eq!(config.telemetry_path, "/metrics");

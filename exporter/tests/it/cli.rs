@@ -289,7 +289,7 @@ fn a_systemd_socket_not_passed_exits_3() {
     );
 }
 
-/// A listen address that never collides: a value wrongly accepted serves there, not on 10050.
+/// A listen address that never collides: a value wrongly accepted serves there, not on 10133.
 const ANY_PORT: &str = "--web.listen-address=127.0.0.1:0";
 
 /// Values that other flags or the probe cannot use were quietly clamped: `--web.max-requests`

@@ -7,7 +7,7 @@
 # samples it matches, 0 when none does.
 
 LAB_EXPORTER=/lab/bin/hpcnode_exporter
-LAB_ADDRESS=127.0.0.1:10050
+LAB_ADDRESS=127.0.0.1:10133
 LAB_TMP=/tmp/lab-$LAB_GROUP
 LAB_SCENARIO=$LAB_GROUP
 mkdir -p "$LAB_TMP"
