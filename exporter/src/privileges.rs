@@ -29,6 +29,7 @@ use crate::sysfs::{AttributeReader, SysDir};
 pub struct CapSet(u64);
 
 pub const CAP_DAC_READ_SEARCH: u32 = 2;
+pub const CAP_IPC_LOCK: u32 = 14;
 pub const CAP_SYS_ADMIN: u32 = 21;
 pub const CAP_SYSLOG: u32 = 34;
 pub const CAP_PERFMON: u32 = 38;
@@ -282,6 +283,23 @@ pub fn kmsg_missing(procfs: &Path) -> Option<(CapSet, &'static str)> {
         CapSet::of(&[CAP_SYSLOG]),
         "kernel.dmesg_restrict is 1: grant CAP_SYSLOG, or set kernel.dmesg_restrict=0",
     ))
+}
+
+/// CAP_IPC_LOCK, when the calling thread lacks it and the soft RLIMIT_MEMLOCK is below the
+/// `pinned` bytes the verbs probe registers: the kernel (`ib_umem_get`) then refuses every
+/// `ibv_reg_mr`. The default limit is 64 KiB before Linux 5.16 (RHEL 8), 8 MiB since.
+pub fn memlock_missing(pinned: u64) -> Option<(CapSet, String)> {
+    let held = sys::get().ok()?.effective;
+    let limit = rustix::process::getrlimit(rustix::process::Resource::Memlock).current;
+    memlock_missing_from(held, limit, pinned)
+}
+
+fn memlock_missing_from(held: CapSet, limit: Option<u64>, pinned: u64) -> Option<(CapSet, String)> {
+    let limit = limit.filter(|&limit| limit < pinned && !held.contains(CAP_IPC_LOCK))?;
+    let remedy = format!(
+        "RLIMIT_MEMLOCK is {limit} bytes and the probe pins at least {pinned}: set LimitMEMLOCK=infinity (the packaged unit does), raise ulimit -l, or grant CAP_IPC_LOCK"
+    );
+    Some((CapSet::of(&[CAP_IPC_LOCK]), remedy))
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -562,6 +580,25 @@ mod tests {
     use super::*;
 
     const UNIT: CapSet = START_ONLY;
+
+    #[test]
+    fn a_memlock_limit_below_the_verbs_buffers_needs_ipc_lock() {
+        let (pinned, default_before_5_16) = (256 << 10, Some(64 << 10));
+        let (missing, remedy) =
+            memlock_missing_from(CapSet::EMPTY, default_before_5_16, pinned).unwrap();
+        assert_eq!(missing, CapSet::of(&[CAP_IPC_LOCK]));
+        assert!(remedy.contains("LimitMEMLOCK=infinity"), "{remedy}");
+        let ipc_lock = CapSet::of(&[CAP_IPC_LOCK]);
+        assert_eq!(
+            memlock_missing_from(ipc_lock, default_before_5_16, pinned),
+            None
+        );
+        assert_eq!(memlock_missing_from(CapSet::EMPTY, None, pinned), None);
+        assert_eq!(
+            memlock_missing_from(CapSet::EMPTY, Some(8 << 20), pinned),
+            None
+        );
+    }
 
     #[test]
     fn bpf_names_the_capabilities_the_kernel_has() {

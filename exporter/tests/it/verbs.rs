@@ -883,3 +883,45 @@ fn responder_without_a_device_says_why_it_is_not_listening() {
         "{log}"
     );
 }
+
+/// Below the buffers the probe registers, RLIMIT_MEMLOCK (64 KiB: the default before Linux
+/// 5.16, so RHEL 8's) makes every `ibv_reg_mr` fail: said once at start with its remedy, and
+/// exported. Run as root, CAP_IPC_LOCK (which lifts the limit) is taken away first.
+#[test]
+fn a_memlock_limit_below_the_probe_buffers_is_said_once_with_its_remedy() {
+    let mut command = Command::new("prlimit");
+    command.arg("--memlock=65536:65536");
+    if util::is_root() {
+        command.args([
+            "setpriv",
+            "--bounding-set=-ipc_lock",
+            "--inh-caps=-ipc_lock",
+        ]);
+    }
+    command.args([
+        BINARY,
+        "--web.listen-address=127.0.0.1:0",
+        "--collector.disable-defaults",
+        "--collector.verbs",
+        "--collector.verbs.interval=1h",
+        &real_library(),
+    ]);
+    let exporter = Exporter::start_command(command);
+    let text = exporter.get("/metrics").text();
+    assert!(
+        text.contains(
+            r#"hpcnode_collector_privilege_missing{collector="verbs",capability="cap_ipc_lock"} 1"#
+        ),
+        "{text}"
+    );
+    let log = exporter.log();
+    let said: Vec<_> = log
+        .lines()
+        .filter(|l| l.contains("missing=cap_ipc_lock"))
+        .collect();
+    assert_eq!(said.len(), 1, "{log}");
+    assert!(
+        said[0].contains("level=warn") && said[0].contains("LimitMEMLOCK=infinity"),
+        "{log}"
+    );
+}

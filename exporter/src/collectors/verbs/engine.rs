@@ -61,6 +61,12 @@ pub struct Endpoint {
     pub mtu: u8,
 }
 
+/// The bytes a loopback run registers (and the kernel pins): two sides of
+/// [`Side::new`]'s buffer, each twice the message size.
+pub fn pinned_bytes(params: &Params) -> u64 {
+    4 * params.message_size.max(LATENCY_MESSAGE) as u64
+}
+
 /// One side of a connection: its QP and its dedicated buffer, laid out as
 /// `[receive area: message_size][send area: message_size]`.
 pub struct Side {

@@ -49,6 +49,9 @@ pub use run::{
 pub use scheduler::{PortClaim, PortClaims};
 use scheduler::{Scheduler, Stop};
 
+/// What a memlock limit below the probe's buffers costs.
+const MEMLOCK_COSTS: &str = "every bandwidth and latency run: ibv_reg_mr fails";
+
 const AVAILABLE: Desc = Desc::gauge(
     "hpcnode_verbs_probe_available",
     "1 when libibverbs.so.1 loaded and the verbs probe can run, 0 when it is absent.",
@@ -176,6 +179,12 @@ impl Settings for VerbsSettings {
             .map(|settings| MeshNode::start(settings).map_err(|err| start_error(err.to_string())))
             .transpose()?;
         let verbs = self.load_verbs();
+        if verbs.is_some() {
+            let pinned = engine::pinned_bytes(&self.measurement.params);
+            if let Some((missing, remedy)) = privileges::memlock_missing(pinned) {
+                privileges::report_missing(REGISTRATION.name, missing, &remedy, MEMLOCK_COSTS);
+            }
+        }
         let claims = Arc::new(PortClaims::default());
         let responder = verbs
             .as_ref()
