@@ -2,7 +2,7 @@
 # The kernel lab: boots real Debian kernels in qemu (TCG), runs the real hpcnode_exporter inside,
 # drives the scenario groups of tests/lab/scenarios/ and checks /metrics from inside the guest.
 #
-#   tests/lab/run.sh [--kernel 6.12|6.1|5.10|all] [--jobs N] [--binary PATH] [GROUP ...]
+#   tests/lab/run.sh [--kernel 6.12|6.1|5.10|all] [--jobs N] [--binary PATH] [--list] [GROUP ...]
 #
 # GROUP is a file name in scenarios/ without .sh; none means all but those marked when=named. The
 # guest writes one result file per group to a shared folder; this script reads only those (never
@@ -19,12 +19,14 @@ binary=$repo/target/debug/hpcnode_exporter
 all_kernels=(6.12 6.1 5.10)
 kernels=("${all_kernels[@]}")
 parallel=0
+list=0
 groups=()
 while (($#)); do
   case $1 in
     --kernel) case ${2:-} in all) kernels=("${all_kernels[@]}") ;; 6.12 | 6.1 | 5.10) kernels=("$2") ;; *) echo "lab: --kernel 6.12, 6.1, 5.10 or all" >&2; exit 2 ;; esac; shift 2 ;;
     --jobs) [[ ${2:-} =~ ^[1-9][0-9]*$ ]] || { echo "lab: --jobs takes a positive number" >&2; exit 2; }; parallel=$2; shift 2 ;;
     --binary) binary=$(realpath "$2"); shift 2 ;;
+    --list) list=1; shift ;;
     -h | --help) sed -n '2,13p' "$0"; exit 0 ;;
     -*) echo "lab: unknown option $1" >&2; exit 2 ;;
     *) groups+=("$1"); shift ;;
@@ -35,10 +37,6 @@ if ((${#groups[@]} == 0)); then
     grep -qx '# lab: when=named' "$file" || groups+=("$(basename "$file" .sh)")
   done
 fi
-for tool in qemu-system-x86_64 busybox cpio depmod modprobe xz zstd gzip openssl python3 apt-get dpkg gcc; do
-  command -v "$tool" > /dev/null || { echo "lab: $tool missing; run tests/setup.sh as root" >&2; exit 2; }
-done
-[ -x "$binary" ] || { echo "lab: no exporter binary $binary; run cargo build" >&2; exit 2; }
 
 # A group's needs are "# lab: KEY=VALUE" lines in its file:
 #   modules=   modules to load (their dependency closure goes into the initramfs)
@@ -58,6 +56,16 @@ done
 directive() { sed -n "s/^# lab: $2=//p" "$lab/scenarios/$1.sh" | head -n1; }
 # What a group's boot is known by: groups with the same key share one boot.
 boot_key() { echo "$(directive "$1" machine)|$(directive "$1" cmdline)|$(directive "$1" boot)"; }
+
+# --list: the groups this run would boot, one a line with its boot (machine|cmdline|boot), and no boot.
+if ((list)); then
+  for group in "${groups[@]}"; do echo "$group $(boot_key "$group")"; done
+  exit 0
+fi
+for tool in qemu-system-x86_64 busybox cpio depmod modprobe xz zstd gzip openssl python3 apt-get dpkg gcc; do
+  command -v "$tool" > /dev/null || { echo "lab: $tool missing; run tests/setup.sh as root" >&2; exit 2; }
+done
+[ -x "$binary" ] || { echo "lab: no exporter binary $binary; run cargo build" >&2; exit 2; }
 
 failures=0
 fail() { echo "FAIL $*"; failures=$((failures + 1)); }

@@ -1,19 +1,22 @@
-# Running the exporter as the systemd unit would, for the least_privilege groups (busybox sh,
+# Running the exporter as the systemd unit would, for the least_privilege group (busybox sh,
 # sourced after lib.sh): an unprivileged user holding exactly the capabilities the unit grants
 # (AmbientCapabilities= of packaging/hpcnode_exporter.service, copied into the share when the
 # lab is built) and its memlock limit, set by util-linux's setpriv (`# lab: tools=setpriv`) as systemd sets them:
 # inheritable, ambient and bounding set.
 
 SERVICE_UID=65534
+# unit_setting NAME: the value of the unit's NAME= line, the one place that reads the unit (the
+# base unit today; a unit split into drop-ins is read by changing this function alone).
+unit_setting() { sed -n "s/^$1=//p" /lab/hpcnode_exporter.service; }
 # Lower case without the prefix, as setpriv names them: "bpf perfmon dac_read_search syslog".
-UNIT_CAPS=$(sed -n 's/^AmbientCapabilities=//p' /lab/hpcnode_exporter.service | tr 'A-Z' 'a-z' | sed 's/cap_//g')
+UNIT_CAPS=$(unit_setting AmbientCapabilities | tr 'A-Z' 'a-z' | sed 's/cap_//g')
 # The ambient set must not be empty: an empty one would mean a broken copy of the unit.
 [ -n "$UNIT_CAPS" ] || { lab_fail "the unit grants capabilities" "no AmbientCapabilities= in /lab/hpcnode_exporter.service"; exit 1; }
 
 # The unit's LimitMEMLOCK=, as ulimit -l takes it. Kernels before 5.11 charge BPF maps and
 # programs to the memlock limit of the user (uid 65534 here), so without it the first probes
 # use up the default 64 KiB and the rest fail to load with EPERM (seen on 5.10).
-UNIT_MEMLOCK=$(sed -n 's/^LimitMEMLOCK=//p' /lab/hpcnode_exporter.service)
+UNIT_MEMLOCK=$(unit_setting LimitMEMLOCK)
 case $UNIT_MEMLOCK in
   infinity) UNIT_MEMLOCK=unlimited ;;
   *) lab_fail "the unit's memlock limit" "LimitMEMLOCK=$UNIT_MEMLOCK: the lab knows only infinity"; exit 1 ;;
