@@ -1,8 +1,6 @@
 # Sourced by tests/packaging/run.sh (its step, fail, $work and $version): the rules and
 # dashboards packages, for the host that runs Prometheus and Grafana (packaging/build-rules.sh).
 
-rules_deb=target/packages/hpcnode-exporter-rules_${version}-1_all.deb
-rules_rpm=target/packages/hpcnode_exporter-rules-${version}-1.noarch.rpm
 # The site's files, kept on upgrade; everything else is replaced.
 rules_conffiles="/etc/grafana/provisioning/dashboards/hpcnode.yml
 /etc/hpcnode_exporter/rules/config.rules.yml"
@@ -28,7 +26,7 @@ check_rules_installed() {
 }
 
 check_rules_deb() {
-  local root=$1 newer installed
+  local root=$1 rules_deb=target/packages/hpcnode-exporter-rules_${version}-1_all.deb newer installed
   [ -s "$rules_deb" ] || fail "no $rules_deb (packaging/build-rules.sh)"
   [ "$(dpkg-deb --field "$rules_deb" Architecture)" = all ] || fail "$rules_deb: not Architecture: all"
   lintian --fail-on error "$rules_deb"
@@ -51,7 +49,7 @@ check_rules_deb() {
 }
 
 check_rules_rpm() {
-  local rpmroot=$work/rules-rpmroot expected
+  local rules_rpm=target/packages/hpcnode_exporter-rules-${version}-1.noarch.rpm rpmroot=$work/rules-rpmroot expected
   [ -s "$rules_rpm" ] || fail "no $rules_rpm (packaging/build-rules.sh)"
   mkdir "$rpmroot"
   rpm --root "$rpmroot" --initdb
