@@ -5,7 +5,9 @@
 #   hpcnode_exporter-rules-<version>-<revision>.noarch.rpm (rpmbuild, packaging/rules/hpcnode_exporter-rules.spec)
 # REVISION (1 by default): tests/packaging builds a newer one to upgrade to. packaging/build.sh
 # runs this. The thresholds (alerts/config.rules.yml) and the Grafana provisioning file go to
-# /etc, where dpkg (conffiles) and rpm (%config(noreplace)) keep a site's edits on upgrade.
+# /etc, where dpkg (conffiles) and rpm (%config(noreplace)) keep a site's edits on upgrade: dpkg
+# asks only when the package's copy changed too (dpkg(1), --force-confold), rpm then writes the
+# package's copy beside the site's as .rpmnew (rpm's %config(noreplace); tests/packaging/rules.sh).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 out=${1:-target/packages}
@@ -23,7 +25,7 @@ stage() {
   # Grafana's packages read provisioning files from /etc/grafana/provisioning/ (grafana.com:
   # "Provision Grafana"); this one's path: is /usr/share/hpcnode_exporter/dashboards.
   install -D -m 0644 dashboards/provisioning/hpcnode.yml "$root/etc/grafana/provisioning/dashboards/hpcnode.yml"
-  rules=$(ls alerts/*.rules.yml | grep -vx alerts/config.rules.yml)
+  rules=$(ls alerts/*.rules.yml | grep -vxF alerts/config.rules.yml)
   install -D -m 0644 -t "$root/usr/share/hpcnode_exporter/rules" $rules
   install -D -m 0644 -t "$root/usr/share/hpcnode_exporter/dashboards" dashboards/*.json
   # The documents keep the repository's layout, so the links between them hold.

@@ -64,7 +64,7 @@ $(ls METRICS.md alerts/README.md dashboards/README.md | sed 's|^|/usr/share/doc/
 /usr/share/hpcnode_exporter
 /usr/share/hpcnode_exporter/dashboards
 /usr/share/hpcnode_exporter/rules
-$(ls dashboards/*.json alerts/*.rules.yml | grep -vx alerts/config.rules.yml |
+$(ls dashboards/*.json alerts/*.rules.yml | grep -vxF alerts/config.rules.yml |
     sed 's|^dashboards|/usr/share/hpcnode_exporter/dashboards|; s|^alerts|/usr/share/hpcnode_exporter/rules|')
 /usr/share/licenses/hpcnode_exporter-rules/LICENSE"
   diff <(sort <<<"$expected") <(rpm --root "$rpmroot" -ql hpcnode_exporter-rules | sort) || fail "rules rpm file list"
