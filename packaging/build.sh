@@ -2,6 +2,7 @@
 # packaging/build.sh [ARCH...]: the portable binary and its packages in target/packages/:
 #   hpcnode-exporter_<version>_<debian arch>.deb   (cargo-deb)
 #   hpcnode_exporter-<version>-1.<arch>.rpm        (rpmbuild, from packaging/hpcnode_exporter.spec)
+#   and the rules and dashboards for the Prometheus host, by packaging/build-rules.sh
 # ARCH: x86_64 (the default) or aarch64. The binary is built with cargo-zigbuild against glibc
 # 2.17 symbols, so one build runs on RHEL 7 and everything newer; packaging/glibc-floor.sh
 # refuses it if it needs more. Tools: tests/setup.sh installs them.
@@ -45,8 +46,6 @@ for arch in "${@:-x86_64}"; do
   install -D -m 0644 packaging/sysusers.d/hpcnode_exporter.conf "$staging/usr/lib/sysusers.d/hpcnode_exporter.conf"
   install -D -m 0644 packaging/defaults "$staging/etc/sysconfig/hpcnode_exporter"
   install -D -m 0644 "$out/man/hpcnode_exporter.1.gz" "$staging/usr/share/man/man1/hpcnode_exporter.1.gz"
-  install -D -m 0644 -t "$staging/usr/share/hpcnode_exporter/dashboards" dashboards/*.json
-  install -D -m 0644 -t "$staging/usr/share/hpcnode_exporter/rules" alerts/*.rules.yml
   # The documents keep the repository's layout, so their relative links hold.
   install -D -m 0644 -t "$staging/usr/share/doc/hpcnode_exporter" README.md METRICS.md
   install -D -m 0644 -t "$staging/usr/share/doc/hpcnode_exporter/docs" docs/*.md
@@ -60,4 +59,5 @@ for arch in "${@:-x86_64}"; do
     ${SOURCE_DATE_EPOCH:+--define "clamp_mtime_to_source_date_epoch 1"} \
     --define "__os_install_post %{nil}" --define "debug_package %{nil}"
 done
+packaging/build-rules.sh "$out"
 ls -l "$out"/*.deb "$out"/*.rpm

@@ -8,7 +8,7 @@
 #   fixture tree, answering a scrape; the .rpm: installed with `rpm --root` into an empty
 #   directory, its file list, config file and scriptlets checked, the binary run from there.
 #   The unit's `systemd-analyze security --offline=true` exposure score is printed, and must
-#   stay "OK" or better (below 5.0).
+#   stay "OK" or better (below 5.0). The rules and dashboards packages: tests/packaging/rules.sh.
 # Set HPCNODE_PACKAGES_PREBUILT=1 to test the packages already in target/packages.
 set -euo pipefail
 cd "$(dirname "$0")/../.."
@@ -29,6 +29,7 @@ trap cleanup EXIT
 step() { echo "tests/packaging: $*"; }
 fail() { echo "tests/packaging: FAIL: $*" >&2; exit 1; }
 seconds() { echo $((SECONDS - $1))s; }
+. tests/packaging/rules.sh
 
 # A Debian 12 root: Essential packages and systemd (its sysusers, deb-systemd-helper and
 # systemd-analyze), made once and kept as a tarball under target/ for later runs. mmdebstrap
@@ -98,8 +99,7 @@ for path in /usr/bin/hpcnode_exporter /usr/lib/systemd/system/hpcnode_exporter.s
   /usr/lib/sysusers.d/hpcnode_exporter.conf /etc/default/hpcnode_exporter \
   /usr/share/man/man1/hpcnode_exporter.1.gz /usr/share/doc/hpcnode-exporter/copyright \
   $(ls README.md METRICS.md docs/*.md alerts/README.md dashboards/README.md | sed 's|^|/usr/share/doc/hpcnode-exporter/|') \
-  /usr/share/hpcnode_exporter/dashboards/hpcnode-driver-stack.json \
-  /usr/share/hpcnode_exporter/rules/rdma.rules.yml /usr/share/lintian/overrides/hpcnode-exporter; do
+  /usr/share/lintian/overrides/hpcnode-exporter; do
   grep -qx "$path" <<<"$files" || fail "$deb lacks $path"
 done
 [ "$(dpkg-deb --ctrl-tarfile "$deb" | tar -xO ./conffiles)" = /etc/default/hpcnode_exporter ] || fail "conffiles"
@@ -127,6 +127,7 @@ chroot "$root" dpkg -i "/tmp/$(basename "$deb")"
 grep -qx 'ARGS="--log.level=debug"' "$root/etc/default/hpcnode_exporter" || fail "/etc/default/hpcnode_exporter not kept over a reinstall"
 cp -r tests/fixtures/procfs "$root/fixture"
 scrape_fixture /fixture/sys chroot --userspec=hpcnode_exporter:hpcnode_exporter "$root" /usr/bin/hpcnode_exporter
+check_rules_deb "$root"
 
 # --- .rpm ---
 rpmroot=$work/rpmroot
@@ -141,10 +142,6 @@ $(ls README.md METRICS.md docs/*.md alerts/README.md dashboards/README.md | sed 
 /usr/share/doc/hpcnode_exporter/alerts
 /usr/share/doc/hpcnode_exporter/dashboards
 /usr/share/doc/hpcnode_exporter/docs
-/usr/share/hpcnode_exporter
-$(cd packaging/.. && ls dashboards/*.json alerts/*.rules.yml | sed 's|^dashboards|/usr/share/hpcnode_exporter/dashboards|; s|^alerts|/usr/share/hpcnode_exporter/rules|')
-/usr/share/hpcnode_exporter/dashboards
-/usr/share/hpcnode_exporter/rules
 /usr/share/licenses/hpcnode_exporter/LICENSE
 /usr/share/man/man1/hpcnode_exporter.1.gz"
 diff <(sort <<<"$expected_rpm_files") <(rpm --root "$rpmroot" -ql hpcnode_exporter | sort) || fail "rpm file list"
@@ -164,4 +161,5 @@ done
 check_packaged_binary "$rpmroot/usr/bin/hpcnode_exporter"
 # The root holds no libc: the binary runs on the host's, as one from a .rpm would on RHEL.
 scrape_fixture "$PWD/tests/fixtures/procfs/sys" "$rpmroot/usr/bin/hpcnode_exporter"
+check_rules_rpm
 step "passed"
