@@ -5,7 +5,9 @@
 #   and the rules and dashboards for the Prometheus host, by packaging/build-rules.sh
 # ARCH: x86_64 (the default) or aarch64. The binary is built with cargo-zigbuild against glibc
 # 2.17 symbols, so one build runs on RHEL 7 and everything newer; packaging/glibc-floor.sh
-# refuses it if it needs more. Tools: tests/setup.sh installs them.
+# refuses it if it needs more. The man page states the packaged binary's --version, so it runs
+# that binary: aarch64 on an x86_64 host needs binfmt_misc to run it (qemu-user-static).
+# Tools: tests/setup.sh installs them.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 . packaging/tools.sh
@@ -13,10 +15,9 @@ out=target/packages
 version=$(cargo pkgid --quiet -p hpcnode_exporter | sed 's/.*[#@]//')
 mkdir -p "$out/man"
 
-# The man page from the clap definition, by a host build (before the environment below, so the
-# debug build the tests use is not rebuilt).
-cargo run --locked --quiet --example man >"$out/man/hpcnode_exporter.1"
-gzip -9 -n -f "$out/man/hpcnode_exporter.1"
+# The man page's generator, a host build (before the environment below, so the debug build the
+# tests use is not rebuilt); it runs below on each packaged binary, whose --version it states.
+cargo build --locked --quiet --example man
 
 export PATH="$ZIGLANG_VENV/bin:$PATH"
 export HPCNODE_GLIBC_FLOOR=$GLIBC_FLOOR
@@ -35,6 +36,8 @@ for arch in "${@:-x86_64}"; do
   cargo zigbuild --locked --release --bin hpcnode_exporter --target "$triple.$GLIBC_FLOOR"
   binary=target/$triple/release/hpcnode_exporter
   packaging/glibc-floor.sh "$binary" "$GLIBC_FLOOR"
+  target/debug/examples/man "$binary" >"$out/man/hpcnode_exporter.1"
+  gzip -9 -n -f "$out/man/hpcnode_exporter.1"
 
   cargo deb --locked --no-build --no-strip -p hpcnode_exporter --target "$triple" \
     --output "$out/hpcnode-exporter_${version}-1_$deb_arch.deb"

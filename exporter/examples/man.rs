@@ -1,6 +1,13 @@
-//! Writes the man page, hpcnode_exporter(1), generated from the command line the binary parses
-//! (the common flags and every collector's), to stdout: `cargo run --example man`.
+//! Writes the man page, hpcnode_exporter(1), to stdout: `cargo run --example man [BINARY]`.
+//! Generated from the command lines the binary parses (the common flags, every collector's, and
+//! the `probe` subcommands), with the sections clap does not know. Its VERSION is what
+//! `BINARY --version` prints (packaging/build.sh names the binary it packages, whose build date
+//! and glibc floor differ from this example's), or without BINARY this build's own.
 use std::io::Write;
+use std::process::Command;
+
+use hpcnode_exporter::collectors::ALL;
+use hpcnode_exporter::config;
 
 /// What main.rs's exit codes mean, in roff.
 const EXIT_STATUS: &str = r#".SH "EXIT STATUS"
@@ -20,8 +27,59 @@ A listener could not be had: a \-\-web.listen\-address in use or not on this nod
 \-\-web.systemd\-socket without a socket passed by systemd. Nothing else has started.
 "#;
 
-fn main() -> std::io::Result<()> {
-    let command = hpcnode_exporter::config::command(&hpcnode_exporter::collectors::ALL);
+/// What the packages install (README.md's "What the packages install").
+const FILES: &str = r#".SH FILES
+.TP
+\fI/etc/default/hpcnode_exporter\fR (.deb), \fI/etc/sysconfig/hpcnode_exporter\fR (.rpm)
+The flags, as ARGS="...", which the unit passes; kept on upgrade.
+.TP
+\fI/usr/lib/systemd/system/hpcnode_exporter.service\fR
+The systemd unit: the exporter as the system user hpcnode_exporter
+(\fI/usr/lib/sysusers.d/hpcnode_exporter.conf\fR), with only the capabilities it needs.
+.TP
+\fI/etc/hpcnode_exporter/\fR
+The site's own files, which no package overwrites: the \-\-web.config.file (e.g.
+\fIweb.yml\fR), the verbs token file, and the alerting thresholds where a package ships them.
+.TP
+\fI/usr/share/hpcnode_exporter/rules/\fR, \fI/usr/share/hpcnode_exporter/dashboards/\fR
+Prometheus alerting and recording rules, and Grafana dashboards.
+.TP
+\fI/usr/share/doc/hpcnode\-exporter/\fR (.deb), \fI/usr/share/doc/hpcnode_exporter/\fR (.rpm)
+README.md, METRICS.md (every metric), docs/ (configuration, security, the collectors).
+"#;
+
+/// Pages Debian 12 ships: prometheus-node-exporter (node_exporter under Debian's name) in
+/// prometheus-node-exporter, prometheus and promtool in prometheus, systemd.exec in
+/// systemd, capabilities in manpages, ibstat in infiniband-diags, rdma in iproute2, ibv_devinfo
+/// in ibverbs-utils, ib_write_bw in perftest (each package's file list, `dpkg -c`).
+const SEE_ALSO: &str = r#".SH "SEE ALSO"
+.BR prometheus (1),
+.BR promtool (1),
+.BR prometheus\-node\-exporter (1),
+.BR systemd.exec (5),
+.BR capabilities (7),
+.BR ibstat (8),
+.BR rdma (8),
+.BR ibv_devinfo (1),
+.BR ib_write_bw (1)
+"#;
+
+fn main() -> std::process::ExitCode {
+    match write_page() {
+        Ok(()) => std::process::ExitCode::SUCCESS,
+        Err(err) => {
+            eprintln!("man: {err}");
+            std::process::ExitCode::FAILURE
+        }
+    }
+}
+
+fn write_page() -> std::io::Result<()> {
+    let command = config::command(&ALL);
+    let version = match std::env::args_os().nth(1) {
+        Some(binary) => version_of(&binary)?,
+        None => command.clone().render_long_version(),
+    };
     let man = clap_mangen::Man::new(command);
     let mut page = Vec::new();
     man.render_title(&mut page)?;
@@ -29,7 +87,64 @@ fn main() -> std::io::Result<()> {
     man.render_synopsis_section(&mut page)?;
     man.render_description_section(&mut page)?;
     man.render_options_section(&mut page)?;
+    render_probes(&mut page)?;
     page.extend_from_slice(EXIT_STATUS.as_bytes());
-    man.render_version_section(&mut page)?;
+    page.extend_from_slice(FILES.as_bytes());
+    page.extend_from_slice(SEE_ALSO.as_bytes());
+    page.extend_from_slice(version_section(&version).as_bytes());
     std::io::stdout().write_all(&page)
+}
+
+/// SUBCOMMANDS: each `probe <name>` with what it does and its options.
+fn render_probes(page: &mut Vec<u8>) -> std::io::Result<()> {
+    let probe = config::probe_command(&ALL);
+    page.extend_from_slice(b".SH SUBCOMMANDS\n");
+    for sub in probe.get_subcommands() {
+        let name = format!("{} {}", probe.get_name(), sub.get_name());
+        let about = sub.get_about().map(ToString::to_string).unwrap_or_default();
+        let head = format!(".SS \"{name} [OPTIONS]\"\n{}\n", escape(&about));
+        page.extend_from_slice(head.as_bytes());
+        let mut options = Vec::new();
+        clap_mangen::Man::new(sub.clone()).render_options_section(&mut options)?;
+        // The subcommand's options under its own heading, not a second OPTIONS section (the
+        // lines before it define a string the title's preamble already defined).
+        let options = String::from_utf8_lossy(&options);
+        let body = options
+            .split_once(".SH OPTIONS\n")
+            .map_or("", |(_, body)| body);
+        page.extend_from_slice(body.as_bytes());
+    }
+    Ok(())
+}
+
+/// What `binary --version` prints; an error when it cannot run here.
+fn version_of(binary: &std::ffi::OsStr) -> std::io::Result<String> {
+    let out = Command::new(binary)
+        .arg("--version")
+        .output()
+        .map_err(|err| std::io::Error::other(format!("{}: {err}", binary.to_string_lossy())))?;
+    if !out.status.success() {
+        return Err(std::io::Error::other(format!(
+            "{} --version: {}",
+            binary.to_string_lossy(),
+            out.status
+        )));
+    }
+    String::from_utf8(out.stdout).map_err(std::io::Error::other)
+}
+
+/// VERSION: the text of `--version`, line for line.
+fn version_section(version: &str) -> String {
+    let lines: String = version.lines().map(|l| escape(l) + "\n").collect();
+    format!(".SH VERSION\n.nf\n{lines}.fi\n")
+}
+
+/// Plain text as roff: backslashes and hyphens escaped, no line read as a request.
+fn escape(text: &str) -> String {
+    let text = text.replace('\\', "\\e").replace('-', "\\-");
+    if text.starts_with(['.', '\'']) {
+        format!("\\&{text}")
+    } else {
+        text
+    }
 }

@@ -181,19 +181,7 @@ fn parse_probe(
     args: &[OsString],
     registry: &'static [Registration],
 ) -> Result<Invocation, ConfigError> {
-    let mut command = Command::new("hpcnode_exporter probe")
-        .bin_name("hpcnode_exporter probe")
-        .about("Run a probe once, now.")
-        .subcommand_required(true);
-    for registration in registry {
-        if let Some(probe) = &registration.probe {
-            command = command.subcommand(
-                Command::new(registration.name)
-                    .about(probe.about)
-                    .args((probe.flags)()),
-            );
-        }
-    }
+    let mut command = probe_command(registry);
     let matches = match command.try_get_matches_from_mut(args) {
         Ok(matches) => matches,
         Err(err) => return clap_outcome(err),
@@ -207,6 +195,25 @@ fn parse_probe(
         .ok_or_else(unknown)?;
     let probe = (command.configure)(&Flags(matches.clone()))?;
     Ok(Invocation::Probe { name, probe })
+}
+
+/// The `probe` command line: one subcommand per collector of `registry` that has a probe; also
+/// what the man page's SUBCOMMANDS are generated from.
+pub fn probe_command(registry: &[Registration]) -> Command {
+    let mut command = Command::new("hpcnode_exporter probe")
+        .bin_name("hpcnode_exporter probe")
+        .about("Run a probe once, now.")
+        .subcommand_required(true);
+    for registration in registry {
+        if let Some(probe) = &registration.probe {
+            command = command.subcommand(
+                Command::new(registration.name)
+                    .about(probe.about)
+                    .args((probe.flags)()),
+            );
+        }
+    }
+    command
 }
 
 /// What `--version` prints after the program name: where a binary on a node came from, and the

@@ -5,7 +5,8 @@
 #   and conffile, installed with dpkg into a fresh Debian 12 root (mmdebstrap) where the postinst
 #   creates the user and enables the unit, `systemd-analyze verify` on the installed unit, the
 #   flags file kept over a reinstall, and the installed binary run as the service user on a
-#   fixture tree, answering a scrape; the .rpm: installed with `rpm --root` into an empty
+#   fixture tree, answering a scrape; each package's man page: its sections and a VERSION that
+#   is the packaged binary's --version; the .rpm: installed with `rpm --root` into an empty
 #   directory, its file list, config file and scriptlets checked, the binary run from there.
 #   The unit's `systemd-analyze security --offline=true` exposure score is printed, and must
 #   stay "OK" or better (below 5.0). The rules and dashboards packages: tests/packaging/rules.sh.
@@ -62,6 +63,23 @@ check_packaged_binary() {
     || fail "$binary --version: build date is not the commit's: $out"
 }
 
+# The man page a package holds (ROOT: where it is unpacked): the sections an admin looks for,
+# the probe subcommand, no groff warning, and a VERSION that reads as the packaged binary's
+# --version, line for line.
+check_man_page() {
+  local root=$1 page section version
+  page=$(zcat "$root/usr/share/man/man1/hpcnode_exporter.1.gz")
+  for section in OPTIONS SUBCOMMANDS '"EXIT STATUS"' FILES '"SEE ALSO"' VERSION; do
+    grep -qx ".SH $section" <<<"$page" || fail "man page: no $section section"
+  done
+  grep -q '^\.SS "hpcnode_exporter probe verbs' <<<"$page" || fail "man page: no probe verbs"
+  version=$(groff -man -Tascii -ww -rcR=1 -P-cbou <<<"$page" 2>"$work/groff.log" \
+    | awk '/^VERSION$/ {v = 1; next} v && /^$/ {exit} v {sub(/^ +/, ""); print}')
+  [ ! -s "$work/groff.log" ] || fail "man page: groff: $(cat "$work/groff.log")"
+  [ "$version" = "$("$root/usr/bin/hpcnode_exporter" --version)" ] \
+    || fail "man page VERSION differs from the packaged binary's --version: $version"
+}
+
 # scrape_fixture SYSFS COMMAND...: starts the exporter (COMMAND) on the procfs fixture's sysfs
 # tree (SYSFS, as COMMAND sees it) and checks what a scrape answers.
 scrape_fixture() {
@@ -105,6 +123,7 @@ done
 [ "$(dpkg-deb --ctrl-tarfile "$deb" | tar -xO ./conffiles)" = /etc/default/hpcnode_exporter ] || fail "conffiles"
 mkdir "$work/deb" && dpkg-deb -x "$deb" "$work/deb"
 check_packaged_binary "$work/deb/usr/bin/hpcnode_exporter"
+check_man_page "$work/deb"
 
 start=$SECONDS
 root=$work/debian
@@ -159,6 +178,7 @@ for scriptlet in POSTIN PREUN POSTUN; do
   [ "$body" != "(none)" ] && sh -n <<<"$body" || fail "rpm $scriptlet scriptlet missing or not valid sh: $body"
 done
 check_packaged_binary "$rpmroot/usr/bin/hpcnode_exporter"
+check_man_page "$rpmroot"
 # The root holds no libc: the binary runs on the host's, as one from a .rpm would on RHEL.
 scrape_fixture "$PWD/tests/fixtures/procfs/sys" "$rpmroot/usr/bin/hpcnode_exporter"
 check_rules_rpm
