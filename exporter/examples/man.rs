@@ -38,11 +38,14 @@ The systemd unit: the exporter as the system user hpcnode_exporter
 (\fI/usr/lib/sysusers.d/hpcnode_exporter.conf\fR), with only the capabilities it needs.
 .TP
 \fI/etc/hpcnode_exporter/\fR
-The site's own files, which no package overwrites: the \-\-web.config.file (e.g.
-\fIweb.yml\fR), the verbs token file, and the alerting thresholds where a package ships them.
+The site's own files: the \-\-web.config.file (e.g. \fIweb.yml\fR) and the verbs token file.
+.TP
+\fI/etc/hpcnode_exporter/rules/config.rules.yml\fR
+The alerting thresholds, kept on upgrade (hpcnode\-exporter\-rules package, for the Prometheus host).
 .TP
 \fI/usr/share/hpcnode_exporter/rules/\fR, \fI/usr/share/hpcnode_exporter/dashboards/\fR
-Prometheus alerting and recording rules, and Grafana dashboards.
+Prometheus alerting and recording rules, and Grafana dashboards (hpcnode\-exporter\-rules package;
+\fI/etc/grafana/provisioning/dashboards/hpcnode.yml\fR provisions them).
 .TP
 \fI/usr/share/doc/hpcnode\-exporter/\fR (.deb), \fI/usr/share/doc/hpcnode_exporter/\fR (.rpm)
 README.md, METRICS.md (every metric), docs/ (configuration, security, the collectors).
