@@ -132,8 +132,11 @@ chroot "$root" /usr/lib/systemd/system-generators/hpcnode_exporter-generator /ru
 diff <(ls "$root/run/systemd/generator/hpcnode_exporter.service.d") \
   <(packaging/systemd/hpcnode_exporter-generator --list 252 "$(cat /proc/sys/kernel/cap_last_cap)" packaging/systemd/dropins | xargs -n1 basename) \
   || fail "the installed generator's drop-ins for Debian 12's systemd 252"
+# --generators=yes runs every generator of the root (the drop-ins are read only then); the
+# root's own ones complain of the chroot, so only what concerns this unit counts.
 verified=$(chroot "$root" systemd-analyze verify --man=no --generators=yes /usr/lib/systemd/system/hpcnode_exporter.service 2>&1) \
-  && [ -z "$verified" ] || fail "systemd-analyze verify: $verified"
+  || fail "systemd-analyze verify: $verified"
+! grep hpcnode_exporter <<<"$verified" || fail "systemd-analyze verify: $verified"
 step "generator and systemd-analyze verify: no complaint (man page: in the file list above)"
 echo 'ARGS="--log.level=debug"' >"$root/etc/default/hpcnode_exporter"
 chroot "$root" dpkg -i "/tmp/$(basename "$deb")"
