@@ -45,7 +45,11 @@ for arch in "${@:-x86_64}"; do
   staging=$out/rpm-staging/$arch
   rm -rf "$staging"
   install -D -m 0755 "$binary" "$staging/usr/bin/hpcnode_exporter"
-  install -D -m 0644 packaging/hpcnode_exporter.service "$staging/usr/lib/systemd/system/hpcnode_exporter.service"
+  # The unit names the .rpm's doc directory, not the .deb's (hpcnode-exporter, Debian's name).
+  sed 's|/usr/share/doc/hpcnode-exporter/|/usr/share/doc/hpcnode_exporter/|' packaging/hpcnode_exporter.service \
+    | install -D -m 0644 /dev/stdin "$staging/usr/lib/systemd/system/hpcnode_exporter.service"
+  install -D -m 0755 -t "$staging/usr/lib/systemd/system-generators" packaging/systemd/hpcnode_exporter-generator
+  install -D -m 0644 -t "$staging/usr/share/hpcnode_exporter/systemd" packaging/systemd/dropins/*.conf
   install -D -m 0644 packaging/sysusers.d/hpcnode_exporter.conf "$staging/usr/lib/sysusers.d/hpcnode_exporter.conf"
   install -D -m 0644 packaging/defaults "$staging/etc/sysconfig/hpcnode_exporter"
   install -D -m 0644 "$out/man/hpcnode_exporter.1.gz" "$staging/usr/share/man/man1/hpcnode_exporter.1.gz"

@@ -230,7 +230,10 @@ prepare_kernel() {
     gcc -static -O2 -Wall -Wextra -Werror -o "$dir/share/bin/$helper" "$lab/helpers/$helper.c"
   done
   cp -r "$lab/guest" "$lab/scenarios" "$dir/share/"
-  cp "$repo/packaging/hpcnode_exporter.service" "$dir/share/" # the capabilities it grants
+  # The unit as Debian 12's systemd (252) runs it on a kernel with CAP_BPF: the base unit and the
+  # drop-ins its generator gives there, for the capabilities they grant.
+  cat "$repo/packaging/hpcnode_exporter.service" $("$repo/packaging/systemd/hpcnode_exporter-generator" \
+    --list 252 40 "$repo/packaging/systemd/dropins") >"$dir/share/hpcnode_exporter.service"
   mapfile -t variants < <(for group in "${runnable[@]}"; do directive "$group" variants; done | xargs -r -n1 | sort -u)
   root_modules=$(for group in "${runnable[@]}"; do directive "$group" root_modules; done | xargs -r -n1 | sort -u | xargs)
   make_variants "$root" "$kver" "$dir/share/modules" "$root_modules" "${variants[@]}"

@@ -1,12 +1,12 @@
 # Running the exporter as the systemd unit would, for the least_privilege group (busybox sh,
 # sourced after lib.sh): an unprivileged user holding exactly the capabilities the unit grants
-# (AmbientCapabilities= of packaging/hpcnode_exporter.service, copied into the share when the
-# lab is built) and its memlock limit, set by util-linux's setpriv (`# lab: tools=setpriv`) as systemd sets them:
+# (AmbientCapabilities= of packaging/hpcnode_exporter.service and the drop-ins systemd 252 gets,
+# joined into the share when the lab is built) and its memlock limit, set by util-linux's setpriv (`# lab: tools=setpriv`) as systemd sets them:
 # inheritable, ambient and bounding set.
 
 SERVICE_UID=65534
-# unit_setting NAME: the value of the unit's NAME= line, the one place that reads the unit (the
-# base unit today; a unit split into drop-ins is read by changing this function alone).
+# unit_setting NAME: the values of the unit's NAME= lines, the one place that reads the unit (the
+# base unit with the drop-ins systemd 252 gets, as tests/lab/run.sh joins them: one line each).
 unit_setting() { sed -n "s/^$1=//p" /lab/hpcnode_exporter.service; }
 # Lower case without the prefix, as setpriv names them: "bpf perfmon dac_read_search syslog".
 UNIT_CAPS=$(unit_setting AmbientCapabilities | tr 'A-Z' 'a-z' | sed 's/cap_//g')
