@@ -37,6 +37,11 @@ The flags, as ARGS="...", which the unit passes; kept on upgrade.
 The systemd unit: the exporter as the system user hpcnode_exporter
 (\fI/usr/lib/sysusers.d/hpcnode_exporter.conf\fR), with only the capabilities it needs.
 .TP
+\fI/usr/share/hpcnode_exporter/systemd/\fR
+The unit's hardening drop\-ins, one per systemd version; at boot and at every daemon\-reload
+\fIhpcnode_exporter\-generator\fR (in \fI/usr/lib/systemd/system\-generators/\fR) gives the
+running systemd those it understands.
+.TP
 \fI/etc/hpcnode_exporter/\fR
 The site's own files: the \-\-web.config.file (e.g. \fIweb.yml\fR) and the verbs token file.
 .TP
