@@ -211,13 +211,23 @@ static MISSING: Mutex<Vec<(&'static str, CapSet)>> = Mutex::new(Vec::new());
 /// Says, in one line, that `collector` lacks `missing` and what it `costs` (`remedy` says how
 /// to grant it), and exports it from then on. Said once per collector and set.
 pub fn report_missing(collector: &'static str, missing: CapSet, remedy: &str, costs: &str) {
+    report(Level::Warn, collector, missing, remedy, costs);
+}
+
+/// As [`report_missing`], at info level, for a privilege the unit withholds on purpose: every
+/// packaged node lacks it, and only a site that grants it changes anything.
+pub fn report_withheld(collector: &'static str, missing: CapSet, remedy: &str, costs: &str) {
+    report(Level::Info, collector, missing, remedy, costs);
+}
+
+fn report(level: Level, collector: &'static str, missing: CapSet, remedy: &str, costs: &str) {
     let mut reported = lock(&MISSING);
     if reported.contains(&(collector, missing)) {
         return;
     }
     reported.push((collector, missing));
     logging::log(
-        Level::Warn,
+        level,
         "a collector lacks a privilege and runs without what it costs",
         &[
             ("collector", collector),
@@ -300,6 +310,16 @@ fn memlock_missing_from(held: CapSet, limit: Option<u64>, pinned: u64) -> Option
         "RLIMIT_MEMLOCK is {limit} bytes and the probe pins at least {pinned}: set LimitMEMLOCK=infinity (the packaged unit does), raise ulimit -l, or grant CAP_IPC_LOCK"
     );
     Some((CapSet::of(&[CAP_IPC_LOCK]), remedy))
+}
+
+/// CAP_SYS_ADMIN, when the calling thread lacks it: a `config` file opened without it reads as
+/// its first 64 bytes only (`pci_read_config()` in the kernel's drivers/pci/pci-sysfs.c).
+pub fn pci_config_missing() -> Option<(CapSet, &'static str)> {
+    let held = sys::get().ok()?.effective;
+    (!held.contains(CAP_SYS_ADMIN)).then_some((
+        CapSet::of(&[CAP_SYS_ADMIN]),
+        "the packaged unit withholds CAP_SYS_ADMIN on purpose (it grants far more); add it in a drop-in where these details are worth that",
+    ))
 }
 
 #[derive(Debug, thiserror::Error)]

@@ -176,6 +176,7 @@ expected_rpm_files="/etc/sysconfig/hpcnode_exporter
 /usr/lib/systemd/system-generators/hpcnode_exporter-generator
 /usr/lib/sysusers.d/hpcnode_exporter.conf
 $(ls packaging/systemd/dropins/*.conf | sed 's|^packaging/systemd/dropins|/usr/share/hpcnode_exporter/systemd|')
+/usr/share/hpcnode_exporter
 /usr/share/hpcnode_exporter/systemd
 $(ls README.md METRICS.md docs/*.md alerts/README.md dashboards/README.md | sed 's|^|/usr/share/doc/hpcnode_exporter/|')
 /usr/share/doc/hpcnode_exporter/alerts

@@ -1163,3 +1163,49 @@ fn vfio_holders_are_proven_by_the_open_file_not_its_name() {
         "{log}"
     );
 }
+
+/// Without CAP_SYS_ADMIN (the packaged unit withholds it) the kernel cuts each `config` to its
+/// first 64 bytes: one info line at start says so, with the remedy, and the metric names it.
+/// Run as root, the capability is taken away first.
+#[test]
+fn config_space_without_cap_sys_admin_is_said_once_and_exported() {
+    let root = Path::new(FIXTURES).join("pci_host");
+    let mut command = if util::is_root() {
+        let mut setpriv = Command::new("setpriv");
+        setpriv.args([
+            "--bounding-set=-sys_admin",
+            "--inh-caps=-sys_admin",
+            util::BINARY,
+        ]);
+        setpriv
+    } else {
+        Command::new(util::BINARY)
+    };
+    command.args([
+        "--web.listen-address=127.0.0.1:0",
+        "--collector.disable-defaults",
+        "--collector.pci",
+        &format!("--path.procfs={}", root.join("proc").display()),
+        &format!("--path.sysfs={}", root.join("sys").display()),
+        &format!("--path.rootfs={}", root.display()),
+    ]);
+    let exporter = Exporter::start_command(command);
+    let text = scrape(&exporter);
+    assert!(
+        has_line(
+            &text,
+            r#"hpcnode_collector_privilege_missing{collector="pci",capability="cap_sys_admin"} 1"#
+        ),
+        "{text}"
+    );
+    let log = exporter.log();
+    let said: Vec<_> = log
+        .lines()
+        .filter(|l| l.contains("missing=cap_sys_admin"))
+        .collect();
+    assert_eq!(said.len(), 1, "{log}");
+    assert!(
+        said[0].contains("level=info") && said[0].contains("collector=pci"),
+        "{log}"
+    );
+}

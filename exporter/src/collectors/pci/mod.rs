@@ -36,6 +36,7 @@ use crate::collector::{
 use crate::flags::{repeated, ConfigError, Flags};
 use crate::logging::{self, Level, OncePerCause};
 use crate::metrics::{Desc, Label, LabelCache, Room, Value};
+use crate::privileges;
 use crate::sync::lock;
 use crate::sysfs::{
     AttributeReader, DirStamp, Entry, FileStamp, HeldAttributes, HeldByUnit, LinkedDirs, SysDir,
@@ -66,6 +67,9 @@ pub const REGISTRATION: Registration = Registration {
     configure: |flags| Ok(Box::new(PciSettings::from_flags(flags)?)),
     probe: None,
 };
+
+/// What a config space cut to its first 64 bytes costs.
+const CONFIG_COSTS: &str = "MSI, MSI-X, link and SR-IOV details from config space (hpcnode_pci_config_space_readable shows 64)";
 
 const DEVICE: &str = "collector.pci.device";
 const PASSTHROUGH_DEVICE: &str = "collector.pci.passthrough-device";
@@ -122,6 +126,9 @@ impl PciSettings {
 
 impl Settings for PciSettings {
     fn start(self: Box<Self>, host: &Host) -> Result<Started, StartError> {
+        if let Some((missing, remedy)) = privileges::pci_config_missing() {
+            privileges::report_withheld(REGISTRATION.name, missing, remedy, CONFIG_COSTS);
+        }
         Ok(Started::new(PciCollector {
             sysfs: host.sysfs.clone(),
             procfs: host.procfs.clone(),
