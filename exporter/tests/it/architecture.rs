@@ -205,6 +205,38 @@ fn the_lab_readme_names_every_lab_group_and_no_other() {
     );
 }
 
+/// Only measurements (`*_bench`) may leave the default lab (`# lab: when=named`): every group of
+/// checks runs in CI, on every lab kernel. The README's group table says which run only when named.
+#[test]
+fn only_benches_leave_the_default_lab_and_the_readme_says_which() {
+    let lab = repository().join("tests/lab");
+    let readme = std::fs::read_to_string(lab.join("README.md")).unwrap();
+    let row_of = |group: &str| {
+        let start = format!("| `{group}` |");
+        readme
+            .lines()
+            .find(|line| line.starts_with(&start))
+            .map(str::to_owned)
+    };
+    for entry in std::fs::read_dir(lab.join("scenarios")).unwrap() {
+        let path = entry.unwrap().path();
+        let group = path.file_stem().unwrap().to_string_lossy().into_owned();
+        let text = std::fs::read_to_string(&path).unwrap();
+        let named_only = text.lines().any(|line| line == "# lab: when=named");
+        assert!(
+            !named_only || group.ends_with("_bench"),
+            "lab group {group} runs only when named: only measurements (*_bench) may"
+        );
+        let row = row_of(&group).unwrap_or_default();
+        let when = row.split('|').nth(2).unwrap_or_default();
+        assert_eq!(
+            when.contains("only when named"),
+            named_only,
+            "tests/lab/README.md's row for {group} ({when:?}) against its # lab: when=named"
+        );
+    }
+}
+
 /// Every Markdown document of the repository (README, CONTRIBUTING, docs/, METRICS,
 /// ARCHITECTURE, the READMEs of alerts/, dashboards/ and tests/), outside build and cache folders.
 fn documents(dir: &Path, out: &mut Vec<PathBuf>) {
