@@ -43,6 +43,22 @@ lab_expect "hw counters over netlink, the default on /sys" \
   "$(lab_series rxe 'hpcnode_rdma_port_hw_counters_source{device="rxe0",port="1",source="netlink"}')" == 1
 lab_expect "hw_counters/rdma_sends as in sysfs" \
   "$(lab_value rxe 'hpcnode_rdma_port_hw_stat_total{device="rxe0",port="1",counter="rdma_sends"}')" == "$(cat $port/hw_counters/rdma_sends)"
+
+lab_scenario rdma_port_downs
+# Five down/up cycles of the netdev between two scrapes, the last left down: the downs counted
+# from what scrapes see (link_downed, where rxe counts it, or the state left ACTIVE) are at
+# least one, a lower bound; the eBPF port-event probe (issue 39) is to count all five.
+downs='hpcnode_rdma_port_downs_total{device="rxe0",port="1"}'
+for cycle in 1 2 3 4 5; do
+  ip link set dummy0 down
+  [ "$cycle" = 5 ] || ip link set dummy0 up
+done
+lab_check "rxe0 port 1 leaves ACTIVE with dummy0 down" lab_wait_until 20 sh -c "! grep -q ACTIVE $port/state"
+lab_scrape downs_after
+lab_expect_delta "the port's downs, at least one" rxe downs_after "$downs" ">=" 1
+lab_info "downs counted: $(lab_delta rxe downs_after "$downs") (link_downed: $(cat $port/hw_counters/link_downed 2> /dev/null || echo none))"
+ip link set dummy0 up
+lab_check "rxe0 port 1 ACTIVE again" lab_wait_until 20 grep -q ACTIVE "$port/state"
 lab_exporter_stop
 
 lab_scenario rdma_held_counters

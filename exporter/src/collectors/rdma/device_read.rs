@@ -105,6 +105,13 @@ const COUNTERS_EXT: [(&str, &str); 8] = [
     ("port_multicast_rcv_packets", "multicast_rcv_packets"),
 ];
 
+/// The `state` ids of a port that is up (`IB_PORT_ACTIVE`, `IB_PORT_ACTIVE_DEFER`).
+const ACTIVE: u64 = 4;
+const ACTIVE_DEFER: u64 = 5;
+
+/// The counter of a port's downs, as PMA and hw counter (Soft-RoCE) both name it.
+const LINK_DOWNED: &str = "link_downed";
+
 /// What iWARP ports print in every PMA counter file: no data, not an error.
 const NO_PMA: &str = "N/A (no PMA)";
 
@@ -117,6 +124,8 @@ pub(super) struct DeviceRead<'a> {
     pub(super) state: &'a mut DeviceState,
     /// Where ports' hw counters come over netlink; `None`: from sysfs.
     pub(super) netlink: Option<NetlinkRead<'a>>,
+    /// The `link_downed` counter of the port being read (PMA or hw counter), for its downs.
+    pub(super) link_downed: Option<u64>,
 }
 
 impl DeviceRead<'_> {
@@ -226,11 +235,15 @@ impl DeviceRead<'_> {
         ];
         self.push(&PORT_INFO, info, Value::Int(1));
 
+        let mut active = None;
         for (file, desc) in [("state", &PORT_STATE), ("phys_state", &PORT_PHYSICAL_STATE)] {
             let id = (self.unit.text(dir, file))
                 .and_then(|text| parse_state_id(|| dir.path(file), text));
             if let Some(id) = self.unit.reported(id) {
                 self.push_set(desc, &sets.port, Value::Int(id));
+                if file == "state" {
+                    active = Some(matches!(id, ACTIVE | ACTIVE_DEFER));
+                }
             }
         }
 
@@ -261,8 +274,11 @@ impl DeviceRead<'_> {
         // Soft-RoCE, irdma and bnxt_re have no PMA: no counters/ at all.
         let counters = self.unit.subdir(dir, "counters");
         let counters = self.unit.optional(counters);
+        self.link_downed = None;
         self.pma_counters(counters.as_deref(), sets, &extended);
         self.port_hw_counters(dir, port, sets);
+        let downs = sets.downs.read(active, self.link_downed);
+        self.push_set(&PORT_DOWNS, &sets.port, Value::Int(downs));
     }
 
     /// A port's `hw_counters`: over netlink where asked, else (or where netlink failed and
@@ -357,6 +373,7 @@ impl DeviceRead<'_> {
             let Some(value) = basic.max(doubled) else {
                 continue;
             };
+            self.saw_port_counter(counter.file, value);
             match counter.target {
                 Target::Metric(desc, factor) => {
                     // Exact while the product fits a u64; past it (2^62 data words and on) a
@@ -383,6 +400,13 @@ impl DeviceRead<'_> {
             if let Some(value) = self.counter_value(dir, file) {
                 self.push_set(&PORT_ERRORS, set, Value::Int(value));
             }
+        }
+    }
+
+    /// Keeps a port counter's value where the port's downs need it.
+    pub(super) fn saw_port_counter(&mut self, name: &str, value: u64) {
+        if name == LINK_DOWNED {
+            self.link_downed = Some(value);
         }
     }
 
@@ -437,7 +461,10 @@ impl DeviceRead<'_> {
                 }
                 // The device-wide lifespan mirrors the ports'; it is not exported twice.
                 ("lifespan", None) => {}
-                (_, Some(_)) => self.push_set(&PORT_HW_STAT, counter, Value::Int(value)),
+                (_, Some(_)) => {
+                    self.saw_port_counter(name, value);
+                    self.push_set(&PORT_HW_STAT, counter, Value::Int(value));
+                }
                 (_, None) => self.push_set(&DEVICE_HW_STAT, counter, Value::Int(value)),
             }
         }

@@ -181,6 +181,7 @@ impl DeviceRead<'_> {
                     if sets.len() >= MAX_NETLINK_COUNTERS && !sets.contains_key(&name) {
                         sets.clear();
                     }
+                    self.saw_port_counter(&name, value);
                     let set = match sets.entry(name) {
                         MapEntry::Occupied(set) => set.into_mut(),
                         MapEntry::Vacant(vacant) => {

@@ -286,6 +286,11 @@ const PORT_ERRORS: Desc = Desc::counter(
     "PMA error counters of the port, by sysfs counter name.",
     None,
 );
+const PORT_DOWNS: Desc = Desc::counter(
+    "hpcnode_rdma_port_downs_total",
+    "Times the port went down since the exporter started, at least: at each read the larger of link_downed's increase and one if the port was ACTIVE at the last read and is not now. A down and up between two reads with no link_downed counter (or a saturated one) is missed.",
+    None,
+);
 const PORT_PMA_SATURATED: Desc = Desc::gauge(
     "hpcnode_rdma_port_pma_saturated",
     "1 when a PMA counter sits at its width's maximum and no longer counts (reset it with perfquery -R), else 0.",
@@ -405,6 +410,7 @@ impl Collector for RdmaCollector {
                 device: state.labels.get(device),
                 state,
                 netlink: self.netlink_read(device),
+                link_downed: None,
             };
             read.device(&dir);
             read.state.end_read(read.unit.out().samples.pushed());

@@ -38,6 +38,8 @@ pub(super) struct PortSets {
     pub(super) sources: [LabelSet; 2],
     /// device, port, counter: hw counters over netlink, by name, as the kernel sent them.
     pub(super) netlink: foldhash::HashMap<String, LabelSet>,
+    /// What the port's reads saw of its downs.
+    pub(super) downs: PortDowns,
     /// Whether the read under way used it.
     used: bool,
 }
@@ -60,8 +62,35 @@ impl PortSets {
             pma,
             sources: [source("netlink"), source("sysfs")],
             netlink: foldhash::HashMap::default(),
+            downs: PortDowns::default(),
             used: true,
         }
+    }
+}
+
+/// A port's downs as its reads see them: what the last read saw, and the count so far.
+#[derive(Default)]
+pub(super) struct PortDowns {
+    /// Whether the port was ACTIVE (or ACTIVE_DEFER); `None`: unread.
+    active: Option<bool>,
+    /// Its `link_downed` counter; `None`: unread, or no such counter.
+    link_downed: Option<u64>,
+    total: u64,
+}
+
+impl PortDowns {
+    /// The count after a read that saw `active` and `link_downed`: it grows by the larger of
+    /// `link_downed`'s increase (none across a reset, a first read or a counter gone) and one
+    /// if the port was ACTIVE at the last read and is not now.
+    pub(super) fn read(&mut self, active: Option<bool>, link_downed: Option<u64>) -> u64 {
+        let counted = match (self.link_downed, link_downed) {
+            (Some(before), Some(now)) => now.saturating_sub(before),
+            _ => 0,
+        };
+        let seen = u64::from(self.active == Some(true) && active == Some(false));
+        self.total += counted.max(seen);
+        (self.active, self.link_downed) = (active, link_downed);
+        self.total
     }
 }
 

@@ -89,6 +89,54 @@ fn exported_over_scrapes(values: &[(u64, u64)]) -> Vec<Value> {
     exported
 }
 
+/// Read after read, a port's `hpcnode_rdma_port_downs_total`, given its `state` and its
+/// `link_downed` counter (in `counters_dir`: `counters` for a PMA, `hw_counters` for Soft-RoCE;
+/// `None`: no such file) at each read.
+fn downs_over_reads(counters_dir: &str, reads: &[(&str, Option<u64>)]) -> Vec<Value> {
+    let tmp = tempfile::tempdir().unwrap();
+    let port = tmp.path().join(CLASS_DIR).join("dev0/ports/1");
+    std::fs::create_dir_all(port.join(counters_dir)).unwrap();
+    let collector = RdmaCollector::new(tmp.path().to_path_buf(), DeviceFilter::All);
+    let link_downed = port.join(counters_dir).join("link_downed");
+    let mut exported = Vec::new();
+    for (state, counted) in reads {
+        std::fs::write(port.join("state"), state).unwrap();
+        match counted {
+            Some(value) => std::fs::write(&link_downed, format!("{value}\n")).unwrap(),
+            None => drop(std::fs::remove_file(&link_downed)),
+        }
+        let downs = read_family(&collector, "dev0", &PORT_DOWNS);
+        exported.push(downs[0].1);
+    }
+    exported
+}
+
+#[test]
+fn a_ports_downs_are_the_larger_of_link_downed_and_the_states_read() {
+    let (active, down) = ("4: ACTIVE", "1: DOWN");
+    let reads = [
+        (active, Some(7)),   // the first read: nothing to compare with
+        (active, Some(9)),   // down and up twice between two reads
+        (down, Some(10)),    // down: counted once, by both
+        (active, Some(10)),  // back up: no down
+        (down, Some(255)),   // down 245 times, the counter saturated at 255 (8 bits)
+        (active, Some(255)), // up; saturated, the counter no longer counts
+        (down, Some(255)),   // so only the state says this down
+        (active, Some(0)),   // reset by perfquery -R: no negative count
+        (down, Some(1)),
+    ];
+    let expected = [0, 2, 3, 3, 248, 248, 249, 249, 250];
+    for dir in ["counters", "hw_counters"] {
+        assert_eq!(downs_over_reads(dir, &reads), expected.map(Value::Int), "{dir}");
+    }
+    // No link_downed at all: the states alone, a lower bound.
+    let states = [(active, None), (down, None), (down, None), (active, None), (down, None)];
+    assert_eq!(
+        downs_over_reads("counters", &states),
+        [0, 1, 1, 1, 2].map(Value::Int)
+    );
+}
+
 #[test]
 fn a_doubled_counter_shows_the_traffic_and_never_goes_backwards() {
     // counters_ext/ reads 0, then starts counting late: the basic counter is kept.
