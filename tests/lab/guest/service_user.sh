@@ -9,7 +9,7 @@ SERVICE_UID=65534
 # base unit with the drop-ins systemd 252 gets, as tests/lab/run.sh joins them: one line each).
 unit_setting() { sed -n "s/^$1=//p" /lab/hpcnode_exporter.service; }
 # Lower case without the prefix, as setpriv names them: "bpf perfmon dac_read_search syslog".
-UNIT_CAPS=$(unit_setting AmbientCapabilities | tr 'A-Z' 'a-z' | sed 's/cap_//g')
+UNIT_CAPS=$(unit_setting AmbientCapabilities | tr 'A-Z\n' 'a-z ' | sed 's/cap_//g; s/ *$//')
 # The ambient set must not be empty: an empty one would mean a broken copy of the unit.
 [ -n "$UNIT_CAPS" ] || { lab_fail "the unit grants capabilities" "no AmbientCapabilities= in /lab/hpcnode_exporter.service"; exit 1; }
 

@@ -287,7 +287,7 @@ const PORT_ERRORS: Desc = Desc::counter(
     None,
 );
 const PORT_DOWNS: Desc = Desc::counter(
-    "hpcnode_rdma_port_downs_total",
+    "hpcnode_rdma_port_downs",
     "Times the port went down since the exporter started, at least: at each read the larger of link_downed's increase and one if the port was ACTIVE at the last read and is not now. A down and up between two reads with no link_downed counter (or a saturated one) is missed.",
     None,
 );
@@ -318,7 +318,7 @@ const PORT_HW_COUNTERS_SOURCE: Desc = Desc::gauge(
 );
 
 /// Every metric this collector emits (for the METRICS.md check).
-pub const METRICS: [Desc; 21] = [
+pub const METRICS: [Desc; 22] = [
     DEVICE_INFO,
     PORT_INFO,
     PORT_STATE,
@@ -335,6 +335,7 @@ pub const METRICS: [Desc; 21] = [
     PORT_MULTICAST_RECEIVED,
     PORT_TRANSMIT_WAIT,
     PORT_ERRORS,
+    PORT_DOWNS,
     PORT_PMA_SATURATED,
     PORT_HW_STAT,
     PORT_HW_STATS_LIFESPAN,

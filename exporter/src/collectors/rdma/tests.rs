@@ -127,10 +127,20 @@ fn a_ports_downs_are_the_larger_of_link_downed_and_the_states_read() {
     ];
     let expected = [0, 2, 3, 3, 248, 248, 249, 249, 250];
     for dir in ["counters", "hw_counters"] {
-        assert_eq!(downs_over_reads(dir, &reads), expected.map(Value::Int), "{dir}");
+        assert_eq!(
+            downs_over_reads(dir, &reads),
+            expected.map(Value::Int),
+            "{dir}"
+        );
     }
     // No link_downed at all: the states alone, a lower bound.
-    let states = [(active, None), (down, None), (down, None), (active, None), (down, None)];
+    let states = [
+        (active, None),
+        (down, None),
+        (down, None),
+        (active, None),
+        (down, None),
+    ];
     assert_eq!(
         downs_over_reads("counters", &states),
         [0, 1, 1, 1, 2].map(Value::Int)
