@@ -252,7 +252,7 @@ def exporter_panels():
         stat("RDMA ports not ACTIVE", "Ports whose state is neither ACTIVE nor ACTIVE_DEFER. Alert: HpcnodeRdmaPortNotActive.",
              [target(f'count(hpcnode_rdma_port_state_id{{{PORT}}} != 4 and hpcnode_rdma_port_state_id{{{PORT}}} != 5) or vector(0)', "ports", instant=True)], "none",
              thresholds=[{"color": "green", "value": None}, {"color": "red", "value": 1}]),
-        stat("Saturated counters", "PMA counters stuck at their maximum: they no longer count, so their rates read 0 (hpcnode_rdma_port_pma_saturated). Reset them with perfquery -R. Alert: HpcnodeRdmaPortCounterSaturated.",
+        stat("Saturated counters", "PMA counters stuck at their maximum: they no longer count, so their rates read 0 (hpcnode_rdma_port_pma_saturated). Reset them with perfquery -R. Alert: HpcnodeRdmaErrorCounterSaturated.",
              [target(f'sum(hpcnode_rdma_port_pma_saturated{{{PORT}}}) or vector(0)', "counters", instant=True)], "none",
              thresholds=[{"color": "green", "value": None}, {"color": "orange", "value": 1}]),
         state_timeline("Collector health", "Each collector's result at every scrape: OK, or FAILED when it failed, overran --scrape.timeout or was still stuck in an earlier run.",
