@@ -31,6 +31,7 @@ const KERNEL_LAB_ONLY: &[&str] = &[
     "hpcnode_vfio_enable_failures_total",
     "hpcnode_vfio_aer_errors_total",
     "hpcnode_vfio_pin_failures_total",
+    "hpcnode_rdma_port_events_total",
 ];
 
 /// A fixture's `/proc` is links, names that prove no hold, so no fixture holds a vfio device:
