@@ -1,7 +1,8 @@
 //! What the replies of RDMA netlink are made of: attributes, each checked to lie within its
 //! level and read by type with the size the kernel gives it; the attribute numbers; the values
 //! several replies share (holders, hardware counters); and why a reply is refused. `message.rs`
-//! (requests, dumps) and `counters.rs` (QP counters) both decode with it.
+//! (requests, dumps) and `counters.rs` (QP counters) both decode with it, and so does
+//! `netlink/route/` (attributes are netlink's, not RDMA's).
 
 pub(crate) const NLA_HEADER_LEN: usize = 4;
 /// The two flag bits of an attribute's type (`NLA_F_NESTED`, `NLA_F_NET_BYTEORDER`).
