@@ -333,7 +333,7 @@ const PORT_HW_COUNTERS_SOURCE: Desc = Desc::gauge(
 );
 
 /// Every metric this collector emits (for the METRICS.md check).
-pub const METRICS: [Desc; 23] = [
+pub const METRICS: [Desc; 24] = [
     DEVICE_INFO,
     PORT_INFO,
     PORT_STATE,
