@@ -1,4 +1,6 @@
-//! Netlink protocols the exporter speaks, one module per family. Only RDMA today; the ebpf
-//! collector's uevent socket (`NETLINK_KOBJECT_UEVENT`) stays with the code that reads it.
+//! Netlink protocols the exporter speaks, one module per family: RDMA, and routing for a PF's
+//! per-VF statistics; the ebpf collector's uevent socket (`NETLINK_KOBJECT_UEVENT`) stays with
+//! the code that reads it.
 
 pub mod rdma;
+pub mod route;

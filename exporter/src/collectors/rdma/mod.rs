@@ -29,6 +29,7 @@ use crate::sysfs::{AttributeReader, Entry, HeldByUnit, LinkedDirs, SysDir, Sysfs
 mod device_read;
 mod hw_counters_netlink;
 mod state;
+mod vf_stats;
 
 use device_read::DeviceRead;
 use hw_counters_netlink::{NetlinkOutcome, NetlinkRead};
@@ -144,6 +145,10 @@ impl Settings for RdmaSettings {
         let mut collector = RdmaCollector::new(host.sysfs.clone(), self.devices);
         collector.hw_counters = self.hw_counters.settle(&host.sysfs);
         collector.timeout = host.scrape_timeout;
+        // Only the running kernel answers for its VFs.
+        if host.sysfs == Path::new("/sys") {
+            collector.vf_source = Some(Box::new(vf_stats::Rtnetlink::default()));
+        }
         Ok(Started::new(collector))
     }
 }
@@ -170,6 +175,8 @@ struct RdmaCollector {
     class_dir: Mutex<Option<Arc<ClassListing>>>,
     /// The devices' directories, kept between scrapes on sysfs.
     device_dirs: LinkedDirs,
+    /// Where the VFs' counters come from: rtnetlink on the running kernel, else nowhere.
+    vf_source: Option<Box<dyn vf_stats::VfSource>>,
 }
 
 /// `class/infiniband` as a listing opened it, whether its devices' directories are kept
@@ -196,6 +203,7 @@ impl RdmaCollector {
             fallbacks_logged: OncePerCause::new(MAX_LOGGED_FALLBACKS),
             class_dir: Mutex::new(None),
             device_dirs: LinkedDirs::default(),
+            vf_source: None,
         }
     }
 }
@@ -325,7 +333,7 @@ const PORT_HW_COUNTERS_SOURCE: Desc = Desc::gauge(
 );
 
 /// Every metric this collector emits (for the METRICS.md check).
-pub const METRICS: [Desc; 23] = [
+pub const METRICS: [Desc; 24] = [
     DEVICE_INFO,
     PORT_INFO,
     PORT_STATE,
@@ -349,6 +357,7 @@ pub const METRICS: [Desc; 23] = [
     PORT_HW_STATS_LIFESPAN,
     DEVICE_HW_STAT,
     PORT_HW_COUNTERS_SOURCE,
+    vf_stats::VF_STAT,
 ];
 
 impl Collector for RdmaCollector {
@@ -425,6 +434,9 @@ impl Collector for RdmaCollector {
             read.device(&dir);
             read.state.end_read(read.unit.out().samples.pushed());
         });
+        if let Some(source) = &self.vf_source {
+            vf_stats::read(&dir, device, source.as_ref(), self.timeout, out);
+        }
     }
 }
 
