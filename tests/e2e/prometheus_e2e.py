@@ -83,6 +83,8 @@ NEEDS_LAB_KERNEL = {
     "hpcnode_module_loads_total", "hpcnode_module_tainted_loads_total",
     "hpcnode_module_signature_checks_total", "hpcnode_module_load_failures_total",
     "hpcnode_kernel_log_events_total",
+    # RDMA port events: the rdma_port_events probe on rxe0 (the lab's rdma_softroce group).
+    "hpcnode_rdma_port_events_total",
     # Kernel-log events from before start: the lab refuses a module before starting the exporter.
     "hpcnode_kernel_log_events_before_start", "hpcnode_kernel_log_before_start_complete",
     # IOMMU faults from the kernel log: exporter/tests/it/pci.rs writes DMAR lines to /dev/kmsg for them.

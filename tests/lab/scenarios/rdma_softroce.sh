@@ -1,6 +1,6 @@
 # Soft-RoCE (rdma_rxe) on a dummy netdev: the rdma collector reads a real kernel's
 # /sys/class/infiniband, and the verbs userspace sees the device (later issues' probes need it).
-# lab: modules=rdma_rxe ib_uverbs rdma_ucm crc32_generic crc32_pclmul dummy
+# lab: modules=rdma_rxe ib_uverbs rdma_ucm crc32_generic crc32_pclmul dummy veth
 # lab: tools=verbs
 # lab: collectors=ebpf rdma
 # lab: timeout=180
@@ -62,6 +62,34 @@ lab_info "downs counted: $(lab_delta rxe downs_after "$downs") (link_downed: $(c
 ip link set dummy0 up
 lab_check "rxe0 port 1 ACTIVE again" lab_wait_until 20 grep -q ACTIVE "$port/state"
 lab_exporter_stop
+
+lab_scenario rdma_carrier_changes
+# A RoCE port's netdev's carrier changes as the kernel counts them. dummy has no carrier to
+# lose; a veth loses it when its peer goes down (veth_close: netif_carrier_off of the peer) and
+# regains it when the peer comes up (veth_open): two down/up cycles of the peer are four.
+veth_port=/sys/class/infiniband/rxe1/ports/1
+carrier='hpcnode_rdma_port_netdev_carrier_changes_total{device="rxe1",port="1"}'
+lab_check "modprobe veth" modprobe veth
+# iproute2's ip (tools=verbs): busybox's, the shell's builtin, cannot make a veth pair.
+iproute2=/usr/bin/ip
+lab_check "ip link add veth0 type veth peer name veth1" $iproute2 link add veth0 type veth peer name veth1
+lab_check "veth0 and veth1 up" sh -c "$iproute2 link set veth0 up && $iproute2 link set veth1 up"
+lab_check "rdma link add rxe1 type rxe netdev veth0" rdma link add rxe1 type rxe netdev veth0
+lab_check "rxe1 port 1 becomes ACTIVE" lab_wait_until 20 grep -q ACTIVE "$veth_port/state"
+lab_exporter_start --collector.disable-defaults --collector.rdma || exit 1
+lab_scrape carrier_before
+for cycle in 1 2; do
+  $iproute2 link set veth1 down
+  $iproute2 link set veth1 up
+done
+lab_check "rxe1 port 1 ACTIVE after the cycles" lab_wait_until 20 grep -q ACTIVE "$veth_port/state"
+lab_scrape carrier_after
+lab_expect_delta "veth0's carrier changes: four" carrier_before carrier_after "$carrier" == 4
+lab_expect "carrier changes as veth0's sysfs says" \
+  "$(lab_value carrier_after "$carrier")" == "$(cat /sys/class/net/veth0/carrier_changes)"
+lab_exporter_stop
+lab_check "rdma link delete rxe1" rdma link delete rxe1
+lab_check "ip link delete veth0" $iproute2 link delete veth0
 
 lab_scenario rdma_port_events
 # Every event ib_core delivers, counted in the kernel (the rdma_port_events probe, attached at
