@@ -235,7 +235,7 @@ pub fn follow_kmsg(mut kmsg: File, counts: Arc<KernelLogCounts>) {
     let stopped = loop {
         match read_kmsg_record(&mut kmsg, &mut record) {
             KmsgRead::Record(len) => {
-                if let Some(text) = kmsg_kernel_record_text(&record[..len]) {
+                if let Some(text) = kmsg_record_text(&record[..len]) {
                     counts.count_line(&text);
                 }
             }
