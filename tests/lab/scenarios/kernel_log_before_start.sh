@@ -2,7 +2,9 @@
 # loading OFED at boot) is read from what the kernel log still holds, into the before-start
 # gauge and not the counter; an exporter restart does not count it again; a refusal after
 # start is counted by the counter only. The refusals are counted against the kernel's own log
-# (dmesg), since other groups of the same boot may refuse modules too.
+# (`dmesg -r`, whose `<priority>` below 8 is a LOG_KERN record), since other groups of the same
+# boot may refuse modules too. A process writing the same line to /dev/kmsg before start is
+# not counted: the kernel logs it with facility LOG_USER.
 # lab: collectors=ebpf
 # lab: variants=pcspkr
 # lab: cmdline=module.sig_enforce=1
@@ -14,8 +16,8 @@ before_start="hpcnode_kernel_log_events_before_start{$rejected}"
 since_start="hpcnode_kernel_log_events_total{$rejected}"
 complete=hpcnode_kernel_log_before_start_complete
 
-# The kernel's own count of the line, from dmesg.
-refusals_logged() { dmesg | grep -c 'Loading of unsigned module is rejected' || true; }
+# The kernel's own count of the line, from dmesg: records the kernel logged (LOG_KERN).
+refusals_logged() { dmesg -r | grep -cE '^<[0-7]>.*Loading of unsigned module is rejected' || true; }
 
 # start_and_scrape NAME: starts the exporter and scrapes NAME once the records from before
 # start have been read (read on a thread of its own: the gauges appear when it is done).
@@ -38,6 +40,9 @@ logged=$(refusals_logged)
 timeout 5 dd if=/dev/kmsg of="$LAB_TMP/kmsg.txt" bs=8192 2> /dev/null
 cp "$LAB_TMP/kmsg.txt" "/lab/results/$LAB_GROUP.kmsg.txt"
 lab_info "captured $(grep -c '^[0-9]' "$LAB_TMP/kmsg.txt") records, the oldest: $(head -n 1 "$LAB_TMP/kmsg.txt")"
+echo 'Loading of unsigned module is rejected' > /dev/kmsg
+lab_expect "the written line is in the log, not as the kernel's" \
+  "$(dmesg | grep -c 'Loading of unsigned module is rejected')" == $((logged + 1))
 start_and_scrape first
 lab_expect "before start: every refusal the kernel logged" "$(lab_value first "$before_start")" == "$logged"
 lab_expect "since start: none" "$(lab_value first "$since_start")" == 0

@@ -19,8 +19,8 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use super::{
-    kmsg_record_seq, kmsg_record_text, read_kmsg_record, BeforeStart, EventCounts, KernelLogCounts,
-    KmsgRead, KMSG_RECORD_MAX,
+    kmsg_kernel_record_text, kmsg_record_seq, read_kmsg_record, BeforeStart, EventCounts,
+    KernelLogCounts, KmsgRead, KMSG_RECORD_MAX,
 };
 use crate::logging::{self, Level};
 
@@ -189,7 +189,7 @@ fn read_records(
             break None;
         }
         records += 1;
-        if let Some(text) = kmsg_record_text(&record[..len]) {
+        if let Some(text) = kmsg_kernel_record_text(&record[..len]) {
             count(&text);
         }
     };

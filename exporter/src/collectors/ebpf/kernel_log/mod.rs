@@ -171,6 +171,20 @@ pub fn ring_record_text(record: &[u8]) -> Option<String> {
     Some(String::from_utf8_lossy(&text[..end]).into_owned())
 }
 
+/// The text of one `/dev/kmsg` record if the kernel logged it: its priority (the first field,
+/// `facility << 3 | level`) has facility 0, `LOG_KERN`. A write to `/dev/kmsg` is logged with
+/// facility `LOG_USER` unless it asks for another non-zero one (devkmsg_write in
+/// kernel/printk/printk.c, 3.5 to 6.12), so a line a process writes never passes for the
+/// kernel's.
+pub fn kmsg_kernel_record_text(record: &[u8]) -> Option<String> {
+    let priority = record.split(|&b| b == b',').next()?;
+    let priority: u32 = std::str::from_utf8(priority).ok()?.parse().ok()?;
+    if priority >> 3 != 0 {
+        return None;
+    }
+    kmsg_record_text(record)
+}
+
 /// The sequence number of one `/dev/kmsg` record (the second field of its prefix).
 pub fn kmsg_record_seq(record: &[u8]) -> Option<u64> {
     let prefix = &record[..record.iter().position(|&b| b == b';')?];

@@ -12,10 +12,13 @@ pub struct LinePattern {
 }
 
 pub enum LineKind {
-    /// A kernel log event; the regex's named capture groups become its labels.
+    /// A kernel log event; the regex's named capture groups become its labels (a label the
+    /// line does not capture is empty). A `bounded` label keeps the values its test accepts
+    /// and is `other` for any other.
     Event {
         event: &'static str,
         labels: &'static [&'static str],
+        bounded: Option<Bounded>,
     },
     /// An IOMMU fault report in one of its forms.
     IommuFault(FaultLine),
@@ -34,15 +37,63 @@ pub enum FaultLine {
     Amd,
 }
 
+/// A label whose values are a known set; any other value is `other`.
+#[derive(Clone, Copy)]
+pub struct Bounded {
+    pub label: &'static str,
+    pub known: fn(&str) -> bool,
+}
+
 const fn event(
     event: &'static str,
     regex: &'static str,
     labels: &'static [&'static str],
 ) -> LinePattern {
     LinePattern {
-        kind: LineKind::Event { event, labels },
+        kind: LineKind::Event {
+            event,
+            labels,
+            bounded: None,
+        },
         regex,
     }
+}
+
+const fn bounded_event(
+    event: &'static str,
+    regex: &'static str,
+    labels: &'static [&'static str],
+    bounded: Bounded,
+) -> LinePattern {
+    LinePattern {
+        kind: LineKind::Event {
+            event,
+            labels,
+            bounded: Some(bounded),
+        },
+        regex,
+    }
+}
+
+/// The start of every `mlx5_core_{err,warn,info}` and `mlx5_log` line: `dev_printk`'s
+/// `<driver> <device>: ` (`__dev_printk`, drivers/base/core.c), then the driver's own
+/// `"%s:%d:(pid %d): "` with `__func__` and `__LINE__` (mlx5_core.h). `device` is the PCI
+/// address. The driver health patterns use ASCII classes (`[0-9]`, not `\d`): Unicode ones made
+/// the matcher take seven times as long to build, which the before-start read felt in the lab.
+macro_rules! mlx5_line {
+    ($rest:literal) => {
+        concat!(
+            r"^mlx5_core (?P<device>[0-9a-f]{4}:[0-9a-f]{2}:[0-9a-f]{2}\.[0-7]): [A-Za-z0-9_]+:[0-9]+:\(pid [0-9]+\): ",
+            $rest
+        )
+    };
+}
+
+/// Xid numbers NVIDIA documents: the rows of its Xid catalog, 1 to 154
+/// (docs.nvidia.com/deploy/xid-errors/analyzing-xid-catalog.html; `nverror.h` of
+/// NVIDIA/open-gpu-kernel-modules defines up to 153, 154 is the catalog's recovery-action Xid).
+fn documented_xid(xid: &str) -> bool {
+    !xid.starts_with('0') && xid.parse::<u16>().is_ok_and(|n| (1..=154).contains(&n))
 }
 
 const fn iommu_fault(form: FaultLine, regex: &'static str) -> LinePattern {
@@ -108,6 +159,82 @@ pub const PATTERNS: &[LinePattern] = &[
         FaultLine::Amd,
         r"^(?:\S+ (?P<device>[0-9a-f]{4}:[0-9a-f]{2}:[0-9a-f]{2}\.[0-7]): )?AMD-Vi: Event logged \[IO_PAGE_FAULT (?:device=(?P<event_device>[0-9a-f:.]+) )?domain=0x[0-9a-f]+ address=0x[0-9a-f]+ flags=0x(?P<flags>[0-9a-f]+)\]",
     ),
+    // Driver health events. Each format was checked in the mlx5_core.ko and vmlinux of the
+    // lab's three kernels (Debian 5.10.262, 6.1.192, 6.12.118: `strings` of the binaries).
+    // drivers/net/ethernet/mellanox/mlx5/core/cmd.c: wait_func (`%s(0x%x) timeout. Will cause
+    // a leak of a command resource`, `%s(0x%x) canceled on out of queue timeout.`),
+    // cb_timeout_handler (`cmd[%d]: %s(0x%x) Async, timeout. ...`), and from 6.1
+    // cmd_work_handler (`%s(0x%x) timeout while waiting for command semaphore.`). `command` is
+    // mlx5_command_str(): the opcode's name, or `unknown command opcode`. The `recovered
+    // after timeout` lines are not counted: the command completed.
+    event(
+        "mlx5_cmd_timeout",
+        mlx5_line!(
+            r"(?:cmd\[[0-9]+\]: )?(?P<command>[A-Z0-9_]+|unknown command opcode)\(0x[0-9a-f]+\) (?:(?:Async, )?timeout\. Will cause a leak of a command resource|canceled on out of queue timeout\.|timeout while waiting for command semaphore\.)$"
+        ),
+        &["device", "command"],
+    ),
+    // health.c: poll_health, the firmware's health counter stopped (5.10, 6.1, 6.12).
+    event(
+        "mlx5_health_compromised",
+        mlx5_line!(r"device's health compromised - reached miss count$"),
+        &["device"],
+    ),
+    // health.c: poll_health, `Fatal error %u detected` (the enum mlx5_sensor that fired).
+    event(
+        "mlx5_fatal_error",
+        mlx5_line!(r"Fatal error (?P<sensor>[0-9]+) detected$"),
+        &["device", "sensor"],
+    ),
+    // health.c: print_health_info, `synd 0x%x: %s` (hsynd_str; mlx5_core_err in 5.10,
+    // mlx5_log from 6.1): one line per health report, printed only when the syndrome is set.
+    // `syndrome` is the firmware's 8-bit syndrome in hex.
+    event(
+        "mlx5_health_syndrome",
+        mlx5_line!(r"synd 0x(?P<syndrome>[0-9a-f]{1,2}): "),
+        &["device", "syndrome"],
+    ),
+    // events.c: port_module_event, `Port module event: module %u, %s` and `Port module
+    // event[error]: module %u, %s, %s`, with the strings of mlx5_pme_status_to_string and
+    // mlx5_pme_error_to_string (the same tables in 5.10, 6.1 and 6.12). Rate-limited by
+    // printk_ratelimit(): a lower bound (the exact counts are the netdev's module_* ethtool
+    // statistics).
+    event(
+        "mlx5_port_module",
+        mlx5_line!(
+            r"Port module event(?:\[error\])?: module (?P<module>[0-9]{1,3}), (?P<status>Cable plugged|Cable unplugged|Cable error|Cable disabled|Unknown status)(?:, (?P<reason>Power budget exceeded|Long Range for non MLNX cable|Bus stuck \(I2C or data shorted\)|No EEPROM/retry timeout|Enforce part number list|Unknown identifier|High Temperature|Bad or shorted cable/module|One or more network ports have been powered down due to insufficient/unadvertised power on the PCIe slot|Unknown error))?$"
+        ),
+        &["device", "module", "status", "reason"],
+    ),
+    // net/sched/sch_generic.c: dev_watchdog. 5.10 (and before): WARN_ONCE(1, KERN_INFO
+    // "NETDEV WATCHDOG: %s (%s): transmit queue %u timed out\n", name, driver), once per boot;
+    // some kernels add ` %u ms`.
+    event(
+        "netdev_tx_timeout",
+        r"^NETDEV WATCHDOG: (?P<netdev>[^ :]+) \((?P<driver>[^) ]*)\): transmit queue [0-9]+ timed out",
+        &["driver", "device", "netdev"],
+    ),
+    // 6.1 and 6.12 (Debian's 6.1 has the backport): netdev_crit(dev, "NETDEV WATCHDOG: CPU: %d:
+    // transmit queue %u timed out %u ms\n"), every time; __netdev_printk (net/core/dev.c)
+    // prefixes `<driver> <device> <netdev>: `, or `<netdev>: ` for a netdev without a parent
+    // device, and a state such as ` (unregistering)`.
+    event(
+        "netdev_tx_timeout",
+        r"^(?:(?P<driver>[^ ]+) (?P<device>[^ ]+) )?(?P<netdev>[^ :]+)(?: \([a-z ]+\))?: NETDEV WATCHDOG: CPU: [0-9]+: transmit queue [0-9]+ timed out",
+        &["driver", "device", "netdev"],
+    ),
+    // NVIDIA's driver (nvidia.ko, not in the kernel tree): `NVRM: Xid (PCI:0000:3b:00): 79,
+    // pid=..., ...`; older drivers print the address without `PCI:`. The address has no
+    // function number.
+    bounded_event(
+        "nvidia_xid",
+        r"^NVRM: Xid \((?:PCI:)?(?P<device>[0-9a-f]{4}:[0-9a-f]{2}:[0-9a-f]{2})\): (?P<xid>[0-9]+),",
+        &["device", "xid"],
+        Bounded {
+            label: "xid",
+            known: documented_xid,
+        },
+    ),
 ];
 
 /// An event with its captured labels (name, value), in the regex's group order.
@@ -141,12 +268,18 @@ impl Matcher {
         let (regex, kind) = &self.patterns[index];
         let captures = regex.captures(line)?;
         Some(match kind {
-            LineKind::Event { event, labels } => {
+            LineKind::Event {
+                event,
+                labels,
+                bounded,
+            } => {
                 let labels = labels
                     .iter()
                     .map(|name| {
                         let value = captures.name(name).map_or("", |m| m.as_str());
-                        (*name, value.to_string())
+                        let unknown =
+                            bounded.is_some_and(|b| b.label == *name && !(b.known)(value));
+                        (*name, if unknown { "other" } else { value }.to_string())
                     })
                     .collect();
                 LineMatch::Event((event, labels))
@@ -224,18 +357,25 @@ mod tests {
         }
     }
 
+    /// Every named group is a label, and every pattern of one event has the same labels.
     #[test]
-    fn every_pattern_label_is_a_named_group() {
+    fn every_named_group_is_a_label_of_its_event() {
+        let mut labels_of = std::collections::BTreeMap::new();
         for pattern in PATTERNS {
-            let LineKind::Event { event, labels } = pattern.kind else {
+            let LineKind::Event { event, labels, .. } = pattern.kind else {
                 continue;
             };
             let regex = Regex::new(pattern.regex).unwrap();
-            let groups: Vec<_> = regex.capture_names().flatten().collect();
-            assert_eq!(groups, labels, "{event}");
+            for group in regex.capture_names().flatten() {
+                assert!(labels.contains(&group), "{event}: {group}");
+            }
+            assert_eq!(*labels_of.entry(event).or_insert(labels), labels, "{event}");
         }
     }
 }
+
+#[cfg(test)]
+mod driver_health_tests;
 
 #[cfg(test)]
 mod proptests {

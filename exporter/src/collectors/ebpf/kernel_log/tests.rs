@@ -103,6 +103,31 @@ fn kmsg_fallback_counts_new_lines() {
     }
 }
 
+/// Only records of facility 0 (LOG_KERN) are the kernel's: `pri = facility << 3 | level`.
+#[test]
+fn kmsg_records_of_other_facilities_are_not_the_kernels() {
+    let line = "Loading of unsigned module is rejected";
+    for level in 0..8 {
+        let record = format!("{level},7,9000,-;{line}\n");
+        assert_eq!(
+            kmsg_kernel_record_text(record.as_bytes()).as_deref(),
+            Some(line)
+        );
+    }
+    // LOG_USER (devkmsg_write's default), a facility a writer asked for, LOG_LOCAL7.
+    for priority in [12, 14, 8 + 7, 30, 191] {
+        let record = format!("{priority},7,9000,-;{line}\n");
+        assert_eq!(
+            kmsg_kernel_record_text(record.as_bytes()),
+            None,
+            "{priority}"
+        );
+    }
+    for malformed in [&b"x,7,9000,-;text"[..], b";text", b"-1,7,9000,-;text"] {
+        assert_eq!(kmsg_kernel_record_text(malformed), None);
+    }
+}
+
 #[test]
 fn ring_records() {
     let mut record = 11u32.to_ne_bytes().to_vec();
