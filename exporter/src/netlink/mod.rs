@@ -2,5 +2,6 @@
 //! per-VF statistics; the ebpf collector's uevent socket (`NETLINK_KOBJECT_UEVENT`) stays with
 //! the code that reads it.
 
+pub mod datagram;
 pub mod rdma;
 pub mod route;

@@ -1,12 +1,12 @@
-//! The only code that makes system calls on `NETLINK_ROUTE`: one socket, kept by its owner, that
-//! sends one `RTM_GETLINK` at a time and receives its one reply, waiting no longer than the
-//! scrape's deadline.
+//! One `NETLINK_ROUTE` socket, kept by its owner, that sends one `RTM_GETLINK` at a time and
+//! receives its one reply (through [`DatagramSocket`], the one layer of netlink system calls),
+//! waiting no longer than the scrape's deadline.
 
 use std::io;
-use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
 use std::time::Instant;
 
 use super::link::{decode, request, VfStats, NETLINK_ROUTE};
+use crate::netlink::datagram::{DatagramSocket, ReceiveError};
 use crate::netlink::rdma::reply::ReplyError;
 
 /// Room for the largest reply: a PF with its VFs' entries (a few hundred bytes a VF, 127 VFs
@@ -26,32 +26,28 @@ pub enum RequestError {
     Reply(#[from] ReplyError),
 }
 
+impl From<ReceiveError> for RequestError {
+    fn from(err: ReceiveError) -> RequestError {
+        match err {
+            ReceiveError::Io(what, err) => RequestError::Io(what, err),
+            ReceiveError::Timeout => RequestError::Timeout,
+            ReceiveError::Truncated(len) => ReplyError::Truncated(len).into(),
+        }
+    }
+}
+
 /// An open `NETLINK_ROUTE` socket.
 pub struct Socket {
-    fd: OwnedFd,
+    socket: DatagramSocket,
     sequence: u32,
-    buffer: Vec<u8>,
 }
 
 impl Socket {
     pub fn open() -> Result<Socket, RequestError> {
-        // SAFETY: socket takes plain integers and returns a new descriptor or -1.
-        let fd = unsafe {
-            libc::socket(
-                libc::AF_NETLINK,
-                libc::SOCK_RAW | libc::SOCK_CLOEXEC,
-                NETLINK_ROUTE,
-            )
-        };
-        if fd < 0 {
-            return Err(RequestError::Unavailable(io::Error::last_os_error()));
-        }
-        // SAFETY: fd is a descriptor this call just opened and nothing else owns.
-        let fd = unsafe { OwnedFd::from_raw_fd(fd) };
+        let socket = DatagramSocket::open(NETLINK_ROUTE, RECEIVE_BUFFER);
         Ok(Socket {
-            fd,
+            socket: socket.map_err(RequestError::Unavailable)?,
             sequence: 0,
-            buffer: vec![0; RECEIVE_BUFFER],
         })
     }
 
@@ -62,70 +58,10 @@ impl Socket {
         deadline: Instant,
     ) -> Result<Vec<VfStats>, RequestError> {
         self.sequence = self.sequence.wrapping_add(1);
-        let message = request(ifindex, self.sequence);
-        // SAFETY: a zeroed sockaddr_nl is the kernel's address (pid 0, no groups) once its
-        // family is set.
-        let mut kernel: libc::sockaddr_nl = unsafe { std::mem::zeroed() };
-        kernel.nl_family = libc::AF_NETLINK as libc::sa_family_t;
-        // SAFETY: message and kernel live across the call, with the lengths given.
-        let sent = unsafe {
-            libc::sendto(
-                self.fd.as_raw_fd(),
-                message.as_ptr().cast(),
-                message.len(),
-                0,
-                std::ptr::addr_of!(kernel).cast(),
-                std::mem::size_of::<libc::sockaddr_nl>() as libc::socklen_t,
-            )
-        };
-        if sent < 0 {
-            return Err(RequestError::Io("send", io::Error::last_os_error()));
-        }
+        self.socket.send(&request(ifindex, self.sequence))?;
         loop {
-            let left = deadline.saturating_duration_since(Instant::now());
-            let millis = left.as_millis().min(i32::MAX as u128) as i32;
-            let mut poll = libc::pollfd {
-                fd: self.fd.as_raw_fd(),
-                events: libc::POLLIN,
-                revents: 0,
-            };
-            // SAFETY: poll reads and writes the one pollfd it is given, which lives across
-            // the call.
-            match unsafe { libc::poll(&mut poll, 1, millis) } {
-                0 => return Err(RequestError::Timeout),
-                rc if rc < 0 => match io::Error::last_os_error() {
-                    err if err.kind() == io::ErrorKind::Interrupted => continue,
-                    err => return Err(RequestError::Io("poll", err)),
-                },
-                _ => {}
-            }
-            // SAFETY: buffer lives across the call and holds the length given; MSG_TRUNC makes
-            // the call return the datagram's whole length, so a cut one is seen.
-            let received = unsafe {
-                libc::recv(
-                    self.fd.as_raw_fd(),
-                    self.buffer.as_mut_ptr().cast(),
-                    self.buffer.len(),
-                    libc::MSG_TRUNC | libc::MSG_DONTWAIT,
-                )
-            };
-            if received < 0 {
-                match io::Error::last_os_error() {
-                    err if matches!(
-                        err.kind(),
-                        io::ErrorKind::Interrupted | io::ErrorKind::WouldBlock
-                    ) =>
-                    {
-                        continue
-                    }
-                    err => return Err(RequestError::Io("receive", err)),
-                }
-            }
-            let received = received as usize;
-            if received > self.buffer.len() {
-                return Err(ReplyError::Truncated(received).into());
-            }
-            return match decode(&self.buffer[..received], self.sequence, ifindex) {
+            let datagram = self.socket.receive(deadline)?;
+            return match decode(datagram, self.sequence, ifindex) {
                 // The reply to an earlier request that timed out: this one's comes next.
                 Err(ReplyError::Sequence { got, sent }) if got < sent => continue,
                 decoded => Ok(decoded?),
