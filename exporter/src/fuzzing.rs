@@ -21,6 +21,7 @@ use crate::kernel::module_file::{Signature, SignatureCache};
 use crate::kernel::{cmdline, keys, modprobe};
 use crate::netlink::rdma::message::{Command, Dump, Resource};
 use crate::netlink::rdma::reply;
+use crate::netlink::route::link::{self, VfCounter};
 use crate::sysfs::{AttributeReader, SysDir};
 use crate::transceiver::{self, Memory, HALF_PAGE};
 use crate::web_config::WebConfigFile;
@@ -347,6 +348,17 @@ pub fn rdma_netlink(data: &[u8]) {
     }
 }
 
+/// A datagram as the reply to the rdma collector's `RTM_GETLINK` for a PF's VFs.
+pub fn rtnetlink_vf_stats(data: &[u8]) {
+    if let Ok(vfs) = link::decode(data, 1, 1) {
+        // Each VF takes at least its entry's nest, its MAC attribute and its counters' nest.
+        assert!(vfs.len() <= data.len() / 12);
+        assert!(vfs
+            .iter()
+            .all(|vf| vf.counters.len() <= VfCounter::ALL.len()));
+    }
+}
+
 /// Values of the flags that take durations and listen addresses.
 pub fn flag_values(data: &[u8]) {
     let text = String::from_utf8_lossy(data);
@@ -382,6 +394,7 @@ mod tests {
             ("verbs_oob", verbs_oob),
             ("verbs_handshake", verbs_handshake),
             ("rdma_netlink", rdma_netlink),
+            ("rtnetlink_vf_stats", rtnetlink_vf_stats),
             ("flag_values", flag_values),
             ("web_config", web_config),
             ("transceiver_eeprom", transceiver_eeprom),

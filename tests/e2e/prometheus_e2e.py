@@ -459,10 +459,11 @@ def check_alerts(prom, procfs_inst, edge_inst, tree, scratch, exporter_procfs, m
     expected_edge = sorted([
         ("HpcnodeRdmaPortNotActive", "mlx4_1", "1", ""),
         ("HpcnodeRdmaPortPhysicalStateNotLinkUp", "mlx4_1", "1", ""),
-        ("HpcnodeRdmaPortCounterSaturated", "mlx5_1", "1", "link_downed"),
-        ("HpcnodeRdmaPortCounterSaturated", "mlx5_1", "1", "local_link_integrity_errors"),
-        ("HpcnodeRdmaPortCounterSaturated", "mlx5_1", "1", "port_xmit_wait"),
-        ("HpcnodeRdmaPortCounterSaturated", "mlx5_1", "1", "symbol_error"),
+        ("HpcnodeRdmaErrorCounterSaturated", "mlx5_1", "1", "link_downed"),
+        ("HpcnodeRdmaErrorCounterSaturated", "mlx5_1", "1", "local_link_integrity_errors"),
+        ("HpcnodeRdmaErrorCounterSaturated", "mlx5_1", "1", "port_xmit_discards"),
+        ("HpcnodeRdmaErrorCounterSaturated", "mlx5_1", "1", "port_xmit_wait"),
+        ("HpcnodeRdmaErrorCounterSaturated", "mlx5_1", "1", "symbol_error"),
     ])
     got = wait_until("the edge tree's alerts", lambda: alert_keys(prom, edge_inst) == expected_edge, 30)
     check(got is not None, f"edge tree: exactly the DOWN port's and the 4 saturated counters' alerts fire "

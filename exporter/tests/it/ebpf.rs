@@ -321,22 +321,23 @@ fn strict_exits_1_naming_the_missing_probes() {
     assert!(error.contains("; module_sig_check ("), "{error}");
     assert!(error.contains("; module_load_syscall ("), "{error}");
     assert!(!error.contains("kernel_log ("), "{error}");
-    // The IOMMU and vfio probes may rightly miss (no Intel IOMMU, no vfio modules, no kprobes
-    // here): strict does not require them.
+    // The IOMMU, vfio and RDMA probes may rightly miss (no Intel IOMMU, no vfio or ib_core
+    // modules, no kprobes here): strict does not require them.
     for probe in [
         "iommu_fault",
         "dmar_fault",
         "vfio_enable",
         "vfio_aer",
         "vfio_pin",
+        "rdma_port_events",
     ] {
         assert!(!error.contains(&format!("{probe} (")), "{error}");
     }
 }
 
 /// On this kernel iommu:io_page_fault exists (IOMMU support built in) and its BPF hooks work;
-/// dmar_fault (no Intel IOMMU) and the vfio functions (no modules, no kprobes) do not exist,
-/// and each says why.
+/// dmar_fault (no Intel IOMMU), the vfio and the ib_core functions (no modules, no kprobes) do
+/// not exist, and each says why.
 #[test]
 fn iommu_and_vfio_probes_report_their_hooks() {
     if !on_module_free_kernel("iommu_and_vfio_probes_report_their_hooks") {
@@ -350,7 +351,13 @@ fn iommu_and_vfio_probes_report_their_hooks() {
             || attached("iommu_fault", "raw_tp") == Some(1.0),
         "{text}"
     );
-    for probe in ["dmar_fault", "vfio_enable", "vfio_aer", "vfio_pin"] {
+    for probe in [
+        "dmar_fault",
+        "vfio_enable",
+        "vfio_aer",
+        "vfio_pin",
+        "rdma_port_events",
+    ] {
         assert_eq!(attached(probe, "none"), Some(0.0), "{text}");
     }
     let reason = |probe: &str| failure_reason(&text, probe);
@@ -363,6 +370,12 @@ fn iommu_and_vfio_probes_report_their_hooks() {
     assert!(reason("vfio_enable").contains("kretprobe(vfio_pci_enable):"));
     assert!(reason("vfio_aer").starts_with("kprobe(vfio_pci_core_aer_err_detected):"));
     assert!(reason("vfio_pin").starts_with("kretprobe(vfio_pin_pages_remote):"));
+    let rdma = reason("rdma_port_events");
+    assert!(
+        rdma.starts_with("kprobe(ib_dispatch_event_clients):"),
+        "{rdma}"
+    );
+    assert!(rdma.contains("; kprobe(ib_dispatch_event):"), "{rdma}");
     // Nothing faults here: no IOMMU fault series from either source.
     assert!(!text.contains("hpcnode_iommu_faults_total{"), "{text}");
     assert!(

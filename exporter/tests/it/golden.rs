@@ -69,12 +69,14 @@ fn edge_cases_tree() {
             "rxe0 lacks {metric}"
         );
     }
-    // Saturated PMA counters are flagged, one width each.
+    // Saturated PMA counters are flagged, one width each (gpud PR #943's node: link_downed,
+    // port_xmit_discards and port_xmit_wait at their maxima).
     for counter in [
         "port_xmit_wait",
         "symbol_error",
         "link_downed",
         "local_link_integrity_errors",
+        "port_xmit_discards",
     ] {
         assert!(
             text.contains(&format!(

@@ -2,9 +2,11 @@
 # /sys/class/infiniband, and the verbs userspace sees the device (later issues' probes need it).
 # lab: modules=rdma_rxe ib_uverbs rdma_ucm crc32_generic crc32_pclmul dummy
 # lab: tools=verbs
+# lab: collectors=ebpf rdma
 # lab: timeout=180
 
 port=/sys/class/infiniband/rxe0/ports/1
+. /lab/guest/hooks.sh # lab_run_stats
 
 lab_scenario softroce_up
 lab_check "modprobe rdma_rxe ib_uverbs rdma_ucm crc32_generic dummy" \
@@ -59,6 +61,44 @@ lab_expect_delta "the port's downs, at least one" rxe downs_after "$downs" ">=" 
 lab_info "downs counted: $(lab_delta rxe downs_after "$downs") (link_downed: $(cat $port/hw_counters/link_downed 2> /dev/null || echo none))"
 ip link set dummy0 up
 lab_check "rxe0 port 1 ACTIVE again" lab_wait_until 20 grep -q ACTIVE "$port/state"
+lab_exporter_stop
+
+lab_scenario rdma_port_events
+# Every event ib_core delivers, counted in the kernel (the rdma_port_events probe, attached at
+# start: rdma_rxe loaded ib_core). rxe dispatches PORT_ERR when its netdev goes down and
+# PORT_ACTIVE when it comes up (rxe_port_down/rxe_port_up): five whole cycles between two
+# scrapes are exactly five of each, delivered later by ib_wq (lab_expect_delta scrapes again).
+events='hpcnode_rdma_port_events_total{device="rxe0",port="1"'
+cycle_dummy0() { # CYCLES
+  local cycle
+  for cycle in $(seq "$1"); do
+    ip link set dummy0 down
+    ip link set dummy0 up
+  done
+}
+lab_exporter_start --collector.disable-defaults --collector.ebpf || exit 1
+lab_scrape events_before
+lab_expect "rdma_port_events on its kprobe" \
+  "$(lab_value events_before 'hpcnode_ebpf_probe_attached{probe="rdma_port_events",hook="kprobe"}')" == 1
+cycle_dummy0 5
+lab_check "rxe0 port 1 ACTIVE after five cycles" lab_wait_until 20 grep -q ACTIVE "$port/state"
+lab_scrape events_after
+lab_expect_delta "port_err of rxe0 port 1: five" events_before events_after "$events,event=\"port_err\"}" == 5
+lab_expect_delta "port_active of rxe0 port 1: five" events_before events_after "$events,event=\"port_active\"}" == 5
+lab_info "events of the five cycles: $(lab_matching events_after 'hpcnode_rdma_port_events_total' | cut -f1 | tr '\n' ' ')"
+lab_info "rdma_port_events cost: $(lab_run_stats events_before events_after rdma_port_events)"
+# Deleted and added again: the events of the new rxe0 continue the same series.
+lab_check "rdma link delete rxe0" rdma link delete rxe0
+lab_check "rdma link add rxe0 again" rdma link add rxe0 type rxe netdev dummy0
+lab_check "the new rxe0 ACTIVE" lab_wait_until 20 grep -q ACTIVE "$port/state"
+lab_scrape events_readded
+cycle_dummy0 1
+lab_check "the new rxe0 ACTIVE after one cycle" lab_wait_until 20 grep -q ACTIVE "$port/state"
+lab_scrape events_cycled
+lab_expect_delta "port_err of the new rxe0 port 1: one more" events_readded events_cycled "$events,event=\"port_err\"}" == 1
+lab_expect_delta "port_active of the new rxe0 port 1: one more" events_readded events_cycled "$events,event=\"port_active\"}" == 1
+lab_expect "no events lost" "$(lab_value events_cycled 'hpcnode_ebpf_events_lost_total{probe="rdma_port_events"}')" == 0
+lab_expect "no ebpf collector error" "$(lab_value events_cycled 'hpcnode_collector_errors_total{collector="ebpf"}')" == 0
 lab_exporter_stop
 
 lab_scenario rdma_held_counters

@@ -1,12 +1,13 @@
 //! The `ebpf` collector: kernel probes for module loads, signature verdicts, failed load
-//! syscalls, kernel log lines, IOMMU faults and vfio failures, attached at startup (the vfio
-//! probes also when their module loads later: [`late_attach`]) and read at every scrape.
+//! syscalls, kernel log lines, IOMMU faults, vfio failures and RDMA port events, attached at
+//! startup (the vfio and RDMA probes also when their module loads later: [`late_attach`]) and
+//! read at every scrape.
 //!
 //! Invariant: nothing a probe does stops the exporter. Each probe loads and attaches on its
 //! own, trying its hooks cheapest first ([`spec::ProbeSpec`]); a probe that gets none is
 //! exported as `hpcnode_ebpf_probe_attached{hook="none"} 0` with one log line saying why,
 //! and the others run. Only `--collector.ebpf.strict` turns a missed probe into a startup error (not
-//! for the IOMMU and vfio probes, whose hooks a node may rightly lack).
+//! for the IOMMU, vfio and RDMA probes, whose hooks a node may rightly lack).
 
 mod error;
 pub mod hook_choice;
@@ -733,9 +734,9 @@ pub(crate) mod tests {
     #[test]
     fn every_probe_metric_is_listed_once() {
         let mut names: Vec<String> = METRICS.iter().map(Desc::sample_name).collect();
-        assert_eq!(names.len(), 18);
+        assert_eq!(names.len(), 19);
         names.sort();
         names.dedup();
-        assert_eq!(names.len(), 18);
+        assert_eq!(names.len(), 19);
     }
 }

@@ -126,6 +126,8 @@ pub(super) struct DeviceRead<'a> {
     pub(super) netlink: Option<NetlinkRead<'a>>,
     /// The `link_downed` counter of the port being read (PMA or hw counter), for its downs.
     pub(super) link_downed: Option<u64>,
+    /// `--path.sysfs`, where a RoCE port's network device is.
+    pub(super) sysfs: &'a Path,
 }
 
 impl DeviceRead<'_> {
@@ -224,6 +226,9 @@ impl DeviceRead<'_> {
             ETHERNET_LINK_LAYER => self.netdev(dir),
             _ => String::new(),
         };
+        if !netdev.is_empty() {
+            self.carrier_changes(&netdev, &sets.port);
+        }
         let netdev = self.state.labels.get(&netdev);
         let info = [
             self.device_label(),
@@ -334,6 +339,21 @@ impl DeviceRead<'_> {
             .unwrap_or_default()
     }
 
+    /// The carrier changes of a RoCE port's network device (`class/net/<netdev>/
+    /// carrier_changes`, 3.16+): the kernel counts every down and up of the link under the
+    /// port, so a flap between two scrapes shows here even where the port has no `link_downed`.
+    /// No series where the device or the file is absent.
+    fn carrier_changes(&mut self, netdev: &str, port: &LabelSet) {
+        let dir = SysDir::open(self.sysfs, Path::new(NET_CLASS_DIR).join(netdev));
+        let Some(dir) = self.unit.optional(dir) else {
+            return;
+        };
+        let changes = self.unit.optional_u64(&dir, "carrier_changes");
+        if let Some(Some(changes)) = self.unit.reported(changes) {
+            self.push_set(&PORT_NETDEV_CARRIER_CHANGES, port, Value::Int(changes));
+        }
+    }
+
     /// The values of `counters_ext/`, each under the name of the `counters/` file it doubles.
     fn counters_ext(&mut self, dir: &SysDir) -> Vec<(&'static str, u64)> {
         COUNTERS_EXT
@@ -385,9 +405,11 @@ impl DeviceRead<'_> {
                 }
                 Target::Error => self.push_set(&PORT_ERRORS, set, Value::Int(value)),
             }
-            // Of the value exported: it is what stops counting.
+            // Of the value exported: it is what stops counting. A value from the 64-bit
+            // `counters_ext/` file never does.
+            let narrow = doubled.is_none_or(|wide| wide < value);
             if let Some(width) = counter.width {
-                let saturated = value == (1u64 << width) - 1;
+                let saturated = narrow && value == (1u64 << width) - 1;
                 let saturated = Value::Int(u64::from(saturated));
                 self.push_set(&PORT_PMA_SATURATED, set, saturated);
             }

@@ -29,6 +29,7 @@ use crate::sysfs::{AttributeReader, Entry, HeldByUnit, LinkedDirs, SysDir, Sysfs
 mod device_read;
 mod hw_counters_netlink;
 mod state;
+mod vf_stats;
 
 use device_read::DeviceRead;
 use hw_counters_netlink::{NetlinkOutcome, NetlinkRead};
@@ -144,6 +145,10 @@ impl Settings for RdmaSettings {
         let mut collector = RdmaCollector::new(host.sysfs.clone(), self.devices);
         collector.hw_counters = self.hw_counters.settle(&host.sysfs);
         collector.timeout = host.scrape_timeout;
+        // Only the running kernel answers for its VFs.
+        if host.sysfs == Path::new("/sys") {
+            collector.vf_source = Some(Box::new(vf_stats::Rtnetlink::default()));
+        }
         Ok(Started::new(collector))
     }
 }
@@ -170,6 +175,8 @@ struct RdmaCollector {
     class_dir: Mutex<Option<Arc<ClassListing>>>,
     /// The devices' directories, kept between scrapes on sysfs.
     device_dirs: LinkedDirs,
+    /// Where the VFs' counters come from: rtnetlink on the running kernel, else nowhere.
+    vf_source: Option<Box<dyn vf_stats::VfSource>>,
 }
 
 /// `class/infiniband` as a listing opened it, whether its devices' directories are kept
@@ -196,6 +203,7 @@ impl RdmaCollector {
             fallbacks_logged: OncePerCause::new(MAX_LOGGED_FALLBACKS),
             class_dir: Mutex::new(None),
             device_dirs: LinkedDirs::default(),
+            vf_source: None,
         }
     }
 }
@@ -205,6 +213,8 @@ const CLASS_DIR: &str = "class/infiniband";
 /// The index of a port's default GID in `gid_attrs/ndevs/`, and its file below the port.
 const DEFAULT_GID: &str = "0";
 const DEFAULT_GID_NETDEV: &str = "gid_attrs/ndevs/0";
+/// Where network devices are, under `--path.sysfs`.
+const NET_CLASS_DIR: &str = "class/net";
 
 const DEVICE_INFO: Desc = Desc::gauge(
     "hpcnode_rdma_device_info",
@@ -291,6 +301,11 @@ const PORT_DOWNS: Desc = Desc::counter(
     "Times the port went down since the exporter started, at least: at each read the larger of link_downed's increase and one if the port was ACTIVE at the last read and is not now. A down and up between two reads with no link_downed counter (or a saturated one) is missed.",
     None,
 );
+const PORT_NETDEV_CARRIER_CHANGES: Desc = Desc::counter(
+    "hpcnode_rdma_port_netdev_carrier_changes",
+    "Carrier changes (downs and ups) of the RoCE port's network device since it was made (class/net/<netdev>/carrier_changes); the netdev is on hpcnode_rdma_port_info.",
+    None,
+);
 const PORT_PMA_SATURATED: Desc = Desc::gauge(
     "hpcnode_rdma_port_pma_saturated",
     "1 when a PMA counter sits at its width's maximum and no longer counts (reset it with perfquery -R), else 0.",
@@ -318,7 +333,7 @@ const PORT_HW_COUNTERS_SOURCE: Desc = Desc::gauge(
 );
 
 /// Every metric this collector emits (for the METRICS.md check).
-pub const METRICS: [Desc; 22] = [
+pub const METRICS: [Desc; 24] = [
     DEVICE_INFO,
     PORT_INFO,
     PORT_STATE,
@@ -336,11 +351,13 @@ pub const METRICS: [Desc; 22] = [
     PORT_TRANSMIT_WAIT,
     PORT_ERRORS,
     PORT_DOWNS,
+    PORT_NETDEV_CARRIER_CHANGES,
     PORT_PMA_SATURATED,
     PORT_HW_STAT,
     PORT_HW_STATS_LIFESPAN,
     DEVICE_HW_STAT,
     PORT_HW_COUNTERS_SOURCE,
+    vf_stats::VF_STAT,
 ];
 
 impl Collector for RdmaCollector {
@@ -412,10 +429,14 @@ impl Collector for RdmaCollector {
                 state,
                 netlink: self.netlink_read(device),
                 link_downed: None,
+                sysfs: &self.sysfs,
             };
             read.device(&dir);
             read.state.end_read(read.unit.out().samples.pushed());
         });
+        if let Some(source) = &self.vf_source {
+            vf_stats::read(&dir, device, source.as_ref(), self.timeout, out);
+        }
     }
 }
 

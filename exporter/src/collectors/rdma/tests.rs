@@ -492,3 +492,58 @@ fn widths_give_the_saturation_value() {
     assert_eq!(max("link_downed"), 255);
     assert_eq!(max("local_link_integrity_errors"), 15);
 }
+
+#[test]
+fn a_counter_read_at_64_bits_is_never_flagged_saturated() {
+    let tmp = tempfile::tempdir().unwrap();
+    let port = tmp.path().join(CLASS_DIR).join("mlx4_0/ports/1");
+    for dir in ["counters", "counters_ext"] {
+        std::fs::create_dir_all(port.join(dir)).unwrap();
+    }
+    let collector = RdmaCollector::new(tmp.path().to_path_buf(), DeviceFilter::All);
+    let flag = || {
+        let flags = read_family(&collector, "mlx4_0", &PORT_PMA_SATURATED);
+        let received = r#"device="mlx4_0",port="1",counter="port_rcv_packets""#;
+        flags
+            .into_iter()
+            .find(|(labels, _)| labels == received)
+            .unwrap()
+            .1
+    };
+    let at_32_bit_max = "4294967295\n";
+    std::fs::write(port.join("counters/port_rcv_packets"), at_32_bit_max).unwrap();
+    // The 64-bit copy passes through 2^32-1 and counts on.
+    let extended = port.join("counters_ext/port_rcv_packets_64");
+    std::fs::write(&extended, at_32_bit_max).unwrap();
+    assert_eq!(flag(), Value::Int(0));
+    // The 32-bit file alone has stopped.
+    std::fs::remove_file(&extended).unwrap();
+    assert_eq!(flag(), Value::Int(1));
+}
+
+/// A RoCE port's netdev's carrier changes are exported, read fresh each time; none without a
+/// netdev or where the netdev is gone.
+#[test]
+fn a_roce_ports_carrier_changes_are_its_netdevs() {
+    let tmp = tempfile::tempdir().unwrap();
+    let port = tmp.path().join(CLASS_DIR).join("rxe0/ports/1");
+    std::fs::create_dir_all(port.join("gid_attrs/ndevs")).unwrap();
+    std::fs::write(port.join("link_layer"), "Ethernet\n").unwrap();
+    std::fs::write(port.join("state"), "4: ACTIVE\n").unwrap();
+    let netdev = tmp.path().join(NET_CLASS_DIR).join("dummy0");
+    std::fs::create_dir_all(&netdev).unwrap();
+    std::fs::write(netdev.join("carrier_changes"), "2\n").unwrap();
+    let collector = RdmaCollector::new(tmp.path().to_path_buf(), DeviceFilter::All);
+    let changes = || read_family(&collector, "rxe0", &PORT_NETDEV_CARRIER_CHANGES);
+    // The default GID names no netdev yet.
+    std::fs::write(port.join("gid_attrs/ndevs/0"), "").unwrap();
+    assert_eq!(changes(), vec![]);
+    std::fs::write(port.join("gid_attrs/ndevs/0"), "dummy0\n").unwrap();
+    let expected = |n| vec![(r#"device="rxe0",port="1""#.to_string(), Value::Int(n))];
+    assert_eq!(changes(), expected(2));
+    // Five downs and ups.
+    std::fs::write(netdev.join("carrier_changes"), "12\n").unwrap();
+    assert_eq!(changes(), expected(12));
+    std::fs::remove_dir_all(&netdev).unwrap();
+    assert_eq!(changes(), vec![]);
+}

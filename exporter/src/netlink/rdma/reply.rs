@@ -1,9 +1,10 @@
 //! What the replies of RDMA netlink are made of: attributes, each checked to lie within its
 //! level and read by type with the size the kernel gives it; the attribute numbers; the values
 //! several replies share (holders, hardware counters); and why a reply is refused. `message.rs`
-//! (requests, dumps) and `counters.rs` (QP counters) both decode with it.
+//! (requests, dumps) and `counters.rs` (QP counters) both decode with it, and so does
+//! `netlink/route/` (attributes are netlink's, not RDMA's).
 
-pub(super) const NLA_HEADER_LEN: usize = 4;
+pub(crate) const NLA_HEADER_LEN: usize = 4;
 /// The two flag bits of an attribute's type (`NLA_F_NESTED`, `NLA_F_NET_BYTEORDER`).
 const NLA_TYPE_MASK: u16 = 0x3fff;
 
@@ -145,12 +146,12 @@ pub(super) fn hw_counters(attributes: &Attributes) -> Result<Vec<Counter>, Reply
 }
 
 /// The attributes of one level, each checked to lie within it; looked up by type.
-pub(super) struct Attributes<'a> {
+pub(crate) struct Attributes<'a> {
     list: Vec<(u16, &'a [u8])>,
 }
 
 impl<'a> Attributes<'a> {
-    pub(super) fn parse(mut bytes: &'a [u8]) -> Result<Self, ReplyError> {
+    pub(crate) fn parse(mut bytes: &'a [u8]) -> Result<Self, ReplyError> {
         let mut list = Vec::new();
         while !bytes.is_empty() {
             let header = take(bytes, 0, NLA_HEADER_LEN).ok_or(ReplyError::AttributeLength {
@@ -174,11 +175,11 @@ impl<'a> Attributes<'a> {
         Ok(Attributes { list })
     }
 
-    pub(super) fn all(&self) -> impl Iterator<Item = (u16, &'a [u8])> + '_ {
+    pub(crate) fn all(&self) -> impl Iterator<Item = (u16, &'a [u8])> + '_ {
         self.list.iter().copied()
     }
 
-    pub(super) fn get(&self, kind: u16) -> Option<&'a [u8]> {
+    pub(crate) fn get(&self, kind: u16) -> Option<&'a [u8]> {
         self.list
             .iter()
             .find(|(k, _)| *k == kind)
@@ -209,7 +210,7 @@ impl<'a> Attributes<'a> {
         Ok(self.fixed::<4>(kind, "4 (u32)")?.map(u32::from_ne_bytes))
     }
 
-    pub(super) fn optional_u64(&self, kind: u16) -> Result<Option<u64>, ReplyError> {
+    pub(crate) fn optional_u64(&self, kind: u16) -> Result<Option<u64>, ReplyError> {
         Ok(self.fixed::<8>(kind, "8 (u64)")?.map(u64::from_ne_bytes))
     }
 
@@ -227,16 +228,16 @@ impl<'a> Attributes<'a> {
         String::from_utf8(payload[..end].to_vec()).map_err(|_| ReplyError::BadString(kind))
     }
 
-    pub(super) fn nested(&self, kind: u16) -> Result<Option<Attributes<'a>>, ReplyError> {
+    pub(crate) fn nested(&self, kind: u16) -> Result<Option<Attributes<'a>>, ReplyError> {
         self.get(kind).map(Attributes::parse).transpose()
     }
 }
 
 /// Netlink's 4-byte alignment of messages and attributes.
-pub(super) fn aligned(length: usize) -> usize {
+pub(crate) fn aligned(length: usize) -> usize {
     length.saturating_add(3) & !3
 }
 
-pub(super) fn take(bytes: &[u8], start: usize, length: usize) -> Option<&[u8]> {
+pub(crate) fn take(bytes: &[u8], start: usize, length: usize) -> Option<&[u8]> {
     bytes.get(start..start.checked_add(length)?)
 }

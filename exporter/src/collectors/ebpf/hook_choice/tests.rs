@@ -1,6 +1,6 @@
 use super::*;
 use crate::collectors::ebpf::probes::{
-    self, kernel_log, module_load, module_load_syscall, module_sig_check, vfio,
+    self, kernel_log, module_load, module_load_syscall, module_sig_check, rdma_port_events, vfio,
 };
 
 type Probe = &'static ProbeSpec;
@@ -143,6 +143,20 @@ fn vfio_probes_find_the_functions_of_kernels_before_5_15() {
             "vfio_pci_aer_err_detected",
         ]
     );
+}
+
+#[test]
+fn rdma_port_events_fall_back_to_the_drivers_dispatch() {
+    // A kernel whose ib_dispatch_event_clients is inlined: ib_dispatch_event, which misses
+    // only the GID changes the core dispatches itself.
+    let probe = &rdma_port_events::SPEC;
+    let mut fake = kernel(&[(probe, Hook::Kprobe)], "No such file or directory");
+    fake.targets = Some(vec!["ib_dispatch_event"]);
+    let outcome = attach_first(&mut fake, &modern(), &HookChoice::default(), probe);
+    assert_eq!(hook(&outcome), Some(Hook::Kprobe));
+    let targets: Vec<_> = fake.tried.iter().map(|tried| tried.2).collect();
+    assert_eq!(targets, ["ib_dispatch_event_clients", "ib_dispatch_event"]);
+    assert_eq!(probe.target_modules, ["ib_core"]);
 }
 
 #[test]

@@ -8,6 +8,7 @@ pub mod kernel_log;
 pub mod module_load;
 pub mod module_load_syscall;
 pub mod module_sig_check;
+pub mod rdma_port_events;
 pub mod vfio;
 
 use super::spec::ProbeSpec;
@@ -23,4 +24,5 @@ pub const ALL: &[&ProbeSpec] = &[
     &vfio::ENABLE,
     &vfio::AER,
     &vfio::PIN,
+    &rdma_port_events::SPEC,
 ];
