@@ -323,4 +323,4 @@ fn flags(bits: u8, quantity: Quantity, lane: Option<u8>) -> [Flag; 4] {
 #[cfg(test)]
 mod proptests;
 #[cfg(test)]
-mod tests;
+pub(crate) mod tests;

@@ -6,7 +6,7 @@ use super::*;
 
 /// A module's memory, written as the specifications number its bytes: 0-127 the lower page,
 /// 128-255 the upper page named.
-struct Image(Memory);
+pub(crate) struct Image(pub(crate) Memory);
 
 impl Image {
     fn new(identifier: u8, upper: &[u8]) -> Self {
@@ -88,7 +88,7 @@ fn close(actual: f64, expected: f64) {
 }
 
 /// An SFP with internally calibrated diagnostics and alarm flags.
-fn sfp() -> Image {
+pub(crate) fn sfp() -> Image {
     let mut image = Image::new(0x03, &[]);
     image
         .put(0, 20, &field("FINISAR CORP."))
@@ -171,7 +171,7 @@ fn sff8472_without_diagnostics_is_identity_only() {
 }
 
 /// A paged QSFP28 whose lanes read 1000, 2000, 3000 and 4000 units on each lane monitor.
-fn qsfp28() -> Image {
+pub(crate) fn qsfp28() -> Image {
     let mut image = Image::new(0x11, &[0, 3]);
     image
         .put(0, 22, &[0x23, 0x40]) // 35.25 C
@@ -258,7 +258,7 @@ fn sff8636_flat_memory_has_no_thresholds_and_needs_no_page_3() {
 }
 
 /// A paged QSFP-DD with every lane monitor and a TX bias multiplier of 2.
-fn qsfp_dd() -> Image {
+pub(crate) fn qsfp_dd() -> Image {
     let mut image = Image::new(0x18, &[0, 1, 2, 0x11]);
     image
         .put(0, 14, &[0x2A, 0x00]) // 42 C
