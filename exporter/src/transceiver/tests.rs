@@ -5,7 +5,7 @@
 use super::*;
 
 /// A module's memory, written as the specifications number its bytes: 0-127 the lower page,
-/// 128-255 the upper page named.
+/// 128-255 the upper page named. The rdma collector's module tests read these images too.
 pub(crate) struct Image(pub(crate) Memory);
 
 impl Image {

@@ -453,17 +453,16 @@ impl Collector for RdmaCollector {
         let Some(dir) = out.optional(dir) else {
             return;
         };
-        // A device that went and came back (or another that took its name) is other
-        // directories, which hold nothing yet.
         let now = Instant::now();
-        let modules = (self.module_source.as_ref()).map(|(source, interval)| {
-            module_eeprom::ModuleRead {
+        let modules =
+            (self.module_source.as_ref()).map(|(source, interval)| module_eeprom::ModuleRead {
                 source: source.as_ref(),
                 interval: *interval,
                 now,
                 deadline: now + self.timeout,
-            }
-        });
+            });
+        // A device that went and came back (or another that took its name) is other
+        // directories, which hold nothing yet.
         self.held.read(device, |held, state| {
             // About as many as the last read: pushed without growing a list step by step.
             out.samples.reserve(state.pushed);

@@ -6,9 +6,10 @@
 //! A read goes through the module's I2C bus and the NIC's firmware, so a port's module is read
 //! at most once per `--collector.rdma.module-interval` and the scrapes between export what the
 //! last read decoded. A netdev that answers `EOPNOTSUPP` (no module-EEPROM operation:
-//! InfiniBand ports' mlx5i, rxe's dummy or veth, kernels before 5.13) or `ENODEV` is not asked
-//! again until the port's netdev changes. Only the running kernel answers: the collector asks
-//! when `--path.sysfs` is `/sys` (docs/rdma.md, "Cable and transceiver health").
+//! InfiniBand ports' mlx5i, rxe's dummy or veth, kernels before 5.13), `ENODEV` or, before 5.6,
+//! `ENOENT` (no ethtool family) is not asked again until the port's netdev changes. Only the
+//! running kernel answers: the collector asks when `--path.sysfs` is `/sys` (docs/rdma.md,
+//! "Cable and transceiver health").
 
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
@@ -142,7 +143,8 @@ struct LastRead {
 
 enum Answer {
     Decoded(Module),
-    /// No module-EEPROM operation, or no such netdev: not asked again.
+    /// No module-EEPROM operation (`EOPNOTSUPP`), no such netdev (`ENODEV`) or no ethtool
+    /// family (`ENOENT`, before 5.6): not asked again.
     Unsupported,
     /// Reported when it happened; asked again after the interval.
     Failed,
@@ -173,7 +175,7 @@ impl PortModule {
             let answer = match answer {
                 Ok(module) => Answer::Decoded(module),
                 Err(ReadError::Reply(ReplyError::Kernel(errno)))
-                    if errno == libc::EOPNOTSUPP || errno == libc::ENODEV =>
+                    if [libc::EOPNOTSUPP, libc::ENODEV, libc::ENOENT].contains(&errno) =>
                 {
                     Answer::Unsupported
                 }
@@ -217,19 +219,24 @@ fn push(module: &Module, [device, port]: [&LabelValue; 2], out: &mut Output) {
     for reading in &module.readings {
         let [family, _] = families(reading.quantity);
         let labels = labels(&mut lane(reading.lane).into_iter());
-        out.samples.push(family, labels, Value::Float(reading.value));
+        out.samples
+            .push(family, labels, Value::Float(reading.value));
     }
     for threshold in &module.thresholds {
         let [_, family] = families(threshold.quantity);
         let level = ("level", threshold.level.name().into());
         let labels = labels(&mut std::iter::once(level));
-        out.samples.push(family, labels, Value::Float(threshold.value));
+        out.samples
+            .push(family, labels, Value::Float(threshold.value));
     }
     for flag in &module.flags {
         let flag_labels = [
             ("reading", flag.quantity.name().into()),
             ("level", flag.level.name().into()),
-            ("lane", flag.lane.map(|l| l.to_string()).unwrap_or_default().into()),
+            (
+                "lane",
+                flag.lane.map(|l| l.to_string()).unwrap_or_default().into(),
+            ),
         ];
         let labels = labels(&mut flag_labels.into_iter());
         out.samples

@@ -101,9 +101,21 @@ fn a_modules_readings_thresholds_and_flags_in_base_units() {
         ("tx_bias_amperes", r#",lane="1""#, 0.012),
         ("tx_power_watts", r#",lane="1""#, 0.0008),
         ("rx_power_watts", r#",lane="1""#, 0.0004),
-        ("temperature_threshold_celsius", r#",level="high_alarm""#, 80.0),
-        ("temperature_threshold_celsius", r#",level="low_alarm""#, -10.0),
-        ("supply_voltage_threshold_volts", r#",level="high_alarm""#, 3.6),
+        (
+            "temperature_threshold_celsius",
+            r#",level="high_alarm""#,
+            80.0,
+        ),
+        (
+            "temperature_threshold_celsius",
+            r#",level="low_alarm""#,
+            -10.0,
+        ),
+        (
+            "supply_voltage_threshold_volts",
+            r#",level="high_alarm""#,
+            3.6,
+        ),
     ] {
         let prefix = format!("hpcnode_rdma_port_module_{name}{{{port}{labels}}} Float(");
         let found = with(&samples, &prefix);
@@ -146,21 +158,27 @@ fn a_module_is_read_at_most_once_per_interval() {
     assert_eq!(modules.asked(), ["eth0"]);
     let (read, _) = read_at(&mut port, &modules, "eth0", start + Duration::from_secs(60));
     assert_eq!(modules.asked(), ["eth0", "eth0"]);
-    assert_eq!(with(&read, "hpcnode_rdma_port_module_rx_power_watts").len(), 4);
+    assert_eq!(
+        with(&read, "hpcnode_rdma_port_module_rx_power_watts").len(),
+        4
+    );
 }
 
-/// EOPNOTSUPP (no module-EEPROM operation: IPoIB, rxe's dummy netdev) and ENODEV are no
-/// error and are not asked again until the port's netdev changes.
+/// EOPNOTSUPP (no module-EEPROM operation: IPoIB, rxe's dummy netdev), ENODEV and ENOENT (no
+/// ethtool family) are no error and are not asked again until the port's netdev changes.
 #[test]
 fn a_netdev_without_module_eeprom_is_not_asked_again_until_it_changes() {
-    for errno in [libc::EOPNOTSUPP, libc::ENODEV] {
+    for errno in [libc::EOPNOTSUPP, libc::ENODEV, libc::ENOENT] {
         let modules = Modules::default();
         modules.answer("dummy0", Answer::Errno(errno));
         let mut port = PortModule::default();
         let start = Instant::now();
         for hours in 0..3 {
             let now = start + Duration::from_secs(hours * 3600);
-            assert_eq!(read_at(&mut port, &modules, "dummy0", now), (vec![], vec![]));
+            assert_eq!(
+                read_at(&mut port, &modules, "dummy0", now),
+                (vec![], vec![])
+            );
         }
         assert_eq!(modules.asked(), ["dummy0"]);
         modules.answer("eth1", Answer::Memory(sfp().0));
@@ -229,13 +247,23 @@ fn the_collector_reads_roce_ports_modules_only() {
     let info = with(&samples, "hpcnode_rdma_port_module_info");
     assert_eq!(info.len(), 1);
     assert!(info[0].contains(r#"device="mlx5_0",port="1",vendor="Mellanox""#));
-    let rx = with(&samples, r#"hpcnode_rdma_port_module_rx_power_watts{device="mlx5_0",port="1""#);
+    let rx = with(
+        &samples,
+        r#"hpcnode_rdma_port_module_rx_power_watts{device="mlx5_0",port="1""#,
+    );
     assert_eq!(rx.len(), 4);
     // The next scrape, within the interval: the kept values, no read.
     let mut out = Output::default();
     collector.collect_unit(&Entry::Name("mlx5_0".to_string()), &mut out);
     assert_eq!(modules.asked(), ["ens1f0np0"]);
-    assert_eq!(with(&super::tests::samples(&out), "hpcnode_rdma_port_module_info").len(), 1);
+    assert_eq!(
+        with(
+            &super::tests::samples(&out),
+            "hpcnode_rdma_port_module_info"
+        )
+        .len(),
+        1
+    );
 }
 
 /// A source the test keeps a handle on while the collector owns it.
@@ -255,10 +283,16 @@ fn the_module_interval_flag_is_validated_and_zero_disables() {
     };
     let flag = "--collector.rdma.module-interval";
     assert_eq!(interval(&[]).unwrap(), Some(Duration::from_secs(60)));
-    assert_eq!(interval(&[flag, "5m"]).unwrap(), Some(Duration::from_secs(300)));
+    assert_eq!(
+        interval(&[flag, "5m"]).unwrap(),
+        Some(Duration::from_secs(300))
+    );
     assert_eq!(interval(&[flag, "0"]).unwrap(), None);
     for bad in ["25h", "often", "1x"] {
         let err = interval(&[flag, bad]).unwrap_err().to_string();
-        assert!(err.starts_with(&format!("invalid {flag} \"{bad}\"")), "{err}");
+        assert!(
+            err.starts_with(&format!("invalid {flag} \"{bad}\"")),
+            "{err}"
+        );
     }
 }
