@@ -23,6 +23,7 @@ use crate::netlink::rdma::message::{Command, Dump, Resource};
 use crate::netlink::rdma::reply;
 use crate::netlink::route::link::{self, VfCounter};
 use crate::sysfs::{AttributeReader, SysDir};
+use crate::transceiver::{self, Memory, HALF_PAGE};
 use crate::web_config::WebConfigFile;
 use crate::{collectors, flags, rdma_port};
 
@@ -293,6 +294,35 @@ pub fn verbs_handshake(data: &[u8]) {
     }
 }
 
+/// Upper pages a transceiver fuzz input fills, in order, after the lower page; then A2h.
+const TRANSCEIVER_PAGES: [u8; 5] = [0, 1, 2, 3, 0x11];
+
+/// A transceiver's memory in 128-byte pieces: the lower page, the upper pages 00h, 01h, 02h,
+/// 03h and 11h, then SFF-8472's A2h (a piece the input ends in is short, one it lacks absent),
+/// decoded as the rdma collector does: a module decodes only where its pages are known.
+pub fn transceiver_eeprom(data: &[u8]) {
+    let mut pieces = data.chunks(HALF_PAGE).map(<[u8]>::to_vec);
+    let lower = pieces.next().unwrap_or_default();
+    let upper = TRANSCEIVER_PAGES.into_iter().zip(pieces.by_ref()).collect();
+    let memory = Memory {
+        lower,
+        upper,
+        a2: pieces.next().unwrap_or_default(),
+    };
+    let wanted = transceiver::wanted(&memory.lower);
+    if let Ok(module) = transceiver::decode(&memory) {
+        let wanted = wanted.expect("a decoded module has a layout");
+        assert!(wanted
+            .upper
+            .iter()
+            .all(|page| memory.upper.contains_key(page)));
+        assert!(module
+            .readings
+            .iter()
+            .all(|r| r.lane.is_none_or(|lane| (1..=8).contains(&lane))));
+    }
+}
+
 /// A datagram of RDMA netlink replies, decoded as the reply to each dump the collector asks
 /// for: whatever it accepts is bounded by what it was given.
 pub fn rdma_netlink(data: &[u8]) {
@@ -349,7 +379,7 @@ mod tests {
     #[test]
     fn the_seed_corpus_runs_through_every_target() {
         type Target = (&'static str, fn(&[u8]));
-        let targets: [Target; 17] = [
+        let targets: [Target; 18] = [
             ("sysfs_attribute", sysfs_attribute),
             ("proc_modules", proc_modules),
             ("module_file", module_file),
@@ -367,6 +397,7 @@ mod tests {
             ("rtnetlink_vf_stats", rtnetlink_vf_stats),
             ("flag_values", flag_values),
             ("web_config", web_config),
+            ("transceiver_eeprom", transceiver_eeprom),
         ];
         let seeds = Path::new(env!("CARGO_MANIFEST_DIR")).join("../fuzz/seeds");
         for (name, target) in targets {

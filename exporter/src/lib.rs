@@ -23,6 +23,7 @@ pub mod roots;
 pub mod scrape;
 pub(crate) mod sync;
 pub mod sysfs;
+pub mod transceiver;
 pub mod web_config;
 
 #[cfg(test)]

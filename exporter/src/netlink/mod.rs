@@ -1,7 +1,8 @@
-//! Netlink protocols the exporter speaks, one module per family: RDMA, and routing for a PF's
-//! per-VF statistics; the ebpf collector's uevent socket (`NETLINK_KOBJECT_UEVENT`) stays with
-//! the code that reads it.
+//! Netlink protocols the exporter speaks, one module per family: RDMA, routing for a PF's
+//! per-VF statistics, and ethtool over generic netlink for module EEPROM; the ebpf collector's
+//! uevent socket (`NETLINK_KOBJECT_UEVENT`) stays with the code that reads it.
 
 pub mod datagram;
+pub mod ethtool;
 pub mod rdma;
 pub mod route;

@@ -27,6 +27,8 @@ lab_scrape rxe
 lab_expect "hpcnode_build_info" "$(lab_value rxe hpcnode_build_info)" == 1
 lab_expect "rdma collector succeeded" "$(lab_value rxe 'hpcnode_scrape_collector_success{collector="rdma"}')" == 1
 lab_expect "no collector errors" "$(lab_value rxe hpcnode_collector_errors_total)" == 0
+# The module read asks dummy0, which has no module-EEPROM operation: EOPNOTSUPP, no error.
+lab_expect "dummy0 has no module, and no error says so" "$(lab_series rxe hpcnode_rdma_port_module_info)" == 0
 lab_expect "port state id as in $port/state ($(cat $port/state))" \
   "$(lab_value rxe 'hpcnode_rdma_port_state_id{device="rxe0",port="1"}')" == "$(cut -d: -f1 $port/state)"
 lab_expect "physical state id as in $port/phys_state ($(cat $port/phys_state))" \

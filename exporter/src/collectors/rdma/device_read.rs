@@ -128,6 +128,8 @@ pub(super) struct DeviceRead<'a> {
     pub(super) link_downed: Option<u64>,
     /// `--path.sysfs`, where a RoCE port's network device is.
     pub(super) sysfs: &'a Path,
+    /// Where RoCE ports' modules are read; `None`: not at all.
+    pub(super) modules: Option<&'a module_eeprom::ModuleRead<'a>>,
 }
 
 impl DeviceRead<'_> {
@@ -228,6 +230,10 @@ impl DeviceRead<'_> {
         };
         if !netdev.is_empty() {
             self.carrier_changes(&netdev, &sets.port);
+            if let Some(modules) = self.modules {
+                let labels = [&self.device, port];
+                sets.module.read(modules, &netdev, labels, self.unit.out());
+            }
         }
         let netdev = self.state.labels.get(&netdev);
         let info = [

@@ -11,7 +11,7 @@
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use regex::Regex;
 
@@ -28,6 +28,7 @@ use crate::sysfs::{AttributeReader, Entry, HeldByUnit, LinkedDirs, SysDir, Sysfs
 
 mod device_read;
 mod hw_counters_netlink;
+mod module_eeprom;
 mod state;
 mod vf_stats;
 
@@ -47,6 +48,7 @@ pub const REGISTRATION: Registration = Registration {
                 .conflicts_with(EXCLUDE),
             optional(EXCLUDE, "REGEX", "Regexp of RDMA devices to exclude (mutually exclusive with device-include)."),
             flag(HW_COUNTERS, "auto", "Where ports' hw_counters are read: netlink (one RDMA_NLDEV_CMD_STAT_GET per port), sysfs (one file per counter), or auto: netlink with sysfs as the fallback when --path.sysfs is /sys, else sysfs."),
+            flag(MODULE_INTERVAL, "60s", "How often a RoCE port's cable or transceiver memory is read over ethtool netlink (slow: I2C through firmware; scrapes between export the last read); 0 disables. Only when --path.sysfs is /sys."),
         ]
     },
     configure: |flags| Ok(Box::new(RdmaSettings::from_flags(flags)?)),
@@ -56,6 +58,9 @@ pub const REGISTRATION: Registration = Registration {
 const INCLUDE: &str = "collector.rdma.device-include";
 const EXCLUDE: &str = "collector.rdma.device-exclude";
 const HW_COUNTERS: &str = "collector.rdma.hw-counters";
+const MODULE_INTERVAL: &str = "collector.rdma.module-interval";
+/// The longest `--collector.rdma.module-interval`: a module read less than daily says little.
+const MAX_MODULE_INTERVAL: Duration = Duration::from_secs(24 * 3600);
 
 /// `--collector.rdma.hw-counters`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -112,6 +117,8 @@ impl DeviceFilter {
 struct RdmaSettings {
     devices: DeviceFilter,
     hw_counters: HwCountersFlag,
+    /// `None`: modules are not read.
+    module_interval: Option<Duration>,
 }
 
 impl RdmaSettings {
@@ -133,9 +140,17 @@ impl RdmaSettings {
                 return Err(flags.invalid(HW_COUNTERS, other, "expected auto, netlink or sysfs"))
             }
         };
+        let module_interval = match flags.value(MODULE_INTERVAL).as_deref() {
+            Some("0" | "0s") => None,
+            _ => Some(
+                (flags.duration(MODULE_INTERVAL, MAX_MODULE_INTERVAL)?)
+                    .unwrap_or(Duration::from_secs(60)),
+            ),
+        };
         Ok(RdmaSettings {
             devices,
             hw_counters,
+            module_interval,
         })
     }
 }
@@ -148,6 +163,11 @@ impl Settings for RdmaSettings {
         // Only the running kernel answers for its VFs.
         if host.sysfs == Path::new("/sys") {
             collector.vf_source = Some(Box::new(vf_stats::Rtnetlink::default()));
+            collector.module_source = (self.module_interval).map(|interval| {
+                let source: Box<dyn module_eeprom::ModuleSource> =
+                    Box::new(module_eeprom::EthtoolNetlink::default());
+                (source, interval)
+            });
         }
         Ok(Started::new(collector))
     }
@@ -177,6 +197,9 @@ struct RdmaCollector {
     device_dirs: LinkedDirs,
     /// Where the VFs' counters come from: rtnetlink on the running kernel, else nowhere.
     vf_source: Option<Box<dyn vf_stats::VfSource>>,
+    /// Where RoCE ports' modules are read (ethtool netlink on the running kernel), and how
+    /// often; `None`: not at all.
+    module_source: Option<(Box<dyn module_eeprom::ModuleSource>, Duration)>,
 }
 
 /// `class/infiniband` as a listing opened it, whether its devices' directories are kept
@@ -204,6 +227,7 @@ impl RdmaCollector {
             class_dir: Mutex::new(None),
             device_dirs: LinkedDirs::default(),
             vf_source: None,
+            module_source: None,
         }
     }
 }
@@ -333,7 +357,7 @@ const PORT_HW_COUNTERS_SOURCE: Desc = Desc::gauge(
 );
 
 /// Every metric this collector emits (for the METRICS.md check).
-pub const METRICS: [Desc; 24] = [
+pub const METRICS: [Desc; 36] = [
     DEVICE_INFO,
     PORT_INFO,
     PORT_STATE,
@@ -358,6 +382,18 @@ pub const METRICS: [Desc; 24] = [
     DEVICE_HW_STAT,
     PORT_HW_COUNTERS_SOURCE,
     vf_stats::VF_STAT,
+    module_eeprom::MODULE_INFO,
+    module_eeprom::TEMPERATURE,
+    module_eeprom::SUPPLY_VOLTAGE,
+    module_eeprom::TX_BIAS,
+    module_eeprom::TX_POWER,
+    module_eeprom::RX_POWER,
+    module_eeprom::TEMPERATURE_THRESHOLD,
+    module_eeprom::SUPPLY_VOLTAGE_THRESHOLD,
+    module_eeprom::TX_BIAS_THRESHOLD,
+    module_eeprom::TX_POWER_THRESHOLD,
+    module_eeprom::RX_POWER_THRESHOLD,
+    module_eeprom::ALARM,
 ];
 
 impl Collector for RdmaCollector {
@@ -417,6 +453,14 @@ impl Collector for RdmaCollector {
         let Some(dir) = out.optional(dir) else {
             return;
         };
+        let now = Instant::now();
+        let modules =
+            (self.module_source.as_ref()).map(|(source, interval)| module_eeprom::ModuleRead {
+                source: source.as_ref(),
+                interval: *interval,
+                now,
+                deadline: now + self.timeout,
+            });
         // A device that went and came back (or another that took its name) is other
         // directories, which hold nothing yet.
         self.held.read(device, |held, state| {
@@ -430,6 +474,7 @@ impl Collector for RdmaCollector {
                 netlink: self.netlink_read(device),
                 link_downed: None,
                 sysfs: &self.sysfs,
+                modules: modules.as_ref(),
             };
             read.device(&dir);
             read.state.end_read(read.unit.out().samples.pushed());

@@ -4,6 +4,7 @@
 use std::sync::Arc;
 
 use super::device_read::{PMA_COUNTERS, PMA_EXTRA_ERRORS};
+use super::module_eeprom::PortModule;
 use crate::metrics::{LabelCache, LabelSet, LabelValue, Room};
 use crate::sysfs::{DirStamp, Entry};
 
@@ -40,6 +41,8 @@ pub(super) struct PortSets {
     pub(super) netlink: foldhash::HashMap<String, LabelSet>,
     /// What the port's reads saw of its downs.
     pub(super) downs: PortDowns,
+    /// The port's module as its last read decoded it.
+    pub(super) module: PortModule,
     /// Whether the read under way used it.
     used: bool,
 }
@@ -63,6 +66,7 @@ impl PortSets {
             sources: [source("netlink"), source("sysfs")],
             netlink: foldhash::HashMap::default(),
             downs: PortDowns::default(),
+            module: PortModule::default(),
             used: true,
         }
     }
