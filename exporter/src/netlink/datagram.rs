@@ -6,6 +6,12 @@ use std::io;
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
 use std::time::Instant;
 
+/// The header every netlink message starts with (`struct nlmsghdr`, `linux/netlink.h`): its
+/// length, the error reply's type, and the request flag.
+pub const NLMSG_HEADER_LEN: usize = 16;
+pub const NLMSG_ERROR: u16 = 2;
+pub const NLM_F_REQUEST: u16 = 0x1;
+
 /// Why no datagram came.
 #[derive(Debug, thiserror::Error)]
 pub enum ReceiveError {

@@ -6,6 +6,8 @@
 
 pub mod socket;
 
+use crate::netlink::datagram::{NLMSG_ERROR, NLMSG_HEADER_LEN, NLM_F_REQUEST};
+
 /// `GENL_ID_CTRL` and `CTRL_CMD_NEWFAMILY` (the reply), `CTRL_CMD_GETFAMILY`,
 /// `CTRL_ATTR_FAMILY_ID`, `CTRL_ATTR_FAMILY_NAME`.
 const GENL_ID_CTRL: u16 = 0x10;
@@ -28,10 +30,7 @@ const EEPROM_I2C_ADDRESS: u16 = 6;
 const EEPROM_DATA: u16 = 7;
 const HEADER_DEV_NAME: u16 = 2;
 
-const NLMSG_ERROR: u16 = 2;
-const NLM_F_REQUEST: u16 = 1;
 const NLA_F_NESTED: u16 = 1 << 15;
-const NLMSG_HEADER_LEN: usize = 16;
 const GENL_HEADER_LEN: usize = 4;
 
 /// The I2C addresses of module memory: 0x50 for every layout, 0x51 for SFF-8472's A2h.

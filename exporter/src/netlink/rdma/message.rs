@@ -11,16 +11,14 @@ use super::reply::{
     aligned, attr, holder, hw_counters, take, Attributes, Counter, Holder, ReplyError,
     MAX_DUMP_BYTES, MAX_ENTRIES,
 };
+use crate::netlink::datagram::{NLMSG_ERROR, NLMSG_HEADER_LEN, NLM_F_REQUEST};
 
 /// The netlink protocol number of RDMA (`NETLINK_RDMA`).
 pub const NETLINK_RDMA: i32 = 20;
 
-const NLMSG_HEADER_LEN: usize = 16;
 const NLMSG_NOOP: u16 = 1;
-const NLMSG_ERROR: u16 = 2;
 const NLMSG_DONE: u16 = 3;
 const NLMSG_OVERRUN: u16 = 4;
-const NLM_F_REQUEST: u16 = 0x1;
 const NLM_F_DUMP: u16 = 0x300;
 
 /// `RDMA_NL_NLDEV`: the client every `RDMA_NLDEV_CMD_*` belongs to.

@@ -11,12 +11,10 @@
 //! is read as far as it goes. The numbers below are `include/uapi/linux/if_link.h`'s and
 //! `rtnetlink.h`'s (their enums counted from 0).
 
+use crate::netlink::datagram::{NLMSG_ERROR, NLMSG_HEADER_LEN, NLM_F_REQUEST};
 use crate::netlink::rdma::reply::{aligned, take, Attributes, ReplyError};
 
 pub const NETLINK_ROUTE: i32 = 0;
-const NLMSG_HEADER_LEN: usize = 16;
-const NLMSG_ERROR: u16 = 2;
-const NLM_F_REQUEST: u16 = 0x1;
 /// `RTM_NEWLINK`, `RTM_GETLINK` (`enum` of `rtnetlink.h`, from `RTM_BASE` 16).
 const RTM_NEWLINK: u16 = 16;
 const RTM_GETLINK: u16 = 18;
