@@ -29,6 +29,7 @@ use crate::sysfs::{AttributeReader, SysDir};
 pub struct CapSet(u64);
 
 pub const CAP_DAC_READ_SEARCH: u32 = 2;
+pub const CAP_NET_ADMIN: u32 = 12;
 pub const CAP_IPC_LOCK: u32 = 14;
 pub const CAP_SYS_ADMIN: u32 = 21;
 pub const CAP_SYSLOG: u32 = 34;
@@ -319,6 +320,17 @@ pub fn pci_config_missing() -> Option<(CapSet, &'static str)> {
     (!held.contains(CAP_SYS_ADMIN)).then_some((
         CapSet::of(&[CAP_SYS_ADMIN]),
         "the packaged unit withholds CAP_SYS_ADMIN on purpose (it grants far more); add it in a drop-in where these details are worth that",
+    ))
+}
+
+/// CAP_NET_ADMIN, when the calling thread lacks it: the kernel answers a module-EEPROM request
+/// over ethtool netlink with EPERM without it (`ETHTOOL_MSG_MODULE_EEPROM_GET` is
+/// `GENL_UNS_ADMIN_PERM` in net/ethtool/netlink.c).
+pub fn module_eeprom_missing() -> Option<(CapSet, &'static str)> {
+    let held = sys::get().ok()?.effective;
+    (!held.contains(CAP_NET_ADMIN)).then_some((
+        CapSet::of(&[CAP_NET_ADMIN]),
+        "the packaged unit withholds CAP_NET_ADMIN on purpose (it may reconfigure the node's network); add it to CapabilityBoundingSet= and AmbientCapabilities= in a drop-in where cable health is worth that",
     ))
 }
 

@@ -38,10 +38,12 @@ lab_check "the metric families lost are the BPF run-time statistics" \
   test "$(only_in root unit families)" = "hpcnode_ebpf_program_run_seconds_total hpcnode_ebpf_program_runs_total"
 lab_check "the one metric family gained says what the unit withholds" \
   test "$(only_in unit root families)" = hpcnode_collector_privilege_missing
-lab_expect "with the unit's capabilities no privilege is missing but the one it withholds" \
-  "$(lab_series unit "$missing{collector!=\"pci\"}")" == 0
+lab_expect "with the unit's capabilities no privilege is missing but the two it withholds" \
+  "$(lab_series unit "$missing{collector!~\"pci|rdma\"}")" == 0
 lab_expect "pci's config space beyond 64 bytes: CAP_SYS_ADMIN, withheld on purpose" \
   "$(lab_value unit "$missing{collector=\"pci\",capability=\"cap_sys_admin\"}")" == 1
+lab_expect "rdma's module EEPROM reads: CAP_NET_ADMIN, withheld on purpose" \
+  "$(lab_value unit "$missing{collector=\"rdma\",capability=\"cap_net_admin\"}")" == 1
 
 lab_scenario dropped_after_start
 # CAP_BPF and CAP_PERFMON stay where probes attach into modules loaded later (vfio; every lab

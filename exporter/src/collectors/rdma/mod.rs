@@ -22,6 +22,7 @@ use crate::flags::{flag, optional, ConfigError, Flags};
 use crate::logging::OncePerCause;
 use crate::metrics::{Desc, Label, LabelSet, LabelValue, Value};
 use crate::netlink::rdma::socket::Socket;
+use crate::privileges;
 use crate::rdma_port::{parse_rate, parse_state_id, ETHERNET_LINK_LAYER};
 use crate::sync::lock;
 use crate::sysfs::{AttributeReader, Entry, HeldByUnit, LinkedDirs, SysDir, SysfsError, UnitRead};
@@ -163,11 +164,20 @@ impl Settings for RdmaSettings {
         // Only the running kernel answers for its VFs.
         if host.sysfs == Path::new("/sys") {
             collector.vf_source = Some(Box::new(vf_stats::Rtnetlink::default()));
-            collector.module_source = (self.module_interval).map(|interval| {
-                let source: Box<dyn module_eeprom::ModuleSource> =
-                    Box::new(module_eeprom::EthtoolNetlink::default());
-                (source, interval)
-            });
+            let withheld = self
+                .module_interval
+                .and(privileges::module_eeprom_missing());
+            if let Some((missing, remedy)) = withheld {
+                privileges::report_withheld(REGISTRATION.name, missing, remedy, MODULE_COSTS);
+            }
+            collector.module_source =
+                (self.module_interval)
+                    .filter(|_| withheld.is_none())
+                    .map(|interval| {
+                        let source: Box<dyn module_eeprom::ModuleSource> =
+                            Box::new(module_eeprom::EthtoolNetlink::default());
+                        (source, interval)
+                    });
         }
         Ok(Started::new(collector))
     }
@@ -231,6 +241,10 @@ impl RdmaCollector {
         }
     }
 }
+
+/// What the rdma collector goes without when the kernel refuses module EEPROM reads.
+const MODULE_COSTS: &str =
+    "no cable and transceiver health (hpcnode_rdma_port_module_*) for RoCE ports";
 
 /// Where the devices are, under `--path.sysfs`.
 const CLASS_DIR: &str = "class/infiniband";

@@ -7,7 +7,9 @@
 //! at most once per `--collector.rdma.module-interval` and the scrapes between export what the
 //! last read decoded. A netdev that answers `EOPNOTSUPP` (no module-EEPROM operation:
 //! InfiniBand ports' mlx5i, rxe's dummy or veth, kernels before 5.13), `ENODEV` or, before 5.6,
-//! `ENOENT` (no ethtool family) is not asked again until the port's netdev changes. Only the
+//! `ENOENT` (no ethtool family) is not asked again until the port's netdev changes; nor is one
+//! that answers `EPERM` (the request needs CAP_NET_ADMIN, which the packaged unit withholds:
+//! the collector then does not ask at all and says so at start, as `privileges` reports). Only the
 //! running kernel answers: the collector asks when `--path.sysfs` is `/sys` (docs/rdma.md,
 //! "Cable and transceiver health").
 
@@ -143,8 +145,8 @@ struct LastRead {
 
 enum Answer {
     Decoded(Module),
-    /// No module-EEPROM operation (`EOPNOTSUPP`), no such netdev (`ENODEV`) or no ethtool
-    /// family (`ENOENT`, before 5.6): not asked again.
+    /// No module-EEPROM operation (`EOPNOTSUPP`), no such netdev (`ENODEV`), no ethtool
+    /// family (`ENOENT`, before 5.6) or no CAP_NET_ADMIN (`EPERM`): not asked again.
     Unsupported,
     /// Reported when it happened; asked again after the interval.
     Failed,
@@ -175,7 +177,8 @@ impl PortModule {
             let answer = match answer {
                 Ok(module) => Answer::Decoded(module),
                 Err(ReadError::Reply(ReplyError::Kernel(errno)))
-                    if [libc::EOPNOTSUPP, libc::ENODEV, libc::ENOENT].contains(&errno) =>
+                    if [libc::EOPNOTSUPP, libc::ENODEV, libc::ENOENT, libc::EPERM]
+                        .contains(&errno) =>
                 {
                     Answer::Unsupported
                 }
