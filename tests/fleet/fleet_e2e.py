@@ -92,6 +92,8 @@ NO_INPUT = [
     ({"hpcnode_nova_config_errors", "hpcnode_nova_alias_type_mismatch_devices", "hpcnode_nova_alias_matching_devices",
       "hpcnode_nova_config_valid", "hpcnode_nova_scheduler_pci_filter_enabled", "hpcnode_nova_alias_definitions"},
      "the typical node runs no Nova (the e2e checks them on pci_host)"),
+    ({"hpcnode_rdma_port_netdev_carrier_changes_total"},
+     "the typical node's HCAs are InfiniBand, no RoCE port has a netdev (the e2e: rdma_edge's rocep1s0f0)"),
     ({"hpcnode_module_modprobe_rule"}, "no variant has a modprobe.d rule against an expected module"),
     ({"hpcnode_module_file_signed", "hpcnode_module_file_signer_trust"},
      "the typical node has no module files (the e2e checks them on modules_signed_files)"),
