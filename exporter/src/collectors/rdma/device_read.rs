@@ -229,7 +229,7 @@ impl DeviceRead<'_> {
             _ => String::new(),
         };
         if !netdev.is_empty() {
-            self.carrier_changes(&netdev, &sets.port);
+            self.netdev_counters(&netdev, &sets.port);
             if let Some(modules) = self.modules {
                 let labels = [&self.device, port];
                 sets.module.read(modules, &netdev, labels, self.unit.out());
@@ -345,11 +345,13 @@ impl DeviceRead<'_> {
             .unwrap_or_default()
     }
 
-    /// The carrier changes of a RoCE port's network device (`class/net/<netdev>/
-    /// carrier_changes`, 3.16+): the kernel counts every down and up of the link under the
-    /// port, so a flap between two scrapes shows here even where the port has no `link_downed`.
-    /// No series where the device or the file is absent.
-    fn carrier_changes(&mut self, netdev: &str, port: &LabelSet) {
+    /// What a RoCE port's network device counts itself: its carrier changes
+    /// (`class/net/<netdev>/carrier_changes`, 3.16+; the kernel counts every down and up of the
+    /// link under the port, so a flap between two scrapes shows here even where the port has
+    /// no `link_downed`) and its transmit timeouts, summed over its TX queues
+    /// (`queues/tx-*/tx_timeout`: the watchdog's exact count, where the kernel log says it once
+    /// or rate-limited). No series where the device or the files are absent.
+    fn netdev_counters(&mut self, netdev: &str, port: &LabelSet) {
         let dir = SysDir::open(self.sysfs, Path::new(NET_CLASS_DIR).join(netdev));
         let Some(dir) = self.unit.optional(dir) else {
             return;
@@ -357,6 +359,28 @@ impl DeviceRead<'_> {
         let changes = self.unit.optional_u64(&dir, "carrier_changes");
         if let Some(Some(changes)) = self.unit.reported(changes) {
             self.push_set(&PORT_NETDEV_CARRIER_CHANGES, port, Value::Int(changes));
+        }
+        let queues = self.unit.subdir(&dir, "queues");
+        let Some(queues) = self.unit.optional(queues) else {
+            return;
+        };
+        let listing = self.unit.list(&queues);
+        let mut timeouts = None;
+        for entry in self.unit.reported(listing).unwrap_or_default().iter() {
+            let Some(name) = entry.name().ok().filter(|name| name.starts_with("tx-")) else {
+                continue;
+            };
+            let queue = self.unit.subdir(&queues, name);
+            let Some(queue) = self.unit.optional(queue) else {
+                continue;
+            };
+            let count = self.unit.optional_u64(&queue, "tx_timeout");
+            if let Some(Some(count)) = self.unit.reported(count) {
+                *timeouts.get_or_insert(0u64) += count;
+            }
+        }
+        if let Some(timeouts) = timeouts {
+            self.push_set(&PORT_NETDEV_TX_TIMEOUTS, port, Value::Int(timeouts));
         }
     }
 

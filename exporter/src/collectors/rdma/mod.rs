@@ -344,6 +344,11 @@ const PORT_NETDEV_CARRIER_CHANGES: Desc = Desc::counter(
     "Carrier changes (downs and ups) of the RoCE port's network device since it was made (class/net/<netdev>/carrier_changes); the netdev is on hpcnode_rdma_port_info.",
     None,
 );
+const PORT_NETDEV_TX_TIMEOUTS: Desc = Desc::counter(
+    "hpcnode_rdma_port_netdev_tx_timeouts",
+    "Transmit timeouts of the RoCE port's network device, summed over its TX queues (class/net/<netdev>/queues/tx-*/tx_timeout): the watchdog's exact count.",
+    None,
+);
 const PORT_PMA_SATURATED: Desc = Desc::gauge(
     "hpcnode_rdma_port_pma_saturated",
     "1 when a PMA counter sits at its width's maximum and no longer counts (reset it with perfquery -R), else 0.",
@@ -371,7 +376,7 @@ const PORT_HW_COUNTERS_SOURCE: Desc = Desc::gauge(
 );
 
 /// Every metric this collector emits (for the METRICS.md check).
-pub const METRICS: [Desc; 36] = [
+pub const METRICS: [Desc; 37] = [
     DEVICE_INFO,
     PORT_INFO,
     PORT_STATE,
@@ -390,6 +395,7 @@ pub const METRICS: [Desc; 36] = [
     PORT_ERRORS,
     PORT_DOWNS,
     PORT_NETDEV_CARRIER_CHANGES,
+    PORT_NETDEV_TX_TIMEOUTS,
     PORT_PMA_SATURATED,
     PORT_HW_STAT,
     PORT_HW_STATS_LIFESPAN,

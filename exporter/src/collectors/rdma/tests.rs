@@ -547,3 +547,28 @@ fn a_roce_ports_carrier_changes_are_its_netdevs() {
     std::fs::remove_dir_all(&netdev).unwrap();
     assert_eq!(changes(), vec![]);
 }
+
+/// A RoCE port's netdev's transmit timeouts are the sum over its TX queues (RX queues have
+/// none); no series without a `queues/` directory.
+#[test]
+fn a_roce_ports_tx_timeouts_are_summed_over_its_netdevs_tx_queues() {
+    let tmp = tempfile::tempdir().unwrap();
+    let port = tmp.path().join(CLASS_DIR).join("mlx5_0/ports/1");
+    std::fs::create_dir_all(port.join("gid_attrs/ndevs")).unwrap();
+    std::fs::write(port.join("link_layer"), "Ethernet\n").unwrap();
+    std::fs::write(port.join("gid_attrs/ndevs/0"), "ens1f0np0\n").unwrap();
+    let netdev = tmp.path().join(NET_CLASS_DIR).join("ens1f0np0");
+    std::fs::create_dir_all(&netdev).unwrap();
+    let collector = RdmaCollector::new(tmp.path().to_path_buf(), DeviceFilter::All);
+    let timeouts = || read_family(&collector, "mlx5_0", &PORT_NETDEV_TX_TIMEOUTS);
+    assert_eq!(timeouts(), vec![]);
+    for (queue, count) in [("tx-0", "0"), ("tx-1", "3"), ("tx-2", "1")] {
+        std::fs::create_dir_all(netdev.join("queues").join(queue)).unwrap();
+        std::fs::write(netdev.join("queues").join(queue).join("tx_timeout"), count).unwrap();
+    }
+    std::fs::create_dir_all(netdev.join("queues/rx-0")).unwrap();
+    let labels = r#"device="mlx5_0",port="1""#.to_string();
+    assert_eq!(timeouts(), vec![(labels.clone(), Value::Int(4))]);
+    std::fs::write(netdev.join("queues/tx-2/tx_timeout"), "2\n").unwrap();
+    assert_eq!(timeouts(), vec![(labels, Value::Int(5))]);
+}
