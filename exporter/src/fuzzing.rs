@@ -10,7 +10,7 @@ use std::path::{Path, PathBuf};
 use std::sync::{Arc, OnceLock};
 use std::time::Duration;
 
-use crate::collectors::ebpf::kernel_log::{self, KernelLogCounts};
+use crate::collectors::ebpf::kernel_log::{self, KernelLogCounts, Origin};
 use crate::collectors::mic::micras;
 use crate::collectors::pci::identity::{self, Address};
 use crate::collectors::pci::{config_space, driver_modules, nova};
@@ -166,7 +166,10 @@ pub fn kernel_log(data: &[u8]) {
     .into_iter()
     .flatten()
     {
-        counts.count_line(&text);
+        counts.count_record(
+            &text,
+            kernel_log::kmsg_record_origin(data).unwrap_or(Origin::Unknown),
+        );
     }
 }
 

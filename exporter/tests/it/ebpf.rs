@@ -76,8 +76,12 @@ fn kernel_log_lines_are_counted_exactly() {
     assert!(bpf_fds(exporter.pid()) > 0);
 
     // A module name of our own: other processes writing the kernel log cannot disturb it.
+    // The lines are this process's, so they are counted apart, never as the kernel's events.
     let module = format!("hpcnode_test{}", std::process::id());
     let series = format!(
+        "hpcnode_kernel_log_process_lines_total{{event=\"module_verification_failed\",module=\"{module}\"}}"
+    );
+    let as_event = format!(
         "hpcnode_kernel_log_events_total{{event=\"module_verification_failed\",source=\"kernel_log\",module=\"{module}\"}}"
     );
     const LINES: usize = 200;
@@ -87,8 +91,7 @@ fn kernel_log_lines_are_counted_exactly() {
         write_kmsg(&format!("{module}: loaded test line {i}"));
     }
     write_kmsg(LOCKDOWN_LINE);
-    let lockdown =
-        "hpcnode_kernel_log_events_total{event=\"lockdown_refused_module\",source=\"kernel_log\"}";
+    let lockdown = "hpcnode_kernel_log_process_lines_total{event=\"lockdown_refused_module\"}";
     let deadline = Instant::now() + Duration::from_secs(10);
     loop {
         let text = exporter.get("/metrics").text();
@@ -107,6 +110,7 @@ fn kernel_log_lines_are_counted_exactly() {
     std::thread::sleep(Duration::from_secs(1));
     let again = exporter.get("/metrics").text();
     assert_eq!(value(&again, &series), Some(LINES as f64));
+    assert_eq!(value(&again, &as_event), None, "{again}");
 
     // The program's own cost, from the kernel's BPF statistics: it ran for every line.
     let runs = value(
@@ -131,7 +135,8 @@ fn kernel_log_lines_are_counted_exactly() {
 }
 
 /// `--collector.ebpf.hooks` forces the kernel log probe off its preferred BPF hook onto the
-/// /dev/kmsg reader, which counts the same lines; the probes left out with `none` say so.
+/// /dev/kmsg reader, which tells the same lines apart as a process's; the probes left out with
+/// `none` say so.
 #[test]
 fn a_forced_hook_counts_the_same_kernel_log_lines() {
     if !require_bpf("a_forced_hook_counts_the_same_kernel_log_lines") {
@@ -152,6 +157,9 @@ fn a_forced_hook_counts_the_same_kernel_log_lines() {
     );
     let module = format!("hpcnode_forced{}", std::process::id());
     let series = format!(
+        "hpcnode_kernel_log_process_lines_total{{event=\"module_verification_failed\",module=\"{module}\"}}"
+    );
+    let as_event = format!(
         "hpcnode_kernel_log_events_total{{event=\"module_verification_failed\",source=\"kernel_log\",module=\"{module}\"}}"
     );
     const LINES: usize = 20;
@@ -162,6 +170,7 @@ fn a_forced_hook_counts_the_same_kernel_log_lines() {
     loop {
         let text = exporter.get("/metrics").text();
         if value(&text, &series) == Some(LINES as f64) {
+            assert_eq!(value(&text, &as_event), None, "{text}");
             break;
         }
         assert!(
@@ -192,8 +201,8 @@ fn read_before_start(exporter: &Exporter) -> String {
 
 /// A line a process wrote to /dev/kmsg before the exporter started is not in the
 /// before-start gauge (the kernel logs it as LOG_USER; the gauge's own split is proven in the
-/// kernel lab with refused modules), across a restart too; a line logged after start is the
-/// counter's (the printk:console probe cannot tell a written line from the kernel's).
+/// kernel lab with refused modules), across a restart too; a line written after start is
+/// counted as a process's line, not as an event.
 #[test]
 fn kernel_log_lines_from_before_start_are_a_gauge_apart() {
     if !require_bpf("kernel_log_lines_from_before_start_are_a_gauge_apart") {
@@ -226,14 +235,18 @@ fn kernel_log_lines_from_before_start_are_a_gauge_apart() {
     assert_eq!(value(&text, &since_start), None, "after a restart");
 
     write();
+    let process_lines = format!(
+        "hpcnode_kernel_log_process_lines_total{{event=\"module_verification_failed\",module=\"{module}\"}}"
+    );
     let deadline = Instant::now() + Duration::from_secs(10);
     loop {
         let text = exporter.get("/metrics").text();
-        if value(&text, &since_start) == Some(1.0) {
+        if value(&text, &process_lines) == Some(1.0) {
             assert_eq!(value(&text, &before_start), None);
+            assert_eq!(value(&text, &since_start), None, "{text}");
             break;
         }
-        assert!(Instant::now() < deadline, "{since_start} not 1:\n{text}");
+        assert!(Instant::now() < deadline, "{process_lines} not 1:\n{text}");
         std::thread::sleep(Duration::from_millis(100));
     }
     // The log line that says what was read.

@@ -32,9 +32,12 @@ const KERNEL_LAB_ONLY: &[&str] = &[
     "hpcnode_vfio_aer_errors_total",
     "hpcnode_vfio_pin_failures_total",
     "hpcnode_rdma_port_events_total",
-    // Kernel-facility records only: a line a test writes to /dev/kmsg before start is LOG_USER
-    // and not counted; the lab refuses a module before starting the exporter.
+    // Kernel-facility records only: a line a test writes to /dev/kmsg is LOG_USER and counted
+    // as a process's line; the lab refuses modules (module_sig_enforce, before and after start)
+    // and makes an emulated IOMMU fault (iommu_edu).
     "hpcnode_kernel_log_events_before_start",
+    "hpcnode_kernel_log_events_total",
+    "hpcnode_iommu_faults_total",
 ];
 
 /// Read from the running kernel only (rtnetlink) and for a PCI function with VFs, which no
@@ -81,8 +84,13 @@ fn emitted_by_probes() -> Option<BTreeSet<String>> {
     let deadline = std::time::Instant::now() + std::time::Duration::from_secs(20);
     loop {
         let text = exporter.get("/metrics").text();
-        if text.contains("hpcnode_kernel_log_events_total{")
-            && text.contains("hpcnode_iommu_faults_total{")
+        let process_lines = |event: &str| {
+            text.contains(&format!(
+                "hpcnode_kernel_log_process_lines_total{{event=\"{event}\"}}"
+            ))
+        };
+        if process_lines("lockdown_refused_module")
+            && process_lines("iommu_fault")
             && text.contains("hpcnode_kernel_log_before_start_complete ")
         {
             return Some(names(&text));

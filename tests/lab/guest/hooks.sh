@@ -19,7 +19,7 @@ lab_probe_events() {
     module_load) echo hpcnode_module_loads_total ;;
     module_sig_check) echo hpcnode_module_signature_checks_total ;;
     module_load_syscall) echo hpcnode_module_load_failures_total ;;
-    kernel_log) echo hpcnode_kernel_log_events_total ;;
+    kernel_log) echo hpcnode_kernel_log_process_lines_total ;;
     dmar_fault) echo hpcnode_iommu_fault_interrupts_total ;;
   esac
 }
@@ -102,7 +102,8 @@ LAB_NOT_MODULE_PROBES=iommu_fault:none,dmar_fault:none,vfio_enable:none,vfio_aer
 # finit_module, then init_module): two loads (signed, unsigned), four signature verdicts
 # (ok; the corrupted signature refused twice; unsigned: ok, not enforced), two failed load
 # syscalls, and three kernel log lines that match a known event, written to /dev/kmsg as any
-# root process can. Where module_sig_check is inlined (Debian's 5.10: not in kallsyms) the
+# root process can (counted as a process's lines: every hook delivers them, and none counts
+# them as the kernel's). Where module_sig_check is inlined (Debian's 5.10: not in kallsyms) the
 # probe hooks mod_verify_sig, which only signed modules reach: three verdicts.
 # module_sig_check prints "module verification failed" once per boot, for the first unsigned
 # module: lab_module_events_setup loads one before the rounds, to keep that line out of them.

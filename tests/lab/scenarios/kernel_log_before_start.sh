@@ -4,7 +4,8 @@
 # start is counted by the counter only. The refusals are counted against the kernel's own log
 # (`dmesg -r`, whose `<priority>` below 8 is a LOG_KERN record), since other groups of the same
 # boot may refuse modules too. A process writing the same line to /dev/kmsg before start is
-# not counted: the kernel logs it with facility LOG_USER.
+# not counted: the kernel logs it with facility LOG_USER; one written after start is counted as a
+# process's line, apart from the events.
 # lab: collectors=ebpf
 # lab: variants=pcspkr
 # lab: cmdline=module.sig_enforce=1
@@ -61,4 +62,14 @@ lab_expect "the kernel logged it once per syscall" "$(refusals_logged)" == $((lo
 lab_expect_delta "since start: exactly those two lines" restarted after "$since_start" == 2
 lab_expect_delta "before start: unchanged" restarted after "$before_start" == 0
 lab_expect "no collector errors" "$(lab_value after hpcnode_collector_errors_total)" == 0
+
+# The same line written by a process after start: the printk:console program forwards it as
+# it does the kernel's (6.1, 6.12), /dev/kmsg gives it with facility LOG_USER (5.10's reader,
+# and the lookup of a forwarded line): a process's line, never an event.
+lab_scenario written_after_start
+process_lines='hpcnode_kernel_log_process_lines_total{event="unsigned_module_rejected"}'
+lab_info "kernel_log hook: $(lab_matching after 'hpcnode_ebpf_probe_attached{probe="kernel_log"}' | sed -n 's/.*hook="\([^"]*\)".*/\1/p')"
+echo 'Loading of unsigned module is rejected' > /dev/kmsg
+lab_expect_delta "a line a process wrote after start" after written "$process_lines" == 1
+lab_expect_delta "is not an event" after written "$since_start" == 0
 lab_exporter_stop

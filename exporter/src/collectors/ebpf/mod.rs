@@ -114,7 +114,7 @@ pub const REGISTRATION: Registration = Registration {
 /// What the collector loses without the capabilities `bpf()` tracing programs take.
 const BPF_COSTS: &str = "no probe attaches through bpf(): module loads, module signature checks, IOMMU and DMAR faults and vfio events are not counted";
 /// What it loses when `/dev/kmsg` is refused.
-const KMSG_COSTS: &str = "the kernel log from before start is not read, and without a BPF hook no kernel log line is counted";
+const KMSG_COSTS: &str = "the kernel log from before start is not read, lines processes write to /dev/kmsg count as the kernel's, and without a BPF hook no kernel log line is counted";
 
 const STRICT: &str = "collector.ebpf.strict";
 const HOOKS: &str = "collector.ebpf.hooks";

@@ -12,15 +12,14 @@
 //! far came before it. A record logged between the start of the counting and the mark (a few
 //! microseconds) counts in both; none is missed.
 
-use std::fs::{File, OpenOptions};
-use std::io::{Read, Seek, SeekFrom};
-use std::os::unix::fs::OpenOptionsExt;
+use std::fs::File;
+use std::io::{Read, SeekFrom};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use super::{
-    kmsg_kernel_record_text, kmsg_record_seq, read_kmsg_record, BeforeStart, EventCounts,
-    KernelLogCounts, KmsgRead, KMSG_RECORD_MAX,
+    kmsg_kernel_record_text, kmsg_record_seq, open_kmsg_nonblocking, read_kmsg_record, BeforeStart,
+    EventCounts, KernelLogCounts, KmsgRead, KMSG_RECORD_MAX,
 };
 use crate::logging::{self, Level};
 
@@ -91,17 +90,6 @@ fn failed(err: std::io::Error) -> Outcome {
         records: 0,
         incomplete: Some(format!("opening /dev/kmsg: {err}")),
     }
-}
-
-/// Opens `/dev/kmsg` non-blocking at `position`: `Start` is the oldest record left, `End`
-/// after the last one.
-fn open_kmsg_nonblocking(position: SeekFrom) -> std::io::Result<File> {
-    let mut kmsg = OpenOptions::new()
-        .read(true)
-        .custom_flags(libc::O_NONBLOCK)
-        .open("/dev/kmsg")?;
-    kmsg.seek(position)?;
-    Ok(kmsg)
 }
 
 /// Logs the outcome, at `incomplete` when the log was not read whole.

@@ -3,21 +3,26 @@
 //! events and IOMMU faults alike; [`iommu_faults`] reads the fault lines; [`before_start`]
 //! reads the records the log already held when the exporter started.
 //!
-//! Any root process can write the kernel log, so these counts carry `source="kernel_log"`.
+//! Any root process can write the kernel log: the lines a process writes are told from the
+//! kernel's by [`origin`] and counted apart, never as events.
 
 mod before_start;
 mod iommu_faults;
+mod origin;
 mod patterns;
 
 use std::collections::BTreeMap;
-use std::fs::File;
+use std::fs::{File, OpenOptions};
 use std::io::{Read, Seek, SeekFrom};
+use std::os::unix::fs::OpenOptionsExt;
 use std::sync::{Arc, Mutex, OnceLock};
 
 use crate::logging::{self, Level};
 use crate::sync::lock;
 pub use before_start::read_before_start;
 use iommu_faults::{Fault, FaultCounts};
+pub use origin::kmsg_record_origin;
+pub use origin::{Origin, Origins};
 pub use patterns::EventKey;
 use patterns::{LineMatch, Matcher, PATTERNS};
 
@@ -63,6 +68,9 @@ pub struct KernelLogCounts {
     matcher: Matcher,
     counts: Mutex<EventCounts>,
     iommu_faults: Mutex<FaultCounts>,
+    /// Lines processes wrote to `/dev/kmsg` that read as a known event, by event and captured
+    /// labels (IOMMU fault lines as `iommu_fault`, without them).
+    process_lines: Mutex<EventCounts>,
     before_start: OnceLock<BeforeStart>,
 }
 
@@ -72,13 +80,32 @@ impl KernelLogCounts {
             matcher: Matcher::new(PATTERNS).expect("the built-in kernel log patterns compile"),
             counts: Mutex::default(),
             iommu_faults: Mutex::default(),
+            process_lines: Mutex::default(),
             before_start: OnceLock::new(),
         })
     }
 
-    /// Counts one log record (its text, without priority or timestamp). A record may hold
-    /// several lines: one printk with embedded newlines, like the two-line DMAR fault report
-    /// of kernels before 4.7, is one record; each of its lines is matched on its own.
+    /// Counts one record the printk:console program forwarded, once [`Origins`] has said
+    /// whose it is; a record that matches nothing is not looked up.
+    pub fn count_forwarded<R: Read>(&self, record: &str, origins: &mut Origins<R>) {
+        if lines(record).any(|line| self.matcher.find(line).is_some()) {
+            self.count_record(record, origins.of(record));
+        }
+    }
+
+    /// Counts one record: a process's apart, the kernel's as events. One of unknown origin is
+    /// counted as the kernel's, as it was before lines could be told apart: an event missed
+    /// costs more than a written line counted.
+    pub fn count_record(&self, record: &str, origin: Origin) {
+        match origin {
+            Origin::Kernel | Origin::Unknown => self.count_line(record),
+            Origin::Process => self.count_process_line(record),
+        }
+    }
+
+    /// Counts one record the kernel logged (its text, without priority or timestamp). A record
+    /// may hold several lines: one printk with embedded newlines, like the two-line DMAR fault
+    /// report of kernels before 4.7, is one record; each of its lines is matched on its own.
     pub fn count_line(&self, record: &str) {
         for line in lines(record) {
             match self.matcher.find(line) {
@@ -93,6 +120,24 @@ impl KernelLogCounts {
                 None => {}
             }
         }
+    }
+
+    /// Counts the lines of a record a process wrote that read as a known event.
+    fn count_process_line(&self, record: &str) {
+        for line in lines(record) {
+            let key = match self.matcher.find(line) {
+                Some(LineMatch::Event(key)) => key,
+                Some(LineMatch::IommuFault(..)) => ("iommu_fault", Vec::new()),
+                None => continue,
+            };
+            lock(&self.process_lines).count(key);
+        }
+    }
+
+    /// Lines processes wrote that read as a known event.
+    pub fn process_lines(&self) -> Vec<(EventKey, u64)> {
+        let lines = lock(&self.process_lines);
+        lines.snapshot()
     }
 
     /// Counts the events of one record logged before start into `events` (IOMMU faults from
@@ -171,18 +216,12 @@ pub fn ring_record_text(record: &[u8]) -> Option<String> {
     Some(String::from_utf8_lossy(&text[..end]).into_owned())
 }
 
-/// The text of one `/dev/kmsg` record if the kernel logged it: its priority (the first field,
-/// `facility << 3 | level`) has facility 0, `LOG_KERN`. A write to `/dev/kmsg` is logged with
-/// facility `LOG_USER` unless it asks for another non-zero one (devkmsg_write in
-/// kernel/printk/printk.c, 3.5 to 6.12), so a line a process writes never passes for the
-/// kernel's.
+/// The text of one `/dev/kmsg` record if the kernel logged it ([`origin`]).
 pub fn kmsg_kernel_record_text(record: &[u8]) -> Option<String> {
-    let priority = record.split(|&b| b == b',').next()?;
-    let priority: u32 = std::str::from_utf8(priority).ok()?.parse().ok()?;
-    if priority >> 3 != 0 {
-        return None;
+    match kmsg_record_origin(record)? {
+        Origin::Kernel => kmsg_record_text(record),
+        Origin::Process | Origin::Unknown => None,
     }
-    kmsg_record_text(record)
 }
 
 /// The sequence number of one `/dev/kmsg` record (the second field of its prefix).
@@ -221,6 +260,17 @@ fn read_kmsg_record(kmsg: &mut impl Read, record: &mut [u8]) -> KmsgRead {
     }
 }
 
+/// Opens `/dev/kmsg` non-blocking at `position`: `Start` is the oldest record left, `End`
+/// after the last one.
+fn open_kmsg_nonblocking(position: SeekFrom) -> std::io::Result<File> {
+    let mut kmsg = OpenOptions::new()
+        .read(true)
+        .custom_flags(libc::O_NONBLOCK)
+        .open("/dev/kmsg")?;
+    kmsg.seek(position)?;
+    Ok(kmsg)
+}
+
 /// Opens `/dev/kmsg` positioned after the last record, so only new lines are counted.
 pub fn open_kmsg() -> std::io::Result<File> {
     let mut kmsg = File::open("/dev/kmsg")?;
@@ -235,8 +285,11 @@ pub fn follow_kmsg(mut kmsg: File, counts: Arc<KernelLogCounts>) {
     let stopped = loop {
         match read_kmsg_record(&mut kmsg, &mut record) {
             KmsgRead::Record(len) => {
-                if let Some(text) = kmsg_record_text(&record[..len]) {
-                    counts.count_line(&text);
+                let record = &record[..len];
+                if let Some((text, origin)) =
+                    kmsg_record_text(record).zip(kmsg_record_origin(record))
+                {
+                    counts.count_record(&text, origin);
                 }
             }
             KmsgRead::Empty | KmsgRead::Overwritten => {}

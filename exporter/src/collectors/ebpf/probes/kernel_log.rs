@@ -8,7 +8,8 @@ use crate::collectors::ebpf::hooks::{attempt, Attempt, Hook::*, Needs};
 use crate::collectors::ebpf::kernel_log::{self as log, EventKey};
 use crate::collectors::ebpf::maps::{self, Attached, Maps};
 use crate::collectors::ebpf::spec::{ProbeSpec, Shared};
-use crate::metrics::{Desc, Labels, Samples, Value};
+use crate::logging::{self, Level};
+use crate::metrics::{Desc, LabelValue, Labels, Samples, Value};
 
 pub const SPEC: ProbeSpec = ProbeSpec {
     name: "kernel_log",
@@ -22,6 +23,7 @@ pub const SPEC: ProbeSpec = ProbeSpec {
         KERNEL_LOG_EVENTS,
         KERNEL_LOG_EVENTS_BEFORE_START,
         KERNEL_LOG_BEFORE_START_COMPLETE,
+        KERNEL_LOG_PROCESS_LINES,
     ],
     started: Some(started),
     samples,
@@ -51,7 +53,7 @@ const ATTEMPTS: &[Attempt] = &[
 
 const KERNEL_LOG_EVENTS: Desc = Desc::counter(
     "hpcnode_kernel_log_events",
-    "Kernel log lines that match a known event (text any root process can write: source=\"kernel_log\").",
+    "Kernel log lines the kernel logged (facility LOG_KERN) that match a known event (source=\"kernel_log\"); lines processes write to /dev/kmsg are in hpcnode_kernel_log_process_lines_total.",
     None,
 );
 const KERNEL_LOG_EVENTS_BEFORE_START: Desc = Desc::gauge(
@@ -65,19 +67,39 @@ const KERNEL_LOG_BEFORE_START_COMPLETE: Desc = Desc::gauge(
     None,
 );
 
+const KERNEL_LOG_PROCESS_LINES: Desc = Desc::counter(
+    "hpcnode_kernel_log_process_lines",
+    "Lines processes wrote to /dev/kmsg (facility not LOG_KERN) that read as a known kernel event, with the event's labels (IOMMU fault lines as event=\"iommu_fault\"); never counted as events: a test, or a process imitating the kernel.",
+    None,
+);
+
 /// Starts the thread that counts lines: from the ring buffer, or from /dev/kmsg. New records
 /// are counted from here on; the ones the log held before are read apart.
 fn started(attached: Attached<'_>, shared: &Shared) -> Result<(), SyscallError> {
     let counts = shared.kernel_log.clone();
     match attached {
         Attached::Bpf(ebpf) => {
+            let mut origins = log::Origins::open().unwrap_or_else(|err| {
+                // A refusal is the missing CAP_SYSLOG the collector has already said, with
+                // this cost.
+                let level = match err.kind() {
+                    std::io::ErrorKind::PermissionDenied => Level::Debug,
+                    _ => Level::Warn,
+                };
+                logging::log(
+                    level,
+                    "cannot tell the lines processes write to /dev/kmsg from the kernel's: every matching line counts as an event",
+                    &[("err", &err.to_string())],
+                );
+                log::Origins::unreadable()
+            });
             maps::follow_ring(
                 ebpf,
                 "kernel_log_lines",
                 "hpcnode-kernel-log",
                 move |record| {
                     if let Some(text) = log::ring_record_text(record) {
-                        counts.count_line(&text);
+                        counts.count_forwarded(&text, &mut origins);
                     }
                 },
             )?;
@@ -96,11 +118,7 @@ fn started(attached: Attached<'_>, shared: &Shared) -> Result<(), SyscallError> 
 fn samples(_: &Maps<'_>, shared: &Shared, out: &mut Samples) -> Result<(), SyscallError> {
     let event_labels = |(event, captured): EventKey| -> Labels {
         let mut labels: Labels = vec![("event", event.into()), ("source", "kernel_log".into())];
-        labels.extend(
-            captured
-                .into_iter()
-                .map(|(name, value)| (name, value.into())),
-        );
+        labels.extend(captured_labels(captured));
         labels
     };
     let kernel_log = &shared.kernel_log;
@@ -121,6 +139,11 @@ fn samples(_: &Maps<'_>, shared: &Shared, out: &mut Samples) -> Result<(), Sysca
             Value::Int(before_start.complete.into()),
         );
     }
+    for ((event, captured), count) in kernel_log.process_lines() {
+        let mut labels: Labels = vec![("event", event.into())];
+        labels.extend(captured_labels(captured));
+        out.push(&KERNEL_LOG_PROCESS_LINES, labels, Value::Int(count));
+    }
     for (fault, count) in kernel_log.iommu_faults() {
         let labels: Labels = vec![
             ("device", fault.device.into()),
@@ -131,4 +154,12 @@ fn samples(_: &Maps<'_>, shared: &Shared, out: &mut Samples) -> Result<(), Sysca
         out.push(&IOMMU_FAULTS, labels, Value::Int(count));
     }
     Ok(())
+}
+
+fn captured_labels(
+    captured: Vec<(&'static str, String)>,
+) -> impl Iterator<Item = (&'static str, LabelValue)> {
+    captured
+        .into_iter()
+        .map(|(name, value)| (name, value.into()))
 }

@@ -1,0 +1,100 @@
+//! Whose a kernel log line is: the kernel's (facility `LOG_KERN`) or a process's, written to
+//! `/dev/kmsg` (devkmsg_write in kernel/printk/printk.c logs it with facility `LOG_USER` unless
+//! the writer asks for another non-zero one, 3.5 to 6.12). Only the kernel's lines count as
+//! events; a process's are counted apart, so a test or an imitation never raises an alert.
+//!
+//! `/dev/kmsg` records carry the facility. The printk:console tracepoint carries the text
+//! only: from 5.19 it fires in printk_sprint() for every record, the kernel's and
+//! devkmsg_write()'s alike, after the record is reserved in the log and before the writer
+//! returns, so the record is in `/dev/kmsg` by the time the line reaches the exporter.
+//! [`Origins`] looks up a forwarded line there, and only a line that matches a known event:
+//! the log is read as often as events happen, not once per line.
+
+use std::fs::File;
+use std::io::{Read, SeekFrom};
+
+use super::KMSG_RECORD_MAX;
+use super::{kmsg_record_text, open_kmsg_nonblocking, read_kmsg_record, KmsgRead};
+
+/// Who wrote a line to the kernel log.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Origin {
+    Kernel,
+    Process,
+    /// Not found in `/dev/kmsg` (unreadable, or the record was gone or not yet complete: a
+    /// `pr_cont` fragment's record is readable once the line is finished).
+    Unknown,
+}
+
+/// The origin of one `/dev/kmsg` record, from its priority (the first field,
+/// `facility << 3 | level`); `None` for a malformed record.
+pub fn kmsg_record_origin(record: &[u8]) -> Option<Origin> {
+    let priority = record.split(|&b| b == b',').next()?;
+    let priority: u32 = std::str::from_utf8(priority).ok()?.parse().ok()?;
+    Some(if priority >> 3 == 0 {
+        Origin::Kernel
+    } else {
+        Origin::Process
+    })
+}
+
+/// Finds the records of forwarded lines in `/dev/kmsg`, read forward from where the exporter
+/// started following the ring buffer.
+pub struct Origins<R> {
+    kmsg: Option<R>,
+    record: Vec<u8>,
+}
+
+impl Origins<File> {
+    /// `/dev/kmsg` from its end, non-blocking: the lines forwarded from now on are after it.
+    pub fn open() -> std::io::Result<Origins<File>> {
+        Ok(Origins::new(open_kmsg_nonblocking(SeekFrom::End(0))?))
+    }
+
+    /// Without `/dev/kmsg` (refused: no CAP_SYSLOG under kernel.dmesg_restrict): every line is
+    /// of unknown origin.
+    pub fn unreadable() -> Origins<File> {
+        Origins {
+            kmsg: None,
+            record: Vec::new(),
+        }
+    }
+}
+
+impl<R: Read> Origins<R> {
+    pub fn new(kmsg: R) -> Origins<R> {
+        Origins {
+            kmsg: Some(kmsg),
+            record: vec![0; KMSG_RECORD_MAX],
+        }
+    }
+
+    /// The origin of the first record from here on whose text holds `line` (the tracepoint
+    /// gives at most 255 bytes, and a `pr_cont` fragment alone). The records before it are
+    /// passed: their lines were forwarded before this one and matched nothing. A read that
+    /// fails for another reason than an empty log leaves the rest unknown.
+    pub fn of(&mut self, line: &str) -> Origin {
+        let Some(kmsg) = self.kmsg.as_mut() else {
+            return Origin::Unknown;
+        };
+        loop {
+            match read_kmsg_record(kmsg, &mut self.record) {
+                KmsgRead::Record(len) => {
+                    let record = &self.record[..len];
+                    if kmsg_record_text(record).is_some_and(|text| text.contains(line)) {
+                        return kmsg_record_origin(record).unwrap_or(Origin::Unknown);
+                    }
+                }
+                KmsgRead::Overwritten => {}
+                KmsgRead::Empty => return Origin::Unknown,
+                KmsgRead::Failed(_) => {
+                    self.kmsg = None;
+                    return Origin::Unknown;
+                }
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests;
