@@ -350,7 +350,7 @@ impl Probes {
                 (sysctl, None)
             }
         };
-        let shared = Shared::default();
+        let shared = Shared::new(sysfs);
         let mut kernel = syscalls::AyaKernel::new(loader, btf.as_ref().ok(), &shared);
         let probes = start(probes::ALL, &mut kernel, &features, choice, sysfs, detail);
         // The BTF too (the kernel only borrowed it), before its heap is given back.
@@ -697,7 +697,7 @@ pub(crate) mod tests {
             ),
             module_support: false,
             sysfs: sysfs.to_path_buf(),
-            shared: Shared::default(),
+            shared: Shared::new(sysfs),
             run_stats: false,
             _stats: None,
         };

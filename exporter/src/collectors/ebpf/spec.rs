@@ -3,6 +3,7 @@
 //! (`probes/<name>.rs`) fills one in; the loader and the collector only ask it.
 
 use std::fmt;
+use std::path::Path;
 use std::sync::{Arc, Mutex};
 
 use super::error::SyscallError;
@@ -68,10 +69,11 @@ pub struct Shared {
     pub module_names: Mutex<ModuleNames>,
 }
 
-impl Default for Shared {
-    fn default() -> Shared {
+impl Shared {
+    /// Driver health events name their RDMA devices from `sysfs`.
+    pub fn new(sysfs: &Path) -> Shared {
         Shared {
-            kernel_log: KernelLogCounts::new(),
+            kernel_log: KernelLogCounts::on(sysfs),
             module_names: Mutex::default(),
         }
     }

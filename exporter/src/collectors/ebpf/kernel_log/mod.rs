@@ -10,11 +10,13 @@ mod before_start;
 mod iommu_faults;
 mod origin;
 mod patterns;
+mod rdma_device;
 
 use std::collections::BTreeMap;
 use std::fs::{File, OpenOptions};
 use std::io::{Read, Seek, SeekFrom};
 use std::os::unix::fs::OpenOptionsExt;
+use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex, OnceLock};
 
 use crate::logging::{self, Level};
@@ -66,6 +68,8 @@ pub struct BeforeStart {
 /// the events logged before start once they have been read.
 pub struct KernelLogCounts {
     matcher: Matcher,
+    /// Where the RDMA device a driver health line names is looked up ([`rdma_device`]).
+    sysfs: PathBuf,
     counts: Mutex<EventCounts>,
     iommu_faults: Mutex<FaultCounts>,
     /// Lines processes wrote to `/dev/kmsg` that read as a known event, by event and captured
@@ -76,8 +80,14 @@ pub struct KernelLogCounts {
 
 impl KernelLogCounts {
     pub fn new() -> Arc<KernelLogCounts> {
+        KernelLogCounts::on(Path::new("/sys"))
+    }
+
+    /// Counts whose driver health events name their RDMA device from `sysfs`.
+    pub fn on(sysfs: &Path) -> Arc<KernelLogCounts> {
         Arc::new(KernelLogCounts {
             matcher: Matcher::new(PATTERNS).expect("the built-in kernel log patterns compile"),
+            sysfs: sysfs.to_path_buf(),
             counts: Mutex::default(),
             iommu_faults: Mutex::default(),
             process_lines: Mutex::default(),
@@ -110,6 +120,7 @@ impl KernelLogCounts {
         for line in lines(record) {
             match self.matcher.find(line) {
                 Some(LineMatch::Event(key)) => {
+                    let key = self.with_rdma_device(key);
                     let mut counts = lock(&self.counts);
                     counts.count(key);
                 }
@@ -120,6 +131,11 @@ impl KernelLogCounts {
                 None => {}
             }
         }
+    }
+
+    fn with_rdma_device(&self, (event, mut labels): EventKey) -> EventKey {
+        rdma_device::add_label(&self.sysfs, event, &mut labels);
+        (event, labels)
     }
 
     /// Counts the lines of a record a process wrote that read as a known event.
@@ -145,7 +161,7 @@ impl KernelLogCounts {
     fn count_before_start(&self, events: &mut EventCounts, record: &str) {
         for line in lines(record) {
             if let Some(LineMatch::Event(key)) = self.matcher.find(line) {
-                events.count(key);
+                events.count(self.with_rdma_device(key));
             }
         }
     }
