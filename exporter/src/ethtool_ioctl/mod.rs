@@ -57,10 +57,34 @@ fn word(bytes: &[u8], at: usize) -> Option<u32> {
 
 fn command(cmd: u32, len: usize, words: &[u32]) -> Vec<u8> {
     let mut out = vec![0; len];
-    for (at, value) in std::iter::once(cmd).chain(words.iter().copied()).enumerate() {
+    for (at, value) in std::iter::once(cmd)
+        .chain(words.iter().copied())
+        .enumerate()
+    {
         out[at * 4..at * 4 + 4].copy_from_slice(&value.to_ne_bytes());
     }
     out
+}
+
+/// The entries of an answer whose count is the word at `count_at`, right after which they
+/// start, each `size` bytes: the `count` asked for, or the count changed.
+fn entries<'a>(
+    answer: &'a [u8],
+    command: &'static str,
+    count_at: usize,
+    count: u32,
+    size: usize,
+) -> Result<&'a [u8], AnswerError> {
+    let answered = word(answer, count_at).ok_or(AnswerError::Malformed(command))?;
+    if answered != count {
+        return Err(AnswerError::CountChanged {
+            asked: count,
+            answered,
+        });
+    }
+    (answer.get(count_at + 4..))
+        .filter(|entries| entries.len() == count as usize * size)
+        .ok_or(AnswerError::Malformed(command))
 }
 
 /// `ETHTOOL_GSSET_INFO` asking for the count of `ETH_SS_STATS`.
@@ -93,16 +117,7 @@ pub fn strings_request(count: u32) -> Vec<u8> {
 /// the driver wrote it (`ethtool_get_strings`); a name that is not UTF-8 is kept lossily (it
 /// matches no name looked for).
 pub fn strings_answer(answer: &[u8], count: u32) -> Result<Vec<String>, AnswerError> {
-    let answered = word(answer, 8).ok_or(AnswerError::Malformed("ETHTOOL_GSTRINGS"))?;
-    if answered != count {
-        return Err(AnswerError::CountChanged {
-            asked: count,
-            answered,
-        });
-    }
-    let table = (answer.get(GSTRINGS_HEADER..))
-        .filter(|table| table.len() == count as usize * ETH_GSTRING_LEN)
-        .ok_or(AnswerError::Malformed("ETHTOOL_GSTRINGS"))?;
+    let table = entries(answer, "ETHTOOL_GSTRINGS", 8, count, ETH_GSTRING_LEN)?;
     Ok(table
         .chunks_exact(ETH_GSTRING_LEN)
         .map(|name| {
@@ -120,16 +135,7 @@ pub fn stats_request(count: u32) -> Vec<u8> {
 /// The values in an answered `ETHTOOL_GSTATS` asked with `count`, in the string table's
 /// order (`ethtool_get_stats`).
 pub fn stats_answer(answer: &[u8], count: u32) -> Result<Vec<u64>, AnswerError> {
-    let answered = word(answer, 4).ok_or(AnswerError::Malformed("ETHTOOL_GSTATS"))?;
-    if answered != count {
-        return Err(AnswerError::CountChanged {
-            asked: count,
-            answered,
-        });
-    }
-    let values = (answer.get(GSTATS_HEADER..))
-        .filter(|values| values.len() == count as usize * 8)
-        .ok_or(AnswerError::Malformed("ETHTOOL_GSTATS"))?;
+    let values = entries(answer, "ETHTOOL_GSTATS", 4, count, 8)?;
     Ok(values
         .chunks_exact(8)
         .map(|value| u64::from_ne_bytes(value.try_into().expect("8 bytes")))

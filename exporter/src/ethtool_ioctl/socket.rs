@@ -88,7 +88,12 @@ impl Socket {
     }
 
     /// Hands `request` to the kernel for `netdev` and returns the buffer as it left it.
-    fn call(&self, netdev: &str, name: &'static str, request: &[u8]) -> Result<Vec<u8>, IoctlError> {
+    fn call(
+        &self,
+        netdev: &str,
+        name: &'static str,
+        request: &[u8],
+    ) -> Result<Vec<u8>, IoctlError> {
         // SAFETY: an all-zero ifreq is a valid one (an empty name, a null union).
         let mut ifreq: libc::ifreq = unsafe { std::mem::zeroed() };
         // One byte kept for the NUL the zeroed struct already holds.
@@ -148,7 +153,8 @@ impl Guarded {
             len,
         };
         // SAFETY: the last page of the mapping just made, which nothing refers to yet.
-        let rc = unsafe { libc::mprotect(map.cast::<u8>().add(usable).cast(), page, libc::PROT_NONE) };
+        let rc =
+            unsafe { libc::mprotect(map.cast::<u8>().add(usable).cast(), page, libc::PROT_NONE) };
         if rc < 0 {
             return Err(io::Error::last_os_error());
         }

@@ -159,7 +159,10 @@ impl Veth {
             return Some(Veth(name));
         }
         let why = "a veth pair cannot be made here (ip link add needs CAP_NET_ADMIN)";
-        assert!(std::env::var_os("CI").is_none(), "{test} must run in CI: {why}");
+        assert!(
+            std::env::var_os("CI").is_none(),
+            "{test} must run in CI: {why}"
+        );
         eprintln!("SKIPPED {test}: {why}");
         None
     }
