@@ -1,23 +1,18 @@
-//! The ethtool ioctl (`SIOCETHTOOL`): a netdev's statistics (`ethtool -S`) and, for kernels
-//! whose ethtool netlink has no `ETHTOOL_MSG_MODULE_EEPROM_GET` (before 5.13), its module's
-//! memory. The command structs are built and read here as bytes, as `include/uapi/linux/
+//! The ethtool ioctl (`SIOCETHTOOL`): a netdev's statistics (`ethtool -S`). The command structs are built and read here as bytes, as `include/uapi/linux/
 //! ethtool.h` lays them out (native endian, no padding: each is `u32`s, then a `u64` array
 //! at offset 8 or bytes); `socket.rs` is the only code that hands them to the kernel.
 //!
 //! Who may ask (`__dev_ethtool` in `net/ethtool/ioctl.c`, its "Allow some commands to be
 //! done by anyone" list): `ETHTOOL_GSSET_INFO`, `ETHTOOL_GSTRINGS` and `ETHTOOL_GSTATS` need
-//! no capability; `ETHTOOL_GMODULEINFO` and `ETHTOOL_GMODULEEEPROM` are not on the list and
-//! need CAP_NET_ADMIN (`EPERM` without it), as their netlink successor does.
+//! no capability. `ETHTOOL_GMODULEINFO` and `ETHTOOL_GMODULEEEPROM` (a module's memory on
+//! kernels before 5.13, not read here) are not on the list and need CAP_NET_ADMIN.
 
 pub mod socket;
 
-/// `ETHTOOL_GSTRINGS`, `ETHTOOL_GSTATS`, `ETHTOOL_GSSET_INFO`, `ETHTOOL_GMODULEINFO`,
-/// `ETHTOOL_GMODULEEEPROM` (`include/uapi/linux/ethtool.h`).
+/// `ETHTOOL_GSTRINGS`, `ETHTOOL_GSTATS`, `ETHTOOL_GSSET_INFO` (`include/uapi/linux/ethtool.h`).
 const GSTRINGS: u32 = 0x1b;
 const GSTATS: u32 = 0x1d;
 const GSSET_INFO: u32 = 0x37;
-const GMODULEINFO: u32 = 0x42;
-const GMODULEEEPROM: u32 = 0x43;
 /// `ETH_SS_STATS`, the string set of `ethtool -S`.
 const ETH_SS_STATS: u32 = 1;
 /// `ETH_GSTRING_LEN`: each name's room in a string table, its NUL included.
@@ -30,15 +25,6 @@ const SSET_INFO_LEN: usize = 16 + 4;
 const GSTRINGS_HEADER: usize = 12;
 /// `struct ethtool_stats`: cmd, n_stats, then `n_stats` `u64`s.
 const GSTATS_HEADER: usize = 8;
-/// `struct ethtool_modinfo`: cmd, type, eeprom_len, `reserved[8]`.
-const MODINFO_LEN: usize = 12 + 32;
-/// `struct ethtool_eeprom`: cmd, magic, offset, len, then `len` bytes.
-const EEPROM_HEADER: usize = 16;
-
-/// The longest module memory the ioctl gives (`ETH_MODULE_SFF_8636_MAX_LEN`,
-/// `ETH_MODULE_SFF_8436_MAX_LEN`): lower page and upper pages 00h to 03h.
-pub const MODULE_MAX_LEN: usize = 640;
-
 /// What an answer says that cannot be right.
 #[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
 pub enum AnswerError {
@@ -140,41 +126,6 @@ pub fn stats_answer(answer: &[u8], count: u32) -> Result<Vec<u64>, AnswerError> 
         .chunks_exact(8)
         .map(|value| u64::from_ne_bytes(value.try_into().expect("8 bytes")))
         .collect())
-}
-
-/// `ETHTOOL_GMODULEINFO`.
-pub fn module_info_request() -> Vec<u8> {
-    command(GMODULEINFO, MODINFO_LEN, &[])
-}
-
-/// A module's layout and length as `ETHTOOL_GMODULEINFO` gives them.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct ModuleInfo {
-    /// `ETH_MODULE_SFF_8079` (1), `_SFF_8472` (2), `_SFF_8636` (3), `_SFF_8436` (4), ...
-    pub kind: u32,
-    pub eeprom_len: u32,
-}
-
-pub fn module_info_answer(answer: &[u8]) -> Result<ModuleInfo, AnswerError> {
-    let malformed = AnswerError::Malformed("ETHTOOL_GMODULEINFO");
-    Ok(ModuleInfo {
-        kind: word(answer, 4).ok_or(malformed.clone())?,
-        eeprom_len: word(answer, 8).ok_or(malformed)?,
-    })
-}
-
-/// `ETHTOOL_GMODULEEEPROM` of the module's first `len` bytes.
-pub fn module_eeprom_request(len: u32) -> Vec<u8> {
-    command(GMODULEEEPROM, EEPROM_HEADER + len as usize, &[0, 0, len])
-}
-
-/// The bytes of an answered `ETHTOOL_GMODULEEEPROM`: as many as its `len` says
-/// (`ethtool_get_any_eeprom` writes back how many it copied).
-pub fn module_eeprom_answer(answer: &[u8]) -> Result<Vec<u8>, AnswerError> {
-    let malformed = AnswerError::Malformed("ETHTOOL_GMODULEEEPROM");
-    let len = word(answer, 12).ok_or(malformed.clone())? as usize;
-    let data = answer.get(EEPROM_HEADER..).ok_or(malformed.clone())?;
-    Ok(data.get(..len).ok_or(malformed)?.to_vec())
 }
 
 #[cfg(test)]

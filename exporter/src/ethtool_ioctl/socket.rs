@@ -4,10 +4,9 @@
 //! command's buffer.
 //!
 //! A buffer ends at a page the process may not touch. Before "ethtool: Avoid overflowing
-//! userspace buffer on stats query" (Gal Pressman, December 2025, sent to the stable
-//! kernels) `GSTRINGS` and
-//! `GSTATS` write as many entries as the driver counts at that moment, whatever room the
-//! caller made; a count grown since the caller asked (mlx5e's per-channel statistics after
+//! userspace buffer on stats query" (Gal Pressman, December 2025, sent to the stable kernels)
+//! `GSTRINGS` and `GSTATS` write as many entries as the driver counts at that moment,
+//! whatever room the caller made; a count grown since the caller asked (mlx5e's per-channel statistics after
 //! `ethtool -L`) would write past an ordinary allocation. Here the kernel's copy stops at the
 //! guard page instead and the call fails with `EFAULT`.
 
@@ -15,9 +14,8 @@ use std::io;
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
 
 use super::{
-    module_eeprom_answer, module_eeprom_request, module_info_answer, module_info_request,
     sset_info_answer, sset_info_request, stats_answer, stats_request, strings_answer,
-    strings_request, AnswerError, ModuleInfo, MODULE_MAX_LEN,
+    strings_request, AnswerError,
 };
 
 #[derive(Debug, thiserror::Error)]
@@ -74,17 +72,6 @@ impl Socket {
     pub fn stats(&self, netdev: &str, count: u32) -> Result<Vec<u64>, IoctlError> {
         let answer = self.call(netdev, "ETHTOOL_GSTATS", &stats_request(count))?;
         Ok(stats_answer(&answer, count)?)
-    }
-
-    /// `netdev`'s module memory as the ioctl lays it out, and its layout
-    /// (`ETHTOOL_GMODULEINFO`, then `ETHTOOL_GMODULEEEPROM` of at most
-    /// [`MODULE_MAX_LEN`] bytes).
-    pub fn module_eeprom(&self, netdev: &str) -> Result<(ModuleInfo, Vec<u8>), IoctlError> {
-        let answer = self.call(netdev, "ETHTOOL_GMODULEINFO", &module_info_request())?;
-        let info = module_info_answer(&answer)?;
-        let len = info.eeprom_len.min(MODULE_MAX_LEN as u32);
-        let answer = self.call(netdev, "ETHTOOL_GMODULEEEPROM", &module_eeprom_request(len))?;
-        Ok((info, module_eeprom_answer(&answer)?))
     }
 
     /// Hands `request` to the kernel for `netdev` and returns the buffer as it left it.

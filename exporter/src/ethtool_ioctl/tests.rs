@@ -51,15 +51,6 @@ fn requests_are_the_uapi_structs() {
     }
     stats.extend([0; 24]);
     assert_eq!(stats_request(3), stats);
-    let mut info = 0x42u32.to_ne_bytes().to_vec();
-    info.extend([0; 40]);
-    assert_eq!(module_info_request(), info);
-    let mut eeprom = Vec::new();
-    for word in [0x43u32, 0, 0, 256] {
-        eeprom.extend(word.to_ne_bytes());
-    }
-    eeprom.extend([0; 256]);
-    assert_eq!(module_eeprom_request(256), eeprom);
 }
 
 /// `ethtool_get_sset_info`: the mask keeps the bit of each set the driver counted, followed
@@ -115,32 +106,6 @@ fn stats_are_the_values_in_order() {
     assert_eq!(stats_answer(&answer, 3), Ok(vec![7, u64::MAX, 0]));
     assert!(stats_answer(&answer[..20], 3).is_err());
     assert!(stats_answer(&answer[..3], 3).is_err());
-}
-
-/// `ethtool_get_module_info` fills type and eeprom_len; `ethtool_get_any_eeprom` writes back
-/// how many bytes it copied.
-#[test]
-fn module_info_and_eeprom() {
-    let mut info = Vec::new();
-    for word in [0x42u32, 2, 512] {
-        info.extend(word.to_ne_bytes());
-    }
-    info.extend([0; 32]);
-    assert_eq!(
-        module_info_answer(&info),
-        Ok(ModuleInfo {
-            kind: 2,
-            eeprom_len: 512
-        })
-    );
-    let mut eeprom = Vec::new();
-    for word in [0x43u32, 0, 0, 3] {
-        eeprom.extend(word.to_ne_bytes());
-    }
-    eeprom.extend([3, 4, 5, 0]);
-    assert_eq!(module_eeprom_answer(&eeprom), Ok(vec![3, 4, 5]));
-    eeprom[12..16].copy_from_slice(&9u32.to_ne_bytes());
-    assert!(module_eeprom_answer(&eeprom).is_err());
 }
 
 /// A veth pair, deleted when dropped; `None` where it cannot be made (not root), which
