@@ -7,6 +7,7 @@ pub mod collectors;
 pub mod config;
 pub mod dynlib;
 pub mod error;
+pub mod ethtool_ioctl;
 pub mod flags;
 #[cfg(any(test, feature = "fuzzing"))]
 #[doc(hidden)]

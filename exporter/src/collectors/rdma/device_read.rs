@@ -130,6 +130,8 @@ pub(super) struct DeviceRead<'a> {
     pub(super) sysfs: &'a Path,
     /// Where RoCE ports' modules are read; `None`: not at all.
     pub(super) modules: Option<&'a module_eeprom::ModuleRead<'a>>,
+    /// Where RoCE ports' netdev statistics are read; `None`: not at all.
+    pub(super) stats: Option<&'a dyn module_events::StatsSource>,
 }
 
 impl DeviceRead<'_> {
@@ -233,6 +235,10 @@ impl DeviceRead<'_> {
             if let Some(modules) = self.modules {
                 let labels = [&self.device, port];
                 sets.module.read(modules, &netdev, labels, self.unit.out());
+            }
+            if let Some(stats) = self.stats {
+                let labels = [&self.device, port];
+                sets.events.read(stats, &netdev, labels, self.unit.out());
             }
         }
         let netdev = self.state.labels.get(&netdev);

@@ -30,6 +30,7 @@ use crate::sysfs::{AttributeReader, Entry, HeldByUnit, LinkedDirs, SysDir, Sysfs
 mod device_read;
 mod hw_counters_netlink;
 mod module_eeprom;
+mod module_events;
 mod state;
 mod vf_stats;
 
@@ -164,6 +165,7 @@ impl Settings for RdmaSettings {
         // Only the running kernel answers for its VFs.
         if host.sysfs == Path::new("/sys") {
             collector.vf_source = Some(Box::new(vf_stats::Rtnetlink::default()));
+            collector.stats_source = Some(Box::new(module_events::EthtoolIoctl::default()));
             let withheld = self
                 .module_interval
                 .and(privileges::module_eeprom_missing());
@@ -210,6 +212,9 @@ struct RdmaCollector {
     /// Where RoCE ports' modules are read (ethtool netlink on the running kernel), and how
     /// often; `None`: not at all.
     module_source: Option<(Box<dyn module_eeprom::ModuleSource>, Duration)>,
+    /// Where RoCE ports' netdev statistics are read (the ethtool ioctl on the running
+    /// kernel); `None`: not at all.
+    stats_source: Option<Box<dyn module_events::StatsSource>>,
 }
 
 /// `class/infiniband` as a listing opened it, whether its devices' directories are kept
@@ -238,6 +243,7 @@ impl RdmaCollector {
             device_dirs: LinkedDirs::default(),
             vf_source: None,
             module_source: None,
+            stats_source: None,
         }
     }
 }
@@ -376,7 +382,7 @@ const PORT_HW_COUNTERS_SOURCE: Desc = Desc::gauge(
 );
 
 /// Every metric this collector emits (for the METRICS.md check).
-pub const METRICS: [Desc; 37] = [
+pub const METRICS: [Desc; 38] = [
     DEVICE_INFO,
     PORT_INFO,
     PORT_STATE,
@@ -414,6 +420,7 @@ pub const METRICS: [Desc; 37] = [
     module_eeprom::TX_POWER_THRESHOLD,
     module_eeprom::RX_POWER_THRESHOLD,
     module_eeprom::ALARM,
+    module_events::MODULE_EVENTS,
 ];
 
 impl Collector for RdmaCollector {
@@ -495,6 +502,7 @@ impl Collector for RdmaCollector {
                 link_downed: None,
                 sysfs: &self.sysfs,
                 modules: modules.as_ref(),
+                stats: self.stats_source.as_deref(),
             };
             read.device(&dir);
             read.state.end_read(read.unit.out().samples.pushed());

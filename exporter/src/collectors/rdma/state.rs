@@ -5,6 +5,7 @@ use std::sync::Arc;
 
 use super::device_read::{PMA_COUNTERS, PMA_EXTRA_ERRORS};
 use super::module_eeprom::PortModule;
+use super::module_events::PortEvents;
 use crate::metrics::{LabelCache, LabelSet, LabelValue, Room};
 use crate::sysfs::{DirStamp, Entry};
 
@@ -43,6 +44,8 @@ pub(super) struct PortSets {
     pub(super) downs: PortDowns,
     /// The port's module as its last read decoded it.
     pub(super) module: PortModule,
+    /// Where the port's netdev counts module events, as its last read found.
+    pub(super) events: PortEvents,
     /// Whether the read under way used it.
     used: bool,
 }
@@ -67,6 +70,7 @@ impl PortSets {
             netlink: foldhash::HashMap::default(),
             downs: PortDowns::default(),
             module: PortModule::default(),
+            events: PortEvents::default(),
             used: true,
         }
     }

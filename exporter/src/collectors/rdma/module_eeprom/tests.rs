@@ -60,7 +60,7 @@ fn read_at(
     (samples(&out), out.errors)
 }
 
-fn samples(out: &Output) -> Vec<String> {
+pub(in crate::collectors::rdma) fn samples(out: &Output) -> Vec<String> {
     let families = out.samples.families();
     let samples = families.iter().flat_map(|family| {
         let name = family.desc.sample_name();
@@ -228,14 +228,7 @@ fn a_bad_module_is_an_error_without_its_content() {
 /// Through the collector: a RoCE port's netdev is asked, an InfiniBand port (no netdev) is not.
 #[test]
 fn the_collector_reads_roce_ports_modules_only() {
-    let tmp = tempfile::tempdir().unwrap();
-    let ports = tmp.path().join(CLASS_DIR).join("mlx5_0/ports");
-    for (port, link_layer, netdev) in [("1", "Ethernet", "ens1f0np0"), ("2", "InfiniBand", "")] {
-        let port = ports.join(port);
-        std::fs::create_dir_all(port.join("gid_attrs/ndevs")).unwrap();
-        std::fs::write(port.join("link_layer"), format!("{link_layer}\n")).unwrap();
-        std::fs::write(port.join("gid_attrs/ndevs/0"), format!("{netdev}\n")).unwrap();
-    }
+    let tmp = two_port_tree("");
     let modules = std::sync::Arc::new(Modules::default());
     modules.answer("ens1f0np0", Answer::Memory(qsfp28().0));
     let mut collector = RdmaCollector::new(tmp.path().to_path_buf(), DeviceFilter::All);
@@ -264,6 +257,24 @@ fn the_collector_reads_roce_ports_modules_only() {
         .len(),
         1
     );
+}
+
+/// mlx5_0 with a RoCE port 1 (netdev `ens1f0np0`) and an InfiniBand port 2 whose default
+/// GID names `ib_netdev`.
+pub(in crate::collectors::rdma) fn two_port_tree(ib_netdev: &str) -> tempfile::TempDir {
+    let tmp = tempfile::tempdir().unwrap();
+    let ports = tmp.path().join(CLASS_DIR).join("mlx5_0/ports");
+    let layouts = [
+        ("1", "Ethernet", "ens1f0np0"),
+        ("2", "InfiniBand", ib_netdev),
+    ];
+    for (port, link_layer, netdev) in layouts {
+        let port = ports.join(port);
+        std::fs::create_dir_all(port.join("gid_attrs/ndevs")).unwrap();
+        std::fs::write(port.join("link_layer"), format!("{link_layer}\n")).unwrap();
+        std::fs::write(port.join("gid_attrs/ndevs/0"), format!("{netdev}\n")).unwrap();
+    }
+    tmp
 }
 
 /// A source the test keeps a handle on while the collector owns it.
