@@ -21,6 +21,7 @@ use crate::collector::{
 use crate::flags::{flag, optional, ConfigError, Flags};
 use crate::logging::OncePerCause;
 use crate::metrics::{Desc, Label, LabelSet, LabelValue, Value};
+use crate::netlink::ethtool::socket::KeptSocket;
 use crate::netlink::rdma::socket::Socket;
 use crate::privileges;
 use crate::rdma_port::{parse_rate, parse_state_id, ETHERNET_LINK_LAYER};
@@ -175,7 +176,7 @@ impl Settings for RdmaSettings {
                     .filter(|_| withheld.is_none())
                     .map(|interval| {
                         let source: Box<dyn module_eeprom::ModuleSource> =
-                            Box::new(module_eeprom::EthtoolNetlink::default());
+                            Box::new(KeptSocket::default());
                         (source, interval)
                     });
         }

@@ -1,8 +1,10 @@
 use std::collections::HashMap;
+use std::sync::Mutex;
 
 use super::*;
 use crate::collector::Collector;
 use crate::collectors::rdma::{DeviceFilter, RdmaCollector, CLASS_DIR};
+use crate::sync::lock;
 use crate::sysfs::Entry;
 use crate::transceiver::tests::{qsfp28, sfp};
 
