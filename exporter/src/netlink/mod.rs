@@ -4,6 +4,7 @@
 //! uevent socket (`NETLINK_KOBJECT_UEVENT`) stays with the code that reads it.
 
 pub mod datagram;
+pub mod devlink;
 pub mod ethtool;
 pub mod generic;
 pub mod rdma;
