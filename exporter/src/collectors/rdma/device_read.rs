@@ -130,6 +130,10 @@ pub(super) struct DeviceRead<'a> {
     pub(super) sysfs: &'a Path,
     /// Where RoCE ports' modules are read; `None`: not at all.
     pub(super) modules: Option<&'a module_eeprom::ModuleRead<'a>>,
+    /// Where RoCE ports' FEC counters are read, and by when; `None`: not at all.
+    pub(super) fec: Option<(&'a dyn fec::FecSource, Instant)>,
+    /// This scrape's devlink health reporters; `None`: not read.
+    pub(super) health: Option<&'a devlink_health::HealthListing>,
 }
 
 impl DeviceRead<'_> {
@@ -190,6 +194,9 @@ impl DeviceRead<'_> {
             ("node_type", self.text(dir, "node_type")),
         ];
         let [pci_address, driver] = self.parent_labels(dir);
+        if let Some(health) = self.health {
+            devlink_health::push(health, &self.device, pci_address.as_str(), self.unit.out());
+        }
         let labels = labels
             .into_iter()
             .chain([("pci_address", pci_address), ("driver", driver)]);
@@ -233,6 +240,10 @@ impl DeviceRead<'_> {
             if let Some(modules) = self.modules {
                 let labels = [&self.device, port];
                 sets.module.read(modules, &netdev, labels, self.unit.out());
+            }
+            if let Some((source, deadline)) = self.fec {
+                let out = self.unit.out();
+                sets.fec.read(source, deadline, &netdev, &sets.port, out);
             }
         }
         let netdev = self.state.labels.get(&netdev);

@@ -29,6 +29,8 @@ use crate::sync::lock;
 use crate::sysfs::{AttributeReader, Entry, HeldByUnit, LinkedDirs, SysDir, SysfsError, UnitRead};
 
 mod device_read;
+mod devlink_health;
+mod fec;
 mod hw_counters_netlink;
 mod module_eeprom;
 mod state;
@@ -171,6 +173,8 @@ impl Settings for RdmaSettings {
             if let Some((missing, remedy)) = withheld {
                 privileges::report_withheld(REGISTRATION.name, missing, remedy, MODULE_COSTS);
             }
+            collector.fec_source = Some(Box::new(KeptSocket::default()));
+            collector.health_source = Some(Box::new(devlink_health::DevlinkNetlink));
             collector.module_source =
                 (self.module_interval)
                     .filter(|_| withheld.is_none())
@@ -211,6 +215,13 @@ struct RdmaCollector {
     /// Where RoCE ports' modules are read (ethtool netlink on the running kernel), and how
     /// often; `None`: not at all.
     module_source: Option<(Box<dyn module_eeprom::ModuleSource>, Duration)>,
+    /// Where RoCE ports' FEC counters are read (ethtool netlink on the running kernel);
+    /// `None`: not at all.
+    fec_source: Option<Box<dyn fec::FecSource>>,
+    /// Where devlink health reporters are dumped (the running kernel); `None`: not at all.
+    health_source: Option<Box<dyn devlink_health::HealthSource>>,
+    /// The reporters the last listing's dump gave, for its devices' reads.
+    health: Mutex<Option<Arc<devlink_health::HealthListing>>>,
 }
 
 /// `class/infiniband` as a listing opened it, whether its devices' directories are kept
@@ -239,6 +250,9 @@ impl RdmaCollector {
             device_dirs: LinkedDirs::default(),
             vf_source: None,
             module_source: None,
+            fec_source: None,
+            health_source: None,
+            health: Mutex::new(None),
         }
     }
 }
@@ -377,7 +391,7 @@ const PORT_HW_COUNTERS_SOURCE: Desc = Desc::gauge(
 );
 
 /// Every metric this collector emits (for the METRICS.md check).
-pub const METRICS: [Desc; 37] = [
+pub const METRICS: [Desc; 43] = [
     DEVICE_INFO,
     PORT_INFO,
     PORT_STATE,
@@ -415,6 +429,12 @@ pub const METRICS: [Desc; 37] = [
     module_eeprom::TX_POWER_THRESHOLD,
     module_eeprom::RX_POWER_THRESHOLD,
     module_eeprom::ALARM,
+    fec::CORRECTED_BLOCKS,
+    fec::UNCORRECTABLE_BLOCKS,
+    fec::CORRECTED_BITS,
+    devlink_health::ERRORS,
+    devlink_health::RECOVERIES,
+    devlink_health::HEALTHY,
 ];
 
 impl Collector for RdmaCollector {
@@ -449,6 +469,13 @@ impl Collector for RdmaCollector {
                 if matches!(self.hw_counters, HwCounters::Netlink { .. }) && !devices.is_empty() {
                     self.list_netlink_indexes(&devices);
                 }
+                // One dump a scrape, for every device's read.
+                *lock(&self.health) = (self.health_source.as_ref())
+                    .filter(|_| !devices.is_empty())
+                    .map(|source| {
+                        let deadline = Instant::now() + self.timeout;
+                        Arc::new(devlink_health::list(source.as_ref(), deadline))
+                    });
                 Ok(devices)
             }
             // No RDMA stack loaded: nothing to export, and nothing failed.
@@ -482,6 +509,8 @@ impl Collector for RdmaCollector {
                 now,
                 deadline: now + self.timeout,
             });
+        let fec = (self.fec_source.as_ref()).map(|source| (source.as_ref(), now + self.timeout));
+        let health = lock(&self.health).clone();
         // A device that went and came back (or another that took its name) is other
         // directories, which hold nothing yet.
         self.held.read(device, |held, state| {
@@ -496,6 +525,8 @@ impl Collector for RdmaCollector {
                 link_downed: None,
                 sysfs: &self.sysfs,
                 modules: modules.as_ref(),
+                fec,
+                health: health.as_deref(),
             };
             read.device(&dir);
             read.state.end_read(read.unit.out().samples.pushed());

@@ -249,4 +249,4 @@ fn read_error(netdev: &str, err: &ReadError) -> CollectError {
 }
 
 #[cfg(test)]
-mod tests;
+pub(super) mod tests;

@@ -4,6 +4,7 @@
 use std::sync::Arc;
 
 use super::device_read::{PMA_COUNTERS, PMA_EXTRA_ERRORS};
+use super::fec::PortFec;
 use super::module_eeprom::PortModule;
 use crate::metrics::{LabelCache, LabelSet, LabelValue, Room};
 use crate::sysfs::{DirStamp, Entry};
@@ -43,6 +44,8 @@ pub(super) struct PortSets {
     pub(super) downs: PortDowns,
     /// The port's module as its last read decoded it.
     pub(super) module: PortModule,
+    /// The netdev that refused the port's FEC counters.
+    pub(super) fec: PortFec,
     /// Whether the read under way used it.
     used: bool,
 }
@@ -67,6 +70,7 @@ impl PortSets {
             netlink: foldhash::HashMap::default(),
             downs: PortDowns::default(),
             module: PortModule::default(),
+            fec: PortFec::default(),
             used: true,
         }
     }

@@ -101,13 +101,6 @@ pub struct FecStats {
     pub corrected_bits: Option<u64>,
 }
 
-impl FecStats {
-    /// Whether the driver counts nothing (no `get_fec_stats`: the reply's arrays are empty).
-    pub fn is_empty(&self) -> bool {
-        *self == FecStats::default()
-    }
-}
-
 /// The counters in a `ETHTOOL_MSG_FEC_GET` reply datagram. `fec_put_stats()` (`net/ethtool/
 /// fec.c`) writes each as a `u64` array, total first, then one per lane where the driver
 /// counts lanes (`fec_stats_recalc()`): empty where the driver gives no total. Only the total

@@ -62,7 +62,7 @@ fn read_at(
     (samples(&out), out.errors)
 }
 
-fn samples(out: &Output) -> Vec<String> {
+pub(in crate::collectors::rdma) fn samples(out: &Output) -> Vec<String> {
     let families = out.samples.families();
     let samples = families.iter().flat_map(|family| {
         let name = family.desc.sample_name();
@@ -231,13 +231,7 @@ fn a_bad_module_is_an_error_without_its_content() {
 #[test]
 fn the_collector_reads_roce_ports_modules_only() {
     let tmp = tempfile::tempdir().unwrap();
-    let ports = tmp.path().join(CLASS_DIR).join("mlx5_0/ports");
-    for (port, link_layer, netdev) in [("1", "Ethernet", "ens1f0np0"), ("2", "InfiniBand", "")] {
-        let port = ports.join(port);
-        std::fs::create_dir_all(port.join("gid_attrs/ndevs")).unwrap();
-        std::fs::write(port.join("link_layer"), format!("{link_layer}\n")).unwrap();
-        std::fs::write(port.join("gid_attrs/ndevs/0"), format!("{netdev}\n")).unwrap();
-    }
+    roce_and_ib_ports(tmp.path());
     let modules = std::sync::Arc::new(Modules::default());
     modules.answer("ens1f0np0", Answer::Memory(qsfp28().0));
     let mut collector = RdmaCollector::new(tmp.path().to_path_buf(), DeviceFilter::All);
@@ -266,6 +260,17 @@ fn the_collector_reads_roce_ports_modules_only() {
         .len(),
         1
     );
+}
+
+/// Device `mlx5_0` under `sysfs`: port 1 RoCE over `ens1f0np0`, port 2 InfiniBand.
+pub(in crate::collectors::rdma) fn roce_and_ib_ports(sysfs: &std::path::Path) {
+    let ports = sysfs.join(CLASS_DIR).join("mlx5_0/ports");
+    for (port, link_layer, netdev) in [("1", "Ethernet", "ens1f0np0"), ("2", "InfiniBand", "")] {
+        let port = ports.join(port);
+        std::fs::create_dir_all(port.join("gid_attrs/ndevs")).unwrap();
+        std::fs::write(port.join("link_layer"), format!("{link_layer}\n")).unwrap();
+        std::fs::write(port.join("gid_attrs/ndevs/0"), format!("{netdev}\n")).unwrap();
+    }
 }
 
 /// A source the test keeps a handle on while the collector owns it.
