@@ -12,7 +12,7 @@ use std::collections::HashMap;
 use std::time::Instant;
 
 use crate::collector::Output;
-use crate::error::{CollectError, ErrorKind};
+use crate::error::CollectError;
 use crate::metrics::Desc;
 use crate::metrics::{LabelValue, Value};
 use crate::netlink::devlink::socket::Socket;
@@ -104,14 +104,7 @@ pub(super) fn push(
 }
 
 fn dump_error(err: &ExchangeError) -> CollectError {
-    let kind = match err {
-        ExchangeError::Timeout => ErrorKind::Timeout,
-        ExchangeError::Truncated(_) | ExchangeError::Reply(ReplyError::Malformed) => {
-            ErrorKind::Parse
-        }
-        ExchangeError::Reply(_) | ExchangeError::Io(..) => ErrorKind::Io,
-    };
-    CollectError::new(kind, format!("devlink health reporters: {err}"))
+    CollectError::new(err.kind(), format!("devlink health reporters: {err}"))
 }
 
 #[cfg(test)]

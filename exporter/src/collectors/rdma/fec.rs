@@ -17,6 +17,7 @@ use crate::error::{CollectError, ErrorKind};
 use crate::metrics::{Desc, LabelSet, Value};
 use crate::netlink::ethtool::socket::{KeptSocket, ReadError};
 use crate::netlink::ethtool::{FecStats, ReplyError};
+use crate::netlink::generic::socket::ExchangeError;
 
 pub(super) const CORRECTED_BLOCKS: Desc = Desc::counter(
     "hpcnode_rdma_port_fec_corrected_blocks",
@@ -68,7 +69,7 @@ impl PortFec {
         self.refused = None;
         let stats = match source.read_fec(netdev, deadline) {
             Ok(stats) => stats,
-            Err(ReadError::Reply(ReplyError::Kernel(errno)))
+            Err(ReadError::Exchange(ExchangeError::Reply(ReplyError::Kernel(errno))))
                 if [libc::EOPNOTSUPP, libc::ENODEV, libc::ENOENT].contains(&errno) =>
             {
                 self.refused = Some(netdev.to_string());
@@ -93,9 +94,8 @@ impl PortFec {
 
 fn read_error(netdev: &str, err: &ReadError) -> CollectError {
     let kind = match err {
-        ReadError::Timeout => ErrorKind::Timeout,
-        ReadError::Truncated(_) | ReadError::Reply(ReplyError::Malformed) => ErrorKind::Parse,
-        ReadError::Decode(_) | ReadError::Reply(_) | ReadError::Io(..) => ErrorKind::Io,
+        ReadError::Exchange(err) => err.kind(),
+        ReadError::Decode(_) => ErrorKind::Parse,
     };
     CollectError::new(kind, format!("FEC counters of {netdev}: {err}"))
 }

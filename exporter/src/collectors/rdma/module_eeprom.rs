@@ -20,6 +20,7 @@ use crate::error::{CollectError, ErrorKind};
 use crate::metrics::{Desc, Label, LabelValue, Value};
 use crate::netlink::ethtool::socket::{KeptSocket, ReadError};
 use crate::netlink::ethtool::ReplyError;
+use crate::netlink::generic::socket::ExchangeError;
 use crate::transceiver::{self, DecodeError, Memory, Module, Quantity};
 
 pub(super) const MODULE_INFO: Desc = Desc::gauge(
@@ -160,7 +161,7 @@ impl PortModule {
             };
             let answer = match answer {
                 Ok(module) => Answer::Decoded(module),
-                Err(ReadError::Reply(ReplyError::Kernel(errno)))
+                Err(ReadError::Exchange(ExchangeError::Reply(ReplyError::Kernel(errno))))
                     if [libc::EOPNOTSUPP, libc::ENODEV, libc::ENOENT, libc::EPERM]
                         .contains(&errno) =>
                 {
@@ -239,11 +240,8 @@ fn read_error(netdev: &str, err: &ReadError) -> CollectError {
             ErrorKind::Parse,
             "identifier is not SFP, QSFP or CMIS".to_string(),
         ),
-        ReadError::Decode(_)
-        | ReadError::Truncated(_)
-        | ReadError::Reply(ReplyError::Malformed) => (ErrorKind::Parse, err.to_string()),
-        ReadError::Timeout => (ErrorKind::Timeout, err.to_string()),
-        ReadError::Reply(_) | ReadError::Io(..) => (ErrorKind::Io, err.to_string()),
+        ReadError::Decode(_) => (ErrorKind::Parse, err.to_string()),
+        ReadError::Exchange(exchange) => (exchange.kind(), err.to_string()),
     };
     CollectError::new(kind, format!("module EEPROM of {netdev}: {cause}"))
 }

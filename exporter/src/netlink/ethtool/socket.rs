@@ -2,7 +2,6 @@
 //! memory read half page by half page, as `transceiver::wanted` asks, and a netdev's FEC
 //! counters; and the socket kept between scrapes ([`KeptSocket`]).
 
-use std::io;
 use std::sync::Mutex;
 use std::time::Instant;
 
@@ -20,26 +19,15 @@ const RECEIVE_BUFFER: usize = 4096;
 
 #[derive(Debug, thiserror::Error)]
 pub enum ReadError {
-    #[error("netlink {0}: {1}")]
-    Io(&'static str, io::Error),
-    #[error("no reply before the scrape's deadline")]
-    Timeout,
-    #[error("a reply of {0} bytes, more than the receive buffer")]
-    Truncated(usize),
     #[error("{0}")]
-    Reply(#[from] ReplyError),
+    Exchange(#[from] ExchangeError),
     #[error("{0}")]
     Decode(#[from] DecodeError),
 }
 
-impl From<ExchangeError> for ReadError {
-    fn from(err: ExchangeError) -> ReadError {
-        match err {
-            ExchangeError::Io(what, err) => ReadError::Io(what, err),
-            ExchangeError::Timeout => ReadError::Timeout,
-            ExchangeError::Truncated(len) => ReadError::Truncated(len),
-            ExchangeError::Reply(err) => ReadError::Reply(err),
-        }
+impl From<ReplyError> for ReadError {
+    fn from(err: ReplyError) -> ReadError {
+        ReadError::Exchange(err.into())
     }
 }
 

@@ -4,6 +4,7 @@
 use proptest::prelude::*;
 
 use super::*;
+use crate::netlink::generic::socket::ExchangeError;
 use crate::netlink::generic::tests::kernel_error;
 
 /// The ethtool family as the tests' kernel numbers it.
@@ -180,7 +181,9 @@ fn the_running_kernel_refuses_loopbacks_module_and_fec() {
         assert!(
             matches!(
                 err,
-                socket::ReadError::Reply(ReplyError::Kernel(libc::EOPNOTSUPP))
+                socket::ReadError::Exchange(ExchangeError::Reply(ReplyError::Kernel(
+                    libc::EOPNOTSUPP
+                )))
             ),
             "{err}"
         );

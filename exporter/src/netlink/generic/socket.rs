@@ -2,30 +2,29 @@
 //! calls) bound to a family by name: a request sent and its one reply received, or a dump's
 //! datagrams received up to `NLMSG_DONE`, before a deadline.
 
-use std::io;
 use std::time::Instant;
 
 use super::{dump_part, family_reply, family_request, sequence, Family, ReplyError};
+use crate::error::ErrorKind;
 use crate::netlink::datagram::{DatagramSocket, ReceiveError};
 
+/// Why a request got no answer: none came, or the kernel's refused or could not be read.
 #[derive(Debug, thiserror::Error)]
 pub enum ExchangeError {
-    #[error("netlink {0}: {1}")]
-    Io(&'static str, io::Error),
-    #[error("no reply before the scrape's deadline")]
-    Timeout,
-    #[error("a reply of {0} bytes, more than the receive buffer")]
-    Truncated(usize),
+    #[error("{0}")]
+    Receive(#[from] ReceiveError),
     #[error("{0}")]
     Reply(#[from] ReplyError),
 }
 
-impl From<ReceiveError> for ExchangeError {
-    fn from(err: ReceiveError) -> ExchangeError {
-        match err {
-            ReceiveError::Io(what, err) => ExchangeError::Io(what, err),
-            ReceiveError::Timeout => ExchangeError::Timeout,
-            ReceiveError::Truncated(len) => ExchangeError::Truncated(len),
+impl ExchangeError {
+    /// The collector error it is: a timeout, a reply that could not be read, or I/O.
+    pub fn kind(&self) -> ErrorKind {
+        match self {
+            ExchangeError::Receive(ReceiveError::Timeout) => ErrorKind::Timeout,
+            ExchangeError::Receive(ReceiveError::Truncated(_))
+            | ExchangeError::Reply(ReplyError::Malformed) => ErrorKind::Parse,
+            ExchangeError::Receive(ReceiveError::Io(..)) | ExchangeError::Reply(_) => ErrorKind::Io,
         }
     }
 }
@@ -48,7 +47,7 @@ impl GenericSocket {
     ) -> Result<GenericSocket, ExchangeError> {
         let socket = DatagramSocket::open(libc::NETLINK_GENERIC, buffer_len);
         let mut socket = GenericSocket {
-            socket: socket.map_err(|err| ExchangeError::Io("socket", err))?,
+            socket: socket.map_err(|err| ReceiveError::Io("socket", err))?,
             family: Family { id: 0, version },
             sequence: 0,
         };

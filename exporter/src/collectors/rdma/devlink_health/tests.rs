@@ -8,6 +8,7 @@ use super::*;
 use crate::collector::Collector;
 use crate::collectors::rdma::module_eeprom::tests::{roce_and_ib_ports, samples};
 use crate::collectors::rdma::{DeviceFilter, RdmaCollector, CLASS_DIR};
+use crate::error::ErrorKind;
 use crate::sync::lock;
 
 /// A dump's answer, and how many were asked for.

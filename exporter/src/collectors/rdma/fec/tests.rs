@@ -8,6 +8,7 @@ use super::*;
 use crate::collector::Collector;
 use crate::collectors::rdma::module_eeprom::tests::{roce_and_ib_ports, samples};
 use crate::collectors::rdma::{DeviceFilter, RdmaCollector};
+use crate::netlink::datagram::ReceiveError;
 use crate::sync::lock;
 use crate::sysfs::Entry;
 
@@ -24,7 +25,7 @@ impl FecSource for Arc<Counters> {
         match lock(&self.answers).get(netdev).copied() {
             Some(Ok(stats)) => Ok(stats),
             Some(Err(errno)) => Err(ReplyError::Kernel(errno).into()),
-            None => Err(ReadError::Timeout),
+            None => Err(ExchangeError::Receive(ReceiveError::Timeout).into()),
         }
     }
 }

@@ -4,6 +4,8 @@ use std::sync::Mutex;
 use super::*;
 use crate::collector::Collector;
 use crate::collectors::rdma::{DeviceFilter, RdmaCollector, CLASS_DIR};
+use crate::netlink::datagram::ReceiveError;
+use crate::netlink::generic::socket::ExchangeError;
 use crate::sync::lock;
 use crate::sysfs::Entry;
 use crate::transceiver::tests::{qsfp28, sfp};
@@ -38,7 +40,7 @@ impl ModuleSource for Modules {
         match lock(&self.answers).get(netdev).cloned() {
             Some(Answer::Memory(memory)) => Ok(memory),
             Some(Answer::Errno(errno)) => Err(ReplyError::Kernel(errno).into()),
-            None => Err(ReadError::Timeout),
+            None => Err(ExchangeError::Receive(ReceiveError::Timeout).into()),
         }
     }
 }
