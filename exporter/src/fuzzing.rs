@@ -19,6 +19,9 @@ use crate::collectors::verbs::peer::{self, SessionError};
 use crate::collectors::verbs::{PortClaims, Target};
 use crate::kernel::module_file::{Signature, SignatureCache};
 use crate::kernel::{cmdline, keys, modprobe};
+use crate::netlink::devlink::{self, HEALTH_REPORTER_GET};
+use crate::netlink::ethtool;
+use crate::netlink::generic;
 use crate::netlink::rdma::message::{Command, Dump, Resource};
 use crate::netlink::rdma::reply;
 use crate::netlink::route::link::{self, VfCounter};
@@ -362,6 +365,27 @@ pub fn rtnetlink_vf_stats(data: &[u8]) {
     }
 }
 
+/// A datagram as the reply to the `rdma` collector's generic netlink requests: the ethtool
+/// family's FEC counters, and one datagram of the devlink health reporters' dump.
+pub fn generic_netlink(data: &[u8]) {
+    if let Ok(stats) = ethtool::fec_reply(data, 0x15) {
+        let counted = [
+            stats.corrected_blocks,
+            stats.uncorrectable_blocks,
+            stats.corrected_bits,
+        ];
+        // Each total is eight bytes of the datagram.
+        assert!(counted.iter().flatten().count() * 8 <= data.len());
+    }
+    if let Ok((payloads, _)) = generic::dump_part(data, 0x14, HEALTH_REPORTER_GET) {
+        for payload in payloads {
+            if let Ok(reporter) = devlink::health_reporter(payload) {
+                assert!(reporter.name.len() < payload.len());
+            }
+        }
+    }
+}
+
 /// Values of the flags that take durations and listen addresses.
 pub fn flag_values(data: &[u8]) {
     let text = String::from_utf8_lossy(data);
@@ -382,7 +406,7 @@ mod tests {
     #[test]
     fn the_seed_corpus_runs_through_every_target() {
         type Target = (&'static str, fn(&[u8]));
-        let targets: [Target; 18] = [
+        let targets: [Target; 19] = [
             ("sysfs_attribute", sysfs_attribute),
             ("proc_modules", proc_modules),
             ("module_file", module_file),
@@ -401,6 +425,7 @@ mod tests {
             ("flag_values", flag_values),
             ("web_config", web_config),
             ("transceiver_eeprom", transceiver_eeprom),
+            ("generic_netlink", generic_netlink),
         ];
         let seeds = Path::new(env!("CARGO_MANIFEST_DIR")).join("../fuzz/seeds");
         for (name, target) in targets {

@@ -132,6 +132,10 @@ pub(super) struct DeviceRead<'a> {
     pub(super) modules: Option<&'a module_eeprom::ModuleRead<'a>>,
     /// Where RoCE ports' netdev statistics are read; `None`: not at all.
     pub(super) stats: Option<&'a dyn module_events::StatsSource>,
+    /// Where RoCE ports' FEC counters are read, and by when; `None`: not at all.
+    pub(super) fec: Option<(&'a dyn fec::FecSource, Instant)>,
+    /// This scrape's devlink health reporters; `None`: not read.
+    pub(super) health: Option<&'a devlink_health::HealthListing>,
 }
 
 impl DeviceRead<'_> {
@@ -192,6 +196,9 @@ impl DeviceRead<'_> {
             ("node_type", self.text(dir, "node_type")),
         ];
         let [pci_address, driver] = self.parent_labels(dir);
+        if let Some(health) = self.health {
+            devlink_health::push(health, &self.device, pci_address.as_str(), self.unit.out());
+        }
         let labels = labels
             .into_iter()
             .chain([("pci_address", pci_address), ("driver", driver)]);
@@ -239,6 +246,10 @@ impl DeviceRead<'_> {
             if let Some(stats) = self.stats {
                 let labels = [&self.device, port];
                 sets.events.read(stats, &netdev, labels, self.unit.out());
+            }
+            if let Some((source, deadline)) = self.fec {
+                let out = self.unit.out();
+                sets.fec.read(source, deadline, &netdev, &sets.port, out);
             }
         }
         let netdev = self.state.labels.get(&netdev);

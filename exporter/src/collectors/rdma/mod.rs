@@ -21,6 +21,7 @@ use crate::collector::{
 use crate::flags::{flag, optional, ConfigError, Flags};
 use crate::logging::OncePerCause;
 use crate::metrics::{Desc, Label, LabelSet, LabelValue, Value};
+use crate::netlink::ethtool::socket::KeptSocket;
 use crate::netlink::rdma::socket::Socket;
 use crate::privileges;
 use crate::rdma_port::{parse_rate, parse_state_id, ETHERNET_LINK_LAYER};
@@ -28,6 +29,8 @@ use crate::sync::lock;
 use crate::sysfs::{AttributeReader, Entry, HeldByUnit, LinkedDirs, SysDir, SysfsError, UnitRead};
 
 mod device_read;
+mod devlink_health;
+mod fec;
 mod hw_counters_netlink;
 mod module_eeprom;
 mod module_events;
@@ -172,12 +175,14 @@ impl Settings for RdmaSettings {
             if let Some((missing, remedy)) = withheld {
                 privileges::report_withheld(REGISTRATION.name, missing, remedy, MODULE_COSTS);
             }
+            collector.fec_source = Some(Box::new(KeptSocket::default()));
+            collector.health_source = Some(Box::new(devlink_health::DevlinkNetlink));
             collector.module_source =
                 (self.module_interval)
                     .filter(|_| withheld.is_none())
                     .map(|interval| {
                         let source: Box<dyn module_eeprom::ModuleSource> =
-                            Box::new(module_eeprom::EthtoolNetlink::default());
+                            Box::new(KeptSocket::default());
                         (source, interval)
                     });
         }
@@ -215,6 +220,13 @@ struct RdmaCollector {
     /// Where RoCE ports' netdev statistics are read (the ethtool ioctl on the running
     /// kernel); `None`: not at all.
     stats_source: Option<Box<dyn module_events::StatsSource>>,
+    /// Where RoCE ports' FEC counters are read (ethtool netlink on the running kernel);
+    /// `None`: not at all.
+    fec_source: Option<Box<dyn fec::FecSource>>,
+    /// Where devlink health reporters are dumped (the running kernel); `None`: not at all.
+    health_source: Option<Box<dyn devlink_health::HealthSource>>,
+    /// The reporters the last listing's dump gave, for its devices' reads.
+    health: Mutex<Option<Arc<devlink_health::HealthListing>>>,
 }
 
 /// `class/infiniband` as a listing opened it, whether its devices' directories are kept
@@ -244,6 +256,9 @@ impl RdmaCollector {
             vf_source: None,
             module_source: None,
             stats_source: None,
+            fec_source: None,
+            health_source: None,
+            health: Mutex::new(None),
         }
     }
 }
@@ -382,7 +397,7 @@ const PORT_HW_COUNTERS_SOURCE: Desc = Desc::gauge(
 );
 
 /// Every metric this collector emits (for the METRICS.md check).
-pub const METRICS: [Desc; 38] = [
+pub const METRICS: [Desc; 44] = [
     DEVICE_INFO,
     PORT_INFO,
     PORT_STATE,
@@ -421,6 +436,12 @@ pub const METRICS: [Desc; 38] = [
     module_eeprom::RX_POWER_THRESHOLD,
     module_eeprom::ALARM,
     module_events::MODULE_EVENTS,
+    fec::CORRECTED_BLOCKS,
+    fec::UNCORRECTABLE_BLOCKS,
+    fec::CORRECTED_BITS,
+    devlink_health::ERRORS,
+    devlink_health::RECOVERIES,
+    devlink_health::HEALTHY,
 ];
 
 impl Collector for RdmaCollector {
@@ -455,6 +476,13 @@ impl Collector for RdmaCollector {
                 if matches!(self.hw_counters, HwCounters::Netlink { .. }) && !devices.is_empty() {
                     self.list_netlink_indexes(&devices);
                 }
+                // One dump a scrape, for every device's read.
+                *lock(&self.health) = (self.health_source.as_ref())
+                    .filter(|_| !devices.is_empty())
+                    .map(|source| {
+                        let deadline = Instant::now() + self.timeout;
+                        Arc::new(devlink_health::list(source.as_ref(), deadline))
+                    });
                 Ok(devices)
             }
             // No RDMA stack loaded: nothing to export, and nothing failed.
@@ -488,6 +516,8 @@ impl Collector for RdmaCollector {
                 now,
                 deadline: now + self.timeout,
             });
+        let fec = (self.fec_source.as_ref()).map(|source| (source.as_ref(), now + self.timeout));
+        let health = lock(&self.health).clone();
         // A device that went and came back (or another that took its name) is other
         // directories, which hold nothing yet.
         self.held.read(device, |held, state| {
@@ -503,6 +533,8 @@ impl Collector for RdmaCollector {
                 sysfs: &self.sysfs,
                 modules: modules.as_ref(),
                 stats: self.stats_source.as_deref(),
+                fec,
+                health: health.as_deref(),
             };
             read.device(&dir);
             read.state.end_read(read.unit.out().samples.pushed());

@@ -13,15 +13,14 @@
 //! running kernel answers: the collector asks when `--path.sysfs` is `/sys` (docs/rdma.md,
 //! "Cable and transceiver health").
 
-use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
 use crate::collector::Output;
 use crate::error::{CollectError, ErrorKind};
 use crate::metrics::{Desc, Label, LabelValue, Value};
-use crate::netlink::ethtool::socket::{ReadError, Socket};
+use crate::netlink::ethtool::socket::{KeptSocket, ReadError};
 use crate::netlink::ethtool::ReplyError;
-use crate::sync::lock;
+use crate::netlink::generic::socket::ExchangeError;
 use crate::transceiver::{self, DecodeError, Memory, Module, Quantity};
 
 pub(super) const MODULE_INFO: Desc = Desc::gauge(
@@ -101,24 +100,10 @@ pub(super) trait ModuleSource: Send + Sync {
     fn read_module(&self, netdev: &str, deadline: Instant) -> Result<Memory, ReadError>;
 }
 
-/// The running kernel's answer, over a generic netlink socket kept between scrapes (taken by
-/// one unit read at a time; another opens its own).
-#[derive(Default)]
-pub(super) struct EthtoolNetlink {
-    socket: Mutex<Option<Socket>>,
-}
-
-impl ModuleSource for EthtoolNetlink {
+/// The running kernel's answer, over a generic netlink socket kept between scrapes.
+impl ModuleSource for KeptSocket {
     fn read_module(&self, netdev: &str, deadline: Instant) -> Result<Memory, ReadError> {
-        let taken = lock(&self.socket).take();
-        let mut socket = match taken {
-            Some(socket) => socket,
-            None => Socket::open(deadline)?,
-        };
-        let memory = socket.read_module(netdev, deadline)?;
-        // A socket whose request failed may hold a late reply: only a clean one is kept.
-        *lock(&self.socket) = Some(socket);
-        Ok(memory)
+        self.read(deadline, |socket| socket.read_module(netdev, deadline))
     }
 }
 
@@ -176,7 +161,7 @@ impl PortModule {
             };
             let answer = match answer {
                 Ok(module) => Answer::Decoded(module),
-                Err(ReadError::Reply(ReplyError::Kernel(errno)))
+                Err(ReadError::Exchange(ExchangeError::Reply(ReplyError::Kernel(errno))))
                     if [libc::EOPNOTSUPP, libc::ENODEV, libc::ENOENT, libc::EPERM]
                         .contains(&errno) =>
                 {
@@ -255,11 +240,8 @@ fn read_error(netdev: &str, err: &ReadError) -> CollectError {
             ErrorKind::Parse,
             "identifier is not SFP, QSFP or CMIS".to_string(),
         ),
-        ReadError::Decode(_)
-        | ReadError::Truncated(_)
-        | ReadError::Reply(ReplyError::Malformed) => (ErrorKind::Parse, err.to_string()),
-        ReadError::Timeout => (ErrorKind::Timeout, err.to_string()),
-        ReadError::Reply(_) | ReadError::Io(..) => (ErrorKind::Io, err.to_string()),
+        ReadError::Decode(_) => (ErrorKind::Parse, err.to_string()),
+        ReadError::Exchange(exchange) => (exchange.kind(), err.to_string()),
     };
     CollectError::new(kind, format!("module EEPROM of {netdev}: {cause}"))
 }

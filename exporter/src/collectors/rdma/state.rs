@@ -4,6 +4,7 @@
 use std::sync::Arc;
 
 use super::device_read::{PMA_COUNTERS, PMA_EXTRA_ERRORS};
+use super::fec::PortFec;
 use super::module_eeprom::PortModule;
 use super::module_events::PortEvents;
 use crate::metrics::{LabelCache, LabelSet, LabelValue, Room};
@@ -46,6 +47,8 @@ pub(super) struct PortSets {
     pub(super) module: PortModule,
     /// Where the port's netdev counts module events, as its last read found.
     pub(super) events: PortEvents,
+    /// The netdev that refused the port's FEC counters.
+    pub(super) fec: PortFec,
     /// Whether the read under way used it.
     used: bool,
 }
@@ -71,6 +74,7 @@ impl PortSets {
             downs: PortDowns::default(),
             module: PortModule::default(),
             events: PortEvents::default(),
+            fec: PortFec::default(),
             used: true,
         }
     }

@@ -1,37 +1,48 @@
 //! Ethtool over generic netlink (family `ethtool`, Linux 5.6+): the module EEPROM of a netdev,
 //! read a half page at a time (`ETHTOOL_MSG_MODULE_EEPROM_GET`, Linux 5.13+, `net/ethtool/
-//! eeprom.c`). Requests and replies are built and decoded here by plain code; `socket.rs` is
-//! the only code that sends them. Numbers from `include/uapi/linux/ethtool_netlink.h` and
-//! `genetlink.h` (as ethtool's `uapi/` copies them).
+//! eeprom.c`), and its FEC counters (`ETHTOOL_MSG_FEC_GET` with `ETHTOOL_FLAG_STATS`, Linux
+//! 5.13+, `net/ethtool/fec.c`). Requests and replies are built and decoded here by plain code
+//! over `generic/`; `socket.rs` is the only code that sends them. Numbers from
+//! `include/uapi/linux/ethtool_netlink.h` (as ethtool's `uapi/` copies them).
 
 pub mod socket;
 
-use crate::netlink::datagram::{NLMSG_ERROR, NLMSG_HEADER_LEN, NLM_F_REQUEST};
+use crate::netlink::datagram::NLM_F_REQUEST;
+pub use crate::netlink::generic::ReplyError;
+use crate::netlink::generic::{
+    attribute, attributes, message, reply, string_attribute, u64_value, Family, NLA_F_NESTED,
+};
 
-/// `GENL_ID_CTRL` and `CTRL_CMD_NEWFAMILY` (the reply), `CTRL_CMD_GETFAMILY`,
-/// `CTRL_ATTR_FAMILY_ID`, `CTRL_ATTR_FAMILY_NAME`.
-const GENL_ID_CTRL: u16 = 0x10;
-const CTRL_CMD_NEWFAMILY: u8 = 1;
-const CTRL_CMD_GETFAMILY: u8 = 3;
-const CTRL_ATTR_FAMILY_ID: u16 = 1;
-const CTRL_ATTR_FAMILY_NAME: u16 = 2;
 /// `ETHTOOL_GENL_NAME`, `ETHTOOL_GENL_VERSION`.
-const FAMILY: &str = "ethtool";
-const VERSION: u8 = 1;
+pub const FAMILY: &str = "ethtool";
+pub const VERSION: u8 = 1;
 /// `ETHTOOL_MSG_MODULE_EEPROM_GET` (user to kernel) and its reply's command.
 const MODULE_EEPROM_GET: u8 = 31;
 const MODULE_EEPROM_GET_REPLY: u8 = 32;
-/// `ETHTOOL_A_MODULE_EEPROM_*` and `ETHTOOL_A_HEADER_DEV_NAME`.
+/// `ETHTOOL_A_MODULE_EEPROM_*`.
 const EEPROM_HEADER: u16 = 1;
 const EEPROM_OFFSET: u16 = 2;
 const EEPROM_LENGTH: u16 = 3;
 const EEPROM_PAGE: u16 = 4;
 const EEPROM_I2C_ADDRESS: u16 = 6;
 const EEPROM_DATA: u16 = 7;
+/// `ETHTOOL_MSG_FEC_GET` and its reply's command (`ETHTOOL_MSG_FEC_GET_REPLY`).
+const FEC_GET: u8 = 29;
+const FEC_GET_REPLY: u8 = 30;
+/// `ETHTOOL_A_FEC_HEADER`, `ETHTOOL_A_FEC_STATS` and, in that nest,
+/// `ETHTOOL_A_FEC_STAT_CORRECTED`, `_UNCORR`, `_CORR_BITS`.
+const FEC_HEADER: u16 = 1;
+const FEC_STATS: u16 = 5;
+const FEC_STAT_CORRECTED: u16 = 2;
+const FEC_STAT_UNCORR: u16 = 3;
+const FEC_STAT_CORR_BITS: u16 = 4;
+/// `ETHTOOL_A_HEADER_DEV_NAME`, `ETHTOOL_A_HEADER_FLAGS`, and the flags a FEC request sets:
+/// `ETHTOOL_FLAG_COMPACT_BITSETS` (the FEC modes as a bitmap, not by name) and
+/// `ETHTOOL_FLAG_STATS`.
 const HEADER_DEV_NAME: u16 = 2;
-
-const NLA_F_NESTED: u16 = 1 << 15;
-const GENL_HEADER_LEN: usize = 4;
+const HEADER_FLAGS: u16 = 3;
+const FLAG_COMPACT_BITSETS: u32 = 1 << 0;
+const FLAG_STATS: u32 = 1 << 2;
 
 /// The I2C addresses of module memory: 0x50 for every layout, 0x51 for SFF-8472's A2h.
 pub const ADDRESS_A0: u8 = 0x50;
@@ -46,50 +57,17 @@ pub struct HalfPage {
     pub offset: u8,
 }
 
-#[derive(Debug, PartialEq, Eq, thiserror::Error)]
-pub enum ReplyError {
-    #[error("the kernel answered errno {0}")]
-    Kernel(i32),
-    #[error("malformed reply")]
-    Malformed,
-    #[error("no ethtool generic netlink family")]
-    NoFamily,
-}
-
-/// `CTRL_CMD_GETFAMILY` for the ethtool family.
-pub fn family_request(sequence: u32) -> Vec<u8> {
-    let mut name = FAMILY.as_bytes().to_vec();
-    name.push(0);
-    message(GENL_ID_CTRL, CTRL_CMD_GETFAMILY, sequence, |out| {
-        attribute(out, CTRL_ATTR_FAMILY_NAME, &name)
-    })
-}
-
 /// `ETHTOOL_MSG_MODULE_EEPROM_GET` of one half page of `netdev`'s module.
-pub fn eeprom_request(family: u16, netdev: &str, half: HalfPage, sequence: u32) -> Vec<u8> {
-    let mut name = netdev.as_bytes().to_vec();
-    name.push(0);
-    message(family, MODULE_EEPROM_GET, sequence, |out| {
+pub fn eeprom_request(family: Family, netdev: &str, half: HalfPage, sequence: u32) -> Vec<u8> {
+    message(family, MODULE_EEPROM_GET, NLM_F_REQUEST, sequence, |out| {
         let mut header = Vec::new();
-        attribute(&mut header, HEADER_DEV_NAME, &name);
+        string_attribute(&mut header, HEADER_DEV_NAME, netdev);
         attribute(out, EEPROM_HEADER | NLA_F_NESTED, &header);
         attribute(out, EEPROM_OFFSET, &u32::from(half.offset).to_ne_bytes());
         attribute(out, EEPROM_LENGTH, &128u32.to_ne_bytes());
         attribute(out, EEPROM_PAGE, &[half.page]);
         attribute(out, EEPROM_I2C_ADDRESS, &[half.i2c_address]);
     })
-}
-
-/// The family id in a `CTRL_CMD_GETFAMILY` reply datagram.
-pub fn family_reply(datagram: &[u8]) -> Result<u16, ReplyError> {
-    let payload = reply(datagram, GENL_ID_CTRL, CTRL_CMD_NEWFAMILY)?;
-    let id = attributes(payload)?
-        .find(|&(kind, _)| kind == CTRL_ATTR_FAMILY_ID)
-        .ok_or(ReplyError::NoFamily)?
-        .1;
-    Ok(u16::from_ne_bytes(
-        id.try_into().map_err(|_| ReplyError::Malformed)?,
-    ))
 }
 
 /// The bytes in a `ETHTOOL_MSG_MODULE_EEPROM_GET` reply datagram.
@@ -102,71 +80,51 @@ pub fn eeprom_reply(datagram: &[u8], family: u16) -> Result<Vec<u8>, ReplyError>
         .to_vec())
 }
 
-fn message(kind: u16, command: u8, sequence: u32, body: impl FnOnce(&mut Vec<u8>)) -> Vec<u8> {
-    let mut out = vec![0; NLMSG_HEADER_LEN];
-    out.extend([command, VERSION, 0, 0]);
-    body(&mut out);
-    let length = out.len() as u32;
-    out[0..4].copy_from_slice(&length.to_ne_bytes());
-    out[4..6].copy_from_slice(&kind.to_ne_bytes());
-    // No NLM_F_ACK: a reply is the answer, and an error comes as NLMSG_ERROR anyway.
-    out[6..8].copy_from_slice(&NLM_F_REQUEST.to_ne_bytes());
-    out[8..12].copy_from_slice(&sequence.to_ne_bytes());
-    out
+/// `ETHTOOL_MSG_FEC_GET` of `netdev` with its statistics (Linux 5.13+; an older kernel refuses
+/// the flag with `EOPNOTSUPP`, `ethnl_parse_header_dev_get()`).
+pub fn fec_request(family: Family, netdev: &str, sequence: u32) -> Vec<u8> {
+    message(family, FEC_GET, NLM_F_REQUEST, sequence, |out| {
+        let mut header = Vec::new();
+        string_attribute(&mut header, HEADER_DEV_NAME, netdev);
+        let flags = FLAG_COMPACT_BITSETS | FLAG_STATS;
+        attribute(&mut header, HEADER_FLAGS, &flags.to_ne_bytes());
+        attribute(out, FEC_HEADER | NLA_F_NESTED, &header);
+    })
 }
 
-fn attribute(out: &mut Vec<u8>, kind: u16, value: &[u8]) {
-    out.extend(((4 + value.len()) as u16).to_ne_bytes());
-    out.extend(kind.to_ne_bytes());
-    out.extend(value);
-    out.resize(aligned(out.len()), 0);
+/// A netdev's FEC counters since its driver last reset them: the totals over its lanes,
+/// each `None` where the driver does not count it.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct FecStats {
+    pub corrected_blocks: Option<u64>,
+    pub uncorrectable_blocks: Option<u64>,
+    pub corrected_bits: Option<u64>,
 }
 
-fn aligned(length: usize) -> usize {
-    (length + 3) & !3
-}
-
-/// The sequence number a datagram answers, if it is long enough to say.
-pub fn sequence(datagram: &[u8]) -> Option<u32> {
-    Some(u32::from_ne_bytes(datagram.get(8..12)?.try_into().ok()?))
-}
-
-/// The generic netlink payload (after the command header) of the first message of a reply
-/// datagram, which must be `command` of `kind`, or an error.
-fn reply(datagram: &[u8], kind: u16, command: u8) -> Result<&[u8], ReplyError> {
-    let header = datagram
-        .get(..NLMSG_HEADER_LEN)
-        .ok_or(ReplyError::Malformed)?;
-    let length = u32::from_ne_bytes(header[0..4].try_into().expect("4 bytes")) as usize;
-    let message_kind = u16::from_ne_bytes([header[4], header[5]]);
-    let message = datagram
-        .get(NLMSG_HEADER_LEN..length.max(NLMSG_HEADER_LEN))
-        .ok_or(ReplyError::Malformed)?;
-    if message_kind == NLMSG_ERROR {
-        let errno = message.get(..4).ok_or(ReplyError::Malformed)?;
-        return Err(ReplyError::Kernel(-i32::from_ne_bytes(
-            errno.try_into().expect("4 bytes"),
-        )));
+/// The counters in a `ETHTOOL_MSG_FEC_GET` reply datagram. `fec_put_stats()` (`net/ethtool/
+/// fec.c`) writes each as a `u64` array, total first, then one per lane where the driver
+/// counts lanes (`fec_stats_recalc()`): empty where the driver gives no total. Only the total
+/// is read.
+pub fn fec_reply(datagram: &[u8], family: u16) -> Result<FecStats, ReplyError> {
+    let payload = reply(datagram, family, FEC_GET_REPLY)?;
+    let mut stats = FecStats::default();
+    let Some((_, nest)) = attributes(payload)?.find(|&(kind, _)| kind == FEC_STATS) else {
+        return Ok(stats);
+    };
+    for (kind, value) in attributes(nest)? {
+        let slot = match kind {
+            FEC_STAT_CORRECTED => &mut stats.corrected_blocks,
+            FEC_STAT_UNCORR => &mut stats.uncorrectable_blocks,
+            FEC_STAT_CORR_BITS => &mut stats.corrected_bits,
+            // ETHTOOL_A_FEC_STAT_PAD, and what later kernels add (histograms).
+            _ => continue,
+        };
+        if value.len() % 8 != 0 {
+            return Err(ReplyError::Malformed);
+        }
+        *slot = value.get(..8).map(u64_value).transpose()?;
     }
-    if message_kind != kind || message.first() != Some(&command) {
-        return Err(ReplyError::Malformed);
-    }
-    message.get(GENL_HEADER_LEN..).ok_or(ReplyError::Malformed)
-}
-
-/// The attributes of a payload, each checked to lie within it.
-fn attributes(mut bytes: &[u8]) -> Result<impl Iterator<Item = (u16, &[u8])>, ReplyError> {
-    let mut found = Vec::new();
-    while bytes.len() >= 4 {
-        let length = usize::from(u16::from_ne_bytes([bytes[0], bytes[1]]));
-        let kind = u16::from_ne_bytes([bytes[2], bytes[3]]) & 0x3fff;
-        let value = bytes.get(4..length).ok_or(ReplyError::Malformed)?;
-        found.push((kind, value));
-        bytes = bytes
-            .get(aligned(length).min(bytes.len())..)
-            .unwrap_or_default();
-    }
-    Ok(found.into_iter())
+    Ok(stats)
 }
 
 #[cfg(test)]

@@ -1,62 +1,45 @@
-//! One `NETLINK_GENERIC` socket (through [`DatagramSocket`], the one layer of netlink system
-//! calls): a request sent and its one reply received before a deadline; and a module's memory
-//! read through it half page by half page, as `transceiver::wanted` asks.
+//! The ethtool family's `NETLINK_GENERIC` socket (through [`GenericSocket`]): a module's
+//! memory read half page by half page, as `transceiver::wanted` asks, and a netdev's FEC
+//! counters; and the socket kept between scrapes ([`KeptSocket`]).
 
-use std::io;
+use std::sync::Mutex;
 use std::time::Instant;
 
 use super::{
-    eeprom_reply, eeprom_request, family_reply, family_request, sequence, HalfPage, ReplyError,
-    ADDRESS_A0, ADDRESS_A2,
+    eeprom_reply, eeprom_request, fec_reply, fec_request, FecStats, HalfPage, ReplyError,
+    ADDRESS_A0, ADDRESS_A2, FAMILY, VERSION,
 };
-use crate::netlink::datagram::{DatagramSocket, ReceiveError};
+use crate::netlink::generic::socket::{ExchangeError, GenericSocket};
+use crate::sync::lock;
 use crate::transceiver::{self, DecodeError, Memory};
 
-/// Room for a reply: a half page and its headers, or an error echoing the request.
+/// Room for a reply: a half page and its headers, FEC modes and counters, or an error echoing
+/// the request.
 const RECEIVE_BUFFER: usize = 4096;
 
 #[derive(Debug, thiserror::Error)]
 pub enum ReadError {
-    #[error("netlink {0}: {1}")]
-    Io(&'static str, io::Error),
-    #[error("no reply before the scrape's deadline")]
-    Timeout,
-    #[error("a reply of {0} bytes, more than the receive buffer")]
-    Truncated(usize),
     #[error("{0}")]
-    Reply(#[from] ReplyError),
+    Exchange(#[from] ExchangeError),
     #[error("{0}")]
     Decode(#[from] DecodeError),
 }
 
-impl From<ReceiveError> for ReadError {
-    fn from(err: ReceiveError) -> ReadError {
-        match err {
-            ReceiveError::Io(what, err) => ReadError::Io(what, err),
-            ReceiveError::Timeout => ReadError::Timeout,
-            ReceiveError::Truncated(len) => ReadError::Truncated(len),
-        }
+impl From<ReplyError> for ReadError {
+    fn from(err: ReplyError) -> ReadError {
+        ReadError::Exchange(err.into())
     }
 }
 
-/// An open `NETLINK_GENERIC` socket and the ethtool family's id.
+/// An open `NETLINK_GENERIC` socket of the ethtool family.
 pub struct Socket {
-    socket: DatagramSocket,
-    family: u16,
-    sequence: u32,
+    socket: GenericSocket,
 }
 
 impl Socket {
     pub fn open(deadline: Instant) -> Result<Socket, ReadError> {
-        let socket = DatagramSocket::open(libc::NETLINK_GENERIC, RECEIVE_BUFFER);
-        let mut socket = Socket {
-            socket: socket.map_err(|err| ReadError::Io("socket", err))?,
-            family: 0,
-            sequence: 0,
-        };
-        let request = family_request(socket.next_sequence());
-        socket.family = socket.exchange(&request, deadline, family_reply)?;
-        Ok(socket)
+        let socket = GenericSocket::open(FAMILY, VERSION, RECEIVE_BUFFER, deadline)?;
+        Ok(Socket { socket })
     }
 
     /// The module memory of `netdev` that its layout needs: the lower page first, then what
@@ -78,6 +61,13 @@ impl Socket {
         Ok(memory)
     }
 
+    /// The FEC counters of `netdev`.
+    pub fn read_fec(&mut self, netdev: &str, deadline: Instant) -> Result<FecStats, ReadError> {
+        let family = self.socket.family();
+        let request = fec_request(family, netdev, self.socket.next_sequence());
+        Ok((self.socket).exchange(&request, deadline, |reply| fec_reply(reply, family.id))?)
+    }
+
     fn half(
         &mut self,
         netdev: &str,
@@ -91,30 +81,33 @@ impl Socket {
             page,
             offset,
         };
-        let request = eeprom_request(self.family, netdev, half, self.next_sequence());
-        let family = self.family;
-        self.exchange(&request, deadline, |reply| eeprom_reply(reply, family))
+        let family = self.socket.family();
+        let request = eeprom_request(family, netdev, half, self.socket.next_sequence());
+        Ok((self.socket).exchange(&request, deadline, |reply| eeprom_reply(reply, family.id))?)
     }
+}
 
-    fn next_sequence(&mut self) -> u32 {
-        self.sequence = self.sequence.wrapping_add(1);
-        self.sequence
-    }
+/// A socket kept between scrapes, taken by one read at a time (another opens its own).
+#[derive(Default)]
+pub struct KeptSocket {
+    socket: Mutex<Option<Socket>>,
+}
 
-    /// Sends `request` and decodes the first datagram that answers it (one left over from an
-    /// earlier request that timed out is skipped).
-    fn exchange<T>(
-        &mut self,
-        request: &[u8],
+impl KeptSocket {
+    /// `read` on the kept socket, or a new one; a socket whose read failed may hold a late
+    /// reply, so only one that read cleanly is kept.
+    pub fn read<T>(
+        &self,
         deadline: Instant,
-        decode: impl Fn(&[u8]) -> Result<T, ReplyError>,
+        read: impl FnOnce(&mut Socket) -> Result<T, ReadError>,
     ) -> Result<T, ReadError> {
-        self.socket.send(request)?;
-        loop {
-            let datagram = self.socket.receive(deadline)?;
-            if sequence(datagram) == Some(self.sequence) {
-                return Ok(decode(datagram)?);
-            }
-        }
+        let taken = lock(&self.socket).take();
+        let mut socket = match taken {
+            Some(socket) => socket,
+            None => Socket::open(deadline)?,
+        };
+        let value = read(&mut socket)?;
+        *lock(&self.socket) = Some(socket);
+        Ok(value)
     }
 }

@@ -1,8 +1,12 @@
 use std::collections::HashMap;
+use std::sync::Mutex;
 
 use super::*;
 use crate::collector::Collector;
 use crate::collectors::rdma::{DeviceFilter, RdmaCollector, CLASS_DIR};
+use crate::netlink::datagram::ReceiveError;
+use crate::netlink::generic::socket::ExchangeError;
+use crate::sync::lock;
 use crate::sysfs::Entry;
 use crate::transceiver::tests::{qsfp28, sfp};
 
@@ -36,7 +40,7 @@ impl ModuleSource for Modules {
         match lock(&self.answers).get(netdev).cloned() {
             Some(Answer::Memory(memory)) => Ok(memory),
             Some(Answer::Errno(errno)) => Err(ReplyError::Kernel(errno).into()),
-            None => Err(ReadError::Timeout),
+            None => Err(ExchangeError::Receive(ReceiveError::Timeout).into()),
         }
     }
 }
@@ -228,7 +232,8 @@ fn a_bad_module_is_an_error_without_its_content() {
 /// Through the collector: a RoCE port's netdev is asked, an InfiniBand port (no netdev) is not.
 #[test]
 fn the_collector_reads_roce_ports_modules_only() {
-    let tmp = two_port_tree("");
+    let tmp = tempfile::tempdir().unwrap();
+    roce_and_ib_ports(tmp.path(), "");
     let modules = std::sync::Arc::new(Modules::default());
     modules.answer("ens1f0np0", Answer::Memory(qsfp28().0));
     let mut collector = RdmaCollector::new(tmp.path().to_path_buf(), DeviceFilter::All);
@@ -259,11 +264,10 @@ fn the_collector_reads_roce_ports_modules_only() {
     );
 }
 
-/// mlx5_0 with a RoCE port 1 (netdev `ens1f0np0`) and an InfiniBand port 2 whose default
+/// Device `mlx5_0` under `sysfs`: port 1 RoCE over `ens1f0np0`, port 2 InfiniBand whose default
 /// GID names `ib_netdev`.
-pub(in crate::collectors::rdma) fn two_port_tree(ib_netdev: &str) -> tempfile::TempDir {
-    let tmp = tempfile::tempdir().unwrap();
-    let ports = tmp.path().join(CLASS_DIR).join("mlx5_0/ports");
+pub(in crate::collectors::rdma) fn roce_and_ib_ports(sysfs: &std::path::Path, ib_netdev: &str) {
+    let ports = sysfs.join(CLASS_DIR).join("mlx5_0/ports");
     let layouts = [
         ("1", "Ethernet", "ens1f0np0"),
         ("2", "InfiniBand", ib_netdev),
@@ -274,7 +278,6 @@ pub(in crate::collectors::rdma) fn two_port_tree(ib_netdev: &str) -> tempfile::T
         std::fs::write(port.join("link_layer"), format!("{link_layer}\n")).unwrap();
         std::fs::write(port.join("gid_attrs/ndevs/0"), format!("{netdev}\n")).unwrap();
     }
-    tmp
 }
 
 /// A source the test keeps a handle on while the collector owns it.

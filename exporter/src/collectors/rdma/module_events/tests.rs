@@ -2,7 +2,7 @@ use std::collections::HashMap;
 
 use super::*;
 use crate::collector::Collector;
-use crate::collectors::rdma::module_eeprom::tests::{samples, two_port_tree};
+use crate::collectors::rdma::module_eeprom::tests::{roce_and_ib_ports, samples};
 use crate::collectors::rdma::{DeviceFilter, RdmaCollector};
 use crate::ethtool_ioctl::{stats_answer, strings_answer, ETH_GSTRING_LEN};
 use crate::sysfs::Entry;
@@ -252,7 +252,8 @@ impl StatsSource for Shared {
 /// Through the collector: a RoCE port's netdev is asked, an InfiniBand port's is not.
 #[test]
 fn the_collector_asks_roce_ports_netdevs_only() {
-    let tmp = two_port_tree("ib0");
+    let tmp = tempfile::tempdir().unwrap();
+    roce_and_ib_ports(tmp.path(), "ib0");
     let kernel = Arc::new(Kernel::default());
     kernel.set("ens1f0np0", mlx5e(1, 4, 0));
     kernel.set("ib0", mlx5e(1, 4, 0));
