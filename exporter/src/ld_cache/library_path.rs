@@ -159,11 +159,17 @@ struct Read<'r> {
     errors: Vec<SysfsError>,
 }
 
-/// A library directory opened, and which directory it is.
+/// A library directory opened, and which directory it is (device and inode).
 struct LibDir {
     path: String,
     dir: SysDir,
-    default: bool,
+    identity: (u64, u64),
+}
+
+/// The library directories, each once, and the default ones' identities in search order.
+struct Dirs {
+    listed: Vec<LibDir>,
+    defaults: Vec<(u64, u64)>,
 }
 
 impl Read<'_> {
@@ -182,18 +188,20 @@ impl Read<'_> {
     }
 
     /// `ld.so.conf`'s directories, then the defaults and the local ones, each once.
-    fn library_dirs(&mut self) -> Vec<LibDir> {
+    fn library_dirs(&mut self) -> Dirs {
         let mut listed = Vec::new();
         let mut conf_files = 0;
         self.conf_file(Path::new(LD_SO_CONF), &mut listed, &mut conf_files);
-        let defaults = DEFAULT_DIRS
-            .iter()
-            .chain(&LOCAL_DIRS)
-            .map(|d| (d.to_string(), true));
-        let mut dirs: Vec<LibDir> = Vec::new();
+        let defaults = DEFAULT_DIRS.iter().map(|d| (d.to_string(), true));
+        let local = LOCAL_DIRS.iter().map(|d| (d.to_string(), false));
+        let mut dirs = Dirs {
+            listed: Vec::new(),
+            defaults: Vec::new(),
+        };
         let mut seen = Vec::new();
-        for (path, default) in listed.into_iter().map(|d| (d, false)).chain(defaults) {
-            if dirs.len() >= MAX_DIRS {
+        let conf = listed.into_iter().map(|d| (d, false));
+        for (path, default) in conf.chain(defaults).chain(local) {
+            if dirs.listed.len() >= MAX_DIRS {
                 break;
             }
             let relative = path.trim_start_matches('/');
@@ -207,11 +215,19 @@ impl Read<'_> {
             if let Some(last) = self.stamps.last_mut() {
                 last.2 = Some(stamp);
             }
-            if seen.contains(&stamp.identity()) {
+            let identity = stamp.identity();
+            if default {
+                dirs.defaults.push(identity);
+            }
+            if seen.contains(&identity) {
                 continue;
             }
-            seen.push(stamp.identity());
-            dirs.push(LibDir { path, dir, default });
+            seen.push(identity);
+            dirs.listed.push(LibDir {
+                path,
+                dir,
+                identity,
+            });
         }
         dirs
     }
@@ -302,9 +318,11 @@ impl Read<'_> {
     }
 
     /// The copies of `soname` on the path, the resolved one marked.
-    fn copies(&mut self, dirs: &[LibDir], cache: Option<&Cache>, soname: &str) -> Vec<Copy> {
+    fn copies(&mut self, dirs: &Dirs, cache: Option<&Cache>, soname: &str) -> Vec<Copy> {
         let mut copies: Vec<(Copy, Option<(u64, u64)>)> = Vec::new();
-        for dir in dirs {
+        // The directory each copy was found in.
+        let mut found_in: Vec<(u64, u64)> = Vec::new();
+        for dir in &dirs.listed {
             let Some((identity, version)) = self.copy_in(&dir.dir, soname) else {
                 continue;
             };
@@ -318,6 +336,7 @@ impl Read<'_> {
                 resolved: false,
             };
             copies.push((copy, Some(identity)));
+            found_in.push(dir.identity);
         }
         match cache {
             Some(cache) => {
@@ -327,10 +346,8 @@ impl Read<'_> {
             }
             None => {
                 // Without a cache the linker searches the default directories only.
-                let first_default = dirs.iter().filter(|dir| dir.default).find_map(|dir| {
-                    let path = format!("{}/{soname}", dir.path);
-                    copies.iter().position(|(copy, _)| copy.path == path)
-                });
+                let first_default = (dirs.defaults.iter())
+                    .find_map(|dir| found_in.iter().position(|found| found == dir));
                 if let Some(index) = first_default {
                     copies[index].0.resolved = true;
                 }
