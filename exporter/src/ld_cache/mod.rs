@@ -195,7 +195,7 @@ fn check_extensions(bytes: &[u8], offset: usize) -> Result<(), LdCacheError> {
         return Ok(());
     }
     let bad = Err(LdCacheError::BadExtension);
-    if offset % 4 != 0 || offset.saturating_add(8) > bytes.len() {
+    if !offset.is_multiple_of(4) || offset.saturating_add(8) > bytes.len() {
         return bad;
     }
     if u32_at(bytes, offset) != EXTENSION_MAGIC {

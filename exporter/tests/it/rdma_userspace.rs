@@ -137,11 +137,17 @@ fn sorted(mut lines: Vec<String>) -> Vec<String> {
     lines
 }
 
-#[test]
-fn bookworm_in_the_multiarch_directory_only() {
+/// A root with bookworm's libraries in the multiarch directory and their cache.
+pub fn bookworm_root() -> tempfile::TempDir {
     let root = root_with_conf(None);
     install(root.path(), "bookworm", "lib*.so.*", MULTIARCH);
     ldconfig(root.path(), "new");
+    root
+}
+
+#[test]
+fn bookworm_in_the_multiarch_directory_only() {
+    let root = bookworm_root();
     let mut expected = bookworm_others();
     expected.push("hpcnode_rdma_userspace_library_copies{library=\"libibverbs.so.1\"} 1".into());
     expected.push(format!("hpcnode_rdma_userspace_library_info{{library=\"libibverbs.so.1\",path=\"/{MULTIARCH}/libibverbs.so.1\",version=\"1.14.44.0\",resolved=\"1\"}} 1"));
