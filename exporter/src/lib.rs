@@ -15,6 +15,7 @@ pub mod fuzzing;
 pub mod http;
 pub mod kernel;
 pub mod kernel_version;
+pub mod ld_cache;
 pub mod logging;
 pub mod metrics;
 pub mod netlink;

@@ -10,11 +10,13 @@ pub mod modules;
 pub mod pci;
 pub mod rdma;
 pub mod rdma_resources;
+pub mod rdma_userspace;
 pub mod verbs;
 
-pub static ALL: [Registration; 7] = [
+pub static ALL: [Registration; 8] = [
     rdma::REGISTRATION,
     rdma_resources::REGISTRATION,
+    rdma_userspace::REGISTRATION,
     mic::REGISTRATION,
     modules::REGISTRATION,
     ebpf::REGISTRATION,

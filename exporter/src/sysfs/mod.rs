@@ -351,6 +351,15 @@ impl SysDir {
         Ok(FileStamp::of(&stat))
     }
 
+    /// The directory's own stamp, as opened (links followed): two paths to one directory (a
+    /// merged `/usr`'s `/lib` and `/usr/lib`) have one identity, and a changed listing a new
+    /// modification time.
+    pub fn own_stamp(&self) -> Result<FileStamp, SysfsError> {
+        let stat = rustix::fs::fstat(&self.fd)
+            .map_err(|errno| SysfsError::io(self.path.clone(), errno))?;
+        Ok(FileStamp::of(&stat))
+    }
+
     /// A text file that spans many pages (procfs seq files such as `/proc/modules`, index files
     /// such as `modules.builtin`), read to its end but never past `max_bytes`.
     pub fn read_text_file(&self, name: &str, max_bytes: usize) -> Result<String, SysfsError> {

@@ -28,6 +28,11 @@ impl FileStamp {
         }
     }
 
+    /// Device and inode: which file it is, whatever its version.
+    pub fn identity(&self) -> (u64, u64) {
+        (self.device, self.inode)
+    }
+
     /// The stamp of the file a path names now (links followed, as for a [`NamedFile`]);
     /// `None` when it cannot be stat'ed.
     pub fn of_path(path: &Path) -> Option<FileStamp> {

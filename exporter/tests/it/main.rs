@@ -17,6 +17,7 @@ mod mic;
 mod modules;
 mod pci;
 mod process;
+mod rdma_userspace;
 mod registry;
 mod series_budget;
 mod signals;

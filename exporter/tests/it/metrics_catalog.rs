@@ -308,6 +308,13 @@ fn verbs_emitted_with(flags: &[&str], done: impl Fn(&str) -> bool) -> BTreeSet<S
     }
 }
 
+/// The `rdma_userspace` collector on a root of Debian's real rdma-core libraries.
+fn userspace_emitted() -> BTreeSet<String> {
+    let root = crate::rdma_userspace::bookworm_root();
+    let exporter = util::start_on_root("rdma_userspace", root.path(), &[]);
+    names(&exporter.get("/metrics").text())
+}
+
 #[test]
 fn metrics_md_matches_what_fixtures_produce() {
     let listed = catalog();
@@ -319,6 +326,7 @@ fn metrics_md_matches_what_fixtures_produce() {
         .chain(verbs_emitted())
         .chain(verbs_mesh_emitted())
         .chain(web_emitted())
+        .chain(userspace_emitted())
         .chain(unprivileged_emitted())
         .collect();
     let verbs_metrics: BTreeSet<String> = hpcnode_exporter::collectors::verbs::METRICS

@@ -1,0 +1,245 @@
+//! The `rdma_userspace` collector and `ld_cache` on roots made from Debian's real rdma-core
+//! packages (bookworm's 44.0 and bullseye's 33.2, unpacked by
+//! `exporter/tests/support/fetch-rdma-userspace.sh`, which `tests/setup.sh` runs), with
+//! `ld.so.cache` written by the real `ldconfig -r` in its three layouts: the exact series of
+//! each root, and the parser's resolved entry against `ldconfig -p`.
+
+use crate::util;
+
+use std::fs;
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+use hpcnode_exporter::ld_cache::{Cache, Layout};
+use util::golden::scrape;
+use util::{start_on_root, tests_dir};
+
+const MULTIARCH: &str = "usr/lib/x86_64-linux-gnu";
+/// Debian 12's `/etc/ld.so.conf` and libc6's `/etc/ld.so.conf.d/x86_64-linux-gnu.conf`.
+const LD_SO_CONF: &str = "include /etc/ld.so.conf.d/*.conf\n\n";
+const DEBIAN_CONF: &str = "# Multiarch support\n/usr/local/lib/x86_64-linux-gnu\n/lib/x86_64-linux-gnu\n/usr/lib/x86_64-linux-gnu\n";
+
+/// The unpacked packages of one Debian release.
+fn release(name: &str) -> PathBuf {
+    let root = std::env::var_os("HPCNODE_RDMA_USERSPACE")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| tests_dir().join("../target/rdma-userspace"))
+        .join(name);
+    assert!(
+        root.join(MULTIARCH).join("libibverbs.so.1").exists(),
+        "{} lacks rdma-core: run exporter/tests/support/fetch-rdma-userspace.sh (tests/setup.sh does)",
+        root.display()
+    );
+    root
+}
+
+/// Copies the libraries `pattern` matches (links as links) from a release's multiarch
+/// directory to `dir` of the root.
+fn install(root: &Path, release_name: &str, pattern: &str, dir: &str) {
+    let to = root.join(dir);
+    fs::create_dir_all(&to).unwrap();
+    let from = release(release_name).join(MULTIARCH);
+    let status = Command::new("sh")
+        .arg("-c")
+        .arg(format!(
+            "cp -a {}/{pattern} {}/",
+            from.display(),
+            to.display()
+        ))
+        .status()
+        .unwrap();
+    assert!(status.success());
+}
+
+/// A root with Debian's ld.so.conf and `extra` as `ld.so.conf.d/site.conf`.
+fn root_with_conf(extra: Option<&str>) -> tempfile::TempDir {
+    let root = tempfile::tempdir().unwrap();
+    let conf_d = root.path().join("etc/ld.so.conf.d");
+    fs::create_dir_all(&conf_d).unwrap();
+    fs::write(root.path().join("etc/ld.so.conf"), LD_SO_CONF).unwrap();
+    fs::write(conf_d.join("x86_64-linux-gnu.conf"), DEBIAN_CONF).unwrap();
+    if let Some(extra) = extra {
+        fs::write(conf_d.join("site.conf"), extra).unwrap();
+    }
+    root
+}
+
+fn ldconfig(root: &Path, layout: &str) {
+    let status = Command::new("ldconfig")
+        .args(["-X", "-r"])
+        .arg(root)
+        .args(["-c", layout])
+        .status()
+        .expect("run ldconfig");
+    assert!(
+        status.success(),
+        "ldconfig -r {} -c {layout}",
+        root.display()
+    );
+}
+
+/// `ldconfig -p`'s first x86-64 line for `soname`: the path it prints.
+fn ldconfig_first(root: &Path, soname: &str) -> String {
+    let out = Command::new("ldconfig")
+        .arg("-p")
+        .arg("-C")
+        .arg(root.join("etc/ld.so.cache"))
+        .output()
+        .unwrap();
+    let text = String::from_utf8(out.stdout).unwrap();
+    let line = text
+        .lines()
+        .find(|l| {
+            l.trim_start()
+                .starts_with(&format!("{soname} (libc6,x86-64)"))
+        })
+        .unwrap_or_else(|| panic!("no {soname} in ldconfig -p:\n{text}"));
+    line.rsplit_once(" => ").unwrap().1.to_string()
+}
+
+fn userspace_lines(root: &Path) -> Vec<String> {
+    let exporter = start_on_root("rdma_userspace", root, &[]);
+    series(&scrape(&exporter))
+}
+
+fn series(text: &str) -> Vec<String> {
+    let mut lines: Vec<String> = text
+        .lines()
+        .filter(|l| l.starts_with("hpcnode_rdma_userspace_"))
+        .map(str::to_string)
+        .collect();
+    assert!(text.contains("hpcnode_scrape_collector_success{collector=\"rdma_userspace\"} 1\n"));
+    lines.sort();
+    lines
+}
+
+/// The series of bookworm's six libraries in the multiarch directory, libibverbs' left out.
+fn bookworm_others() -> Vec<String> {
+    let mut lines = Vec::new();
+    for (library, version) in [
+        ("librdmacm.so.1", "1.3.44.0"),
+        ("libibumad.so.3", "3.2.44.0"),
+        ("libmlx5.so.1", "1.24.44.0"),
+        ("libmlx4.so.1", "1.0.44.0"),
+        ("libefa.so.1", "1.2.44.0"),
+    ] {
+        lines.push(format!(
+            "hpcnode_rdma_userspace_library_copies{{library=\"{library}\"}} 1"
+        ));
+        lines.push(format!("hpcnode_rdma_userspace_library_info{{library=\"{library}\",path=\"/{MULTIARCH}/{library}\",version=\"{version}\",resolved=\"1\"}} 1"));
+    }
+    lines.push("hpcnode_rdma_userspace_library_copies{library=\"libmicmgmt.so.0\"} 0".into());
+    lines
+}
+
+fn sorted(mut lines: Vec<String>) -> Vec<String> {
+    lines.sort();
+    lines
+}
+
+/// A root with bookworm's libraries in the multiarch directory and their cache.
+pub fn bookworm_root() -> tempfile::TempDir {
+    let root = root_with_conf(None);
+    install(root.path(), "bookworm", "lib*.so.*", MULTIARCH);
+    ldconfig(root.path(), "new");
+    root
+}
+
+#[test]
+fn bookworm_in_the_multiarch_directory_only() {
+    let root = bookworm_root();
+    let mut expected = bookworm_others();
+    expected.push("hpcnode_rdma_userspace_library_copies{library=\"libibverbs.so.1\"} 1".into());
+    expected.push(format!("hpcnode_rdma_userspace_library_info{{library=\"libibverbs.so.1\",path=\"/{MULTIARCH}/libibverbs.so.1\",version=\"1.14.44.0\",resolved=\"1\"}} 1"));
+    assert_eq!(userspace_lines(root.path()), sorted(expected));
+}
+
+/// The incident: bullseye's libibverbs left in /usr/local/lib64, which a site's
+/// ld.so.conf.d lists (`site.conf` sorts before `x86_64-linux-gnu.conf`), bookworm's in the
+/// multiarch directory: the cache gives the linker the stale copy, in every layout.
+#[test]
+fn a_stale_copy_in_usr_local_lib64_wins_in_every_cache_layout() {
+    for (name, layout) in [
+        ("old", Layout::Old),
+        ("compat", Layout::Compat),
+        ("new", Layout::New),
+    ] {
+        let root = root_with_conf(Some("/usr/local/lib64\n"));
+        install(root.path(), "bookworm", "lib*.so.*", MULTIARCH);
+        install(
+            root.path(),
+            "bullseye",
+            "libibverbs.so.1*",
+            "usr/local/lib64",
+        );
+        ldconfig(root.path(), name);
+
+        let cache = Cache::parse(&fs::read(root.path().join("etc/ld.so.cache")).unwrap()).unwrap();
+        assert_eq!(cache.layout, layout);
+        for soname in ["libibverbs.so.1", "libmlx5.so.1", "librdmacm.so.1"] {
+            let taken = cache.lookup(soname).unwrap();
+            assert_eq!(
+                taken.path,
+                ldconfig_first(root.path(), soname),
+                "{name} {soname}"
+            );
+        }
+
+        let mut expected = bookworm_others();
+        expected
+            .push("hpcnode_rdma_userspace_library_copies{library=\"libibverbs.so.1\"} 2".into());
+        expected.push("hpcnode_rdma_userspace_library_info{library=\"libibverbs.so.1\",path=\"/usr/local/lib64/libibverbs.so.1\",version=\"1.11.33.2\",resolved=\"1\"} 1".into());
+        expected.push(format!("hpcnode_rdma_userspace_library_info{{library=\"libibverbs.so.1\",path=\"/{MULTIARCH}/libibverbs.so.1\",version=\"1.14.44.0\",resolved=\"0\"}} 1"));
+        assert_eq!(userspace_lines(root.path()), sorted(expected), "{name}");
+    }
+}
+
+/// Without a cache the linker searches the default directories only: the multiarch copy.
+/// After the fix (stale copy removed, `ldconfig` run) the next scrape sees it: the kept
+/// reading is dropped when a library directory and the cache change.
+#[test]
+fn without_a_cache_the_default_directories_and_after_the_fix_one_copy() {
+    let root = root_with_conf(Some("/usr/local/lib64\n"));
+    install(root.path(), "bookworm", "libibverbs.so.1*", MULTIARCH);
+    install(
+        root.path(),
+        "bullseye",
+        "libibverbs.so.1*",
+        "usr/local/lib64",
+    );
+    let exporter = start_on_root("rdma_userspace", root.path(), &[]);
+    let lines = series(&scrape(&exporter));
+    assert!(lines.contains(&format!("hpcnode_rdma_userspace_library_info{{library=\"libibverbs.so.1\",path=\"/{MULTIARCH}/libibverbs.so.1\",version=\"1.14.44.0\",resolved=\"1\"}} 1")), "{lines:#?}");
+    assert!(lines.contains(&"hpcnode_rdma_userspace_library_info{library=\"libibverbs.so.1\",path=\"/usr/local/lib64/libibverbs.so.1\",version=\"1.11.33.2\",resolved=\"0\"} 1".to_string()));
+
+    for file in ["libibverbs.so.1", "libibverbs.so.1.11.33.2"] {
+        fs::remove_file(root.path().join("usr/local/lib64").join(file)).unwrap();
+    }
+    ldconfig(root.path(), "new");
+    let lines = series(&scrape(&exporter));
+    assert!(
+        lines.contains(
+            &"hpcnode_rdma_userspace_library_copies{library=\"libibverbs.so.1\"} 1".to_string()
+        ),
+        "{lines:#?}"
+    );
+}
+
+/// A merged /usr (`/lib -> usr/lib`): ld.so.conf lists both paths to the multiarch directory;
+/// the one file is one copy.
+#[test]
+fn a_merged_usr_counts_one_file_once() {
+    let root = root_with_conf(None);
+    install(root.path(), "bookworm", "libibverbs.so.1*", MULTIARCH);
+    std::os::unix::fs::symlink("usr/lib", root.path().join("lib")).unwrap();
+    ldconfig(root.path(), "new");
+    let lines = userspace_lines(root.path());
+    let first = ldconfig_first(root.path(), "libibverbs.so.1");
+    assert_eq!(
+        lines.iter().filter(|l| l.contains("library=\"libibverbs.so.1\"")).cloned().collect::<Vec<_>>(),
+        vec![
+            "hpcnode_rdma_userspace_library_copies{library=\"libibverbs.so.1\"} 1".to_string(),
+            format!("hpcnode_rdma_userspace_library_info{{library=\"libibverbs.so.1\",path=\"{first}\",version=\"1.14.44.0\",resolved=\"1\"}} 1"),
+        ]
+    );
+}
