@@ -45,6 +45,9 @@ fi
 #              q35-pcie (e1000e and edu behind PCIe root ports), q35-pcie-iommu (the same behind an Intel IOMMU)
 #   tools=verbs  rdma-core userspace (ibverbs, perftest, rdmacm) and iproute2's rdma
 #   tools=setpriv util-linux's setpriv as /usr/local/bin/setpriv (busybox's cannot change uids)
+#   tools=ldconfig glibc's ldconfig (static) as /sbin/ldconfig, and an older libibverbs, rdma-core 33's
+#              (bullseye's libibverbs.so.1.11.33.2, exporter/tests/support/fetch-rdma-userspace.sh),
+#              as /opt/lab-stale/libibverbs.so.1.11.33.2: a stale copy for a group to place
 #   variants=  signed modules to provide as /lab/modules/M.{signed,unsigned,badsig,foreign_keyid,foreign_serial}.ko,
 #              and compressed under /lab/modules/root/lib/modules/<release> with a modules.dep
 #   root_modules= modules whose dependency closure joins the variants in that root, as Debian ships them
@@ -133,6 +136,12 @@ build_initramfs() {
     cp "$(command -v rdma)" "$(command -v ip)" "$stage/usr/bin/"
     copy_libraries "$stage" "$userspace/usr/lib/x86_64-linux-gnu" "$userspace" "$userspace"/usr/bin/* \
       "$userspace"/usr/lib/x86_64-linux-gnu/libibverbs/*.so "$(command -v rdma)" "$(command -v ip)"
+  fi
+  if [[ " $tools " == *" ldconfig "* ]]; then
+    "$repo/exporter/tests/support/fetch-rdma-userspace.sh" > /dev/null
+    mkdir -p "$stage/opt/lab-stale"
+    cp "$(command -v ldconfig)" "$stage/sbin/ldconfig"
+    cp "$repo"/target/rdma-userspace/bullseye/usr/lib/x86_64-linux-gnu/libibverbs.so.1.11.33.2 "$stage/opt/lab-stale/"
   fi
   if [[ " $tools " == *" setpriv "* ]]; then
     mkdir -p "$stage/usr/local/bin" # busybox's own setpriv (no uid change) is /usr/bin/setpriv
