@@ -57,3 +57,5 @@ for tool in "${CARGO_TOOLS[@]}"; do
 done
 # The verbs tests' rdma-core header and library, unpacked under target/ (not installed).
 "$(dirname "$0")/../exporter/tests/support/fetch-rdma-core.sh"
+# The provider tests' two rdma-core generations (bookworm's and bullseye's), unpacked under target/.
+"$(dirname "$0")/../exporter/tests/support/fetch-rdma-generations.sh"
