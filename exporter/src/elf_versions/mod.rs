@@ -13,7 +13,7 @@
 #[cfg(test)]
 mod proptests;
 #[cfg(test)]
-mod tests;
+pub(crate) mod tests;
 
 /// More sections than any shared object has (libibverbs 44: 29); a larger count is not one.
 const MAX_SECTIONS: usize = 1024;
