@@ -2,6 +2,8 @@
 //! libmicmgmt for mic), so that the binary builds and runs on nodes that lack them, and their
 //! functions looked up by name.
 
+use std::os::unix::ffi::OsStrExt;
+
 /// A library loaded with `dlopen`; it stays loaded while this value lives.
 pub struct Library {
     library: libloading::Library,
@@ -56,6 +58,26 @@ impl Library {
     }
 }
 
+/// The file the dynamic linker loaded the function at `address` from (`dladdr`'s
+/// `dli_fname`): the path it chose, as it would for an application. An address, not a
+/// pointer: dladdr only looks it up in the loader's tables, never reads it.
+pub fn loaded_from(address: usize) -> Option<std::path::PathBuf> {
+    let address = address as *const std::ffi::c_void;
+    let mut info = std::mem::MaybeUninit::<libc::Dl_info>::zeroed();
+    // SAFETY: dladdr only reads the loader's own tables for `address` and writes `info`,
+    // a live, zeroed out-parameter; a nonzero return means it filled it.
+    let found = unsafe { libc::dladdr(address, info.as_mut_ptr()) };
+    // SAFETY: zeroed, then filled by dladdr when found: every field is initialised.
+    let info = unsafe { info.assume_init() };
+    if found == 0 || info.dli_fname.is_null() {
+        return None;
+    }
+    // SAFETY: a non-NULL dli_fname is the NUL-terminated name the loader keeps for the loaded
+    // object, live while it stays loaded (it is, while the caller holds its function).
+    let name = unsafe { std::ffi::CStr::from_ptr(info.dli_fname) };
+    Some(std::ffi::OsStr::from_bytes(name.to_bytes()).into())
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -84,6 +106,12 @@ mod tests {
             getpid()
         };
         assert_eq!(u32::try_from(pid), Ok(std::process::id()));
+        let path = loaded_from(libc::getpid as *const () as usize).unwrap();
+        assert!(
+            path.to_string_lossy().contains("libc.so.6"),
+            "{}",
+            path.display()
+        );
         // SAFETY: the lookup fails, so no pointer is made.
         let missing = unsafe { c_library.function::<unsafe extern "C" fn()>("no_such_function") };
         assert_eq!(

@@ -17,6 +17,7 @@ use crate::collectors::pci::{config_space, driver_modules, nova};
 use crate::collectors::verbs::oob::{self, Channel};
 use crate::collectors::verbs::peer::{self, SessionError};
 use crate::collectors::verbs::{PortClaims, Target};
+use crate::elf_versions;
 use crate::kernel::module_file::{Signature, SignatureCache};
 use crate::kernel::{cmdline, keys, modprobe};
 use crate::netlink::devlink::{self, HEALTH_REPORTER_GET};
@@ -329,6 +330,16 @@ pub fn transceiver_eeprom(data: &[u8]) {
     }
 }
 
+/// An ELF shared object's bytes, read for its symbol versions and `.rodata` strings: what it
+/// reads is bounded, and a version it defines is a name, never empty.
+pub fn elf_versions(data: &[u8]) {
+    if let Ok(object) = elf_versions::read_shared_object(data, |_| true) {
+        assert!(object.strings.len() <= 64);
+        assert!(object.strings.iter().all(|text| !text.is_empty()));
+        assert!(object.needs.iter().all(|need| need.versions.len() <= 4096));
+    }
+}
+
 /// A datagram of RDMA netlink replies, decoded as the reply to each dump the collector asks
 /// for: whatever it accepts is bounded by what it was given.
 pub fn rdma_netlink(data: &[u8]) {
@@ -406,7 +417,7 @@ mod tests {
     #[test]
     fn the_seed_corpus_runs_through_every_target() {
         type Target = (&'static str, fn(&[u8]));
-        let targets: [Target; 19] = [
+        let targets: [Target; 20] = [
             ("sysfs_attribute", sysfs_attribute),
             ("proc_modules", proc_modules),
             ("module_file", module_file),
@@ -426,6 +437,7 @@ mod tests {
             ("web_config", web_config),
             ("transceiver_eeprom", transceiver_eeprom),
             ("generic_netlink", generic_netlink),
+            ("elf_versions", elf_versions),
         ];
         let seeds = Path::new(env!("CARGO_MANIFEST_DIR")).join("../fuzz/seeds");
         for (name, target) in targets {

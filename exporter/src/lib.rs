@@ -6,6 +6,7 @@ pub mod collector;
 pub mod collectors;
 pub mod config;
 pub mod dynlib;
+pub mod elf_versions;
 pub mod error;
 pub mod ethtool_ioctl;
 pub mod flags;

@@ -51,9 +51,61 @@ fn install(root: &Path, release_name: &str, pattern: &str, dir: &str) {
     assert!(status.success());
 }
 
-/// A root with Debian's ld.so.conf and `extra` as `ld.so.conf.d/site.conf`.
+/// A sysfs under `root` with one ConnectX function as the kernel lays it out: `mlx5_0` bound to
+/// mlx5_core, with its verbs device `uverbs0`.
+fn mlx5_sysfs(root: &Path) {
+    let sys = root.join("sys");
+    let function = "devices/pci0000:3a/0000:3a:00.0/0000:3b:00.0";
+    fs::create_dir_all(sys.join(function).join("infiniband/mlx5_0")).unwrap();
+    fs::create_dir_all(sys.join(function).join("infiniband_verbs/uverbs0")).unwrap();
+    fs::write(
+        sys.join(function).join("infiniband_verbs/uverbs0/ibdev"),
+        "mlx5_0\n",
+    )
+    .unwrap();
+    // The device's own link to its PCI function, as ib_core registers it.
+    std::os::unix::fs::symlink(
+        "../../../0000:3b:00.0",
+        sys.join(function).join("infiniband/mlx5_0/device"),
+    )
+    .unwrap();
+    fs::create_dir_all(sys.join("bus/pci/drivers/mlx5_core")).unwrap();
+    std::os::unix::fs::symlink(
+        "../../../../bus/pci/drivers/mlx5_core",
+        sys.join(function).join("driver"),
+    )
+    .unwrap();
+    for (class, name) in [("infiniband", "mlx5_0"), ("infiniband_verbs", "uverbs0")] {
+        fs::create_dir_all(sys.join("class").join(class)).unwrap();
+        std::os::unix::fs::symlink(
+            format!("../../{function}/{class}/{name}"),
+            sys.join("class").join(class).join(name),
+        )
+        .unwrap();
+    }
+}
+
+/// Installs a release's providers: the `.driver` files and the provider directory.
+fn install_providers(root: &Path, release_name: &str) {
+    let from = release(release_name);
+    for dir in ["etc/libibverbs.d", "usr/lib/x86_64-linux-gnu/libibverbs"] {
+        let to = root.join(dir);
+        fs::create_dir_all(to.parent().unwrap()).unwrap();
+        let status = Command::new("cp")
+            .arg("-a")
+            .arg(from.join(dir))
+            .arg(&to)
+            .status()
+            .unwrap();
+        assert!(status.success());
+    }
+}
+
+/// A root with Debian's ld.so.conf and `extra` as `ld.so.conf.d/site.conf`, and a sysfs with
+/// one mlx5 device.
 fn root_with_conf(extra: Option<&str>) -> tempfile::TempDir {
     let root = tempfile::tempdir().unwrap();
+    mlx5_sysfs(root.path());
     let conf_d = root.path().join("etc/ld.so.conf.d");
     fs::create_dir_all(&conf_d).unwrap();
     fs::write(root.path().join("etc/ld.so.conf"), LD_SO_CONF).unwrap();
@@ -141,6 +193,7 @@ fn sorted(mut lines: Vec<String>) -> Vec<String> {
 pub fn bookworm_root() -> tempfile::TempDir {
     let root = root_with_conf(None);
     install(root.path(), "bookworm", "lib*.so.*", MULTIARCH);
+    install_providers(root.path(), "bookworm");
     ldconfig(root.path(), "new");
     root
 }
@@ -241,5 +294,50 @@ fn a_merged_usr_counts_one_file_once() {
             "hpcnode_rdma_userspace_library_copies{library=\"libibverbs.so.1\"} 1".to_string(),
             format!("hpcnode_rdma_userspace_library_info{{library=\"libibverbs.so.1\",path=\"{first}\",version=\"1.14.44.0\",resolved=\"1\"}} 1"),
         ]
+    );
+}
+
+/// The device's provider line of a scrape of `root`.
+fn provider_line(root: &Path) -> String {
+    let exporter = start_on_root("rdma_userspace", root, &[]);
+    let text = scrape(&exporter);
+    let lines: Vec<&str> = text
+        .lines()
+        .filter(|l| l.starts_with("hpcnode_rdma_device_provider{"))
+        .collect();
+    assert_eq!(lines.len(), 1, "{text}");
+    lines[0].to_string()
+}
+
+/// Points 1 and 2 together: on bookworm's libraries and providers the mlx5 device's provider
+/// loads; with bullseye's libibverbs left in /usr/local/lib64 the linker takes that copy, whose
+/// private ABI (IBVERBS_PRIVATE_33) is not the one bookworm's providers need (34): the HCA is
+/// there, and no application can open it.
+#[test]
+fn the_stale_libibverbs_cannot_load_the_installed_provider() {
+    let root = bookworm_root();
+    assert_eq!(
+        provider_line(root.path()),
+        "hpcnode_rdma_device_provider{device=\"mlx5_0\",provider=\"mlx5\",status=\"ok\"} 1"
+    );
+    install(
+        root.path(),
+        "bullseye",
+        "libibverbs.so.1*",
+        "usr/local/lib64",
+    );
+    fs::write(
+        root.path().join("etc/ld.so.conf.d/site.conf"),
+        "/usr/local/lib64\n",
+    )
+    .unwrap();
+    ldconfig(root.path(), "new");
+    assert_eq!(
+        ldconfig_first(root.path(), "libibverbs.so.1"),
+        "/usr/local/lib64/libibverbs.so.1"
+    );
+    assert_eq!(
+        provider_line(root.path()),
+        "hpcnode_rdma_device_provider{device=\"mlx5_0\",provider=\"mlx5\",status=\"abi_mismatch\"} 1"
     );
 }

@@ -162,6 +162,32 @@ fn real_library_loads_and_each_failure_is_counted() {
     assert!(log.contains("result=port_not_active"), "{log}");
 }
 
+/// The real libibverbs, with no provider and this machine's `/sys` without RDMA devices, lists
+/// none of `rdma_edge`'s eight: each is in sysfs and invisible to verbs, as an HCA whose
+/// provider is missing is to an application. The log names the file the linker loaded.
+#[test]
+fn devices_sysfs_has_and_verbs_does_not_list_are_invisible() {
+    let exporter = Exporter::start(&[
+        "--collector.disable-defaults",
+        "--collector.verbs",
+        &real_library(),
+        "--collector.verbs.interval=1h",
+        "--collector.verbs.device=mlx4_1",
+        &edge_sysfs(),
+    ]);
+    let text = exporter.get("/metrics").text();
+    for device in ["irdma0", "mlx4_1", "mlx5_0", "rocep1s0f0", "rxe0"] {
+        let line = format!("hpcnode_rdma_device_visible_to_verbs{{device=\"{device}\"}} 0");
+        assert!(text.contains(&line), "{line}:\n{text}");
+    }
+    let loaded = std::fs::canonicalize(util::libibverbs()).unwrap();
+    let log = exporter.log_with("libibverbs loaded");
+    assert!(
+        log.contains(&loaded.display().to_string()) || log.contains(&util::libibverbs()),
+        "{log}"
+    );
+}
+
 /// A loopback address nothing listens on.
 fn closed_address() -> std::net::SocketAddr {
     TcpListener::bind("127.0.0.1:0")

@@ -513,6 +513,11 @@ impl Verbs {
         Verbs::resolve(loaded)
     }
 
+    /// The path the dynamic linker loaded libibverbs from.
+    pub fn loaded_from(&self) -> Option<std::path::PathBuf> {
+        crate::dynlib::loaded_from(self.get_device_list as usize)
+    }
+
     fn resolve(library: Library) -> Result<Verbs, LoadError> {
         // SAFETY: each symbol is taken as the function type verbs.h declares for it (the type of
         // the field it initialises), and the library outlives the pointers (both live in `Verbs`).

@@ -20,11 +20,12 @@ pub mod resources;
 mod results;
 mod run;
 mod scheduler;
+mod visibility;
 
 use std::fmt;
 use std::net::TcpListener;
 use std::os::fd::AsRawFd;
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -48,6 +49,7 @@ pub use run::{
 };
 pub use scheduler::{PortClaim, PortClaims};
 use scheduler::{Scheduler, Stop};
+use visibility::Visibility;
 
 /// What a memlock limit below the probe's buffers costs.
 const MEMLOCK_COSTS: &str = "every bandwidth and latency run: ibv_reg_mr fails";
@@ -120,7 +122,7 @@ const MESH_PEER_SUCCESS: Desc = Desc::gauge(
 );
 
 /// Every metric this collector emits (for the METRICS.md check).
-pub const METRICS: [Desc; 13] = [
+pub const METRICS: [Desc; 14] = [
     AVAILABLE,
     BANDWIDTH,
     LATENCY,
@@ -134,6 +136,7 @@ pub const METRICS: [Desc; 13] = [
     MESH_MEMBER,
     MESH_FILE_VALID,
     MESH_PEER_SUCCESS,
+    visibility::VISIBLE,
 ];
 
 pub const REGISTRATION: Registration = Registration {
@@ -153,19 +156,27 @@ struct VerbsCollector {
     stop: Arc<Stop>,
     /// The responder's listening socket, shut down to end its accept loop.
     listener: Option<TcpListener>,
+    /// The loaded libibverbs, the sysfs root, and the devices it listed against sysfs's.
+    visibility: Option<(Arc<Verbs>, PathBuf, Visibility)>,
 }
 
 impl Settings for VerbsSettings {
     /// Starts what the flags ask for (scheduler, responder); the collector reads their
-    /// results. Unconfigured, it does nothing and exports nothing. An unreadable token file or
-    /// peers file fails the start; a missing libibverbs does not (the node may rightly lack it).
+    /// results. Unconfigured, it runs no probe: on the running kernel with RDMA devices it only
+    /// loads libibverbs, as an application would, to say which devices verbs lists
+    /// ([`visibility`]). An unreadable token file or peers file fails the start; a missing
+    /// libibverbs does not (the node may rightly lack it).
     fn start(self: Box<Self>, host: &Host) -> Result<Started, StartError> {
         let stop = Arc::new(Stop::default());
         if self.interval.is_none() && self.listen.is_none() {
+            let verbs = visibility::worth_asking(&host.sysfs)
+                .then(|| self.load_verbs())
+                .flatten();
             return Ok(Started::new(VerbsCollector {
                 service: None,
                 stop,
                 listener: None,
+                visibility: verbs.map(|verbs| (verbs, host.sysfs.clone(), Visibility::default())),
             }));
         }
         let token = self.token()?;
@@ -190,6 +201,8 @@ impl Settings for VerbsSettings {
             .as_ref()
             .and_then(|verbs| start_responder(&self, &token, &host.sysfs, verbs, &claims, &stop));
         let (responder, listener) = responder.unzip();
+        let visibility =
+            (verbs.clone()).map(|verbs| (verbs, host.sysfs.clone(), Visibility::default()));
         let service = Arc::new(Service {
             available: verbs.is_some(),
             series: Mutex::default(),
@@ -229,6 +242,7 @@ impl Settings for VerbsSettings {
             service: Some(service),
             stop,
             listener,
+            visibility,
         }))
     }
 }
@@ -248,7 +262,13 @@ impl VerbsSettings {
     /// libibverbs, or none (logged): a node may rightly lack it.
     fn load_verbs(&self) -> Option<Arc<Verbs>> {
         match Verbs::load(&self.measurement.library) {
-            Ok(verbs) => Some(Arc::new(verbs)),
+            Ok(verbs) => {
+                // The copy the dynamic linker chose, as an application's would be.
+                let path = verbs.loaded_from().unwrap_or_default();
+                let path = path.display().to_string();
+                logging::log(Level::Info, "libibverbs loaded", &[("path", &path)]);
+                Some(Arc::new(verbs))
+            }
             Err(err) => {
                 logging::log(
                     Level::Info,
@@ -367,6 +387,7 @@ enum Unit {
     Availability,
     Responder,
     Mesh,
+    Visibility,
     Target(String),
 }
 
@@ -376,6 +397,7 @@ impl fmt::Display for Unit {
             Unit::Availability => f.write_str("availability"),
             Unit::Responder => f.write_str("responder"),
             Unit::Mesh => f.write_str("mesh"),
+            Unit::Visibility => f.write_str("visibility"),
             Unit::Target(key) => f.write_str(key),
         }
     }
@@ -385,10 +407,15 @@ impl Collector for VerbsCollector {
     type Unit = Unit;
 
     fn units(&self) -> Result<Vec<Unit>, CollectError> {
+        let mut units = Vec::new();
+        if self.visibility.is_some() {
+            units.push(Unit::Visibility);
+        }
+        // Unconfigured, there is no probe: what verbs lists is all.
         let Some(service) = &self.service else {
-            return Ok(Vec::new());
+            return Ok(units);
         };
-        let mut units = vec![Unit::Availability];
+        units.push(Unit::Availability);
         if service.responder.is_some() {
             units.push(Unit::Responder);
         }
@@ -400,6 +427,15 @@ impl Collector for VerbsCollector {
     }
 
     fn collect_unit(&self, unit: &Unit, out: &mut Output) {
+        if let Unit::Visibility = unit {
+            if let Some((verbs, sysfs, visibility)) = &self.visibility {
+                let list = || resources::device_names(verbs);
+                if let Err(err) = visibility.collect(sysfs, list, &mut out.samples) {
+                    out.errors.push(err);
+                }
+            }
+            return;
+        }
         let Some(service) = &self.service else {
             return;
         };
@@ -436,6 +472,7 @@ impl Collector for VerbsCollector {
                     }
                 }
             }
+            Unit::Visibility => {}
             Unit::Target(key) => {
                 if let Some(series) = lock(&service.series).get(key) {
                     export_series(series, out);
@@ -466,6 +503,7 @@ mod tests {
             service: None,
             stop: Arc::default(),
             listener: None,
+            visibility: None,
         };
         assert!(collector.units().unwrap().is_empty());
     }

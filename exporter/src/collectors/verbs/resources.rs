@@ -40,6 +40,55 @@ fn non_null<T>(call: &'static str, ptr: *mut T) -> Result<*mut T, ProbeError> {
     }
 }
 
+/// The names of the devices `ibv_get_device_list` returns: those libibverbs has a provider
+/// for, as an application started now sees them.
+///
+/// `ENOSYS` ("no kernel support for RDMA", `ibv_get_device_list(3)`: ib_uverbs not loaded)
+/// lists none.
+pub fn device_names(verbs: &Verbs) -> Result<Vec<String>, ProbeError> {
+    let listed = with_device_list(verbs, |devices| {
+        let names = devices
+            .iter()
+            .filter_map(|&device| device_name(verbs, device));
+        names
+            .map(|name| name.to_string_lossy().into_owned())
+            .collect()
+    });
+    match listed {
+        Err(ProbeError::Call { errno, .. }) if errno == libc::ENOSYS => Ok(Vec::new()),
+        listed => listed,
+    }
+}
+
+/// Runs `read` on the device list, freed afterwards on every path.
+fn with_device_list<R>(
+    verbs: &Verbs,
+    read: impl FnOnce(&[*mut ffi::Device]) -> R,
+) -> Result<R, ProbeError> {
+    let mut count: c_int = 0;
+    // SAFETY: `count` is a live out-parameter.
+    let list = non_null("ibv_get_device_list", unsafe {
+        (verbs.get_device_list)(&mut count)
+    })?;
+    // SAFETY: a non-NULL list holds `count` device pointers (a negative count reads as none);
+    // the slice is last used before the list is freed.
+    let devices = unsafe { std::slice::from_raw_parts(list, usize::try_from(count).unwrap_or(0)) };
+    let read = read(devices);
+    // SAFETY: `list` came from ibv_get_device_list, is freed once, and `devices` is not used
+    // after this.
+    unsafe { (verbs.free_device_list)(list) };
+    Ok(read)
+}
+
+/// A listed device's name, none if libibverbs gives none.
+fn device_name<'l>(verbs: &Verbs, device: *mut ffi::Device) -> Option<&'l CStr> {
+    // SAFETY: `device` comes from a list `with_device_list` keeps live while its caller reads.
+    let name = unsafe { (verbs.get_device_name)(device) };
+    // SAFETY: a non-NULL name is the NUL-terminated string the device owns, read while the
+    // list keeps the device alive (the callers copy it before the list is freed).
+    (!name.is_null()).then(|| unsafe { CStr::from_ptr(name) })
+}
+
 /// An open device (`ibv_open_device`).
 pub struct Device {
     pub verbs: Arc<Verbs>,
@@ -49,37 +98,22 @@ pub struct Device {
 impl Device {
     /// Opens the device named `name` (as in /sys/class/infiniband).
     pub fn open(verbs: Arc<Verbs>, name: &str) -> Result<Rc<Device>, ProbeError> {
-        let mut count: c_int = 0;
-        // SAFETY: `count` is a live out-parameter. The list is freed below on every path, after
-        // the device is opened (which verbs allows: an open context does not need the list).
-        let list = non_null("ibv_get_device_list", unsafe {
-            (verbs.get_device_list)(&mut count)
+        let opened = with_device_list(&verbs, |devices| {
+            let found = devices.iter().copied().find(|&device| {
+                device_name(&verbs, device).is_some_and(|n| n.to_bytes() == name.as_bytes())
+            });
+            // SAFETY: `device` comes from the list, which is live while this runs; an open
+            // context does not need the list once it is freed.
+            let context = found.map(|device| unsafe { (verbs.open_device)(device) });
+            (context, last_errno())
         })?;
-        // SAFETY: a non-NULL list holds `count` device pointers (a negative count reads as
-        // none); the slice is last used before the list is freed.
-        let devices =
-            unsafe { std::slice::from_raw_parts(list, usize::try_from(count).unwrap_or(0)) };
-        let found = devices.iter().copied().find(|&device| {
-            // SAFETY: `device` comes from the list, which is still live.
-            let device_name = unsafe { (verbs.get_device_name)(device) };
-            // SAFETY: a non-NULL name is the NUL-terminated string the device owns, read here
-            // while the list keeps the device alive.
-            !device_name.is_null()
-                && unsafe { CStr::from_ptr(device_name) }.to_bytes() == name.as_bytes()
-        });
-        // SAFETY: `device` comes from the list, which is still live.
-        let context = found.map(|device| unsafe { (verbs.open_device)(device) });
-        let errno = last_errno();
-        // SAFETY: `list` came from ibv_get_device_list, is freed once, and `devices` is not
-        // used after this.
-        unsafe { (verbs.free_device_list)(list) };
-        match context {
-            None => Err(ProbeError::NoSuchDevice(name.to_string())),
-            Some(context) if context.is_null() => Err(ProbeError::Call {
+        match opened {
+            (None, _) => Err(ProbeError::NoSuchDevice(name.to_string())),
+            (Some(context), errno) if context.is_null() => Err(ProbeError::Call {
                 call: "ibv_open_device",
                 errno,
             }),
-            Some(context) => Ok(Rc::new(Device { verbs, context })),
+            (Some(context), _) => Ok(Rc::new(Device { verbs, context })),
         }
     }
 

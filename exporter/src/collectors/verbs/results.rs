@@ -260,6 +260,7 @@ mod tests {
             service: Some(service),
             stop: Arc::default(),
             listener: None,
+            visibility: None,
         });
         let labels = r#"device="mlx5_0",port="1",mode="peer",peer="n2:18515""#;
         for line in [
@@ -302,6 +303,7 @@ mod tests {
             service: Some(service.clone()),
             stop: Arc::default(),
             listener: None,
+            visibility: None,
         };
         let text = scrape(&collector);
         let mesh = r#"device="mlx5_0",port="1",mode="mesh""#;
@@ -354,6 +356,7 @@ mod tests {
             service: Some(service),
             stop: Arc::default(),
             listener: None,
+            visibility: None,
         });
         let labels = r#"device="mlx5_0",port="1",mode="loopback",peer="""#;
         for line in [
