@@ -113,6 +113,9 @@ pub struct DeviceProvider {
 pub enum ProviderStatus {
     Ok,
     Missing,
+    /// No `libibverbs.so.1` on the library path: the node has no verbs userspace (kernel
+    /// consumers such as NFS over RDMA or Lustre's o2ib need none), not a fault.
+    NoLibibverbs,
     AbiMismatch,
     NoUverbs,
     UnknownDriver,
@@ -123,6 +126,7 @@ impl ProviderStatus {
         match self {
             ProviderStatus::Ok => "ok",
             ProviderStatus::Missing => "missing",
+            ProviderStatus::NoLibibverbs => "no_libibverbs",
             ProviderStatus::AbiMismatch => "abi_mismatch",
             ProviderStatus::NoUverbs => "no_uverbs",
             ProviderStatus::UnknownDriver => "unknown_driver",
@@ -158,7 +162,9 @@ pub fn device_providers(
             let provider = provider_of(device, driver.as_deref());
             let status = match (provider, root.as_ref().zip(loader.as_ref())) {
                 (None, _) => ProviderStatus::UnknownDriver,
-                (Some(_), None) => ProviderStatus::Missing,
+                // The linker's entry names a file that cannot be read: applications fail too.
+                (Some(_), None) if libibverbs.is_some() => ProviderStatus::Missing,
+                (Some(_), None) => ProviderStatus::NoLibibverbs,
                 (Some(provider), Some((root, loader))) => match loader.check(root, provider) {
                     ProviderStatus::Ok if !uverbs.iter().any(|name| name == device) => {
                         ProviderStatus::NoUverbs
