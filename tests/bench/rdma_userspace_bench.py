@@ -102,15 +102,16 @@ def main():
     parser.add_argument("--warmup", type=int, default=20)
     parser.add_argument("--ldconfig", default=shutil.which("ldconfig") or "/sbin/ldconfig")
     parser.add_argument("--keep", action="store_true")
-    args = parser.parse_args()
     # What scrape_bench.Target reads from its arguments.
-    args.start_timeout, args.request_timeout = 20.0, 30.0
-    args.prometheus_headers, args.new_connection = False, False
-
-    if not os.path.exists(args.exporter):
+    parser.set_defaults(start_timeout=20.0, request_timeout=30.0, prometheus_headers=False,
+                        new_connection=False)
+    args = parser.parse_args()
+    if not os.access(args.exporter, os.X_OK):
         print("no %s: build it first (cargo build --release)" % args.exporter)
         return 1
     workdir = tempfile.mkdtemp(prefix="rdma-userspace-bench-")
+    if args.keep:
+        print("root kept in " + workdir)
     target = None
     try:
         load_before = os.getloadavg()
@@ -179,9 +180,7 @@ def main():
     finally:
         if target is not None:
             target.stop()
-        if args.keep:
-            print("root kept in " + workdir)
-        else:
+        if not args.keep:
             shutil.rmtree(workdir, ignore_errors=True)
 
 
