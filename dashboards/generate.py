@@ -342,6 +342,38 @@ def rdma_node_panels():
     ]
 
 
+# ---------------------------------------------------------------- rdma_userspace collector
+
+LINKER_TAKES = {0: ("", "text"), 1: ("the linker's", "green")}
+LIBRARY_INFO = f'hpcnode_rdma_userspace_library_info{{{NODE}}}'
+# Versions of each library on the path, a copy without one not counted (as the alert counts).
+LIBRARY_VERSIONS = (f'count by (job, instance, library) (count by (job, instance, library, version) '
+                    f'(hpcnode_rdma_userspace_library_info{{{NODE}, version!=""}}))')
+
+
+def per_copy(expr):
+    """A per-library value on each copy's row: the same labels as the Resolved column."""
+    return f'sum without (resolved) ({expr} * on (job, instance, library) group_right {LIBRARY_INFO})'
+
+
+def rdma_userspace_panels():
+    return [
+        stat("Libraries in several versions", "RDMA userspace libraries whose copies on the library path are of two versions or more (hpcnode_rdma_userspace_library_info; a copy without a version not counted). The table beside lists each copy; an application loads the one the linker takes, whatever its packages installed. Alert: HpcnodeRdmaStaleUserspaceLibrary.",
+             [target(f'count({LIBRARY_VERSIONS} > 1) or vector(0)', "libraries", instant=True)], "none",
+             w=4, h=8, thresholds=[{"color": "green", "value": None}, {"color": "orange", "value": 1}]),
+        table("RDMA userspace libraries", "Every copy of the RDMA userspace libraries (libibverbs, librdmacm, libibumad, the mlx5, mlx4 and EFA providers, libmicmgmt) on the library path under --path.rootfs: ld.so.conf and its includes, the default directories, /usr/local/lib64 and /usr/local/lib (hpcnode_rdma_userspace_library_info). Version: the real file's name after the soname (empty: none, or a cache entry whose file is gone). The linker's: the copy ld.so.cache gives the dynamic linker (without a cache, the first in the default directories). Copies and versions: of the library on this node (hpcnode_rdma_userspace_library_copies).",
+              [target(f'sum without (resolved) (hpcnode_rdma_userspace_library_info{{{NODE}, resolved="1"}} '
+                      f'or hpcnode_rdma_userspace_library_info{{{NODE}, resolved="0"}} * 0)', ref="A", instant=True, table=True),
+               target(per_copy(f'hpcnode_rdma_userspace_library_copies{{{NODE}}}'), ref="B", instant=True, table=True),
+               target(per_copy(LIBRARY_VERSIONS), ref="C", instant=True, table=True)],
+              "none", [column("A", "Resolved", "none", value_mappings(LINKER_TAKES), "color-background"),
+                       column("B", "Copies", "none"), column("C", "Versions", "none")],
+              hide=["job", "__name__"],
+              order=["instance", "library", "path", "version", "Value #A", "Value #B", "Value #C"],
+              w=20, h=8, sort="library"),
+    ]
+
+
 # ---------------------------------------------------------------- mic collector
 
 # Card states folded into four classes for the timeline; the state itself is a label.
@@ -620,10 +652,11 @@ def driver_stack_dashboard():
     return dashboard(
         "hpcnode-driver-stack", "Node driver stack",
         "Per node: is the accelerator and fabric driver stack healthy? RDMA port state, rates, errors and "
-        "congestion counters, and the exporter's own collector health.",
+        "congestion counters, the RDMA userspace libraries applications load, and the exporter's own collector health.",
         ["hpcnode", "rdma", "infiniband"], node_variables(single_instance=True),
         [row("Exporter and collectors", exporter_panels()),
          row("RDMA ports", rdma_node_panels()),
+         row("RDMA userspace libraries", rdma_userspace_panels()),
          row("Kernel modules and signatures", modules_panels())] + collapsed_rows())
 
 

@@ -14,12 +14,15 @@ use crate::collectors::ebpf::kernel_log::{self, KernelLogCounts, Origin};
 use crate::collectors::mic::micras;
 use crate::collectors::pci::identity::{self, Address};
 use crate::collectors::pci::{config_space, driver_modules, nova};
+use crate::collectors::rdma_userspace::LIBRARIES;
 use crate::collectors::verbs::oob::{self, Channel};
 use crate::collectors::verbs::peer::{self, SessionError};
 use crate::collectors::verbs::{PortClaims, Target};
 use crate::elf_versions;
 use crate::kernel::module_file::{Signature, SignatureCache};
 use crate::kernel::{cmdline, keys, modprobe};
+use crate::ld_cache::library_path::Watch;
+use crate::ld_cache::{Cache, DEFAULT_ID, MAX_CACHE_BYTES};
 use crate::netlink::devlink::{self, HEALTH_REPORTER_GET};
 use crate::netlink::ethtool;
 use crate::netlink::generic;
@@ -397,6 +400,40 @@ pub fn generic_netlink(data: &[u8]) {
     }
 }
 
+/// An `ld.so.cache`, decoded, and as `etc/ld.so.cache` of a root the `rdma_userspace`
+/// collector reads: each soname's linker entry is one of its own, and the copy the collector
+/// marks resolved is the one the cache's entry names (a cache it refuses gives none).
+pub fn ld_cache(data: &[u8]) {
+    // The collector refuses a file longer than it reads.
+    let cache = Cache::parse(data)
+        .ok()
+        .filter(|_| data.len() <= MAX_CACHE_BYTES);
+    if let Some(cache) = &cache {
+        // Each entry takes at least an old entry's 12 bytes of the input.
+        assert!(cache.entries.len() <= data.len() / 12);
+        for entry in &cache.entries {
+            if let Some(taken) = cache.lookup(&entry.soname) {
+                assert_eq!(taken.soname, entry.soname);
+                assert_eq!(taken.flags, DEFAULT_ID);
+                assert!(!taken.is_hwcaps_extension());
+            }
+        }
+    }
+    let root = scratch_dir().join("ld_root");
+    std::fs::create_dir_all(root.join("etc")).expect("create the root's etc");
+    std::fs::write(root.join("etc/ld.so.cache"), data).expect("write the cache");
+    let (libraries, _) = Watch::new(&root, LIBRARIES).libraries();
+    assert_eq!(libraries.cache_used, cache.is_some());
+    for soname in LIBRARIES {
+        let entry = cache.as_ref().and_then(|cache| cache.lookup(soname));
+        assert_eq!(
+            libraries.resolved(soname),
+            entry.map(|entry| PathBuf::from(&entry.path)),
+            "{soname}"
+        );
+    }
+}
+
 /// Values of the flags that take durations and listen addresses.
 pub fn flag_values(data: &[u8]) {
     let text = String::from_utf8_lossy(data);
@@ -438,6 +475,7 @@ mod tests {
             ("transceiver_eeprom", transceiver_eeprom),
             ("generic_netlink", generic_netlink),
             ("elf_versions", elf_versions),
+            ("ld_cache", ld_cache),
         ];
         let seeds = Path::new(env!("CARGO_MANIFEST_DIR")).join("../fuzz/seeds");
         for (name, target) in targets {

@@ -18,6 +18,8 @@ storage directory and the rule files of alerts/. Then, through Prometheus's HTTP
     again; symbol errors, a vanished port and a killed exporter fire theirs;
   - every dashboard query executes, and returns data except where the fixtures lack the input
     (hours of history; the ebpf collector's counters, not on this branch);
+  - on a root with the incident's two copies of libibverbs (tests/fixtures/rdma_userspace_root.sh
+    stale) its stale-library alert fires, naming the copy the linker takes;
   - an exporter under --web.config.file (TLS with a CA made here by openssl, basic auth) is
     scraped by Prometheus with `scheme: https`, `tls_config` and `basic_auth`, and a job with
     a wrong password is refused (up 0, counted by the exporter).
@@ -73,6 +75,9 @@ PCI_ROOTS = {
     "sriov_host": (ROOT / "tests" / "fixtures" / "pci_sriov_host",
                    [f"--collector.pci.nova-config={ROOT}/tests/fixtures/pci_sriov_host/etc/nova/nova.conf"]),
 }
+# The incident's RDMA userspace: bookworm's libibverbs in the multiarch directory, bullseye's in
+# /usr/local/lib64 first in the cache (built at test time from Debian's unpacked packages).
+USERSPACE_ROOT_SCRIPT = ROOT / "tests" / "fixtures" / "rdma_userspace_root.sh"
 MODULES_EXPECTED = "--collector.modules.expected=mlx5_core,mlx5_ib,ib_uverbs,rdma_ucm,ib_ipoib,vfio_pci,nvidia"
 # The signed-files root's own modules (exporter/tests/it/modules.rs uses the same list).
 MODULES_EXPECTED_FOR = {"signed_files": "--collector.modules.expected=geniv,pcspkr,lab_mok,lab_foreign_keyid,"
@@ -421,6 +426,22 @@ PCI_EXPECTED_ALERTS = {
 }
 
 
+def check_userspace_alerts(prom, inst):
+    """Two versions of libibverbs on the stale root: its alert, which names the linker's copy."""
+    expected = [("HpcnodeRdmaStaleUserspaceLibrary", "libibverbs.so.1")]
+
+    def firing():
+        return sorted((a["labels"]["alertname"], a["labels"].get("library", "")) for a in prom.alerts()
+                      if a["labels"].get("instance") == inst)
+    got = wait_until("the userspace root's alerts", lambda: firing() == expected, 30)
+    check(got is not None, f"rdma_userspace: only libibverbs' two versions fire (firing: {firing()})")
+    descriptions = [a["annotations"]["description"] for a in prom.alerts("HpcnodeRdmaStaleUserspaceLibrary")
+                    if a["labels"].get("instance") == inst]
+    linker = "/usr/local/lib64/libibverbs.so.1 (1.11.33.2, the one the linker takes)"
+    check(any(linker in d for d in descriptions),
+          f"rdma_userspace: the alert names the stale copy as the linker's ({descriptions})")
+
+
 def check_pci_alerts(prom, pci_insts):
     for name, inst in pci_insts.items():
         def firing(i=inst):
@@ -687,7 +708,13 @@ def main():
                    "--collector.pci", *flags, f"--path.procfs={root / 'proc'}",
                    f"--path.sysfs={root / 'sys'}", f"--path.rootfs={root}"],
                   open(logs / f"exporter-pci-{name}.log", "w"))
-        targets = [procfs_inst, edge_inst, mic_inst, *modules_insts.values(), *pci_insts.values()]
+        userspace_root = tmp / "userspace"
+        subprocess.run([str(USERSPACE_ROOT_SCRIPT), str(userspace_root), "stale"], check=True, timeout=60)
+        userspace_inst = f"127.0.0.1:{free_port()}"
+        start([str(exporter), f"--web.listen-address={userspace_inst}", "--collector.disable-defaults",
+               "--collector.rdma_userspace", f"--path.rootfs={userspace_root}"],
+              open(logs / "exporter-userspace.log", "w"))
+        targets = [procfs_inst, edge_inst, mic_inst, *modules_insts.values(), *pci_insts.values(), userspace_inst]
         web_dir = tmp / "web"
         web_dir.mkdir()
         web_config = make_web_config(web_dir)
@@ -732,6 +759,7 @@ def main():
         check_dashboards(prom)
         check_mic_alerts(prom, mic_inst)
         check_pci_alerts(prom, pci_insts)
+        check_userspace_alerts(prom, userspace_inst)
         check_alerts(prom, procfs_inst, edge_inst, tree, scratch, exp_procfs, modules_insts)
     except Exception as e:  # a crash of the test itself is a failure, with its reason
         check(False, f"e2e aborted: {type(e).__name__}: {e}")

@@ -4,7 +4,8 @@
 20 exporters on copies of the typical node (tests/fixtures/typical_node.sh), some made faulty
 in the kernel's own formats: an RDMA port DOWN/Polling, the GPU's PCIe link trained at half
 width (its Link Status register in config space), a Xeon Phi card stuck booting, the GPU
-unbound from vfio-pci (not passthrough-ready), an unsigned out-of-tree module loaded (taint OE).
+unbound from vfio-pci (not passthrough-ready), an unsigned out-of-tree module loaded (taint OE),
+a stale libibverbs in /usr/local/lib64 that ld.so.cache gives the linker.
 Debian's prometheus in agent mode scrapes them (target labels cluster, rack, switch, as a
 site sets them) and remote-writes into Debian's victoria-metrics (single node); Debian's
 vmalert evaluates every rule file of alerts/ against VictoriaMetrics and writes the recorded
@@ -43,6 +44,7 @@ from prometheus_e2e import check, free_port, log, start, wait_until  # noqa: E40
 
 ROOT = lint.ROOT
 TYPICAL_NODE = ROOT / "tests" / "fixtures" / "typical_node.sh"
+USERSPACE_ROOT = ROOT / "tests" / "fixtures" / "rdma_userspace_root.sh"
 MIC_CARD = ROOT / "tests" / "fixtures" / "mic_mpss3" / "sys" / "class" / "mic" / "mic0"
 MICRAS = ROOT / "tests" / "fixtures" / "mic_mpss3" / "var" / "lib" / "micras" / "mic0"  # the card's telemetry
 GPU = "0000:01:00.0"
@@ -59,7 +61,8 @@ for i in range(1, 21):
     NODES[f"n{i:02d}"] = (cluster, rack, f"s{(i - 1) // 5 + 1}", None)
 FAULTS = {"n02": "port_down", "n13": "port_down", "n03": "link_degraded", "n16": "link_degraded",
           "n04": "mic_booting", "n17": "mic_booting", "n07": "gpu_not_ready", "n18": "gpu_not_ready",
-          "n08": "unsigned_module", "n19": "unsigned_module", "n05": "mic_online"}
+          "n08": "unsigned_module", "n19": "unsigned_module", "n05": "mic_online",
+          "n09": "stale_library", "n20": "stale_library"}
 for name, fault in FAULTS.items():
     NODES[name] = NODES[name][:3] + (fault,)
 
@@ -70,6 +73,7 @@ FIRES = {
     "mic_booting": {("HpcnodeMicCardStuckBooting", "mic0")},
     "gpu_not_ready": {("HpcnodePciPassthroughNotReady", GPU), ("HpcnodePciDeviceWithoutDriver", GPU)},
     "unsigned_module": {("HpcnodeUnsignedModuleLoaded", "lab_oot")},
+    "stale_library": {("HpcnodeRdmaStaleUserspaceLibrary", "libibverbs.so.1")},
     "mic_online": set(),
     None: set(),
 }
@@ -146,6 +150,9 @@ def make_node(dest, fault):
         modules.write_text(modules.read_text() + "lab_oot 16384 0 - Live 0xffffffffc0e00000 (OE)\n")
         # TAINT_OOT_MODULE (4096, O) and TAINT_UNSIGNED_MODULE (8192, E).
         (dest / "proc" / "sys" / "kernel" / "tainted").write_text("12288\n")
+    elif fault == "stale_library":
+        # The incident: bullseye's libibverbs in /usr/local/lib64, first in the cache.
+        subprocess.run([str(USERSPACE_ROOT), str(dest), "stale"], check=True, timeout=60)
 
 
 def exporter_argv(exporter, root, inst, fault):
@@ -226,7 +233,7 @@ def firing(vmalert, insts):
             continue
         labels = a["labels"]
         node = insts.get(labels.get("instance"))
-        part = labels.get("module") or labels.get("device", "")
+        part = labels.get("module") or labels.get("library") or labels.get("device", "")
         if labels.get("port"):
             part += "/" + labels["port"]
         by_node.setdefault(node, set()).add((labels["alertname"], part))

@@ -341,3 +341,29 @@ fn the_stale_libibverbs_cannot_load_the_installed_provider() {
         "hpcnode_rdma_device_provider{device=\"mlx5_0\",provider=\"mlx5\",status=\"abi_mismatch\"} 1"
     );
 }
+
+/// A site's link in /usr/local/lib64 to the packaged file (`ln -s`, as some installers make
+/// one): two names of one file, in two directories, are one copy, at the path the cache gives.
+#[test]
+fn a_link_to_the_packaged_file_is_one_copy() {
+    let root = root_with_conf(Some("/usr/local/lib64\n"));
+    install(root.path(), "bookworm", "libibverbs.so.1*", MULTIARCH);
+    let local = root.path().join("usr/local/lib64");
+    fs::create_dir_all(&local).unwrap();
+    std::os::unix::fs::symlink(
+        format!("/{MULTIARCH}/libibverbs.so.1.14.44.0"),
+        local.join("libibverbs.so.1"),
+    )
+    .unwrap();
+    ldconfig(root.path(), "new");
+    let first = ldconfig_first(root.path(), "libibverbs.so.1");
+    assert_eq!(first, "/usr/local/lib64/libibverbs.so.1");
+    let lines = userspace_lines(root.path());
+    assert_eq!(
+        lines.iter().filter(|l| l.contains("library=\"libibverbs.so.1\"")).cloned().collect::<Vec<_>>(),
+        vec![
+            "hpcnode_rdma_userspace_library_copies{library=\"libibverbs.so.1\"} 1".to_string(),
+            format!("hpcnode_rdma_userspace_library_info{{library=\"libibverbs.so.1\",path=\"{first}\",version=\"1.14.44.0\",resolved=\"1\"}} 1"),
+        ]
+    );
+}
