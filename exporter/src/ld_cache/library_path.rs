@@ -54,6 +54,8 @@ const MAX_CONF_BYTES: usize = 1 << 20;
 const MAX_DIRS: usize = 512;
 /// Links followed from a soname to the real file's name.
 const MAX_LINKS: usize = 8;
+/// The most of a library read for its symbol versions, where its name gives no version.
+const MAX_LIBRARY_BYTES: u64 = 32 << 20;
 
 /// One copy of a library on the library path.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -400,13 +402,19 @@ impl Read<'_> {
     }
 
     /// The file `name` in `dir` leads to (links followed inside the root): its identity, and the
-    /// version its real name says.
+    /// version its real name says, else its newest symbol version.
     fn copy_in(&mut self, dir: &SysDir, name: &str) -> Option<((u64, u64), String)> {
         let (file, _) = self.optional(dir.open_regular_file(name))?;
         let metadata = file.metadata().ok()?;
         let identity = std::os::unix::fs::MetadataExt::dev(&metadata);
         let inode = std::os::unix::fs::MetadataExt::ino(&metadata);
-        Some(((identity, inode), version(&real_name(dir, name), name)))
+        let by_name = version(&real_name(dir, name), name);
+        let version = if by_name.is_empty() {
+            symbol_version(file)
+        } else {
+            by_name
+        };
+        Some(((identity, inode), version))
     }
 
     fn optional<T>(&mut self, result: Result<T, SysfsError>) -> Option<T> {
@@ -436,6 +444,28 @@ fn real_name(dir: &SysDir, name: &str) -> String {
         }
     }
     name
+}
+
+/// The newest version a library defines, as its `.gnu.version_d` names it (`IBVERBS_1.11`),
+/// leaving out private ones (`IBVERBS_PRIVATE_33`, an ABI, not a release): the version of a
+/// copy made by hand under the soname's own name (`cp ... /usr/local/lib64/libibverbs.so.1`).
+/// Empty for a file that is no ELF object or defines none.
+fn symbol_version(file: std::fs::File) -> String {
+    use std::io::Read;
+    let mut bytes = Vec::new();
+    if file
+        .take(MAX_LIBRARY_BYTES)
+        .read_to_end(&mut bytes)
+        .is_err()
+    {
+        return String::new();
+    }
+    crate::elf_versions::read_shared_object(&bytes, |_| false)
+        .ok()
+        .and_then(|object| {
+            (object.definitions.into_iter().rev()).find(|name| !name.contains("PRIVATE"))
+        })
+        .unwrap_or_default()
 }
 
 /// `libibverbs.so.1.14.44.0` of `libibverbs.so.1` -> `1.14.44.0`; empty when the real name

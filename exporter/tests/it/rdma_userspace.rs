@@ -367,3 +367,35 @@ fn a_link_to_the_packaged_file_is_one_copy() {
         ]
     );
 }
+
+/// A stale copy made by hand under the soname's own name (`cp libibverbs.so.1.11.33.2
+/// /usr/local/lib64/libibverbs.so.1`): no version in its name, so its newest symbol version
+/// (rdma-core 33's `IBVERBS_1.11`) names it, and the two copies are still two versions.
+#[test]
+fn a_copy_named_by_its_soname_has_its_symbol_version() {
+    let root = root_with_conf(Some("/usr/local/lib64\n"));
+    install(root.path(), "bookworm", "libibverbs.so.1*", MULTIARCH);
+    let local = root.path().join("usr/local/lib64");
+    fs::create_dir_all(&local).unwrap();
+    fs::copy(
+        release("bullseye")
+            .join(MULTIARCH)
+            .join("libibverbs.so.1.11.33.2"),
+        local.join("libibverbs.so.1"),
+    )
+    .unwrap();
+    ldconfig(root.path(), "new");
+    let lines = userspace_lines(root.path());
+    let ibverbs: Vec<String> = lines
+        .into_iter()
+        .filter(|l| l.contains("library=\"libibverbs.so.1\""))
+        .collect();
+    assert_eq!(
+        ibverbs,
+        vec![
+            "hpcnode_rdma_userspace_library_copies{library=\"libibverbs.so.1\"} 2".to_string(),
+            format!("hpcnode_rdma_userspace_library_info{{library=\"libibverbs.so.1\",path=\"/{MULTIARCH}/libibverbs.so.1\",version=\"1.14.44.0\",resolved=\"0\"}} 1"),
+            "hpcnode_rdma_userspace_library_info{library=\"libibverbs.so.1\",path=\"/usr/local/lib64/libibverbs.so.1\",version=\"IBVERBS_1.11\",resolved=\"1\"} 1".to_string(),
+        ]
+    );
+}
