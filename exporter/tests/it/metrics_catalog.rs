@@ -212,15 +212,18 @@ fn emitted(flags: &[&str], fixture_name: &str) -> BTreeSet<String> {
     names(&Exporter::start(&args).get("/metrics").text())
 }
 
-/// The verbs probe's metrics that only a successful probe produces: it needs an RDMA device,
-/// which this machine lacks. The kernel lab's verbs scenarios produce them on Soft-RoCE, and
-/// `verbs::results::tests::results_are_exported_per_target_and_failures_keep_the_last_success`
-/// checks their export; every other verbs metric comes from [`verbs_emitted`] here.
+/// The verbs collector's metrics that need an RDMA device in this machine's kernel, which it
+/// lacks: a successful probe's, and what `ibv_get_device_list` lists of `/sys` (asked of the
+/// running kernel only). The kernel lab's verbs and `rdma_userspace` scenarios produce them on
+/// Soft-RoCE, and `verbs::results::tests::results_are_exported_per_target_and_failures_keep_the_last_success`
+/// and `verbs::visibility::tests` check their export; every other verbs metric comes from
+/// [`verbs_emitted`] here.
 const NEEDS_RDMA_DEVICE: &[&str] = &[
     "hpcnode_verbs_probe_bandwidth_bytes_per_second",
     "hpcnode_verbs_probe_latency_seconds",
     "hpcnode_verbs_probe_efficiency_ratio",
     "hpcnode_verbs_probe_last_success_timestamp_seconds",
+    "hpcnode_rdma_device_visible_to_verbs",
 ];
 
 /// The `rdma_netlink` metrics of a device, which need RDMA netlink and a device in this

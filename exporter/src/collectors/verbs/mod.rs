@@ -201,8 +201,9 @@ impl Settings for VerbsSettings {
             .as_ref()
             .and_then(|verbs| start_responder(&self, &token, &host.sysfs, verbs, &claims, &stop));
         let (responder, listener) = responder.unzip();
-        let visibility =
-            (verbs.clone()).map(|verbs| (verbs, host.sysfs.clone(), Visibility::default()));
+        let visibility = (verbs.clone())
+            .filter(|_| visibility::worth_asking(&host.sysfs))
+            .map(|verbs| (verbs, host.sysfs.clone(), Visibility::default()));
         let service = Arc::new(Service {
             available: verbs.is_some(),
             series: Mutex::default(),

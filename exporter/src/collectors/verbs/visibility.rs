@@ -25,9 +25,9 @@ pub(super) const VISIBLE: Desc = Desc::gauge(
     None,
 );
 
-/// Whether an unconfigured verbs collector should load libibverbs to ask: only for the running
-/// kernel (libibverbs reads `/sys`, whatever `--path.sysfs` says) and where it has an RDMA
-/// device, so that a node without RDMA never loads it.
+/// Whether to ask (and, unconfigured, to load libibverbs for it): only for the running kernel
+/// (libibverbs reads `/sys`, whatever `--path.sysfs` says: against another tree the comparison
+/// means nothing) and where it has an RDMA device, so that a node without RDMA never loads it.
 pub(super) fn worth_asking(sysfs: &Path) -> bool {
     sysfs == Path::new("/sys")
         && SysDir::open(sysfs, "class/infiniband")
