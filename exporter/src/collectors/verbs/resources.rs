@@ -49,7 +49,7 @@ pub fn device_names(verbs: &Verbs) -> Result<Vec<String>, ProbeError> {
     let listed = with_device_list(verbs, |devices| {
         let names = devices
             .iter()
-            .filter_map(|&device| device_name(verbs, device));
+            .filter_map(|device| device_name(verbs, device));
         names
             .map(|name| name.to_string_lossy().into_owned())
             .collect()
@@ -81,9 +81,10 @@ fn with_device_list<R>(
 }
 
 /// A listed device's name, none if libibverbs gives none.
-fn device_name<'l>(verbs: &Verbs, device: *mut ffi::Device) -> Option<&'l CStr> {
+/// The name borrows the list entry, so it cannot outlive the list.
+fn device_name<'l>(verbs: &Verbs, device: &'l *mut ffi::Device) -> Option<&'l CStr> {
     // SAFETY: `device` comes from a list `with_device_list` keeps live while its caller reads.
-    let name = unsafe { (verbs.get_device_name)(device) };
+    let name = unsafe { (verbs.get_device_name)(*device) };
     // SAFETY: a non-NULL name is the NUL-terminated string the device owns, read while the
     // list keeps the device alive (the callers copy it before the list is freed).
     (!name.is_null()).then(|| unsafe { CStr::from_ptr(name) })
@@ -100,7 +101,7 @@ impl Device {
     pub fn open(verbs: Arc<Verbs>, name: &str) -> Result<Rc<Device>, ProbeError> {
         let opened = with_device_list(&verbs, |devices| {
             let found = devices.iter().copied().find(|&device| {
-                device_name(&verbs, device).is_some_and(|n| n.to_bytes() == name.as_bytes())
+                device_name(&verbs, &device).is_some_and(|n| n.to_bytes() == name.as_bytes())
             });
             // SAFETY: `device` comes from the list, which is live while this runs; an open
             // context does not need the list once it is freed.
