@@ -24,6 +24,7 @@ pub mod privileges;
 pub mod rdma_port;
 pub mod roots;
 pub mod scrape;
+pub mod slurm_job;
 pub(crate) mod sync;
 pub mod sysfs;
 pub mod transceiver;

@@ -3,16 +3,17 @@
 
 use std::collections::BTreeMap;
 
-use super::holders::{by_holder, capped, slurm_job, Process, Usage};
+use super::holders::{by_holder, capped, Process, Usage};
 use super::qp_counters::{self, Sums};
 use super::{
     NetlinkCollector, HOLDER_PINNED, HOLDER_QP_COUNTER, HOLDER_RESOURCES, JOB_PINNED,
-    JOB_QP_COUNTER, JOB_RESOURCES, MAX_CGROUP_BYTES, QUEUE_PAIRS,
+    JOB_QP_COUNTER, JOB_RESOURCES, QUEUE_PAIRS,
 };
 use crate::collector::Output;
 use crate::metrics::{Desc, LabelValue, Value};
 use crate::netlink::rdma::message::{Entry, Resource};
 use crate::netlink::rdma::reply::Holder;
+use crate::slurm_job::{Found, Jobs, MAX_CGROUP_BYTES};
 use crate::sysfs::{AttributeReader, SysDir};
 
 impl NetlinkCollector {
@@ -41,12 +42,13 @@ impl NetlinkCollector {
         let mut jobs: BTreeMap<String, Usage> = BTreeMap::new();
         let proc = SysDir::open(&self.procfs, "").ok();
         let mut reader = AttributeReader::default();
+        let mut slurm_jobs = Jobs::new(&self.sysfs);
         for (holder, usage) in holders {
             if let Holder::Process(pid) = holder {
-                let process = proc
-                    .as_ref()
-                    .map(|proc| process(proc, *pid, &mut reader))
-                    .unwrap_or_default();
+                let (process, hidden) = process(proc.as_ref(), *pid, &mut reader, &mut slurm_jobs);
+                if hidden {
+                    self.notice_once(HIDDEN.to_string());
+                }
                 if let Some(job) = &process.slurm_job {
                     jobs.entry(job.clone()).or_default().add(usage);
                 }
@@ -221,18 +223,30 @@ fn push_counters(
     }
 }
 
-/// A process's `comm` and Slurm job; empty for a process gone meanwhile or hidden from the
-/// exporter (`ProtectProc=invisible` hides other users' processes without CAP_SYS_PTRACE).
-fn process(proc: &SysDir, pid: u32, reader: &mut AttributeReader) -> Process {
+/// Logged once: what a `/proc` that hides other users' processes costs.
+const HIDDEN: &str = "a process holding RDMA resources is hidden from the exporter's /proc (hidepid=, or ProtectProc=invisible): its comm is not exported, its Slurm job is taken from the job cgroups' cgroup.procs";
+
+/// A process's `comm` and Slurm job, and whether the process was hidden from `/proc` while
+/// slurmd's cgroups still list it. `comm` is empty for a process gone meanwhile or hidden
+/// (`/proc` mounted `hidepid=`); the job of a hidden one comes from the cgroup tree.
+fn process(
+    proc: Option<&SysDir>,
+    pid: u32,
+    reader: &mut AttributeReader,
+    slurm_jobs: &mut Jobs,
+) -> (Process, bool) {
     let comm = proc
-        .read(&format!("{pid}/comm"), reader)
+        .and_then(|proc| proc.read(&format!("{pid}/comm"), reader).ok())
         .map(str::to_string)
         .unwrap_or_default();
-    let slurm_job = proc
-        .read_text_file(&format!("{pid}/cgroup"), MAX_CGROUP_BYTES)
-        .ok()
-        .and_then(|cgroup| slurm_job(&cgroup));
-    Process { comm, slurm_job }
+    let cgroup = proc.and_then(|proc| {
+        proc.read_text_file(&format!("{pid}/cgroup"), MAX_CGROUP_BYTES)
+            .ok()
+    });
+    let found = slurm_jobs.of(pid, cgroup.as_deref());
+    let hidden = matches!(found, Found::Tree(Some(_)));
+    let slurm_job = found.job();
+    (Process { comm, slurm_job }, hidden)
 }
 
 /// `enum ib_qp_type`, spelled as `rdma resource show qp` spells it (underscores for spaces).

@@ -83,78 +83,9 @@ pub fn capped<K: Ord + Clone>(
     (kept, rest)
 }
 
-/// The Slurm job id a process runs in, from the text of its `/proc/PID/cgroup`:
-/// - cgroup v2: a `job_<N>` directory under slurmstepd's scope
-///   (`0::/system.slice/slurmstepd.scope/job_42/step_0/user/task_0`);
-/// - cgroup v1: `slurm/uid_<U>/job_<N>` in any hierarchy (`4:memory:/slurm/uid_1000/job_42/step_0/task_0`),
-///   `slurm_<node>` too (slurmd's `--enable-multiple-slurmd` layout).
-///
-/// `None` for a process outside any job (slurmd itself, a login shell).
-pub fn slurm_job(cgroup: &str) -> Option<String> {
-    cgroup.lines().find_map(|line| {
-        // hierarchy-ID:controllers:path; the path may hold colons itself.
-        let path = line.splitn(3, ':').nth(2)?;
-        let parts: Vec<&str> = path.split('/').collect();
-        parts.iter().enumerate().find_map(|(at, part)| {
-            let id = part.strip_prefix("job_")?;
-            if id.is_empty() || !id.bytes().all(|b| b.is_ascii_digit()) || at == 0 {
-                return None;
-            }
-            let parent = parts[at - 1];
-            let v2 = parent.ends_with("slurmstepd.scope");
-            let v1 = parent
-                .strip_prefix("uid_")
-                .is_some_and(|uid| !uid.is_empty() && uid.bytes().all(|b| b.is_ascii_digit()))
-                && at >= 2
-                && (parts[at - 2] == "slurm" || parts[at - 2].starts_with("slurm_"));
-            (v2 || v1).then(|| id.to_string())
-        })
-    })
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn slurm_job_from_cgroup_v2_under_slurmstepd() {
-        assert_eq!(
-            slurm_job("0::/system.slice/slurmstepd.scope/job_4242/step_0/user/task_0\n").as_deref(),
-            Some("4242")
-        );
-        // slurmstepd's own processes sit beside the jobs, in no job.
-        assert_eq!(
-            slurm_job("0::/system.slice/slurmstepd.scope/system\n"),
-            None
-        );
-    }
-
-    #[test]
-    fn slurm_job_from_cgroup_v1() {
-        let cgroup = "12:pids:/user.slice\n\
-                      4:memory:/slurm/uid_1000/job_77/step_batch/task_0\n\
-                      3:freezer:/slurm/uid_1000/job_77/step_batch\n";
-        assert_eq!(slurm_job(cgroup).as_deref(), Some("77"));
-        assert_eq!(
-            slurm_job("5:cpuset:/slurm_node07/uid_0/job_9/step_0\n").as_deref(),
-            Some("9")
-        );
-    }
-
-    #[test]
-    fn job_directories_elsewhere_are_no_slurm_job() {
-        for cgroup in [
-            "0::/user.slice/user-1000.slice/job_5/session.scope\n",
-            "0::/job_5\n",
-            "4:memory:/slurm/job_5\n",
-            "4:memory:/slurm/uid_x/job_5\n",
-            "0::/system.slice/slurmstepd.scope/job_/step_0\n",
-            "0::/system.slice/slurmstepd.scope/job_12a\n",
-            "",
-        ] {
-            assert_eq!(slurm_job(cgroup), None, "{cgroup:?}");
-        }
-    }
 
     pub(super) fn usage(pinned_bytes: u64, qps: u64) -> Usage {
         Usage {
@@ -185,43 +116,9 @@ mod tests {
 mod proptests {
     use super::tests::usage;
     use super::*;
-    use crate::test_strategies::text;
     use proptest::prelude::*;
 
-    const CGROUP_TOKENS: &[&str] = &[
-        "0::",
-        "4:memory:",
-        "/",
-        "slurm",
-        "slurm_n1",
-        "uid_1000",
-        "job_",
-        "42",
-        "slurmstepd.scope",
-        "system.slice",
-        "step_0",
-        "\n",
-        ":",
-    ];
-
     proptest! {
-        #[test]
-        fn any_cgroup_text_gives_digits_or_nothing(cgroup in text(CGROUP_TOKENS)) {
-            if let Some(job) = slurm_job(&cgroup) {
-                prop_assert!(!job.is_empty() && job.bytes().all(|b| b.is_ascii_digit()));
-            }
-        }
-
-        #[test]
-        fn a_written_job_reads_back(job in 1u64.., uid in 0u32.., v2 in any::<bool>()) {
-            let cgroup = if v2 {
-                format!("0::/system.slice/slurmstepd.scope/job_{job}/step_0/user/task_0\n")
-            } else {
-                format!("7:devices:/slurm/uid_{uid}/job_{job}/step_0\n")
-            };
-            prop_assert_eq!(slurm_job(&cgroup), Some(job.to_string()));
-        }
-
         #[test]
         fn capping_keeps_every_count(values in proptest::collection::vec((0u64..1000, 0u64..10), 0..40), keep in 0usize..50) {
             let items: BTreeMap<usize, Usage> = values.iter().enumerate().map(|(i, (bytes, qps))| (i, usage(*bytes, *qps))).collect();

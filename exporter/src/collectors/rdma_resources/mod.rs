@@ -183,9 +183,6 @@ pub const METRICS: [Desc; 12] = [
     JOB_QP_COUNTER,
 ];
 
-/// `/proc/PID/cgroup` is one line per hierarchy; a few KiB at most.
-const MAX_CGROUP_BYTES: usize = 64 << 10;
-
 struct NetlinkCollector {
     sysfs: PathBuf,
     procfs: PathBuf,

@@ -1,0 +1,141 @@
+use std::fs;
+use std::path::Path;
+
+use super::*;
+
+#[test]
+fn from_cgroup_v2_under_slurmstepd() {
+    assert_eq!(
+        from_cgroup("0::/system.slice/slurmstepd.scope/job_4242/step_0/user/task_0\n").as_deref(),
+        Some("4242")
+    );
+    // slurmstepd's own processes sit beside the jobs, in no job.
+    assert_eq!(
+        from_cgroup("0::/system.slice/slurmstepd.scope/system\n"),
+        None
+    );
+    // `--enable-multiple-slurmd`: the scope is named after the node.
+    assert_eq!(
+        from_cgroup("0::/system.slice/n07_slurmstepd.scope/job_9/step_extern/user/task_special\n")
+            .as_deref(),
+        Some("9")
+    );
+}
+
+#[test]
+fn from_cgroup_v1() {
+    let cgroup = "12:pids:/user.slice\n\
+                  4:memory:/slurm/uid_1000/job_77/step_batch/task_0\n\
+                  3:freezer:/slurm/uid_1000/job_77/step_batch\n";
+    assert_eq!(from_cgroup(cgroup).as_deref(), Some("77"));
+    assert_eq!(
+        from_cgroup("5:cpuset:/slurm_node07/uid_0/job_9/step_0\n").as_deref(),
+        Some("9")
+    );
+}
+
+#[test]
+fn job_directories_elsewhere_are_no_slurm_job() {
+    for cgroup in [
+        "0::/user.slice/user-1000.slice/job_5/session.scope\n",
+        "0::/job_5\n",
+        "4:memory:/slurm/job_5\n",
+        "4:memory:/slurm/uid_x/job_5\n",
+        "4:memory:/other/uid_1/job_5\n",
+        "0::/system.slice/slurmstepd.scope/job_/step_0\n",
+        "0::/system.slice/slurmstepd.scope/job_12a\n",
+        "",
+    ] {
+        assert_eq!(from_cgroup(cgroup), None, "{cgroup:?}");
+    }
+}
+
+/// `dir` under `root`, made, with a `cgroup.procs` listing `pids`.
+fn cgroup(root: &Path, dir: &str, pids: &[u32]) {
+    let dir = root.join(dir);
+    fs::create_dir_all(&dir).unwrap();
+    let procs: String = pids.iter().map(|pid| format!("{pid}\n")).collect();
+    fs::write(dir.join("cgroup.procs"), procs).unwrap();
+}
+
+fn tree_jobs(sysfs: &Path, pids: &[u32]) -> Vec<Found> {
+    let mut jobs = Jobs::new(sysfs);
+    pids.iter().map(|pid| jobs.of(*pid, None)).collect()
+}
+
+#[test]
+fn hidden_processes_are_found_in_a_v2_tree() {
+    let sysfs = tempfile::tempdir().unwrap();
+    let root = sysfs.path().join("fs/cgroup");
+    // Slurm 22.05's cgroup/v2 layout: slurmstepd itself in `system`, a step's slurmstepd in
+    // its `slurm` leaf, the tasks in `user/task_<n>`.
+    cgroup(&root, "system.slice/slurmstepd.scope/system", &[10]);
+    cgroup(
+        &root,
+        "system.slice/slurmstepd.scope/job_42/step_0/slurm",
+        &[11],
+    );
+    cgroup(
+        &root,
+        "system.slice/slurmstepd.scope/job_42/step_0/user/task_0",
+        &[12, 13],
+    );
+    cgroup(
+        &root,
+        "system.slice/slurmstepd.scope/job_43/step_extern/user/task_special",
+        &[14],
+    );
+    cgroup(&root, "user.slice/user-1000.slice/job_5", &[15]);
+    let found = tree_jobs(sysfs.path(), &[10, 11, 12, 13, 14, 15, 16]);
+    let job = |id: &str| Found::Tree(Some(id.to_string()));
+    assert_eq!(
+        found,
+        [
+            Found::Tree(None),
+            job("42"),
+            job("42"),
+            job("42"),
+            job("43"),
+            Found::Tree(None),
+            Found::Tree(None)
+        ]
+    );
+}
+
+#[test]
+fn hidden_processes_are_found_in_v1_hierarchies_and_the_hybrid_unified() {
+    let sysfs = tempfile::tempdir().unwrap();
+    let root = sysfs.path().join("fs/cgroup");
+    cgroup(&root, "freezer/slurm/uid_1000/job_77/step_batch", &[20]);
+    cgroup(
+        &root,
+        "memory/slurm/uid_1000/job_77/step_batch/task_0",
+        &[20],
+    );
+    cgroup(&root, "freezer/slurm_n07/uid_0/job_78/step_0", &[21]);
+    cgroup(
+        &root,
+        "unified/system.slice/slurmstepd.scope/job_79/step_0/user/task_0",
+        &[22],
+    );
+    cgroup(&root, "freezer/other/uid_0/job_80", &[23]);
+    let found = tree_jobs(sysfs.path(), &[20, 21, 22, 23]);
+    let job = |id: &str| Found::Tree(Some(id.to_string()));
+    assert_eq!(found, [job("77"), job("78"), job("79"), Found::Tree(None)]);
+}
+
+#[test]
+fn a_readable_proc_cgroup_is_taken_as_it_is() {
+    let sysfs = tempfile::tempdir().unwrap();
+    cgroup(&sysfs.path().join("fs/cgroup"), "slurm/uid_0/job_7", &[30]);
+    let mut jobs = Jobs::new(sysfs.path());
+    // The process's own file wins, even where the tree would say otherwise.
+    assert_eq!(jobs.of(30, Some("0::/init.scope\n")), Found::Proc(None));
+    assert_eq!(jobs.of(30, None), Found::Tree(Some("7".into())));
+}
+
+#[test]
+fn no_cgroup_file_system_is_no_job() {
+    let sysfs = tempfile::tempdir().unwrap();
+    assert_eq!(tree_jobs(sysfs.path(), &[1]), [Found::Tree(None)]);
+}
