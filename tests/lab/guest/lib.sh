@@ -81,6 +81,15 @@ lab_softroce_up() {
   lab_check "rxe0 port 1 is ACTIVE" lab_wait_until 20 grep -q ACTIVE /sys/class/infiniband/rxe0/ports/1/state
 }
 
+# lab_roce_v2_gid: the lowest GID index of rxe0 port 1 whose type is RoCE v2 (what ib_write_bw's
+# -x takes); empty when there is none.
+lab_roce_v2_gid() {
+  local types=/sys/class/infiniband/rxe0/ports/1/gid_attrs/types index
+  for index in $(ls "$types" | sort -n); do
+    [ "$(cat "$types/$index" 2> /dev/null)" = "RoCE v2" ] && echo "$index" && return
+  done
+}
+
 lab_exporter_alive() {
   [ -f /tmp/lab-exporter.pid ] && kill -0 "$(cat /tmp/lab-exporter.pid)" 2>/dev/null
 }

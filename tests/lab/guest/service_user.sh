@@ -34,6 +34,33 @@ service_user_prefix() {
     "--inh-caps=$caps --ambient-caps=$caps --bounding-set=$caps"
 }
 
+# The /proc the unit's service sees: the options its ProtectProc= mounts it with (systemd mounts
+# a /proc of its own, hidepid=VALUE, for any value but default), none for the host's own.
+unit_proc_options() {
+  case $(unit_setting ProtectProc) in
+    '' | default) ;;
+    *) echo "hidepid=$(unit_setting ProtectProc)" ;;
+  esac
+}
+
+# as_service_user PROC_OPTIONS CAP...: points LAB_EXPORTER at a wrapper that runs the exporter as
+# the service user with exactly CAPs and the unit's memlock limit, with a /proc of its own mounted
+# with PROC_OPTIONS (as systemd's ProtectProc= or a site's hidepid= mounts it) unless they are
+# empty. The limit is set as root, before setpriv drops to the service user, as systemd does.
+as_service_user() {
+  local proc_options=$1
+  shift
+  LAB_EXPORTER=$LAB_TMP/as-service-user
+  printf '#!/bin/sh\nulimit -l %s\nexec %s /lab/bin/hpcnode_exporter "$@"\n' "$UNIT_MEMLOCK" "$(service_user_prefix "$@")" > "$LAB_EXPORTER"
+  chmod +x "$LAB_EXPORTER"
+  [ -n "$proc_options" ] || return 0
+  # busybox's unshare execs (no fork): the pid lab_exporter_start records is the exporter's.
+  printf '#!/bin/sh\nmount --make-rprivate / 2> /dev/null\nmount -t proc -o %s proc /proc || exit 1\nexec %s "$@"\n' "$proc_options" "$LAB_EXPORTER" > "$LAB_TMP/in-own-proc"
+  printf '#!/bin/sh\nexec unshare -m /bin/sh %s "$@"\n' "$LAB_TMP/in-own-proc" > "$LAB_TMP/as-service-user-own-proc"
+  chmod +x "$LAB_TMP/as-service-user-own-proc"
+  LAB_EXPORTER=$LAB_TMP/as-service-user-own-proc
+}
+
 # run_exporter NAME [CAP...]: starts the exporter with the default collectors as root (NAME
 # root) or as the service user with exactly CAPs, scrapes NAME, and records what it got: the
 # probes attached (probe=hook) and the metric families in $LAB_TMP/NAME.{probes,families}, the
@@ -46,10 +73,7 @@ run_exporter() {
   if [ "$name" = root ]; then
     LAB_EXPORTER=/lab/bin/hpcnode_exporter
   else
-    LAB_EXPORTER=$LAB_TMP/as-service-user
-    # The limit is set as root, before setpriv drops to the service user, as systemd does.
-    printf '#!/bin/sh\nulimit -l %s\nexec %s /lab/bin/hpcnode_exporter "$@"\n' "$UNIT_MEMLOCK" "$(service_user_prefix "$@")" > "$LAB_EXPORTER"
-    chmod +x "$LAB_EXPORTER"
+    as_service_user "$(unit_proc_options)" "$@"
   fi
   started=$(date +%s)
   lab_exporter_start || exit 1

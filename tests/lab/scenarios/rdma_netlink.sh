@@ -37,10 +37,7 @@ fi
 
 lab_scenario softroce
 lab_softroce_up
-gid=
-for index in $(ls "$port/gid_attrs/types" | sort -n); do
-  [ "$(cat "$port/gid_attrs/types/$index" 2> /dev/null)" = "RoCE v2" ] && gid=$index && break
-done
+gid=$(lab_roce_v2_gid)
 
 lab_scenario qp_counter_auto_mode
 # The first scrape that sees rxe0 binds its port, before ib_write_bw makes its QPs.

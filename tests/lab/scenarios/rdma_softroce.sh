@@ -141,10 +141,7 @@ lab_exporter_start --collector.disable-defaults --collector.rdma --collector.rdm
 lab_scrape held_before
 lab_expect "hw_counters files held open after a scrape" \
   "$(ls -l "/proc/$(cat /tmp/lab-exporter.pid)/fd" | grep -c /hw_counters/)" ">" 0
-gid=
-for index in $(ls "$port/gid_attrs/types" | sort -n); do
-  [ "$(cat "$port/gid_attrs/types/$index" 2> /dev/null)" = "RoCE v2" ] && gid=$index && break
-done
+gid=$(lab_roce_v2_gid)
 # One ib_write_bw run on rxe0, server and client. Under TCG beside two other guests rxe now
 # and then loses the run after its data went (the client exits 1 within seconds, sent_pkts
 # moved): then one more, with what the failed client said recorded.

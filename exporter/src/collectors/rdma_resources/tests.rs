@@ -117,6 +117,53 @@ fn holders_are_named_capped_and_summed_per_job() {
     has(r#"hpcnode_rdma_queue_pairs{device="mlx5_0",port="",type="RC",state="RESET"} 1"#);
 }
 
+/// A `/proc` mounted `hidepid=` shows no other user's pid: the job comes from slurmd's cgroup
+/// tree under `--path.sysfs`, `comm` stays empty, and the log says so once.
+#[test]
+fn a_hidden_process_keeps_its_job_from_the_cgroup_tree() {
+    let proc = tempfile::tempdir().unwrap();
+    let sysfs = tempfile::tempdir().unwrap();
+    let task = sysfs
+        .path()
+        .join("fs/cgroup/system.slice/slurmstepd.scope/job_77/step_0/user/task_0");
+    std::fs::create_dir_all(&task).unwrap();
+    std::fs::write(task.join("cgroup.procs"), "100\n").unwrap();
+    let entries = vec![
+        (
+            Resource::MemoryRegion,
+            entry(Holder::Process(100), None, None, Some(1 << 20)),
+        ),
+        (
+            Resource::MemoryRegion,
+            entry(Holder::Process(200), None, None, Some(4096)),
+        ),
+    ];
+    let mut collector = collector(proc.path().to_path_buf(), 20);
+    collector.sysfs = sysfs.path().to_path_buf();
+    let device = LabelValue::from("mlx5_0");
+    for _ in 0..2 {
+        let mut out = Output::default();
+        collector.holders(&device, &entries, &BTreeMap::new(), &mut out);
+        let text = text(out);
+        for line in [
+            r#"hpcnode_rdma_holder_pinned_bytes{device="mlx5_0",holder="process",pid="100",comm="",slurm_job="77"} 1048576"#,
+            r#"hpcnode_rdma_holder_pinned_bytes{device="mlx5_0",holder="process",pid="200",comm="",slurm_job=""} 4096"#,
+            r#"hpcnode_rdma_slurm_job_pinned_bytes{device="mlx5_0",slurm_job="77"} 1048576"#,
+        ] {
+            assert!(text.lines().any(|l| l == line), "no {line} in\n{text}");
+        }
+    }
+    let reported = lock(&collector.reported);
+    assert_eq!(
+        reported
+            .iter()
+            .filter(|notice| notice.contains("hidden"))
+            .count(),
+        1,
+        "{reported:?}"
+    );
+}
+
 fn json_records(path: &std::path::Path) -> Vec<serde_json::Value> {
     let text = std::fs::read_to_string(path).unwrap();
     serde_json::from_str(&text).unwrap_or_else(|err| panic!("{}: {err}", path.display()))
