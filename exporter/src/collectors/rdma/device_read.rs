@@ -126,6 +126,8 @@ pub(super) struct DeviceRead<'a> {
     pub(super) netlink: Option<NetlinkRead<'a>>,
     /// The `link_downed` counter of the port being read (PMA or hw counter), for its downs.
     pub(super) link_downed: Option<u64>,
+    /// Which `hw_counters` are exported.
+    pub(super) hw_counter_names: &'a NameFilter,
     /// `--path.sysfs`, where a RoCE port's network device is.
     pub(super) sysfs: &'a Path,
     /// Where RoCE ports' modules are read; `None`: not at all.
@@ -515,7 +517,14 @@ impl DeviceRead<'_> {
         };
         let port_name = port.map(|(name, _)| name);
         let counters = self.state.counter_sets(&names, &self.device, port_name);
-        let values = self.counter_values(dir, names.iter().map(|name| name.name().ok()));
+        // A counter not exported is not read, but for the port's downs.
+        let filter = self.hw_counter_names;
+        let read = names.iter().map(|name| {
+            let name = name.name().ok()?;
+            let needed = name == "lifespan" || name == LINK_DOWNED || filter.allows(name);
+            needed.then_some(name)
+        });
+        let values = self.counter_values(dir, read);
         for ((name, counter), value) in names.iter().zip(counters.iter()).zip(values) {
             let Some(name) = self.unit.reported(name.name()) else {
                 continue;
@@ -532,9 +541,14 @@ impl DeviceRead<'_> {
                 ("lifespan", None) => {}
                 (_, Some(_)) => {
                     self.saw_port_counter(name, value);
-                    self.push_set(&PORT_HW_STAT, counter, Value::Int(value));
+                    if filter.allows(name) {
+                        self.push_set(&PORT_HW_STAT, counter, Value::Int(value));
+                    }
                 }
-                (_, None) => self.push_set(&DEVICE_HW_STAT, counter, Value::Int(value)),
+                (_, None) if filter.allows(name) => {
+                    self.push_set(&DEVICE_HW_STAT, counter, Value::Int(value))
+                }
+                (_, None) => {}
             }
         }
     }

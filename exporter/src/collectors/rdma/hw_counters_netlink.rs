@@ -182,6 +182,9 @@ impl DeviceRead<'_> {
                         sets.clear();
                     }
                     self.saw_port_counter(&name, value);
+                    if !self.hw_counter_names.allows(&name) {
+                        continue;
+                    }
                     let set = match sets.entry(name) {
                         MapEntry::Occupied(set) => set.into_mut(),
                         MapEntry::Vacant(vacant) => {
@@ -214,7 +217,7 @@ impl DeviceRead<'_> {
 
 #[cfg(test)]
 mod tests {
-    use super::super::{DeviceFilter, HwCounters, RdmaCollector, CLASS_DIR};
+    use super::super::{HwCounters, NameFilter, RdmaCollector, CLASS_DIR};
     use crate::collector::{Collector, Output};
     use crate::sync::lock;
     use crate::sysfs::Entry;
@@ -234,7 +237,7 @@ mod tests {
         ] {
             std::fs::write(port.join(file), content).unwrap();
         }
-        let mut collector = RdmaCollector::new(tmp.path().to_path_buf(), DeviceFilter::All);
+        let mut collector = RdmaCollector::new(tmp.path().to_path_buf(), NameFilter::All);
         collector.hw_counters = hw_counters;
         *lock(&collector.netlink_indexes) =
             Some(Err("listing devices over RDMA netlink: refused".into()));

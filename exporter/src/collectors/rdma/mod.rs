@@ -52,6 +52,9 @@ pub const REGISTRATION: Registration = Registration {
             optional(INCLUDE, "REGEX", "Regexp of RDMA devices to include (mutually exclusive with device-exclude).")
                 .conflicts_with(EXCLUDE),
             optional(EXCLUDE, "REGEX", "Regexp of RDMA devices to exclude (mutually exclusive with device-include)."),
+            optional(HW_COUNTER_INCLUDE, "REGEX", "Regexp of hw_counters names to export (mutually exclusive with hw-counter-exclude); the others are not read. link_downed is read all the same, for the port's downs.")
+                .conflicts_with(HW_COUNTER_EXCLUDE),
+            optional(HW_COUNTER_EXCLUDE, "REGEX", "Regexp of hw_counters names not to export (mutually exclusive with hw-counter-include)."),
             flag(HW_COUNTERS, "auto", "Where ports' hw_counters are read: netlink (one RDMA_NLDEV_CMD_STAT_GET per port), sysfs (one file per counter), or auto: netlink with sysfs as the fallback when --path.sysfs is /sys, else sysfs."),
             flag(MODULE_INTERVAL, "60s", "How often a RoCE port's cable or transceiver memory is read over ethtool netlink (slow: I2C through firmware; scrapes between export the last read); 0 disables. Only when --path.sysfs is /sys."),
         ]
@@ -63,6 +66,8 @@ pub const REGISTRATION: Registration = Registration {
 const INCLUDE: &str = "collector.rdma.device-include";
 const EXCLUDE: &str = "collector.rdma.device-exclude";
 const HW_COUNTERS: &str = "collector.rdma.hw-counters";
+const HW_COUNTER_INCLUDE: &str = "collector.rdma.hw-counter-include";
+const HW_COUNTER_EXCLUDE: &str = "collector.rdma.hw-counter-exclude";
 const MODULE_INTERVAL: &str = "collector.rdma.module-interval";
 /// The longest `--collector.rdma.module-interval`: a module read less than daily says little.
 const MAX_MODULE_INTERVAL: Duration = Duration::from_secs(24 * 3600);
@@ -100,27 +105,42 @@ impl HwCountersFlag {
     }
 }
 
-/// Which devices the collector exports, by name.
+/// Which devices, or which `hw_counters`, the collector exports, by name.
 #[derive(Debug, Clone)]
-pub enum DeviceFilter {
+pub enum NameFilter {
     All,
     Include(Regex),
     Exclude(Regex),
 }
 
-impl DeviceFilter {
+impl NameFilter {
+    /// From an include and an exclude flag (clap refuses both at once).
+    fn from_flags(flags: &Flags, include: &str, exclude: &str) -> Result<NameFilter, ConfigError> {
+        Ok(
+            match (
+                flags.anchored_regex(include)?,
+                flags.anchored_regex(exclude)?,
+            ) {
+                (Some(include), _) => NameFilter::Include(include),
+                (None, Some(exclude)) => NameFilter::Exclude(exclude),
+                (None, None) => NameFilter::All,
+            },
+        )
+    }
+
     pub fn allows(&self, device: &str) -> bool {
         match self {
-            DeviceFilter::All => true,
-            DeviceFilter::Include(re) => re.is_match(device),
-            DeviceFilter::Exclude(re) => !re.is_match(device),
+            NameFilter::All => true,
+            NameFilter::Include(re) => re.is_match(device),
+            NameFilter::Exclude(re) => !re.is_match(device),
         }
     }
 }
 
 #[derive(Debug)]
 struct RdmaSettings {
-    devices: DeviceFilter,
+    devices: NameFilter,
+    hw_counter_names: NameFilter,
     hw_counters: HwCountersFlag,
     /// `None`: modules are not read.
     module_interval: Option<Duration>,
@@ -128,15 +148,9 @@ struct RdmaSettings {
 
 impl RdmaSettings {
     fn from_flags(flags: &Flags) -> Result<RdmaSettings, ConfigError> {
-        // clap refuses both at once.
-        let devices = match (
-            flags.anchored_regex(INCLUDE)?,
-            flags.anchored_regex(EXCLUDE)?,
-        ) {
-            (Some(include), _) => DeviceFilter::Include(include),
-            (None, Some(exclude)) => DeviceFilter::Exclude(exclude),
-            (None, None) => DeviceFilter::All,
-        };
+        let devices = NameFilter::from_flags(flags, INCLUDE, EXCLUDE)?;
+        let hw_counter_names =
+            NameFilter::from_flags(flags, HW_COUNTER_INCLUDE, HW_COUNTER_EXCLUDE)?;
         let hw_counters = match flags.value(HW_COUNTERS).as_deref() {
             Some("auto") | None => HwCountersFlag::Auto,
             Some("netlink") => HwCountersFlag::Netlink,
@@ -154,6 +168,7 @@ impl RdmaSettings {
         };
         Ok(RdmaSettings {
             devices,
+            hw_counter_names,
             hw_counters,
             module_interval,
         })
@@ -164,6 +179,7 @@ impl Settings for RdmaSettings {
     fn start(self: Box<Self>, host: &Host) -> Result<Started, StartError> {
         let mut collector = RdmaCollector::new(host.sysfs.clone(), self.devices);
         collector.hw_counters = self.hw_counters.settle(&host.sysfs);
+        collector.hw_counter_names = self.hw_counter_names;
         collector.timeout = host.scrape_timeout;
         // Only the running kernel answers for its VFs.
         if host.sysfs == Path::new("/sys") {
@@ -192,12 +208,14 @@ impl Settings for RdmaSettings {
 
 struct RdmaCollector {
     sysfs: PathBuf,
-    devices: DeviceFilter,
+    devices: NameFilter,
     /// Per device, the counters' descriptors held open between scrapes, the label values read
     /// from it (names, identities, port numbers) and its series' label sets, made once, not
     /// per sample and scrape.
     held: HeldByUnit<DeviceState>,
     hw_counters: HwCounters,
+    /// Which `hw_counters` are exported.
+    hw_counter_names: NameFilter,
     /// How long a netlink request may take (the scrape's timeout).
     timeout: Duration,
     /// The RDMA netlink index of each device as the last listing gave them, or why it failed;
@@ -241,12 +259,13 @@ struct ClassListing {
 const MAX_LOGGED_FALLBACKS: usize = 256;
 
 impl RdmaCollector {
-    fn new(sysfs: PathBuf, devices: DeviceFilter) -> Self {
+    fn new(sysfs: PathBuf, devices: NameFilter) -> Self {
         RdmaCollector {
             sysfs,
             devices,
             held: HeldByUnit::default(),
             hw_counters: HwCounters::Sysfs,
+            hw_counter_names: NameFilter::All,
             timeout: Duration::from_secs(10),
             netlink_indexes: Mutex::new(None),
             netlink_socket: Mutex::new(None),
@@ -530,6 +549,7 @@ impl Collector for RdmaCollector {
                 state,
                 netlink: self.netlink_read(device),
                 link_downed: None,
+                hw_counter_names: &self.hw_counter_names,
                 sysfs: &self.sysfs,
                 modules: modules.as_ref(),
                 stats: self.stats_source.as_deref(),

@@ -49,7 +49,7 @@ fn a_file_where_a_directory_belongs_is_absent() {
     ] {
         std::fs::write(file, content).unwrap();
     }
-    let collector = RdmaCollector::new(tmp.path().to_path_buf(), DeviceFilter::All);
+    let collector = RdmaCollector::new(tmp.path().to_path_buf(), NameFilter::All);
     let mut out = Output::default();
     collector.collect_unit(&Entry::Name("mlx5_0".to_string()), &mut out);
     assert!(out.errors.is_empty(), "{:?}", out.errors);
@@ -77,7 +77,7 @@ fn exported_over_scrapes(values: &[(u64, u64)]) -> Vec<Value> {
     for dir in ["counters", "counters_ext"] {
         std::fs::create_dir_all(port.join(dir)).unwrap();
     }
-    let collector = RdmaCollector::new(tmp.path().to_path_buf(), DeviceFilter::All);
+    let collector = RdmaCollector::new(tmp.path().to_path_buf(), NameFilter::All);
     let mut exported = Vec::new();
     for (basic, extended) in values {
         std::fs::write(port.join("counters/port_rcv_packets"), format!("{basic}\n")).unwrap();
@@ -96,7 +96,7 @@ fn downs_over_reads(counters_dir: &str, reads: &[(&str, Option<u64>)]) -> Vec<Va
     let tmp = tempfile::tempdir().unwrap();
     let port = tmp.path().join(CLASS_DIR).join("dev0/ports/1");
     std::fs::create_dir_all(port.join(counters_dir)).unwrap();
-    let collector = RdmaCollector::new(tmp.path().to_path_buf(), DeviceFilter::All);
+    let collector = RdmaCollector::new(tmp.path().to_path_buf(), NameFilter::All);
     let link_downed = port.join(counters_dir).join("link_downed");
     let mut exported = Vec::new();
     for (state, counted) in reads {
@@ -174,7 +174,7 @@ fn a_data_counter_past_2_62_words_keeps_counting_in_bytes() {
     let tmp = tempfile::tempdir().unwrap();
     let counters = tmp.path().join(CLASS_DIR).join("mlx5_0/ports/1/counters");
     std::fs::create_dir_all(&counters).unwrap();
-    let collector = RdmaCollector::new(tmp.path().to_path_buf(), DeviceFilter::All);
+    let collector = RdmaCollector::new(tmp.path().to_path_buf(), NameFilter::All);
     let mut exported = Vec::new();
     for words in [(1u64 << 62) - 1, (1 << 62) + 1, u64::MAX] {
         std::fs::write(counters.join("port_xmit_data"), format!("{words}\n")).unwrap();
@@ -210,7 +210,7 @@ fn a_device_that_vanishes_and_returns_is_read_afresh() {
             std::fs::write(device.join("ports/1").join(file), content).unwrap();
         }
     };
-    let collector = RdmaCollector::new(tmp.path().to_path_buf(), DeviceFilter::All);
+    let collector = RdmaCollector::new(tmp.path().to_path_buf(), NameFilter::All);
     let received = || {
         assert_eq!(collector.units().unwrap().len(), 1);
         let mut out = Output::default();
@@ -260,7 +260,7 @@ fn a_roce_ports_netdev_is_its_default_gids_else_the_first_bound() {
     for dir in [&ndevs, &port.join("gid_attrs"), &port] {
         settle(dir);
     }
-    let collector = RdmaCollector::new(tmp.path().to_path_buf(), DeviceFilter::All);
+    let collector = RdmaCollector::new(tmp.path().to_path_buf(), NameFilter::All);
     let netdev = || {
         let mut out = Output::default();
         collector.collect_unit(&Entry::Name("mlx5_0".to_string()), &mut out);
@@ -289,7 +289,7 @@ fn a_port_gone_takes_its_label_sets() {
     };
     add_port("1", "4: ACTIVE\n");
     add_port("2", "4: ACTIVE\n");
-    let collector = RdmaCollector::new(tmp.path().to_path_buf(), DeviceFilter::All);
+    let collector = RdmaCollector::new(tmp.path().to_path_buf(), NameFilter::All);
     let states = || read_family(&collector, "rxe0", &PORT_STATE);
     let kept = || collector.held.read("rxe0", |_, state| state.ports.len());
     let port = |port: &str, id: u64| (format!("device=\"rxe0\",port=\"{port}\""), Value::Int(id));
@@ -310,7 +310,7 @@ fn hw_counter_labels_follow_their_listing() {
     let tmp = tempfile::tempdir().unwrap();
     let hw = tmp.path().join(CLASS_DIR).join("rxe0/ports/1/hw_counters");
     std::fs::create_dir_all(&hw).unwrap();
-    let collector = RdmaCollector::new(tmp.path().to_path_buf(), DeviceFilter::All);
+    let collector = RdmaCollector::new(tmp.path().to_path_buf(), NameFilter::All);
     let received = || {
         let samples = read_family(&collector, "rxe0", &PORT_HW_STAT).into_iter();
         let counter = |labels: &str| {
@@ -342,6 +342,61 @@ fn hw_counter_labels_follow_their_listing() {
     // The listing from before the change is not kept.
     let kept = collector.held.read("rxe0", |_, state| state.counters.len());
     assert_eq!(kept, 1);
+}
+
+/// `--collector.rdma.hw-counter-include`: only the counters named are exported (and read),
+/// the device-wide ones too; `link_downed` is still read for the port's downs.
+#[test]
+fn hw_counters_not_included_are_not_exported_but_link_downed_still_counts_downs() {
+    let include = settings(&["--collector.rdma.hw-counter-include", "rcvd_pkts|np_.*"]).unwrap();
+    assert!(matches!(
+        settings(&[
+            "--collector.rdma.hw-counter-include=a",
+            "--collector.rdma.hw-counter-exclude=b"
+        ]),
+        Err(ConfigError::Flags(_))
+    ));
+    let tmp = tempfile::tempdir().unwrap();
+    let device = tmp.path().join(CLASS_DIR).join("mlx5_0");
+    let port = device.join("ports/1");
+    std::fs::create_dir_all(port.join("hw_counters")).unwrap();
+    std::fs::create_dir_all(device.join("hw_counters")).unwrap();
+    for (file, content) in [
+        (port.join("state"), "4: ACTIVE"),
+        (port.join("hw_counters/rcvd_pkts"), "5\n"),
+        (port.join("hw_counters/np_cnp_sent"), "6\n"),
+        (port.join("hw_counters/out_of_buffer"), "7\n"),
+        (port.join("hw_counters/link_downed"), "1\n"),
+        (device.join("hw_counters/np_ecn_marked_roce_packets"), "8\n"),
+        (device.join("hw_counters/rx_write_requests"), "9\n"),
+    ] {
+        std::fs::write(file, content).unwrap();
+    }
+    let mut collector = RdmaCollector::new(tmp.path().to_path_buf(), NameFilter::All);
+    collector.hw_counter_names = include.hw_counter_names;
+    let counters = |desc: &Desc| -> Vec<(String, Value)> {
+        let samples = read_family(&collector, "mlx5_0", desc).into_iter();
+        samples
+            .map(|(labels, value)| (labels.rsplit_once("counter=").unwrap().1.to_string(), value))
+            .collect()
+    };
+    let quoted = |name: &str, value: u64| (format!("\"{name}\""), Value::Int(value));
+    assert_eq!(
+        counters(&PORT_HW_STAT),
+        [quoted("np_cnp_sent", 6), quoted("rcvd_pkts", 5)]
+    );
+    assert_eq!(
+        counters(&DEVICE_HW_STAT),
+        [quoted("np_ecn_marked_roce_packets", 8)]
+    );
+    std::fs::write(port.join("state"), "1: DOWN").unwrap();
+    std::fs::write(port.join("hw_counters/link_downed"), "4\n").unwrap();
+    let downs = read_family(&collector, "mlx5_0", &PORT_DOWNS);
+    assert_eq!(
+        downs[0].1,
+        Value::Int(3),
+        "link_downed's 3 downs, though not exported"
+    );
 }
 
 /// A device `mlx5_0` below PCI device `0000:05:00.0` (bound to mlx5_core), in `sys`.
@@ -405,7 +460,7 @@ fn in_a_fixture_tree_a_parent_or_driver_re_pointed_is_read_again() {
     for dir in [&device, &pci] {
         settle(dir);
     }
-    let collector = RdmaCollector::new(sys.to_path_buf(), DeviceFilter::All);
+    let collector = RdmaCollector::new(sys.to_path_buf(), NameFilter::All);
     let first = ("0000:05:00.0".to_string(), "mlx5_core".to_string());
     assert_eq!(parent_labels(&collector), first);
     assert_eq!(parent_labels(&collector), first);
@@ -431,7 +486,7 @@ fn on_sysfs_the_parent_is_read_once_per_device_directory() {
     let sys = tmp.path();
     device_below_a_pci_device(sys);
     let pci = sys.join("devices/pci0000:00/0000:05:00.0");
-    let collector = RdmaCollector::new(sys.to_path_buf(), DeviceFilter::All);
+    let collector = RdmaCollector::new(sys.to_path_buf(), NameFilter::All);
     let device_dir = SysDir::open(sys, format!("{CLASS_DIR}/mlx5_0")).unwrap();
     collector
         .held
@@ -451,7 +506,7 @@ fn on_sysfs_the_parent_is_read_once_per_device_directory() {
 #[test]
 fn a_device_gone_since_the_listing_is_no_error() {
     let tmp = tempfile::tempdir().unwrap();
-    let collector = RdmaCollector::new(tmp.path().to_path_buf(), DeviceFilter::All);
+    let collector = RdmaCollector::new(tmp.path().to_path_buf(), NameFilter::All);
     let mut out = Output::default();
     collector.collect_unit(&Entry::Name("mlx5_9".to_string()), &mut out);
     assert!(out.errors.is_empty(), "{:?}", out.errors);
@@ -500,7 +555,7 @@ fn a_counter_read_at_64_bits_is_never_flagged_saturated() {
     for dir in ["counters", "counters_ext"] {
         std::fs::create_dir_all(port.join(dir)).unwrap();
     }
-    let collector = RdmaCollector::new(tmp.path().to_path_buf(), DeviceFilter::All);
+    let collector = RdmaCollector::new(tmp.path().to_path_buf(), NameFilter::All);
     let flag = || {
         let flags = read_family(&collector, "mlx4_0", &PORT_PMA_SATURATED);
         let received = r#"device="mlx4_0",port="1",counter="port_rcv_packets""#;
@@ -533,7 +588,7 @@ fn a_roce_ports_carrier_changes_are_its_netdevs() {
     let netdev = tmp.path().join(NET_CLASS_DIR).join("dummy0");
     std::fs::create_dir_all(&netdev).unwrap();
     std::fs::write(netdev.join("carrier_changes"), "2\n").unwrap();
-    let collector = RdmaCollector::new(tmp.path().to_path_buf(), DeviceFilter::All);
+    let collector = RdmaCollector::new(tmp.path().to_path_buf(), NameFilter::All);
     let changes = || read_family(&collector, "rxe0", &PORT_NETDEV_CARRIER_CHANGES);
     // The default GID names no netdev yet.
     std::fs::write(port.join("gid_attrs/ndevs/0"), "").unwrap();
@@ -559,7 +614,7 @@ fn a_roce_ports_tx_timeouts_are_summed_over_its_netdevs_tx_queues() {
     std::fs::write(port.join("gid_attrs/ndevs/0"), "ens1f0np0\n").unwrap();
     let netdev = tmp.path().join(NET_CLASS_DIR).join("ens1f0np0");
     std::fs::create_dir_all(&netdev).unwrap();
-    let collector = RdmaCollector::new(tmp.path().to_path_buf(), DeviceFilter::All);
+    let collector = RdmaCollector::new(tmp.path().to_path_buf(), NameFilter::All);
     let timeouts = || read_family(&collector, "mlx5_0", &PORT_NETDEV_TX_TIMEOUTS);
     assert_eq!(timeouts(), vec![]);
     for (queue, count) in [("tx-0", "0"), ("tx-1", "3"), ("tx-2", "1")] {

@@ -7,7 +7,7 @@ use std::sync::{Arc, Mutex};
 use super::*;
 use crate::collector::Collector;
 use crate::collectors::rdma::module_eeprom::tests::{roce_and_ib_ports, samples};
-use crate::collectors::rdma::{DeviceFilter, RdmaCollector, CLASS_DIR};
+use crate::collectors::rdma::{NameFilter, RdmaCollector, CLASS_DIR};
 use crate::error::ErrorKind;
 use crate::sync::lock;
 
@@ -136,7 +136,7 @@ fn the_collector_dumps_once_a_scrape_and_matches_the_pci_address() {
         answer: Ok(mlx5_dump()),
         asked: Mutex::new(0),
     });
-    let mut collector = RdmaCollector::new(tmp.path().to_path_buf(), DeviceFilter::All);
+    let mut collector = RdmaCollector::new(tmp.path().to_path_buf(), NameFilter::All);
     collector.health_source = Some(Box::new(dump.clone()));
     let units = collector.units().unwrap();
     assert_eq!(*lock(&dump.asked), 1);

@@ -7,7 +7,7 @@ use std::sync::{Arc, Mutex};
 use super::*;
 use crate::collector::Collector;
 use crate::collectors::rdma::module_eeprom::tests::{roce_and_ib_ports, samples};
-use crate::collectors::rdma::{DeviceFilter, RdmaCollector};
+use crate::collectors::rdma::{NameFilter, RdmaCollector};
 use crate::netlink::datagram::ReceiveError;
 use crate::sync::lock;
 use crate::sysfs::Entry;
@@ -108,7 +108,7 @@ fn the_collector_reads_roce_ports_fec_only() {
     roce_and_ib_ports(tmp.path(), "");
     let counters = Arc::new(Counters::default());
     lock(&counters.answers).insert("ens1f0np0".into(), Ok(MLX5_RS));
-    let mut collector = RdmaCollector::new(tmp.path().to_path_buf(), DeviceFilter::All);
+    let mut collector = RdmaCollector::new(tmp.path().to_path_buf(), NameFilter::All);
     collector.fec_source = Some(Box::new(counters.clone()));
     let mut out = Output::default();
     collector.collect_unit(&Entry::Name("mlx5_0".to_string()), &mut out);

@@ -3,7 +3,7 @@ use std::sync::Mutex;
 
 use super::*;
 use crate::collector::Collector;
-use crate::collectors::rdma::{DeviceFilter, RdmaCollector, CLASS_DIR};
+use crate::collectors::rdma::{NameFilter, RdmaCollector, CLASS_DIR};
 use crate::netlink::datagram::ReceiveError;
 use crate::netlink::generic::socket::ExchangeError;
 use crate::sync::lock;
@@ -236,7 +236,7 @@ fn the_collector_reads_roce_ports_modules_only() {
     roce_and_ib_ports(tmp.path(), "");
     let modules = std::sync::Arc::new(Modules::default());
     modules.answer("ens1f0np0", Answer::Memory(qsfp28().0));
-    let mut collector = RdmaCollector::new(tmp.path().to_path_buf(), DeviceFilter::All);
+    let mut collector = RdmaCollector::new(tmp.path().to_path_buf(), NameFilter::All);
     collector.module_source = Some((Box::new(Shared(modules.clone())), Duration::from_secs(60)));
     let mut out = Output::default();
     collector.collect_unit(&Entry::Name("mlx5_0".to_string()), &mut out);

@@ -3,7 +3,7 @@ use std::collections::HashMap;
 use super::*;
 use crate::collector::Collector;
 use crate::collectors::rdma::module_eeprom::tests::{roce_and_ib_ports, samples};
-use crate::collectors::rdma::{DeviceFilter, RdmaCollector};
+use crate::collectors::rdma::{NameFilter, RdmaCollector};
 use crate::ethtool_ioctl::{stats_answer, strings_answer, ETH_GSTRING_LEN};
 use crate::sysfs::Entry;
 
@@ -257,7 +257,7 @@ fn the_collector_asks_roce_ports_netdevs_only() {
     let kernel = Arc::new(Kernel::default());
     kernel.set("ens1f0np0", mlx5e(1, 4, 0));
     kernel.set("ib0", mlx5e(1, 4, 0));
-    let mut collector = RdmaCollector::new(tmp.path().to_path_buf(), DeviceFilter::All);
+    let mut collector = RdmaCollector::new(tmp.path().to_path_buf(), NameFilter::All);
     collector.stats_source = Some(Box::new(Shared(kernel.clone())));
     let mut out = Output::default();
     collector.collect_unit(&Entry::Name("mlx5_0".to_string()), &mut out);

@@ -3,7 +3,7 @@ use std::path::Path;
 
 use super::*;
 use crate::collector::Collector;
-use crate::collectors::rdma::{DeviceFilter, RdmaCollector, CLASS_DIR};
+use crate::collectors::rdma::{NameFilter, RdmaCollector, CLASS_DIR};
 use crate::netlink::route::link::encode::{reply, vf_info};
 use crate::netlink::route::link::{decode, VfCounter};
 use crate::sysfs::Entry;
@@ -49,7 +49,7 @@ fn pf(root: &Path, device: &str, pf: &str, vfs: u32, netdevs: &[(&str, u32)]) {
 
 /// The `hpcnode_rdma_vf_stat` samples of one read of `device`, and the errors.
 fn read_vfs(root: &Path, device: &str, replies: Replies) -> (Vec<(String, Value)>, usize) {
-    let mut collector = RdmaCollector::new(root.to_path_buf(), DeviceFilter::All);
+    let mut collector = RdmaCollector::new(root.to_path_buf(), NameFilter::All);
     collector.vf_source = Some(Box::new(replies));
     let mut out = Output::default();
     collector.collect_unit(&Entry::Name(device.to_string()), &mut out);
