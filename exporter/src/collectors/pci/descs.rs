@@ -147,6 +147,11 @@ pub(super) const VFIO_UNREADABLE_PROCESSES: Desc = Desc::gauge(
     "Processes whose open files the exporter could not read while looking for vfio holders (another user's, without CAP_SYS_PTRACE): their holds are not reported.",
     None,
 );
+pub(super) const VFIO_HOLDER_SCAN_COMPLETE: Desc = Desc::gauge(
+    "hpcnode_pci_vfio_holder_scan_complete",
+    "1: the vfio holder scan saw every process's open files, or had nothing to scan (no vfio file open anywhere); 0: it stopped at its budget of descriptors, so holders may be missing.",
+    None,
+);
 pub(super) const VFIO_UNPROVEN_HOLDS: Desc = Desc::gauge(
     "hpcnode_pci_vfio_unproven_holds",
     "Open descriptors named like a vfio group or device node whose open file is not that device, by reason: not counted as holds.",
@@ -194,7 +199,7 @@ pub(super) const NOVA_SCHEDULER_PCI_FILTER: Desc = Desc::gauge(
 );
 
 /// Every metric this collector emits (for the METRICS.md check).
-pub const METRICS: [Desc; 38] = [
+pub const METRICS: [Desc; 39] = [
     DEVICE_INFO,
     DRIVER_BOUND,
     MEMORY_DECODE,
@@ -225,6 +230,7 @@ pub const METRICS: [Desc; 38] = [
     VFIO_HOLDER_INFO,
     VFIO_STALE_HOLDER_INFO,
     VFIO_UNREADABLE_PROCESSES,
+    VFIO_HOLDER_SCAN_COMPLETE,
     VFIO_UNPROVEN_HOLDS,
     NOVA_CONFIG_VALID,
     NOVA_CONFIG_ERRORS,

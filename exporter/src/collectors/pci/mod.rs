@@ -142,6 +142,8 @@ impl Settings for PciSettings {
             ),
             nova_scheduler_configs: self.nova_scheduler_configs,
             logged_unreadable: AtomicBool::new(false),
+            logged_scan_stopped: AtomicBool::new(false),
+            max_descriptors: vfio_holders::MAX_DESCRIPTORS,
             logged_unproven: Unproven::log_filter(),
             aliases: Stamped::default(),
             modprobe_rules: Stamped::default(),
@@ -195,6 +197,10 @@ struct PciCollector {
     nova_scheduler_configs: Vec<PathBuf>,
     /// Whether the vfio holder scan has logged that some processes were unreadable.
     logged_unreadable: AtomicBool,
+    /// Whether a holder scan stopped at its budget was logged.
+    logged_scan_stopped: AtomicBool,
+    /// Descriptors a holder scan reads at most.
+    max_descriptors: usize,
     /// The reasons the vfio holder scan has logged for descriptors it did not count.
     logged_unproven: OncePerCause<Unproven>,
     /// `modules.alias` by kernel release, kept while its stamp stays the same.
@@ -285,6 +291,16 @@ impl PciCollector {
     }
 
     /// Says once, in the log, that holders may be missing and what would show them.
+    fn log_scan_stopped(&self, descriptors: usize) {
+        if !self.logged_scan_stopped.swap(true, Ordering::Relaxed) {
+            logging::log(
+                Level::Warn,
+                "vfio holders: the scan of processes' open files stopped at its budget; holders past it are not reported",
+                &[("descriptors", &descriptors.to_string())],
+            );
+        }
+    }
+
     fn log_unreadable_processes(&self, count: u64) {
         if !self.logged_unreadable.swap(true, Ordering::Relaxed) {
             logging::log(
@@ -452,6 +468,8 @@ fn collector_at(root: &std::path::Path) -> PciCollector {
         nova: Default::default(),
         nova_scheduler_configs: Vec::new(),
         logged_unreadable: Default::default(),
+        logged_scan_stopped: Default::default(),
+        max_descriptors: vfio_holders::MAX_DESCRIPTORS,
         logged_unproven: Unproven::log_filter(),
         aliases: Default::default(),
         modprobe_rules: Default::default(),

@@ -25,6 +25,14 @@
 //!
 //! Reading another user's `/proc/<pid>/fd` links takes ptrace read access (CAP_SYS_PTRACE, or
 //! root): without it, those processes are counted as unreadable, not guessed at.
+//!
+//! The scan reads every process's descriptors, so it is skipped where no vfio file can be open:
+//! every open group, container, device and cdev file holds a reference to the `vfio` module
+//! (their `file_operations` name it as `.owner`; `chrdev_open` and `anon_inode_getfile` take
+//! it), as does each module linked against it (`ref_module`, listed in `holders/`). A count no
+//! larger than its holder modules' proves no file open (5.10 and 6.1 idle; 6.12 keeps one more
+//! reference, so it is scanned). Otherwise the scan stops after [`MAX_DESCRIPTORS`]
+//! descriptors and says so.
 
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::path::Path;
@@ -39,8 +47,8 @@ use crate::sync::lock;
 use crate::sysfs::{Entry, OpenFile, SysDir, SysfsError, UnitRead};
 
 use super::{
-    Read, VFIO_DEVICE_HOLDERS, VFIO_HOLDER_INFO, VFIO_STALE_HOLDER_INFO, VFIO_UNPROVEN_HOLDS,
-    VFIO_UNREADABLE_PROCESSES,
+    Read, VFIO_DEVICE_HOLDERS, VFIO_HOLDER_INFO, VFIO_HOLDER_SCAN_COMPLETE, VFIO_STALE_HOLDER_INFO,
+    VFIO_UNPROVEN_HOLDS, VFIO_UNREADABLE_PROCESSES,
 };
 
 /// `/proc/<pid>/cmdline` is read up to this size: libvirt's QEMU command lines run to tens of
@@ -50,6 +58,9 @@ const MAX_CMDLINE_BYTES: usize = 1 << 20;
 const MAX_DEVICES_BYTES: usize = 64 << 10;
 /// Where sysfs has the vfio groups' nodes (`<group>/dev`, `noiommu-<group>/dev`).
 const VFIO_CLASS_DIR: &str = "class/vfio";
+/// Descriptors a holder scan reads at most: at about 3 µs each (readlink of a `/proc` fd link),
+/// half a million is a second and a half of CPU a scrape.
+pub(super) const MAX_DESCRIPTORS: usize = 500_000;
 /// What the link of a descriptor reads after its node was removed.
 const DELETED: &str = " (deleted)";
 
@@ -152,11 +163,25 @@ impl Read<'_> {
             })
             .collect();
         let mut nodes = VfioNodes { bound, known: None };
+        if self.no_vfio_file_open() {
+            self.push(&VFIO_UNREADABLE_PROCESSES, Vec::new(), Value::Int(0));
+            self.push(&VFIO_HOLDER_SCAN_COMPLETE, Vec::new(), Value::Int(1));
+            for address in devices {
+                let labels = vec![("device", address.clone().into())];
+                self.push(&VFIO_DEVICE_HOLDERS, labels, Value::Int(0));
+            }
+            return;
+        }
 
         let Some(proc) = self.unit.reported(SysDir::open(&collector.procfs, "")) else {
             return;
         };
         let scan = self.scan_processes(&proc, &mut nodes);
+        if scan.stopped {
+            collector.log_scan_stopped(scan.descriptors);
+        }
+        let complete = Value::Int(u64::from(!scan.stopped));
+        self.push(&VFIO_HOLDER_SCAN_COMPLETE, Vec::new(), complete);
         self.push(
             &VFIO_UNREADABLE_PROCESSES,
             Vec::new(),
@@ -199,6 +224,28 @@ impl Read<'_> {
             let mut labels = vec![("node", node.into())];
             labels.extend(holder_labels(holder));
             self.push(&VFIO_STALE_HOLDER_INFO, labels, Value::Int(1));
+        }
+    }
+
+    /// Whether the `vfio` module's reference count proves no vfio file open: no more
+    /// references than the modules linked against it hold. `false` where it cannot tell (vfio
+    /// built in, or not loaded while devices are bound: a fixture tree).
+    fn no_vfio_file_open(&mut self) -> bool {
+        let Ok(module) = self.collector.sysfs_dir("module/vfio") else {
+            return false;
+        };
+        let refcnt = self
+            .unit
+            .unheld(&module, "refcnt")
+            .ok()
+            .and_then(|n| n.parse::<usize>().ok());
+        let holders = module
+            .subdir("holders")
+            .and_then(|holders| holders.entries());
+        match (refcnt, holders) {
+            (Some(refcnt), Ok(holders)) => refcnt <= holders.len(),
+            (Some(refcnt), Err(err)) if err.is_absent() => refcnt == 0,
+            _ => false,
         }
     }
 
@@ -265,6 +312,10 @@ impl Read<'_> {
         let mut scan = ProcessScan::default();
         let entries = self.unit.reported(proc.entries()).unwrap_or_default();
         for pid in entries.iter().filter_map(process_id) {
+            if scan.descriptors >= self.collector.max_descriptors {
+                scan.stopped = true;
+                break;
+            }
             let fds = proc
                 .subdir(&format!("{pid}/fd"))
                 .and_then(|fds| fds.entries().map(|entries| (fds, entries)));
@@ -282,6 +333,7 @@ impl Read<'_> {
             };
             let mut holds = ProcessHolds::default();
             let mut denied = false;
+            scan.descriptors += entries.len();
             for fd in &entries {
                 let Ok(fd) = fd.name() else {
                     continue;
@@ -389,6 +441,10 @@ struct ProcessScan<'a> {
     unreadable: u64,
     /// Descriptors named like vfio device nodes that hold none, by reason.
     unproven: BTreeMap<Unproven, u64>,
+    /// Descriptors listed, against the collector's budget ([`MAX_DESCRIPTORS`]).
+    descriptors: usize,
+    /// Whether the budget ran out with processes left unread.
+    stopped: bool,
 }
 
 /// What one process holds.
@@ -549,6 +605,79 @@ fn qemu_option(value: &str, key: &str) -> Option<String> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::collectors::pci::{collector_at, LabelCache};
+    use crate::metrics::{encode, Format};
+    use crate::sysfs::{AttributeReader, HeldAttributes};
+
+    /// One holder read of the fixture tree `pci_host` (copied, with `refcnt` as the `vfio`
+    /// module's count) by a collector whose scan reads at most `max_descriptors`.
+    fn holders_of_pci_host(refcnt: &str, max_descriptors: usize) -> String {
+        let tmp = tempfile::tempdir().unwrap();
+        let root = tmp.path().join("pci_host");
+        let fixture = concat!(env!("CARGO_MANIFEST_DIR"), "/../tests/fixtures/pci_host");
+        let copied = std::process::Command::new("cp")
+            .args(["-a", fixture])
+            .arg(&root)
+            .status();
+        assert!(copied.unwrap().success());
+        std::fs::write(root.join("sys/module/vfio/refcnt"), refcnt).unwrap();
+        let mut collector = collector_at(&root);
+        collector.sysfs = root.join("sys");
+        collector.max_descriptors = max_descriptors;
+        let mut out = Output::default();
+        let (mut held, mut reader) = (HeldAttributes::default(), AttributeReader::default());
+        let mut labels = LabelCache::default();
+        let mut read = Read {
+            collector: &collector,
+            unit: UnitRead::new(&mut held, &mut reader, &mut out),
+            labels: &mut labels,
+        };
+        read.vfio_holders(&["0000:07:00.0".to_string()]);
+        assert!(out.errors.is_empty(), "{:?}", out.errors);
+        encode(out.samples, Format::PrometheusText).unwrap()
+    }
+
+    #[test]
+    fn no_process_is_scanned_while_no_vfio_file_is_open() {
+        let idle = holders_of_pci_host("0\n", MAX_DESCRIPTORS);
+        assert!(
+            idle.contains("\nhpcnode_pci_vfio_holder_scan_complete 1\n"),
+            "{idle}"
+        );
+        assert!(
+            idle.contains("\nhpcnode_pci_vfio_device_holders{device=\"0000:07:00.0\"} 0\n"),
+            "{idle}"
+        );
+        // The fixture's QEMUs name vfio nodes: only a scan would count them (as unproven,
+        // its /proc being no procfs).
+        assert!(!idle.contains("hpcnode_pci_vfio_unproven_holds"), "{idle}");
+        let held = holders_of_pci_host("5\n", MAX_DESCRIPTORS);
+        assert!(
+            held.contains("hpcnode_pci_vfio_unproven_holds{reason=\"not_procfs\"} 2"),
+            "{held}"
+        );
+        assert!(
+            held.contains("\nhpcnode_pci_vfio_holder_scan_complete 1\n"),
+            "{held}"
+        );
+    }
+
+    #[test]
+    fn the_scan_stops_at_its_budget_and_says_so() {
+        // systemd's 4 descriptors, then the budget is spent: the QEMUs are not read.
+        let cut = holders_of_pci_host("5\n", 4);
+        assert!(
+            cut.contains("\nhpcnode_pci_vfio_holder_scan_complete 0\n"),
+            "{cut}"
+        );
+        assert!(!cut.contains("hpcnode_pci_vfio_unproven_holds"), "{cut}");
+        // Exactly enough for every process: complete.
+        let whole = holders_of_pci_host("5\n", 4 + 6 + 3);
+        assert!(
+            whole.contains("\nhpcnode_pci_vfio_holder_scan_complete 1\n"),
+            "{whole}"
+        );
+    }
 
     fn cmdline(args: &[&str]) -> Vec<u8> {
         args.iter()
