@@ -23,6 +23,7 @@ task=/sys/fs/cgroup/system.slice/slurmstepd.scope/job_$JOB/step_0/user/task_0
 lab_check "job cgroup $task" mkdir -p "$task"
 
 lab_scenario traffic_of_other_users
+# Both run (-D) far past the group's end, and are stopped at its cleanup.
 # as_user UID CMD...: CMD as UID (no capability), with the memlock room ib_write_bw registers.
 as_user() {
   local uid=$1
@@ -32,12 +33,12 @@ as_user() {
 }
 # The server joins the job (as slurmstepd moves a task: root writes the pid, "0" being the
 # writer itself) and then becomes its user; the client runs as a third user in no job.
-( echo 0 > "$task/cgroup.procs" && as_user $SERVER_UID ib_write_bw -d rxe0 -x "$gid" -D 60 -s 65536 ) \
+( echo 0 > "$task/cgroup.procs" && as_user $SERVER_UID ib_write_bw -d rxe0 -x "$gid" -D 600 -s 65536 ) \
   > "$LAB_TMP/server.txt" 2>&1 &
 server=$!
 # The server listens on TCP 18515 (0x4853) for the client's connection details.
 lab_check "ib_write_bw server listening" lab_wait_until 30 grep -qi ':4853 00000000:0000 0A' /proc/net/tcp
-( as_user $CLIENT_UID ib_write_bw -d rxe0 -x "$gid" -D 60 -s 65536 127.0.0.1 ) > "$LAB_TMP/client.txt" 2>&1 &
+( as_user $CLIENT_UID ib_write_bw -d rxe0 -x "$gid" -D 600 -s 65536 127.0.0.1 ) > "$LAB_TMP/client.txt" 2>&1 &
 client=$!
 lab_check "ib_write_bw connected (the client's RC QP in RTS)" \
   lab_wait_until 40 sh -c "rdma resource show qp | grep -q 'RC.*RTS.*ib_write_bw'"
@@ -47,6 +48,7 @@ lab_check "the server is in job_$JOB ($(cat /proc/$server/cgroup))" grep -q "/jo
 
 # attributed NAME COMM: the server and client series of scrape NAME with COMM as their comm.
 attributed() {
+  lab_check "$1: both ib_write_bw still run" kill -0 "$server" "$client"
   lab_expect "$1: the server's pid, comm '$2', Slurm job $JOB" \
     "$(lab_series "$1" "hpcnode_rdma_holder_pinned_bytes{device=\"rxe0\",pid=\"$server\",comm=\"$2\",slurm_job=\"$JOB\"}")" == 1
   lab_expect "$1: the client's pid, comm '$2', no job" \
