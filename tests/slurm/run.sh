@@ -202,11 +202,14 @@ ConstrainRAMSpace=yes
 EOF
   if [ "$plugin" = v2 ]; then echo "IgnoreSystemd=yes" >>"$tmp/cgroup.conf"; fi
   # slurmd runs HealthCheckProgram with no arguments and SLURMD_NODENAME as its only
-  # environment: this wrapper counts the runs and names the test's settings.
+  # environment: this wrapper records the runs and names the test's settings.
   cat >"$tmp/healthcheck" <<EOF
 #!/bin/sh
-echo run >>$tmp/healthcheck.runs
-exec $repo/contrib/slurm/hpcnode-healthcheck --defaults $tmp/healthcheck.defaults
+echo "start \$(/bin/date +%s)" >>$tmp/healthcheck.runs
+$repo/contrib/slurm/hpcnode-healthcheck --defaults $tmp/healthcheck.defaults
+rc=\$?
+echo "end \$(/bin/date +%s) \$rc" >>$tmp/healthcheck.runs
+exit \$rc
 EOF
   chmod 755 "$tmp/healthcheck"
   # The same for the Prolog: it records each job's run and whether slurmd gave it a PATH.
@@ -235,10 +238,10 @@ start_slurm() {
   daemons+=($!)
   slurmd -D -f "$tmp/slurm.conf" >"$tmp/log/slurmd.out" 2>&1 &
   daemons+=($!)
-  if wait_for 30 node_is 'idle|none'; then
+  if wait_for 60 node_is 'idle|none'; then
     pass "slurmctld and slurmd (Slurm $(slurmd -V | cut -d' ' -f2), $1) up: $node idle in $((SECONDS - started)) s"
   else
-    fail "$node not idle within 30 s ($1): $(node_state 2>&1)"
+    fail "$node not idle within 60 s ($1): $(node_state 2>&1)"
     exit 1
   fi
 }
