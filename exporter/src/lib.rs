@@ -9,6 +9,7 @@ pub mod dynlib;
 pub mod elf_versions;
 pub mod error;
 pub mod ethtool_ioctl;
+pub mod exposition;
 pub mod flags;
 #[cfg(any(test, feature = "fuzzing"))]
 #[doc(hidden)]
