@@ -5,7 +5,6 @@
 //! shutdown short; for `probe <name>`, 1 when the probe fails or does not pass.
 //! Also the one place that handles signals and the process's own limits.
 
-use std::collections::HashMap;
 use std::process::ExitCode;
 use std::sync::Arc;
 use std::time::Duration;
@@ -17,7 +16,6 @@ use hpcnode_exporter::config::{self, Config, Invocation, Listen};
 use hpcnode_exporter::http::{self, Limits, ListenError, Server};
 use hpcnode_exporter::logging::{self, Level};
 use hpcnode_exporter::privileges::{self, StillNeeded};
-use hpcnode_exporter::roots::Roots;
 use hpcnode_exporter::scrape::Scraper;
 use hpcnode_exporter::sysfs::HeldBudget;
 use hpcnode_exporter::web_config::WebConfigFile;
@@ -144,18 +142,9 @@ fn run(config: Config, web_config: Option<Arc<WebConfigFile>>) -> anyhow::Result
         .collectors
         .iter()
         .any(|enabled| enabled.settings.calls_bpf_after_start());
-    let host = &config.host;
-    let roots = Roots::check(&host.sysfs, &host.procfs, &host.rootfs);
-    roots.log_invalid();
-    let mut started = Vec::new();
-    let mut reads = HashMap::new();
-    for enabled in config.collectors {
-        let name = enabled.registration.name;
-        reads.insert(name, enabled.registration.roots);
-        started.push((name, enabled.settings.start(host)?));
-    }
-    let scraper = Scraper::new(started, host.scrape_timeout, config.scrape_workers)
-        .with_roots(roots, |name| reads.get(name).copied().unwrap_or_default());
+    let enabled =
+        (config.collectors.into_iter()).map(|enabled| (enabled.registration, enabled.settings));
+    let scraper = Scraper::start(enabled, &config.host, config.scrape_workers)?;
     let scraper = Arc::new(scraper);
     let server = Arc::new(Server::new(
         scraper.clone(),
