@@ -125,7 +125,10 @@ impl<'a> Cursor<'a> {
                 return Err("a label given twice");
             }
             self.skip_blanks();
-            self.rest = self.rest.strip_prefix('=').ok_or("no '=' after a label name")?;
+            self.rest = self
+                .rest
+                .strip_prefix('=')
+                .ok_or("no '=' after a label name")?;
             self.skip_blanks();
             self.rest = (self.rest.strip_prefix('"')).ok_or("a label value not in quotes")?;
             let value = self.quoted()?;

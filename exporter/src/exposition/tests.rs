@@ -25,7 +25,9 @@ fn every_golden_page_reads_back_sample_for_sample() {
         let text = std::fs::read_to_string(entry.unwrap().path()).unwrap();
         let text = text.replace(" <duration>", " 0.0012");
         let samples = parse(&text).unwrap();
-        let lines = text.lines().filter(|l| !l.is_empty() && !l.starts_with('#'));
+        let lines = text
+            .lines()
+            .filter(|l| !l.is_empty() && !l.starts_with('#'));
         assert_eq!(samples.len(), lines.count());
         assert!(samples.iter().any(|s| s.name == "hpcnode_build_info"));
         pages += 1;
@@ -41,7 +43,11 @@ fn the_encoders_text_reads_back() {
     const BYTES: Desc = Desc::counter("hpcnode_test_data", "Test.", Some("bytes"));
     let mut samples = Samples::default();
     samples.push(&STATE, vec![("device", "a\"b\\c\nd".into())], Value::Int(4));
-    samples.push(&STATE, vec![("device", "inf".into())], Value::Float(f64::INFINITY));
+    samples.push(
+        &STATE,
+        vec![("device", "inf".into())],
+        Value::Float(f64::INFINITY),
+    );
     samples.push(&BYTES, Vec::new(), Value::Int(1 << 60));
     let text = encode(samples, Format::PrometheusText).unwrap();
     assert_eq!(
@@ -90,7 +96,11 @@ fn a_line_it_cannot_read_is_named_not_quoted() {
         ("up 1\r\n", "a value that is not a number"),
     ] {
         let line = 1;
-        assert_eq!(line_error(text), ExpositionError::Line { line, reason }, "{text:?}");
+        assert_eq!(
+            line_error(text),
+            ExpositionError::Line { line, reason },
+            "{text:?}"
+        );
     }
     assert_eq!(
         line_error("# ok\nup 1\nsecret{token=\"hunter2\" 1\n").to_string(),
