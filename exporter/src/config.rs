@@ -42,16 +42,8 @@ pub struct Config {
     pub max_connections: usize,
     /// `--web.config.file` (TLS, basic auth, headers), read by main at startup.
     pub web_config_file: Option<PathBuf>,
-    /// The roots every path is read under, and the scrape deadline.
-    pub host: Host,
-    /// Threads reading the node in one scrape while none is stuck.
-    pub scrape_workers: usize,
-    pub log_level: Level,
-    pub log_format: LogFormat,
-    /// The enabled collectors with their validated settings, in registry order.
-    pub collectors: Vec<Enabled>,
-    /// Old spellings of renamed flags that the command line used, each once.
-    pub deprecated: Vec<Deprecated>,
+    /// The roots, the scrape, the log and the collectors.
+    pub collection: Collection,
 }
 
 /// Where the exporter serves.
@@ -143,14 +135,9 @@ where
         listen: web.listen,
         telemetry_path: web.telemetry_path,
         max_requests: web.max_requests,
-        scrape_workers: collection.scrape_workers,
         max_connections: web.max_connections,
         web_config_file: web.web_config_file,
-        host: collection.host,
-        log_level: collection.log_level,
-        log_format: collection.log_format,
-        collectors: collection.collectors,
-        deprecated: collection.deprecated,
+        collection,
     })))
 }
 
@@ -158,7 +145,9 @@ where
 /// log and the collectors.
 #[derive(Debug)]
 pub struct Collection {
+    /// The roots every path is read under, and the scrape deadline.
     pub host: Host,
+    /// Threads reading the node in one scrape while none is stuck.
     pub scrape_workers: usize,
     pub log_level: Level,
     pub log_format: LogFormat,

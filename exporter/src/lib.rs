@@ -2,6 +2,7 @@
 //!
 //! See ARCHITECTURE.md at the repository root for the code map and invariants.
 
+pub mod check;
 pub mod collector;
 pub mod collectors;
 pub mod config;
