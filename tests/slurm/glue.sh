@@ -30,7 +30,7 @@ set_modules() {
 }
 
 start_exporter() {
-  mkdir -p "$tmp/node/proc/sys/kernel" "$tmp/node/sys/module" "$tmp/node/root"
+  mkdir -p "$tmp/node/proc/sys/kernel" "$tmp/node/sys/module" "$tmp/node/root/etc"
   echo 0 >"$tmp/node/proc/sys/kernel/tainted"
   echo 6.1.0-test-amd64 >"$tmp/node/proc/sys/kernel/osrelease"
   echo "BOOT_IMAGE=/boot/vmlinuz-6.1.0-test-amd64 root=/dev/sda1 ro" >"$tmp/node/proc/cmdline"
