@@ -7,11 +7,12 @@
 # line, METRICS.md catalog, series budget); rules: the rule and dashboard checks; e2e: against a
 # real Prometheus; fleet: Prometheus agent, VictoriaMetrics, vmalert; grafana_schema: the
 # dashboards' type check against @grafana/schema; as root, packaging: the packages built, linted,
-# installed into a Debian root and with rpm --root, run as the service user; lab: Debian kernels
-# in qemu, the exporter checked inside.
+# installed into a Debian root and with rpm --root, run as the service user; slurm: a real
+# one-node Slurm cluster, each job's processes attributed, the contrib/slurm glue draining and
+# resuming; lab: Debian kernels in qemu, the exporter checked inside.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-stages=(rust rules e2e fleet grafana_schema packaging lab)
+stages=(rust rules e2e fleet grafana_schema packaging slurm lab)
 
 binary=target/debug/hpcnode_exporter
 build() { cargo build --locked --bins; }
@@ -25,6 +26,14 @@ stage_e2e() { build && tests/e2e/run.sh "$binary"; }
 stage_fleet() { build && tests/fleet/run.sh "$binary"; }
 stage_grafana_schema() { tests/grafana_schema/check.sh; }
 stage_packaging() { tests/packaging/run.sh; }
+stage_slurm() {
+  if [ "$(id -u)" != 0 ]; then
+    echo "tests/run.sh: slurm not run: it needs root for slurmd, its cgroups and tests/setup.sh's packages (CI runs as root)"
+    return
+  fi
+  cargo build --locked --bins --example slurm_job
+  tests/slurm/run.sh
+}
 stage_lab() {
   if [ "$(id -u)" != 0 ]; then
     echo "tests/run.sh: kernel lab not run: it needs root for tests/setup.sh's packages (CI runs as root)"

@@ -12,13 +12,16 @@
 #                          vmalert, both in Debian's package
 #   netbase                /etc/services, which the default port must not be in
 #   nodejs npm             the dashboards' type check against @grafana/schema (tests/grafana_schema)
+#   slurmctld slurmd slurm-client munge  a real one-node Slurm 22.05 cluster (tests/slurm): the job
+#                          cgroups the exporter attributes, the health check and prolog glue
 #   rpm mmdebstrap lintian systemd python3-venv  the packages (packaging/build.sh: rpmbuild; Zig from
 #                          PyPI in a venv) and their install tests (tests/packaging: a Debian root,
 #                          rpm --root, lintian, systemd-analyze)
 set -euo pipefail
 packages=(prometheus python3-prometheus-client python3-fusepy fuse3 prometheus-node-exporter python3-yaml clang llvm
   qemu-system-x86 busybox-static kmod cpio xz-utils zstd iproute2 gcc libc6-dev
-  rpm mmdebstrap lintian systemd python3-venv victoria-metrics nodejs netbase)
+  rpm mmdebstrap lintian systemd python3-venv victoria-metrics nodejs netbase
+  slurmctld slurmd slurm-client munge)
 # A nodejs from elsewhere (NodeSource) bundles npm and conflicts with Debian's npm package.
 command -v npm >/dev/null || packages+=(npm)
 missing=()

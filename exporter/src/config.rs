@@ -42,16 +42,8 @@ pub struct Config {
     pub max_connections: usize,
     /// `--web.config.file` (TLS, basic auth, headers), read by main at startup.
     pub web_config_file: Option<PathBuf>,
-    /// The roots every path is read under, and the scrape deadline.
-    pub host: Host,
-    /// Threads reading the node in one scrape while none is stuck.
-    pub scrape_workers: usize,
-    pub log_level: Level,
-    pub log_format: LogFormat,
-    /// The enabled collectors with their validated settings, in registry order.
-    pub collectors: Vec<Enabled>,
-    /// Old spellings of renamed flags that the command line used, each once.
-    pub deprecated: Vec<Deprecated>,
+    /// The roots, the scrape, the log and the collectors.
+    pub collection: Collection,
 }
 
 /// Where the exporter serves.
@@ -135,13 +127,49 @@ where
     let mut command = command(registry);
     let flags = match command.try_get_matches_from_mut(&args) {
         Ok(matches) => Flags(matches),
-        Err(err) => return clap_outcome(err),
+        Err(err) => return clap_verdict(err).map(Invocation::Print),
     };
-    let deprecated = deprecated_spellings(&command, &args);
-    let common = validate(RawFlags::read(&flags, registry))?;
+    let collection = collection(&command, &args, &flags, registry)?;
+    let web = validate_web(RawWeb::read(&flags))?;
+    Ok(Invocation::Run(Box::new(Config {
+        listen: web.listen,
+        telemetry_path: web.telemetry_path,
+        max_requests: web.max_requests,
+        max_connections: web.max_connections,
+        web_config_file: web.web_config_file,
+        collection,
+    })))
+}
+
+/// What the exporter and `check` both take from the command line: the roots, the scrape, the
+/// log and the collectors.
+#[derive(Debug)]
+pub struct Collection {
+    /// The roots every path is read under, and the scrape deadline.
+    pub host: Host,
+    /// Threads reading the node in one scrape while none is stuck.
+    pub scrape_workers: usize,
+    pub log_level: Level,
+    pub log_format: LogFormat,
+    /// The enabled collectors with their validated settings, in registry order.
+    pub collectors: Vec<Enabled>,
+    /// Old spellings of renamed flags that the command line used, each once.
+    pub deprecated: Vec<Deprecated>,
+}
+
+/// The flags [`with_collection_args`] adds, as `command` parsed them from `args` into `flags`:
+/// validated, each collector's by its own `configure`.
+pub fn collection(
+    command: &Command,
+    args: &[OsString],
+    flags: &Flags,
+    registry: &'static [Registration],
+) -> Result<Collection, ConfigError> {
+    let deprecated = deprecated_spellings(command, args);
+    let common = validate_collection(RawCollection::read(flags, registry))?;
     let mut collectors = Vec::new();
     for registration in registry {
-        let settings = (registration.configure)(&flags)?;
+        let settings = (registration.configure)(flags)?;
         if common.enabled.contains(&registration.name) {
             collectors.push(Enabled {
                 registration,
@@ -149,28 +177,24 @@ where
             });
         }
     }
-    Ok(Invocation::Run(Box::new(Config {
-        listen: common.listen,
-        telemetry_path: common.telemetry_path,
-        max_requests: common.max_requests,
-        scrape_workers: common.scrape_workers,
-        max_connections: common.max_connections,
-        web_config_file: common.web_config_file,
+    Ok(Collection {
         host: common.host,
+        scrape_workers: common.scrape_workers,
         log_level: common.log_level,
         log_format: common.log_format,
         collectors,
         deprecated,
-    })))
+    })
 }
 
-/// clap's verdict on a command line that is not a successful parse.
-fn clap_outcome(err: clap::Error) -> Result<Invocation, ConfigError> {
+/// clap's verdict on a command line that is not a successful parse: the text to print and exit
+/// 0 with (`--help`, `--version`), or the error.
+pub fn clap_verdict(err: clap::Error) -> Result<String, ConfigError> {
     match err.kind() {
         clap::error::ErrorKind::DisplayHelp
         | clap::error::ErrorKind::DisplayVersion
         | clap::error::ErrorKind::DisplayHelpOnMissingArgumentOrSubcommand => {
-            Ok(Invocation::Print(err.render().to_string()))
+            Ok(err.render().to_string())
         }
         _ => Err(ConfigError::Flags(first_line(&err))),
     }
@@ -184,7 +208,7 @@ fn parse_probe(
     let mut command = probe_command(registry);
     let matches = match command.try_get_matches_from_mut(args) {
         Ok(matches) => matches,
-        Err(err) => return clap_outcome(err),
+        Err(err) => return clap_verdict(err).map(Invocation::Print),
     };
     let unknown = || ConfigError::Flags("unknown probe".into());
     let (name, matches) = matches.subcommand().ok_or_else(unknown)?;
@@ -233,7 +257,7 @@ const LONG_VERSION: &str = concat!(
 /// The whole command line, from the common flags and the collectors of `registry`; also what
 /// the man page is generated from (`cargo run --example man`).
 pub fn command(registry: &[Registration]) -> Command {
-    let mut command = Command::new("hpcnode_exporter")
+    let command = Command::new("hpcnode_exporter")
         .version(env!("CARGO_PKG_VERSION"))
         .long_version(LONG_VERSION)
         .about("Prometheus exporter for HPC node driver stacks: RDMA fabrics, Xeon Phi coprocessors, GPU passthrough.")
@@ -242,7 +266,14 @@ pub fn command(registry: &[Registration]) -> Command {
         .arg(flag("web.telemetry-path", "/metrics", "Path under which to expose metrics."))
         .arg(flag("web.max-requests", "40", "Maximum number of parallel scrape requests, at most one below --web.max-connections (the default gives way to a lower one); beyond it, 503. 0: one below --web.max-connections."))
         .arg(flag("web.max-connections", "512", "Maximum number of open connections; at the limit a new connection replaces the one idle the longest."))
-        .arg(flag("web.config.file", "", "Path to a configuration file that can enable TLS or basic authentication, in the format of Prometheus' exporter-toolkit (web-config.yml)."))
+        .arg(flag("web.config.file", "", "Path to a configuration file that can enable TLS or basic authentication, in the format of Prometheus' exporter-toolkit (web-config.yml)."));
+    with_collection_args(command, registry)
+}
+
+/// `command` with the flags of a collection ([`Collection`]): the roots, the scrape deadline
+/// and workers, the log, and the collectors of `registry` with their own flags.
+pub fn with_collection_args(command: Command, registry: &[Registration]) -> Command {
+    let mut command = command
         .arg(flag("path.sysfs", "/sys", "sysfs mountpoint."))
         .arg(flag("path.procfs", "/proc", "procfs mountpoint."))
         .arg(flag("path.rootfs", "/", "Root filesystem (for /lib/modules and /etc)."))
@@ -271,8 +302,8 @@ pub fn command(registry: &[Registration]) -> Command {
     command
 }
 
-/// The common flags as given, before validation.
-struct RawFlags {
+/// The web flags as given, before validation.
+struct RawWeb {
     listen_addresses: Vec<String>,
     systemd_socket: bool,
     telemetry_path: String,
@@ -281,6 +312,25 @@ struct RawFlags {
     max_requests_given: bool,
     max_connections: String,
     web_config_file: String,
+}
+
+impl RawWeb {
+    fn read(flags: &Flags) -> RawWeb {
+        let value = |name: &str| flags.value(name).unwrap_or_default();
+        RawWeb {
+            listen_addresses: flags.values("web.listen-address"),
+            systemd_socket: flags.is_set("web.systemd-socket"),
+            telemetry_path: value("web.telemetry-path"),
+            max_requests: value("web.max-requests"),
+            max_requests_given: flags.given("web.max-requests"),
+            max_connections: value("web.max-connections"),
+            web_config_file: value("web.config.file"),
+        }
+    }
+}
+
+/// The collection's common flags as given, before validation.
+struct RawCollection {
     sysfs: String,
     procfs: String,
     rootfs: String,
@@ -291,8 +341,8 @@ struct RawFlags {
     enabled: Vec<&'static str>,
 }
 
-impl RawFlags {
-    fn read(flags: &Flags, registry: &[Registration]) -> RawFlags {
+impl RawCollection {
+    fn read(flags: &Flags, registry: &[Registration]) -> RawCollection {
         let value = |name: &str| flags.value(name).unwrap_or_default();
         let disable_defaults = flags.is_set("collector.disable-defaults");
         let enabled = registry
@@ -304,14 +354,7 @@ impl RawFlags {
             })
             .map(|registration| registration.name)
             .collect();
-        RawFlags {
-            listen_addresses: flags.values("web.listen-address"),
-            systemd_socket: flags.is_set("web.systemd-socket"),
-            telemetry_path: value("web.telemetry-path"),
-            max_requests: value("web.max-requests"),
-            max_requests_given: flags.given("web.max-requests"),
-            max_connections: value("web.max-connections"),
-            web_config_file: value("web.config.file"),
+        RawCollection {
             sysfs: value("path.sysfs"),
             procfs: value("path.procfs"),
             rootfs: value("path.rootfs"),
@@ -324,13 +367,17 @@ impl RawFlags {
     }
 }
 
-/// The common flags, validated.
-struct Common {
+/// The web flags, validated.
+struct Web {
     listen: Listen,
     telemetry_path: String,
     max_requests: usize,
     max_connections: usize,
     web_config_file: Option<PathBuf>,
+}
+
+/// The collection's common flags, validated.
+struct Common {
     host: Host,
     scrape_workers: usize,
     log_level: Level,
@@ -346,16 +393,7 @@ const MAX_SCRAPE_TIMEOUT: Duration = Duration::from_secs(3600);
 /// The most workers a scrape may have: its reads are system calls, a few CPUs' worth at most.
 const MAX_SCRAPE_WORKERS: u64 = 16;
 
-fn validate(raw: RawFlags) -> Result<Common, ConfigError> {
-    let path = |flag: &str, value: String| {
-        if value.is_empty() {
-            Err(ConfigError::EmptyPath {
-                flag: format!("--{flag}"),
-            })
-        } else {
-            Ok(PathBuf::from(value))
-        }
-    };
+fn validate_web(raw: RawWeb) -> Result<Web, ConfigError> {
     let telemetry_path = raw.telemetry_path.clone();
     if !telemetry_path.starts_with('/')
         || telemetry_path == "/"
@@ -369,17 +407,31 @@ fn validate(raw: RawFlags) -> Result<Common, ConfigError> {
     }
     let (max_requests, max_connections) = connection_limits(&raw)?;
     let listen = listen(&raw)?;
+    Ok(Web {
+        listen,
+        telemetry_path,
+        max_requests,
+        max_connections,
+        web_config_file: (!raw.web_config_file.is_empty()).then(|| raw.web_config_file.into()),
+    })
+}
+
+fn validate_collection(raw: RawCollection) -> Result<Common, ConfigError> {
+    let path = |flag: &str, value: String| {
+        if value.is_empty() {
+            Err(ConfigError::EmptyPath {
+                flag: format!("--{flag}"),
+            })
+        } else {
+            Ok(PathBuf::from(value))
+        }
+    };
     let scrape_timeout = parse_duration_at_most(&raw.scrape_timeout, MAX_SCRAPE_TIMEOUT)
         .map_err(|reason| invalid("scrape.timeout", &raw.scrape_timeout, &reason.to_string()))?;
     let scrape_workers = parse_number(&raw.scrape_workers, 1, MAX_SCRAPE_WORKERS)
         .map(|n| n as usize)
         .map_err(|reason| invalid("scrape.workers", &raw.scrape_workers, &reason.to_string()))?;
     Ok(Common {
-        listen,
-        telemetry_path,
-        max_requests,
-        max_connections,
-        web_config_file: (!raw.web_config_file.is_empty()).then(|| raw.web_config_file.into()),
         host: Host {
             sysfs: path("path.sysfs", raw.sysfs)?,
             procfs: path("path.procfs", raw.procfs)?,
@@ -412,7 +464,7 @@ fn invalid(flag: &str, value: &str, reason: &str) -> ConfigError {
 /// `--web.max-requests` and `--web.max-connections`. One connection stays free for the health
 /// checks: a max-requests given beyond that is refused; the default gives way to a lower
 /// max-connections.
-fn connection_limits(raw: &RawFlags) -> Result<(usize, usize), ConfigError> {
+fn connection_limits(raw: &RawWeb) -> Result<(usize, usize), ConfigError> {
     let count = |flag: &str, value: &str, min: u64| {
         parse_number(value, min, MAX_CONNECTIONS)
             .map(|n| n as usize)
@@ -437,7 +489,7 @@ fn connection_limits(raw: &RawFlags) -> Result<(usize, usize), ConfigError> {
 }
 
 /// Where to listen: systemd's sockets, or every `--web.listen-address` given.
-fn listen(raw: &RawFlags) -> Result<Listen, ConfigError> {
+fn listen(raw: &RawWeb) -> Result<Listen, ConfigError> {
     if raw.systemd_socket {
         return Ok(Listen::Systemd);
     }

@@ -2,6 +2,7 @@
 //!
 //! See ARCHITECTURE.md at the repository root for the code map and invariants.
 
+pub mod check;
 pub mod collector;
 pub mod collectors;
 pub mod config;
@@ -9,6 +10,7 @@ pub mod dynlib;
 pub mod elf_versions;
 pub mod error;
 pub mod ethtool_ioctl;
+pub mod exposition;
 pub mod flags;
 #[cfg(any(test, feature = "fuzzing"))]
 #[doc(hidden)]

@@ -2,22 +2,23 @@
 //! them. The one place that maps errors to exit codes: 2 for a bad command line, 3 for a
 //! listener it cannot have (the port is taken, no socket from systemd), 1 for a failure to start
 //! (`--collector.ebpf.strict` with a probe missing) or a second SIGTERM or SIGINT that cut
-//! shutdown short; for `probe <name>`, 1 when the probe fails or does not pass.
+//! shutdown short; for `probe <name>`, 1 when the probe fails or does not pass; for `check`,
+//! 0 healthy, 1 unhealthy, 2 usage, 3 cannot tell (`check_main`).
 //! Also the one place that handles signals and the process's own limits.
 
-use std::collections::HashMap;
+use std::ffi::OsString;
 use std::process::ExitCode;
 use std::sync::Arc;
 use std::time::Duration;
 
 use anyhow::Context;
+use hpcnode_exporter::check::{self, CheckError};
 use hpcnode_exporter::collector::Host;
 use hpcnode_exporter::collectors;
 use hpcnode_exporter::config::{self, Config, Invocation, Listen};
 use hpcnode_exporter::http::{self, Limits, ListenError, Server};
 use hpcnode_exporter::logging::{self, Level};
 use hpcnode_exporter::privileges::{self, StillNeeded};
-use hpcnode_exporter::roots::Roots;
 use hpcnode_exporter::scrape::Scraper;
 use hpcnode_exporter::sysfs::HeldBudget;
 use hpcnode_exporter::web_config::WebConfigFile;
@@ -26,7 +27,11 @@ use tokio::net::TcpListener;
 use tokio::signal::unix::{signal, Signal, SignalKind};
 
 fn main() -> ExitCode {
-    let config = match config::parse(std::env::args_os(), &collectors::ALL) {
+    let args: Vec<OsString> = std::env::args_os().collect();
+    if args.get(1).is_some_and(|arg| arg == "check") {
+        return check_main(&args);
+    }
+    let config = match config::parse(args, &collectors::ALL) {
         Ok(Invocation::Run(config)) => config,
         Ok(Invocation::Print(text)) => {
             print!("{text}");
@@ -57,8 +62,9 @@ fn main() -> ExitCode {
         }
     };
     limit_malloc_arenas();
-    let _flush_log_at_exit = logging::init(config.log_level, config.log_format);
-    for renamed in &config.deprecated {
+    let _flush_log_at_exit =
+        logging::init(config.collection.log_level, config.collection.log_format);
+    for renamed in &config.collection.deprecated {
         logging::log(
             Level::Warn,
             "deprecated flag spelling; it will be removed, use the new one",
@@ -79,6 +85,47 @@ fn main() -> ExitCode {
                 None => ExitCode::from(1),
             }
         }
+    }
+}
+
+/// `hpcnode_exporter check`: the failures on stdout, one line each; why it cannot tell on stderr.
+/// 0: healthy; 1: failures (whatever else it could not tell); 2: a bad command line, checks
+/// file or --from.config; 3: it cannot tell (no page, a page it cannot read, a collector a
+/// check reads failed), which Slurm's glue must not take for a failure.
+fn check_main(args: &[OsString]) -> ExitCode {
+    let run = match check::parse(args, &collectors::ALL) {
+        Ok(check::Invocation::Run(run)) => run,
+        Ok(check::Invocation::Print(text)) => {
+            print!("{text}");
+            return ExitCode::SUCCESS;
+        }
+        Err(err) => {
+            eprintln!("hpcnode_exporter check: error: {err}");
+            return ExitCode::from(2);
+        }
+    };
+    let _flush_log_at_exit = logging::init(run.log_level, run.log_format);
+    let verdict = match run.run() {
+        Ok(verdict) => verdict,
+        Err(CheckError::Usage(err)) => {
+            eprintln!("hpcnode_exporter check: error: {err}");
+            return ExitCode::from(2);
+        }
+        Err(CheckError::CannotTell(err)) => {
+            eprintln!("hpcnode_exporter check: cannot tell: {err}");
+            return ExitCode::from(3);
+        }
+    };
+    for failure in &verdict.failures {
+        println!("{failure}");
+    }
+    for reason in &verdict.cannot_tell {
+        eprintln!("hpcnode_exporter check: cannot tell: {reason}");
+    }
+    match (verdict.failures.is_empty(), verdict.cannot_tell.is_empty()) {
+        (false, _) => ExitCode::from(1),
+        (true, false) => ExitCode::from(3),
+        (true, true) => ExitCode::SUCCESS,
     }
 }
 
@@ -140,22 +187,12 @@ fn run(config: Config, web_config: Option<Arc<WebConfigFile>>) -> anyhow::Result
     HeldBudget::set_process(open_files.map(|limit| limit.saturating_sub(connections)));
     // Collectors start (probes attach, sockets bind, threads start) before serving, so a
     // failure to start fails the process, not a later scrape.
-    let calls_bpf = config
-        .collectors
-        .iter()
-        .any(|enabled| enabled.settings.calls_bpf_after_start());
-    let host = &config.host;
-    let roots = Roots::check(&host.sysfs, &host.procfs, &host.rootfs);
-    roots.log_invalid();
-    let mut started = Vec::new();
-    let mut reads = HashMap::new();
-    for enabled in config.collectors {
-        let name = enabled.registration.name;
-        reads.insert(name, enabled.registration.roots);
-        started.push((name, enabled.settings.start(host)?));
-    }
-    let scraper = Scraper::new(started, host.scrape_timeout, config.scrape_workers)
-        .with_roots(roots, |name| reads.get(name).copied().unwrap_or_default());
+    let collection = config.collection;
+    let calls_bpf =
+        (collection.collectors.iter()).any(|enabled| enabled.settings.calls_bpf_after_start());
+    let enabled =
+        (collection.collectors.into_iter()).map(|enabled| (enabled.registration, enabled.settings));
+    let scraper = Scraper::start(enabled, &collection.host, collection.scrape_workers)?;
     let scraper = Arc::new(scraper);
     let server = Arc::new(Server::new(
         scraper.clone(),
@@ -170,7 +207,7 @@ fn run(config: Config, web_config: Option<Arc<WebConfigFile>>) -> anyhow::Result
     let result = runtime.block_on(serve(
         server,
         listeners,
-        &config.host,
+        &collection.host,
         &names,
         calls_bpf,
         hangup,

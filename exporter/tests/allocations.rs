@@ -79,13 +79,20 @@ fn second_scrape(root: &Path) -> (usize, usize) {
     let Ok(Invocation::Run(config)) = config::parse(argv, &collectors::ALL) else {
         panic!("not a run");
     };
-    let started = (config.collectors.into_iter())
+    let started = (config.collection.collectors.into_iter())
         .map(|enabled| {
             let name = enabled.registration.name;
-            (name, enabled.settings.start(&config.host).unwrap())
+            (
+                name,
+                enabled.settings.start(&config.collection.host).unwrap(),
+            )
         })
         .collect();
-    let scraper = Scraper::new(started, config.host.scrape_timeout, config.scrape_workers);
+    let scraper = Scraper::new(
+        started,
+        config.collection.host.scrape_timeout,
+        config.collection.scrape_workers,
+    );
     let runtime = tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()

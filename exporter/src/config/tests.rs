@@ -70,6 +70,7 @@ fn config(args: &[&str]) -> Result<Config, ConfigError> {
 fn names(args: &[&str]) -> Vec<&'static str> {
     let config = config(args).unwrap();
     config
+        .collection
         .collectors
         .iter()
         .map(|c| c.registration.name)
@@ -109,10 +110,13 @@ fn defaults_match_node_exporter_conventions() {
     );
     assert_eq!(config.telemetry_path, "/metrics");
     assert_eq!(config.max_requests, 40);
-    assert_eq!(config.scrape_workers, 1);
+    assert_eq!(config.collection.scrape_workers, 1);
     assert_eq!(config.max_connections, 512);
-    assert_eq!(config.host.sysfs, PathBuf::from("/sys"));
-    assert_eq!(config.host.scrape_timeout, Duration::from_secs(5));
+    assert_eq!(config.collection.host.sysfs, PathBuf::from("/sys"));
+    assert_eq!(
+        config.collection.host.scrape_timeout,
+        Duration::from_secs(5)
+    );
     assert_eq!(names(&[]), ["greeter"]);
 }
 
@@ -133,8 +137,8 @@ fn collector_flags_last_one_wins() {
 #[test]
 fn a_collectors_own_flag_reaches_its_settings_and_its_start() {
     let parsed = config(&["--collector.greeter.word=hi"]).unwrap();
-    let enabled = parsed.collectors.into_iter().next().unwrap();
-    let err = enabled.settings.start(&parsed.host).unwrap_err();
+    let enabled = parsed.collection.collectors.into_iter().next().unwrap();
+    let err = enabled.settings.start(&parsed.collection.host).unwrap_err();
     assert_eq!(err.to_string(), "starting the greeter collector: hi");
     // Validated even when the collector is disabled: a bad flag is never silently ignored.
     let err = config(&["--no-collector.greeter", "--collector.greeter.word="]).unwrap_err();

@@ -1,4 +1,5 @@
-//! The HTTP server: the only module that knows about HTTP.
+//! The HTTP server, and the one client (`client`, for `check --from`): the only module that
+//! knows about HTTP.
 //!
 //! `/metrics` (or `--web.telemetry-path`) in Prometheus text 0.0.4, or OpenMetrics 1.0 when the
 //! `Accept` header prefers it, gzip when asked; a landing page; `/-/healthy` and `/-/ready`.
@@ -26,6 +27,7 @@
 
 mod auth;
 mod body;
+pub mod client;
 mod limits;
 mod listen;
 mod negotiate;

@@ -18,6 +18,7 @@ mod run;
 mod schedule;
 mod selection;
 
+use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -29,7 +30,9 @@ use run::{Run, Work};
 use schedule::{Crew, STALL_LOOKS_PER_DEADLINE};
 pub use selection::{Selection, SelectionError};
 
-use crate::collector::{CollectError, ErrorKind, Started};
+use crate::collector::{
+    CollectError, ErrorKind, Host, Registration, Settings, StartError, Started,
+};
 use crate::metrics::{Samples, Value};
 use crate::privileges;
 use crate::roots::{Root, Roots};
@@ -80,6 +83,28 @@ impl Scraper {
             stalled_after: deadline / STALL_LOOKS_PER_DEADLINE,
             roots: None,
         }
+    }
+
+    /// Starts each enabled collector (its registration and validated settings, in the order
+    /// their output appears) on `host`, the roots checked once (one that is not a root is
+    /// logged, and fails every scrape of the collectors that read it): the scraper the exporter
+    /// serves from, and the one `check` scrapes once. The first collector that cannot start
+    /// fails the whole.
+    pub fn start(
+        enabled: impl IntoIterator<Item = (&'static Registration, Box<dyn Settings>)>,
+        host: &Host,
+        workers: usize,
+    ) -> Result<Self, StartError> {
+        let roots = Roots::check(&host.sysfs, &host.procfs, &host.rootfs);
+        roots.log_invalid();
+        let mut started = Vec::new();
+        let mut reads = HashMap::new();
+        for (registration, settings) in enabled {
+            reads.insert(registration.name, registration.roots);
+            started.push((registration.name, settings.start(host)?));
+        }
+        let scraper = Scraper::new(started, host.scrape_timeout, workers);
+        Ok(scraper.with_roots(roots, |name| reads.get(name).copied().unwrap_or_default()))
     }
 
     /// Exports `roots` as checked at start, and fails every scrape of a collector that reads

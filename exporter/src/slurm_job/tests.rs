@@ -139,3 +139,93 @@ fn no_cgroup_file_system_is_no_job() {
     let sysfs = tempfile::tempdir().unwrap();
     assert_eq!(tree_jobs(sysfs.path(), &[1]), [Found::Tree(None)]);
 }
+
+/// tests/slurm's capture of a real one-node cluster (Slurm 22.05.8, `cgroup/v1`; the header of
+/// each file says how): `/proc/PID/cgroup` of a process of every step of every kind of job,
+/// of each kind of slurmstepd, of slurmd and slurmctld, and the cgroup tree at that moment.
+const V1_PROC_CGROUP: &str =
+    include_str!("../../../tests/fixtures/slurm/cgroup_v1/proc_cgroup.txt");
+const V1_TREE: &str = include_str!("../../../tests/fixtures/slurm/cgroup_v1/tree.txt");
+
+/// One `== PID JOB WHAT` block of a capture and the file below it; JOB is `squeue -o %A`'s.
+struct Captured {
+    pid: u32,
+    job: Option<String>,
+    what: String,
+    cgroup: String,
+}
+
+fn captured(text: &str) -> Vec<Captured> {
+    let mut blocks: Vec<Captured> = Vec::new();
+    for line in text.lines().filter(|line| !line.starts_with('#')) {
+        if let Some(head) = line.strip_prefix("== ") {
+            let mut fields = head.splitn(3, ' ');
+            let pid = fields.next().unwrap().parse().unwrap();
+            let job = fields.next().unwrap();
+            blocks.push(Captured {
+                pid,
+                job: (job != "-").then(|| job.to_string()),
+                what: fields.next().unwrap_or_default().to_string(),
+                cgroup: String::new(),
+            });
+        } else {
+            let block = blocks.last_mut().expect("a line before the first block");
+            block.cgroup.push_str(line);
+            block.cgroup.push('\n');
+        }
+    }
+    blocks
+}
+
+#[test]
+fn the_real_v1_capture_has_every_kind_of_step() {
+    let blocks = captured(V1_PROC_CGROUP);
+    for step in ["step_0", "step_batch", "step_extern", "step_interactive"] {
+        assert!(
+            blocks
+                .iter()
+                .any(|b| b.cgroup.contains(&format!("/{step}"))),
+            "no {step} in the capture"
+        );
+    }
+    // An array task's cgroup is named by its own job id, not the array's: `3_1` is job 6.
+    assert!(blocks
+        .iter()
+        .any(|b| b.what.contains("array job 3_1") && b.job.as_deref() == Some("6")));
+}
+
+#[test]
+fn real_v1_cgroup_files_name_the_job_squeue_names() {
+    for block in captured(V1_PROC_CGROUP) {
+        assert_eq!(
+            from_cgroup(&block.cgroup),
+            block.job,
+            "pid {} ({}): {:?}",
+            block.pid,
+            block.what,
+            block.cgroup
+        );
+    }
+}
+
+#[test]
+fn the_real_v1_tree_names_the_same_jobs_for_hidden_processes() {
+    let sysfs = tempfile::tempdir().unwrap();
+    let root = sysfs.path().join("fs/cgroup");
+    for line in V1_TREE.lines().filter(|line| !line.starts_with('#')) {
+        let mut fields = line.split(' ');
+        let dir = fields.next().unwrap();
+        let pids: Vec<u32> = fields.map(|pid| pid.parse().unwrap()).collect();
+        cgroup(&root, dir, &pids);
+    }
+    let mut jobs = Jobs::new(sysfs.path());
+    for block in captured(V1_PROC_CGROUP) {
+        assert_eq!(
+            jobs.of(block.pid, None),
+            Found::Tree(block.job),
+            "pid {} ({})",
+            block.pid,
+            block.what
+        );
+    }
+}

@@ -32,10 +32,11 @@ use rustls_pki_types::{CertificateDer, PrivateKeyDer, ServerName};
 use serde::Deserialize;
 
 use crate::sysfs::{FileStamp, SysfsError};
-use verifiers::{AllowedSans, AnyClientCert};
+use verifiers::AllowedSans;
 
 pub use files::MAX_FILE_BYTES;
 pub use reload::{WebConfigFile, RELOAD_FAILURE_REASONS};
+pub use verifiers::AnyCert;
 
 /// exporter-toolkit's hash for unknown users, so that they cost the same bcrypt work as known
 /// ones and response times do not tell which user names exist.
@@ -281,6 +282,13 @@ fn parse(
 
 /// The YAML error's kind and place: serde's messages quote the value they could not take.
 fn yaml_error(err: serde_norway::Error) -> WebConfigError {
+    WebConfigError::Yaml(describe_yaml_error(&err))
+}
+
+/// A YAML error of a config file as its kind and place (`unknown key at line 3 column 5`),
+/// without the value serde's message quotes: a config may hold a secret. Also the checks
+/// file's and the `check --from.config` file's.
+pub fn describe_yaml_error(err: &serde_norway::Error) -> String {
     let message = err.to_string();
     let kind = if message.contains("unknown field") {
         "unknown key"
@@ -288,16 +296,14 @@ fn yaml_error(err: serde_norway::Error) -> WebConfigError {
         "a value of the wrong type"
     } else if message.contains("duplicate") {
         "a duplicate key"
+    } else if message.contains("missing field") {
+        "a key missing"
     } else {
         "not valid YAML"
     };
     match err.location() {
-        Some(at) => WebConfigError::Yaml(format!(
-            "{kind} at line {} column {}",
-            at.line(),
-            at.column()
-        )),
-        None => WebConfigError::Yaml(kind.to_string()),
+        Some(at) => format!("{kind} at line {} column {}", at.line(), at.column()),
+        None => kind.to_string(),
     }
 }
 
@@ -346,7 +352,9 @@ fn pem_source(
     Ok(bytes)
 }
 
-fn certificates(
+/// The PEM certificates of `pem`, at least one; `what` names them in an error. Also the CA of
+/// `check --from`.
+pub fn certificates(
     what: &'static str,
     pem: &[u8],
 ) -> Result<Vec<CertificateDer<'static>>, WebConfigError> {
@@ -503,7 +511,7 @@ fn client_verifier(
             .map_err(|err| invalid(format!("client CA: {err}")))
     };
     let any = |mandatory| -> Arc<dyn ClientCertVerifier> {
-        Arc::new(AnyClientCert {
+        Arc::new(AnyCert {
             mandatory,
             algorithms: provider.signature_verification_algorithms,
         })

@@ -1,23 +1,55 @@
-//! The client-certificate verifiers rustls has no ready one for: `RequestClientCert` and
-//! `RequireAnyClientCert` (any certificate, its key proven), and `client_allowed_sans`.
+//! The certificate verifiers rustls has no ready one for: `RequestClientCert` and
+//! `RequireAnyClientCert` (any certificate, its key proven), and `client_allowed_sans`; on the
+//! client side, `check --from`'s `insecure_skip_verify` (any server certificate, its key
+//! proven).
 
 use std::sync::Arc;
 
-use rustls::client::danger::HandshakeSignatureValid;
+use rustls::client::danger::{HandshakeSignatureValid, ServerCertVerified, ServerCertVerifier};
 use rustls::crypto::WebPkiSupportedAlgorithms;
 use rustls::server::danger::{ClientCertVerified, ClientCertVerifier};
 use rustls::{DigitallySignedStruct, DistinguishedName, SignatureScheme};
 use rustls_pki_types::{CertificateDer, ServerName, UnixTime};
 
-/// `RequestClientCert` and `RequireAnyClientCert`: any certificate, unverified, but the client
-/// must still prove it holds its key.
+/// Any certificate, unverified, but its holder must still prove it holds its key: the server's
+/// `RequestClientCert` and `RequireAnyClientCert` (`mandatory`), and a client's
+/// `insecure_skip_verify` (Go's `InsecureSkipVerify`).
 #[derive(Debug)]
-pub(super) struct AnyClientCert {
-    pub(super) mandatory: bool,
-    pub(super) algorithms: WebPkiSupportedAlgorithms,
+pub struct AnyCert {
+    /// Whether a client must send one (a server's side only).
+    pub mandatory: bool,
+    pub algorithms: WebPkiSupportedAlgorithms,
 }
 
-impl ClientCertVerifier for AnyClientCert {
+/// The handshake's signature checks of [`AnyCert`], the same under either trait: the peer
+/// proves it holds the key of the certificate it sent.
+macro_rules! proven_key {
+    () => {
+        fn verify_tls12_signature(
+            &self,
+            message: &[u8],
+            cert: &CertificateDer<'_>,
+            dss: &DigitallySignedStruct,
+        ) -> Result<HandshakeSignatureValid, rustls::Error> {
+            rustls::crypto::verify_tls12_signature(message, cert, dss, &self.algorithms)
+        }
+
+        fn verify_tls13_signature(
+            &self,
+            message: &[u8],
+            cert: &CertificateDer<'_>,
+            dss: &DigitallySignedStruct,
+        ) -> Result<HandshakeSignatureValid, rustls::Error> {
+            rustls::crypto::verify_tls13_signature(message, cert, dss, &self.algorithms)
+        }
+
+        fn supported_verify_schemes(&self) -> Vec<SignatureScheme> {
+            self.algorithms.supported_schemes()
+        }
+    };
+}
+
+impl ClientCertVerifier for AnyCert {
     fn client_auth_mandatory(&self) -> bool {
         self.mandatory
     }
@@ -35,27 +67,22 @@ impl ClientCertVerifier for AnyClientCert {
         Ok(ClientCertVerified::assertion())
     }
 
-    fn verify_tls12_signature(
+    proven_key!();
+}
+
+impl ServerCertVerifier for AnyCert {
+    fn verify_server_cert(
         &self,
-        message: &[u8],
-        cert: &CertificateDer<'_>,
-        dss: &DigitallySignedStruct,
-    ) -> Result<HandshakeSignatureValid, rustls::Error> {
-        rustls::crypto::verify_tls12_signature(message, cert, dss, &self.algorithms)
+        _end_entity: &CertificateDer<'_>,
+        _intermediates: &[CertificateDer<'_>],
+        _server_name: &ServerName<'_>,
+        _ocsp_response: &[u8],
+        _now: UnixTime,
+    ) -> Result<ServerCertVerified, rustls::Error> {
+        Ok(ServerCertVerified::assertion())
     }
 
-    fn verify_tls13_signature(
-        &self,
-        message: &[u8],
-        cert: &CertificateDer<'_>,
-        dss: &DigitallySignedStruct,
-    ) -> Result<HandshakeSignatureValid, rustls::Error> {
-        rustls::crypto::verify_tls13_signature(message, cert, dss, &self.algorithms)
-    }
-
-    fn supported_verify_schemes(&self) -> Vec<SignatureScheme> {
-        self.algorithms.supported_schemes()
-    }
+    proven_key!();
 }
 
 /// `client_allowed_sans`: the client certificate must name one of these.

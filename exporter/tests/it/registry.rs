@@ -128,6 +128,7 @@ fn a_collector_added_by_one_row_gets_its_flags_settings_start_scrape_and_stop() 
     ])
     .unwrap();
     let names: Vec<_> = config
+        .collection
         .collectors
         .iter()
         .map(|c| c.registration.name)
@@ -135,17 +136,21 @@ fn a_collector_added_by_one_row_gets_its_flags_settings_start_scrape_and_stop() 
     assert_eq!(names, ["rdma", "greeter"]);
 
     let started = config
+        .collection
         .collectors
         .into_iter()
         .map(|enabled| {
             let name = enabled.registration.name;
-            (name, enabled.settings.start(&config.host).unwrap())
+            (
+                name,
+                enabled.settings.start(&config.collection.host).unwrap(),
+            )
         })
         .collect();
     let scraper = Arc::new(Scraper::new(
         started,
-        config.host.scrape_timeout,
-        config.scrape_workers,
+        config.collection.host.scrape_timeout,
+        config.collection.scrape_workers,
     ));
     let runtime = tokio::runtime::Runtime::new().unwrap();
     let text = encode(
@@ -172,6 +177,7 @@ fn the_added_collector_is_off_by_default_and_its_flag_is_validated() {
     let names = |args: &[&str]| -> Vec<&str> {
         let config = parse(args).unwrap();
         config
+            .collection
             .collectors
             .iter()
             .map(|c| c.registration.name)
@@ -184,8 +190,8 @@ fn the_added_collector_is_off_by_default_and_its_flag_is_validated() {
         "invalid --collector.greeter.word \"h1\": letters only"
     );
     let config = parse(&["--collector.greeter", "--path.rootfs=/nonexistent"]).unwrap();
-    let greeter = config.collectors.into_iter().nth(1).unwrap();
-    let err = greeter.settings.start(&config.host).unwrap_err();
+    let greeter = config.collection.collectors.into_iter().nth(1).unwrap();
+    let err = greeter.settings.start(&config.collection.host).unwrap_err();
     assert_eq!(
         err.to_string(),
         "starting the greeter collector: /nonexistent is not a directory"
