@@ -330,7 +330,7 @@ def build_node(workdir, args, group_numbers):
     running_release(root, _read(os.path.join(root, "proc/sys/kernel/osrelease")).strip(), release)
     cmdline = _read(os.path.join(root, "proc/cmdline")).strip()
     pci_devices(root, release, cmdline, group_numbers)
-    refs = vfio_module(root, args.vms, GPUS // args.vms)
+    refs = vfio_module(root, args.vms, GPUS // max(args.vms, 1))
     loaded_modules(root, args.vms, refs)
     files = module_files(root, release, args.lab_cache)
     return root, release, files
@@ -370,7 +370,7 @@ class Holders:
         finally:
             for fd in null:
                 os.close(fd)
-        per_vm = len(groups) // vms
+        per_vm = len(groups) // max(vms, 1)
         self.vms = []
         for vm in range(vms):
             nodes = ["/dev/vfio/vfio"] + ["/dev/vfio/%d" % g for g in
@@ -550,6 +550,7 @@ def measure(args, workdir, root, procfs, exporter, node_exporter):
             t.startup_hwm = reset_peak(t)
             t.latencies.clear()
             t.cpu_ticks = t.cpu()
+            t.system_ticks = t.cpu_split()[1]
             t.switch_count = t.switches()
             t.durations = {}
         for i in range(args.scrapes):
@@ -562,6 +563,7 @@ def measure(args, workdir, root, procfs, exporter, node_exporter):
                     t.durations.setdefault(collector.decode(), []).append(float(seconds))
         for t in targets:
             t.cpu_ticks = t.cpu() - t.cpu_ticks
+            t.system_ticks = t.cpu_split()[1] - t.system_ticks
             t.switch_count = t.switches_since(t.switch_count)
             t.memory()
             t.samples, t.series = series_of(t.last[1])
@@ -577,8 +579,8 @@ def report(args, targets, context):
     by = {t.label: t for t in targets}
     hp, ne = by["hpcnode"], by["node_exporter"]
     print()
-    print("| exporter | CPU per scrape (ms) | median latency (ms) | p99 latency (ms) | "
-          "peak RSS during scrapes, MiB (at start) | RSS at end, MiB (anon) | "
+    print("| exporter | CPU per scrape, ms (in the kernel) | median latency (ms) | "
+          "p99 latency (ms) | peak RSS during scrapes, MiB (at start) | RSS at end, MiB (anon) | "
           "context switches per scrape | samples | series |")
     print("|---|---:|---:|---:|---:|---:|---:|---:|---:|")
 
@@ -586,11 +588,12 @@ def report(args, targets, context):
         return t.cpu_ticks * tick_ms / args.scrapes
 
     for t in targets:
-        print("| %s | %.2f | %.2f | %.2f | %.1f (%.1f) | %.1f (%.1f) | %.1f | %d | %d |" % (
-            t.label, cpu(t), statistics.median(t.latencies) * 1000,
-            scrape_bench.percentile(t.latencies, 0.99) * 1000, t.hwm_kib / 1024,
-            t.startup_hwm / 1024, t.rss_kib / 1024, t.anon_kib / 1024,
-            t.switch_count / args.scrapes, t.samples, len(t.series)))
+        print("| %s | %.2f (%.0f %%) | %.2f | %.2f | %.1f (%.1f) | %.1f (%.1f) | %.1f | %d | %d |"
+              % (t.label, cpu(t), 100.0 * t.system_ticks / max(t.cpu_ticks, 1),
+                 statistics.median(t.latencies) * 1000,
+                 scrape_bench.percentile(t.latencies, 0.99) * 1000, t.hwm_kib / 1024,
+                 t.startup_hwm / 1024, t.rss_kib / 1024, t.anon_kib / 1024,
+                 t.switch_count / args.scrapes, t.samples, len(t.series)))
     for t in targets:
         if t is ne:
             continue
@@ -603,11 +606,12 @@ def report(args, targets, context):
                   t.hwm_kib / ne.hwm_kib,
                   max(t.hwm_kib, t.startup_hwm) / max(ne.hwm_kib, ne.startup_hwm),
                   len(t.series) / len(ne.series)))
+    rss = hp.hwm_kib / ne.hwm_kib
+    whole = max(hp.hwm_kib, hp.startup_hwm) / max(ne.hwm_kib, ne.startup_hwm)
     print("targets (issue 42): CPU per scrape at most node_exporter's: %s; peak RSS at most "
-          "0.5x: %s" % (
+          "0.5x node_exporter's: %s during the scrapes (%.2fx counting the start's peak)" % (
               "met" if cpu(hp) <= cpu(ne) else "missed, %.2fx" % (cpu(hp) / cpu(ne)),
-              "met" if hp.hwm_kib <= 0.5 * ne.hwm_kib else
-              "missed, %.2fx" % (hp.hwm_kib / ne.hwm_kib)))
+              "met, %.2fx" % rss if rss <= 0.5 else "missed, %.2fx" % rss, whole))
     for t in targets:
         print("%s: collectors not successful: %s" % (t.label, ", ".join(t.failed) or "none"))
         if t.check:
@@ -662,8 +666,10 @@ def main():
                     help="processes holding descriptors (default: %(default)s)")
     ap.add_argument("--fds", type=int, default=100,
                     help="descriptors each holds (default: %(default)s)")
-    ap.add_argument("--vms", type=int, default=4, choices=(1, 2, 4, 8),
-                    help="QEMU-named processes holding the 8 GPUs' group nodes")
+    ap.add_argument("--vms", type=int, default=4, choices=(0, 1, 2, 4, 8),
+                    help="QEMU-named processes holding the 8 GPUs' group nodes; 0: none, so "
+                         "vfio's reference count proves no holder and the exporter scans no "
+                         "process (default: %(default)s)")
     ap.add_argument("--modules", type=int, default=150, help="loaded modules")
     ap.add_argument("--kmsg-rate", type=float, default=3.0,
                     help="lines a second written to /dev/kmsg while scraping")
