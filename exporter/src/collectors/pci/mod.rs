@@ -144,6 +144,7 @@ impl Settings for PciSettings {
             logged_unreadable: AtomicBool::new(false),
             logged_scan_stopped: AtomicBool::new(false),
             max_descriptors: vfio_holders::MAX_DESCRIPTORS,
+            kept_scan: Mutex::default(),
             logged_unproven: Unproven::log_filter(),
             aliases: Stamped::default(),
             modprobe_rules: Stamped::default(),
@@ -201,6 +202,8 @@ struct PciCollector {
     logged_scan_stopped: AtomicBool,
     /// Descriptors a holder scan reads at most.
     max_descriptors: usize,
+    /// The last full holder scan, kept while no vfio file opened or closed since.
+    kept_scan: Mutex<Option<vfio_holders::KeptScan>>,
     /// The reasons the vfio holder scan has logged for descriptors it did not count.
     logged_unproven: OncePerCause<Unproven>,
     /// `modules.alias` by kernel release, kept while its stamp stays the same.
@@ -470,6 +473,7 @@ fn collector_at(root: &std::path::Path) -> PciCollector {
         logged_unreadable: Default::default(),
         logged_scan_stopped: Default::default(),
         max_descriptors: vfio_holders::MAX_DESCRIPTORS,
+        kept_scan: Mutex::default(),
         logged_unproven: Unproven::log_filter(),
         aliases: Default::default(),
         modprobe_rules: Default::default(),

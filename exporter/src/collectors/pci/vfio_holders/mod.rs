@@ -31,8 +31,10 @@
 //! (their `file_operations` name it as `.owner`; `chrdev_open` and `anon_inode_getfile` take
 //! it), as does each module linked against it (`ref_module`, listed in `holders/`). A count no
 //! larger than its holder modules' proves no file open (5.10 and 6.1 idle; 6.12 keeps one more
-//! reference, so it is scanned). Otherwise the scan stops after [`MAX_DESCRIPTORS`]
-//! descriptors and says so.
+//! reference, so it is scanned). Otherwise a full scan is kept while the count stays as it was
+//! ([`kept`]), and stops after [`MAX_DESCRIPTORS`] descriptors and says so.
+
+mod kept;
 
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::path::Path;
@@ -45,6 +47,9 @@ use crate::logging::OncePerCause;
 use crate::metrics::Value;
 use crate::sync::lock;
 use crate::sysfs::{Entry, OpenFile, SysDir, SysfsError, UnitRead};
+
+pub(super) use kept::KeptScan;
+use kept::Outcome;
 
 use super::{
     Read, VFIO_DEVICE_HOLDERS, VFIO_HOLDER_INFO, VFIO_HOLDER_SCAN_COMPLETE, VFIO_STALE_HOLDER_INFO,
@@ -163,47 +168,64 @@ impl Read<'_> {
             })
             .collect();
         let mut nodes = VfioNodes { bound, known: None };
-        if self.no_vfio_file_open() {
-            self.push(&VFIO_UNREADABLE_PROCESSES, Vec::new(), Value::Int(0));
-            self.push(&VFIO_HOLDER_SCAN_COMPLETE, Vec::new(), Value::Int(1));
-            for address in devices {
-                let labels = vec![("device", address.clone().into())];
-                self.push(&VFIO_DEVICE_HOLDERS, labels, Value::Int(0));
-            }
+        let refs = self.vfio_module_refs();
+        if refs.is_some_and(|(refcnt, holders)| refcnt <= holders) {
+            // No vfio file open anywhere: nobody to find.
+            *lock(&collector.kept_scan) = None;
+            self.push_outcome(None, devices, &Outcome::default());
             return;
         }
 
         let Some(proc) = self.unit.reported(SysDir::open(&collector.procfs, "")) else {
             return;
         };
-        let scan = self.scan_processes(&proc, &mut nodes);
-        if scan.stopped {
-            collector.log_scan_stopped(scan.descriptors);
+        let refcnt = refs.map(|(refcnt, _)| refcnt);
+        let kept = lock(&collector.kept_scan).take();
+        let kept = match (kept, refcnt) {
+            (Some(kept), Some(refcnt)) if kept.holds(refcnt, devices, &proc) => kept,
+            _ => {
+                let scan = self.scan_processes(&proc, &mut nodes);
+                if scan.stopped {
+                    collector.log_scan_stopped(scan.descriptors);
+                }
+                KeptScan::new(refcnt.unwrap_or_default(), devices, scan)
+            }
+        };
+        self.push_outcome(Some(&proc), devices, &kept.outcome);
+        // A scan cut short, or one with no count to tell a change by, is not kept.
+        if refcnt.is_some() && !kept.outcome.stopped {
+            *lock(&collector.kept_scan) = Some(kept);
         }
-        let complete = Value::Int(u64::from(!scan.stopped));
+    }
+
+    /// The series of a scan's outcome; `proc` names the holders (none without it).
+    fn push_outcome(&mut self, proc: Option<&SysDir>, devices: &[String], outcome: &Outcome) {
+        let collector = self.collector;
+        let complete = Value::Int(u64::from(!outcome.stopped));
         self.push(&VFIO_HOLDER_SCAN_COMPLETE, Vec::new(), complete);
         self.push(
             &VFIO_UNREADABLE_PROCESSES,
             Vec::new(),
-            Value::Int(scan.unreadable),
+            Value::Int(outcome.unreadable),
         );
-        if scan.unreadable > 0 {
-            collector.log_unreadable_processes(scan.unreadable);
+        if outcome.unreadable > 0 {
+            collector.log_unreadable_processes(outcome.unreadable);
         }
-        for (reason, count) in scan.unproven {
+        for (reason, count) in &outcome.unproven {
             let labels = vec![("reason", reason.label().into())];
-            self.push(&VFIO_UNPROVEN_HOLDS, labels, Value::Int(count));
+            self.push(&VFIO_UNPROVEN_HOLDS, labels, Value::Int(*count));
         }
 
         let mut holders: BTreeMap<&str, BTreeSet<Holder>> = BTreeMap::new();
         let mut stale: BTreeSet<(String, Holder)> = BTreeSet::new();
-        for (pid, holds) in scan.holding {
-            let holder = self.holder(&proc, pid);
-            for address in holds.devices {
+        for (pid, held, stale_nodes) in &outcome.holding {
+            let Some(proc) = proc else { break };
+            let holder = self.holder(proc, *pid);
+            for address in held {
                 holders.entry(address).or_default().insert(holder.clone());
             }
-            for node in holds.stale {
-                stale.insert((node, holder.clone()));
+            for node in stale_nodes {
+                stale.insert((node.clone(), holder.clone()));
             }
         }
         for address in devices {
@@ -227,25 +249,19 @@ impl Read<'_> {
         }
     }
 
-    /// Whether the `vfio` module's reference count proves no vfio file open: no more
-    /// references than the modules linked against it hold. `false` where it cannot tell (vfio
-    /// built in, or not loaded while devices are bound: a fixture tree).
-    fn no_vfio_file_open(&mut self) -> bool {
-        let Ok(module) = self.collector.sysfs_dir("module/vfio") else {
-            return false;
-        };
-        let refcnt = self
-            .unit
-            .unheld(&module, "refcnt")
-            .ok()
-            .and_then(|n| n.parse::<usize>().ok());
-        let holders = module
+    /// The `vfio` module's reference count and how many modules linked against it hold one
+    /// (a count no larger proves no vfio file open); `None` where it cannot tell (vfio built
+    /// in, or not loaded while devices are bound: a fixture tree).
+    fn vfio_module_refs(&mut self) -> Option<(u64, u64)> {
+        let module = self.collector.sysfs_dir("module/vfio").ok()?;
+        let refcnt = self.unit.unheld(&module, "refcnt").ok()?.parse().ok()?;
+        match module
             .subdir("holders")
-            .and_then(|holders| holders.entries());
-        match (refcnt, holders) {
-            (Some(refcnt), Ok(holders)) => refcnt <= holders.len(),
-            (Some(refcnt), Err(err)) if err.is_absent() => refcnt == 0,
-            _ => false,
+            .and_then(|holders| holders.entries())
+        {
+            Ok(holders) => Some((refcnt, holders.len() as u64)),
+            Err(err) if err.is_absent() => Some((refcnt, 0)),
+            Err(_) => None,
         }
     }
 
@@ -332,6 +348,7 @@ impl Read<'_> {
                 }
             };
             let mut holds = ProcessHolds::default();
+            let mut vfio_files = Vec::new();
             let mut denied = false;
             scan.descriptors += entries.len();
             for fd in &entries {
@@ -339,7 +356,12 @@ impl Read<'_> {
                     continue;
                 };
                 let node = match fds.link_target(fd) {
-                    Ok(target) => vfio_device_node(&target),
+                    Ok(target) if kept::is_vfio_file(&target) => {
+                        let node = vfio_device_node(&target);
+                        vfio_files.push((fd.to_string(), target));
+                        node
+                    }
+                    Ok(_) => None,
                     Err(err) if err.is_permission_denied() => {
                         denied = true;
                         break;
@@ -373,6 +395,9 @@ impl Read<'_> {
             scan.unreadable += u64::from(denied);
             if !holds.devices.is_empty() || !holds.stale.is_empty() {
                 scan.holding.push((pid, holds));
+            }
+            if !vfio_files.is_empty() {
+                scan.watched.push((pid, vfio_files));
             }
         }
         scan
@@ -445,6 +470,8 @@ struct ProcessScan<'a> {
     descriptors: usize,
     /// Whether the budget ran out with processes left unread.
     stopped: bool,
+    /// The descriptors that are vfio files, by process, and what their links read.
+    watched: Vec<(u32, Vec<(String, std::path::PathBuf)>)>,
 }
 
 /// What one process holds.
@@ -603,205 +630,7 @@ fn qemu_option(value: &str, key: &str) -> Option<String> {
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-    use crate::collectors::pci::{collector_at, LabelCache};
-    use crate::metrics::{encode, Format};
-    use crate::sysfs::{AttributeReader, HeldAttributes};
-
-    /// One holder read of the fixture tree `pci_host` (copied, with `refcnt` as the `vfio`
-    /// module's count) by a collector whose scan reads at most `max_descriptors`.
-    fn holders_of_pci_host(refcnt: &str, max_descriptors: usize) -> String {
-        let tmp = tempfile::tempdir().unwrap();
-        let root = tmp.path().join("pci_host");
-        let fixture = concat!(env!("CARGO_MANIFEST_DIR"), "/../tests/fixtures/pci_host");
-        let copied = std::process::Command::new("cp")
-            .args(["-a", fixture])
-            .arg(&root)
-            .status();
-        assert!(copied.unwrap().success());
-        std::fs::write(root.join("sys/module/vfio/refcnt"), refcnt).unwrap();
-        let mut collector = collector_at(&root);
-        collector.sysfs = root.join("sys");
-        collector.max_descriptors = max_descriptors;
-        let mut out = Output::default();
-        let (mut held, mut reader) = (HeldAttributes::default(), AttributeReader::default());
-        let mut labels = LabelCache::default();
-        let mut read = Read {
-            collector: &collector,
-            unit: UnitRead::new(&mut held, &mut reader, &mut out),
-            labels: &mut labels,
-        };
-        read.vfio_holders(&["0000:07:00.0".to_string()]);
-        assert!(out.errors.is_empty(), "{:?}", out.errors);
-        encode(out.samples, Format::PrometheusText).unwrap()
-    }
-
-    #[test]
-    fn no_process_is_scanned_while_no_vfio_file_is_open() {
-        let idle = holders_of_pci_host("0\n", MAX_DESCRIPTORS);
-        assert!(
-            idle.contains("\nhpcnode_pci_vfio_holder_scan_complete 1\n"),
-            "{idle}"
-        );
-        assert!(
-            idle.contains("\nhpcnode_pci_vfio_device_holders{device=\"0000:07:00.0\"} 0\n"),
-            "{idle}"
-        );
-        // The fixture's QEMUs name vfio nodes: only a scan would count them (as unproven,
-        // its /proc being no procfs).
-        assert!(!idle.contains("hpcnode_pci_vfio_unproven_holds"), "{idle}");
-        let held = holders_of_pci_host("5\n", MAX_DESCRIPTORS);
-        assert!(
-            held.contains("hpcnode_pci_vfio_unproven_holds{reason=\"not_procfs\"} 2"),
-            "{held}"
-        );
-        assert!(
-            held.contains("\nhpcnode_pci_vfio_holder_scan_complete 1\n"),
-            "{held}"
-        );
-    }
-
-    #[test]
-    fn the_scan_stops_at_its_budget_and_says_so() {
-        // systemd's 4 descriptors, then the budget is spent: the QEMUs are not read.
-        let cut = holders_of_pci_host("5\n", 4);
-        assert!(
-            cut.contains("\nhpcnode_pci_vfio_holder_scan_complete 0\n"),
-            "{cut}"
-        );
-        assert!(!cut.contains("hpcnode_pci_vfio_unproven_holds"), "{cut}");
-        // Exactly enough for every process: complete.
-        let whole = holders_of_pci_host("5\n", 4 + 6 + 3);
-        assert!(
-            whole.contains("\nhpcnode_pci_vfio_holder_scan_complete 1\n"),
-            "{whole}"
-        );
-    }
-
-    fn cmdline(args: &[&str]) -> Vec<u8> {
-        args.iter()
-            .flat_map(|a| [a.as_bytes(), b"\0"].concat())
-            .collect()
-    }
-
-    /// As libvirt 9 starts a Nova instance (from `ps -o args` of a real compute node).
-    #[test]
-    fn libvirt_guest_name_and_uuid() {
-        let line = cmdline(&[
-            "/usr/bin/qemu-system-x86_64",
-            "-name",
-            "guest=instance-0000002a,debug-threads=on",
-            "-S",
-            "-uuid",
-            "8f0c6a3e-5b0e-4f6b-9d2a-1c3e5f7a9b0d",
-            "-device",
-            "{\"driver\":\"vfio-pci\",\"host\":\"0000:3b:00.0\"}",
-        ]);
-        assert!(is_qemu("qemu-system-x86", &line));
-        assert_eq!(
-            qemu_identity(&line),
-            (
-                "instance-0000002a".to_string(),
-                "8f0c6a3e-5b0e-4f6b-9d2a-1c3e5f7a9b0d".to_string()
-            )
-        );
-    }
-
-    #[test]
-    fn qemu_option_strings_as_qemu_reads_them() {
-        assert_eq!(qemu_option("vm1", "guest").as_deref(), Some("vm1"));
-        assert_eq!(
-            qemu_option("vm1,process=x", "guest").as_deref(),
-            Some("vm1")
-        );
-        assert_eq!(
-            qemu_option("a,,b,debug-threads=on", "guest").as_deref(),
-            Some("a,b")
-        );
-        assert_eq!(
-            qemu_option("debug-threads=on,guest=g", "guest").as_deref(),
-            Some("g")
-        );
-        assert_eq!(qemu_option("debug-threads=on", "guest"), None);
-        let double_dash = cmdline(&["qemu-kvm", "--name", "vm2", "--uuid", "u"]);
-        assert_eq!(qemu_identity(&double_dash), ("vm2".into(), "u".into()));
-        assert_eq!(
-            qemu_identity(&cmdline(&["qemu-kvm", "-name"])),
-            Default::default()
-        );
-    }
-
-    #[test]
-    fn only_device_nodes_count() {
-        for (target, node) in [
-            ("/dev/vfio/12", true),
-            ("/dev/vfio/noiommu-0", true),
-            ("/dev/vfio/devices/vfio3", true),
-            ("/dev/vfio/vfio", false),
-            ("/dev/iommu", false),
-            ("/dev/vfio/", false),
-            ("/dev/vfio/devices/vfio", false),
-            ("/dev/vfio/12 (deleted)", true),
-            ("/dev/vfio/vfio (deleted)", false),
-            ("socket:[1234]", false),
-        ] {
-            assert_eq!(
-                vfio_device_node(Path::new(target)).is_some(),
-                node,
-                "{target}"
-            );
-        }
-    }
-
-    /// Which descriptors named like vfio nodes hold what, by the device behind them: group
-    /// 13's node is 243:2 and the device's cdev 236:0, as sysfs gives them.
-    #[test]
-    fn a_hold_is_the_device_behind_the_name() {
-        let devices = HashMap::from([((243, 2), "0000:07:00.0"), ((236, 0), "0000:07:00.0")]);
-        let hold = |node, device| classify(node, device, &devices, &[236, 243]);
-        assert_eq!(hold("/dev/vfio/13", (243, 2)), Hold::Device("0000:07:00.0"));
-        let cdev = hold("/dev/vfio/devices/vfio0", (236, 0));
-        assert_eq!(cdev, Hold::Device("0000:07:00.0"));
-        // A group whose device left vfio-pci, its node still there or removed with the group.
-        assert_eq!(hold("/dev/vfio/77", (243, 5)), Hold::Stale);
-        assert_eq!(hold("/dev/vfio/13 (deleted)", (243, 2)), Hold::Stale);
-        // A node of another device, under a group's name or a stale one's.
-        for node in ["/dev/vfio/13", "/dev/vfio/77"] {
-            assert_eq!(hold(node, (1, 3)), Hold::Unproven(Unproven::NotTheDevice));
-        }
-        // Without vfio's majors (an unreadable /proc/devices), nothing is stale.
-        let unknown = classify("/dev/vfio/77", (243, 5), &devices, &[]);
-        assert_eq!(unknown, Hold::Unproven(Unproven::NotTheDevice));
-    }
-
-    /// `/proc/devices` as the kernel writes it (`%3d %s`), with vfio's group and cdev regions:
-    /// those majors, not the container's misc major, nor anything among the block devices.
-    #[test]
-    fn vfio_majors_are_its_character_devices() {
-        let devices = "Character devices:\n  1 mem\n  5 /dev/tty\n 10 misc\n236 vfio-dev\n\
-                       243 vfio\n254 gpiochip\n\nBlock devices:\n  7 loop\n259 blkext\n";
-        assert_eq!(vfio_majors(devices), [236, 243]);
-        assert_eq!(vfio_majors("Block devices:\n243 vfio\n"), [] as [u32; 0]);
-    }
-
-    /// `fdinfo` as 6.18 writes it for `/dev/null` opened `O_PATH` and read-only.
-    #[test]
-    fn path_only_descriptors_from_their_flags() {
-        let path = "pos:\t0\nflags:\t012000000\nmnt_id:\t24\nino:\t3\n";
-        let read = "pos:\t0\nflags:\t02100000\nmnt_id:\t24\nino:\t3\n";
-        assert_eq!(opened_path_only(path), Some(true));
-        assert_eq!(opened_path_only(read), Some(false));
-        assert_eq!(opened_path_only("pos:\t0\n"), None);
-    }
-
-    #[test]
-    fn other_programs_are_not_qemu() {
-        let line = cmdline(&["/usr/bin/dpdk-testpmd", "-name", "x"]);
-        assert!(!is_qemu("dpdk-testpmd", &line));
-        assert!(is_qemu("qemu-kvm", b""));
-    }
-}
+mod tests;
 
 #[cfg(test)]
 mod proptests {
