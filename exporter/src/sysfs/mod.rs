@@ -36,6 +36,7 @@ mod held;
 mod linked;
 mod named;
 mod resolve;
+mod stamped;
 mod unit;
 
 pub use budget::HeldBudget;
@@ -48,6 +49,7 @@ pub use linked::LinkedDirs;
 use named::read_to_end;
 pub use named::{read_named_file, read_private_file, FileStamp, NamedFile};
 use resolve::{resolve, Scope};
+pub use stamped::Stamped;
 pub use unit::{Report, UnitRead};
 
 /// sysfs attributes are at most one page; anything longer is not an attribute.

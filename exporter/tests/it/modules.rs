@@ -5,6 +5,7 @@
 use crate::util;
 
 use std::fs;
+use std::io::Write;
 use std::path::Path;
 
 use util::golden::{assert_lines, check_fixture_output, errors_total, has_line, scrape};
@@ -211,6 +212,49 @@ fn a_compressed_module_bomb_costs_one_bounded_decode() {
         assert!(has_line(&again, &format!("{parse_errors} {}", 2 * scrapes)));
     }
     assert_eq!(exporter.log_with(cause).matches(cause).count(), 1);
+}
+
+/// `modules.dep` is read again only when depmod has rewritten it (its stamp changed): a scrape
+/// that finds it as it was uses the files it listed, even where its bytes were changed in place
+/// with size and time kept (which depmod never does: it writes a new file and renames it).
+#[test]
+fn modules_dep_is_read_again_only_when_rewritten() {
+    let tmp = TreeCopy::with_rootfs("modules_signed_files").dir;
+    let dep = tmp
+        .path()
+        .join("lib/modules/6.12.117+deb12-amd64/modules.dep");
+    let exporter = start(tmp.path(), &[SIGNED_FILES_EXPECTED]);
+    let geniv_needs = "file=\"kernel/crypto/crypto_null.ko.xz\"";
+    assert!(scrape(&exporter).contains(geniv_needs));
+    // In place, same length, same modification time: geniv's dependency renamed away.
+    let text = fs::read_to_string(&dep).unwrap();
+    let modified = fs::metadata(&dep).unwrap().modified().unwrap();
+    let edited = text.replace("crypto/crypto_null.ko.xz", "crypto/crypto_nul2.ko.xz");
+    assert_eq!(edited.len(), text.len());
+    fs::OpenOptions::new()
+        .write(true)
+        .open(&dep)
+        .unwrap()
+        .write_all(edited.as_bytes())
+        .unwrap();
+    fs::File::options()
+        .write(true)
+        .open(&dep)
+        .unwrap()
+        .set_modified(modified)
+        .unwrap();
+    assert!(
+        scrape(&exporter).contains(geniv_needs),
+        "read again unchanged"
+    );
+    // As depmod writes it: a new file renamed over the old one.
+    let new = dep.with_extension("dep.new");
+    fs::write(&new, edited).unwrap();
+    fs::rename(&new, &dep).unwrap();
+    assert!(
+        !scrape(&exporter).contains(geniv_needs),
+        "not read again after depmod"
+    );
 }
 
 /// The exporter as a user other than root, or a kernel without /proc/keys: the kernel's keys

@@ -26,7 +26,7 @@ use crate::kernel::module_file::{self, Signature, SignatureCache};
 use crate::kernel::release::{boot_image_release, checked_release, compare_releases, is_release};
 use crate::kernel::taint;
 use crate::metrics::{Desc, Labels, Value};
-use crate::sysfs::{AttributeReader, SysDir, SysfsError};
+use crate::sysfs::{AttributeReader, FileStamp, Stamped, SysDir, SysfsError};
 
 #[cfg(any(test, feature = "fuzzing"))]
 pub(crate) use expected::{parse_builtin_index, parse_cmdline_blacklists};
@@ -80,6 +80,7 @@ impl Settings for ModulesSettings {
             expected: self.expected,
             max_modules: self.max_modules,
             signatures: SignatureCache::default(),
+            files_to_load: Stamped::default(),
         }))
     }
 }
@@ -121,6 +122,9 @@ struct ModulesCollector {
     expected: Vec<String>,
     max_modules: usize,
     signatures: SignatureCache,
+    /// The files modprobe would load for the expected modules, by release and `modules.dep`'s
+    /// stamp.
+    files_to_load: Stamped<(String, FileStamp), Vec<String>>,
 }
 
 const TAINTED: Desc = Desc::gauge(

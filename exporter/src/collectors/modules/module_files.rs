@@ -1,5 +1,7 @@
 //! The files modprobe would load for the expected modules: signed or not, and by whom.
 
+use std::sync::Arc;
+
 use super::*;
 
 /// `modules.dep` is read up to this size: Debian's 6.12 lists 4000 modules in 620 KiB.
@@ -20,18 +22,10 @@ impl Read<'_> {
         let Some(modules_dir) = self.dir(&rootfs, &format!("lib/modules/{release}")) else {
             return;
         };
-        let modules_dep = modules_dir.read_text_file("modules.dep", MAX_MODULES_DEP_BYTES);
-        let Some(modules_dep) = self.out.optional(modules_dep) else {
+        let Some(files) = self.files_to_load(&modules_dir, release) else {
             return;
         };
-        let mut files: Vec<String> = Vec::new();
-        for module in &self.collector.expected {
-            for file in module_file::files_to_load(&modules_dep, module).unwrap_or_default() {
-                if !files.contains(&file) {
-                    files.push(file);
-                }
-            }
-        }
+        let files = files.to_vec();
         if files.is_empty() {
             return;
         }
@@ -76,5 +70,27 @@ impl Read<'_> {
             labels.extend([("signer", signer.into()), ("state", trust.label().into())]);
             self.push(&MODULE_FILE_SIGNER_TRUST, labels, 1);
         }
+    }
+
+    /// The files modprobe would load for the expected modules, from `modules.dep` (Debian's
+    /// is 620 KiB): read again only when its stamp changed, as `depmod` rewrites it.
+    fn files_to_load(&mut self, modules_dir: &SysDir, release: String) -> Option<Arc<Vec<String>>> {
+        let stamp = modules_dir.stamp("modules.dep");
+        let key = (release, self.out.optional(stamp)?);
+        let kept = &self.collector.files_to_load;
+        if let Some(files) = kept.get(&key) {
+            return Some(files);
+        }
+        let modules_dep = modules_dir.read_text_file("modules.dep", MAX_MODULES_DEP_BYTES);
+        let modules_dep = self.out.optional(modules_dep)?;
+        let mut files: Vec<String> = Vec::new();
+        for module in &self.collector.expected {
+            for file in module_file::files_to_load(&modules_dep, module).unwrap_or_default() {
+                if !files.contains(&file) {
+                    files.push(file);
+                }
+            }
+        }
+        Some(kept.keep(key, files))
     }
 }

@@ -4,41 +4,8 @@
 //! ignores the module's own aliases).
 
 use std::collections::HashSet;
-use std::sync::{Arc, Mutex};
 
 use crate::kernel::modprobe::{glob_match, Action, ConfigFile};
-use crate::sync::lock;
-
-/// A value made from files (`modules.alias`, the modprobe.d rules), kept while the files'
-/// stamps (`key`) stay what they were: every unbound device of every scrape needs it, and
-/// reading and parsing megabytes again for each would cost more than the rest of the scrape.
-pub struct Stamped<K, T> {
-    kept: Mutex<Option<(K, Arc<T>)>>,
-}
-
-impl<K, T> Default for Stamped<K, T> {
-    fn default() -> Self {
-        Stamped {
-            kept: Mutex::new(None),
-        }
-    }
-}
-
-impl<K: PartialEq, T> Stamped<K, T> {
-    /// The value kept under `key`, if that is the key it was kept under.
-    pub fn get(&self, key: &K) -> Option<Arc<T>> {
-        let kept = lock(&self.kept);
-        (kept.as_ref()).and_then(|(kept_key, value)| (kept_key == key).then(|| value.clone()))
-    }
-
-    /// Keeps `value`, made from the files as `key` stamped them (before they were read).
-    pub fn keep(&self, key: K, value: T) -> Arc<T> {
-        let value = Arc::new(value);
-        let mut kept = lock(&self.kept);
-        *kept = Some((key, value.clone()));
-        value
-    }
-}
 
 /// One `alias pci:... module` line.
 pub struct ModuleAlias<'a> {

@@ -43,9 +43,10 @@ use crate::sysfs::{
     SysfsError, UnitRead,
 };
 
+use crate::sysfs::Stamped;
 pub use descs::METRICS;
 use descs::*;
-use driver_modules::{ModprobeRules, Stamped};
+use driver_modules::ModprobeRules;
 use identity::{Address, Identity};
 use nova_check::{NovaFiles, NovaRead};
 use vfio_holders::Unproven;

@@ -10,13 +10,13 @@ use crate::metrics::{LabelValue, Value};
 use crate::sync::lock;
 use crate::sysfs::{FileStamp, NamedFile, SysDir, SysfsError, UnitRead};
 
-use super::driver_modules::Stamped;
 use super::identity::{parse_id, read_identity, Identity};
 use super::nova::{self, Alias, DeviceType, NovaConfig, PciIdentity, Problem};
 use super::{
     Read, DEVICES_DIR, NOVA_ALIAS_DEFINITIONS, NOVA_ALIAS_DEVICES, NOVA_ALIAS_MISMATCH,
     NOVA_CONFIG_ERRORS, NOVA_CONFIG_VALID, NOVA_SCHEDULER_PCI_FILTER, NOVA_SPEC_DEVICES,
 };
+use crate::sysfs::Stamped;
 
 /// The filter nova-scheduler needs to place any PCI request on a host with the devices
 /// (`nova/scheduler/filters/pci_passthrough_filter.py`).
