@@ -60,6 +60,19 @@ pub struct Host {
     pub scrape_timeout: Duration,
 }
 
+impl Host {
+    /// A tree's `sys`, `proc` and itself as the three roots, for tests.
+    #[cfg(test)]
+    pub fn of_tree(root: &std::path::Path) -> Host {
+        Host {
+            sysfs: root.join("sys"),
+            procfs: root.join("proc"),
+            rootfs: root.to_path_buf(),
+            scrape_timeout: Duration::from_secs(10),
+        }
+    }
+}
+
 /// Why a collector could not start.
 #[derive(Debug, thiserror::Error)]
 #[error("starting the {collector} collector: {reason}")]

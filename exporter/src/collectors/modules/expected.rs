@@ -176,14 +176,11 @@ mod tests {
         let conf = root.path().join("etc/modprobe.d/ofed.conf");
         std::fs::create_dir_all(conf.parent().unwrap()).unwrap();
         std::fs::write(&conf, "install mlx[4-5]-ib /bin/false\nblacklist mlx5*\n").unwrap();
-        let collector = ModulesCollector {
-            procfs: root.path().join("proc"),
-            sysfs: root.path().join("sys"),
-            rootfs: root.path().to_path_buf(),
-            expected: vec!["mlx5_ib".into(), "mlx5_core".into(), "mlx4_ib".into()],
-            max_modules: 10,
-            signatures: SignatureCache::default(),
-        };
+        let collector = ModulesCollector::new(
+            &Host::of_tree(root.path()),
+            vec!["mlx5_ib".into(), "mlx5_core".into(), "mlx4_ib".into()],
+            10,
+        );
         let mut out = Output::default();
         let mut read = Read {
             collector: &collector,

@@ -73,15 +73,11 @@ impl ModulesSettings {
 
 impl Settings for ModulesSettings {
     fn start(self: Box<Self>, host: &Host) -> Result<Started, StartError> {
-        Ok(Started::new(ModulesCollector {
-            procfs: host.procfs.clone(),
-            sysfs: host.sysfs.clone(),
-            rootfs: host.rootfs.clone(),
-            expected: self.expected,
-            max_modules: self.max_modules,
-            signatures: SignatureCache::default(),
-            files_to_load: Stamped::default(),
-        }))
+        Ok(Started::new(ModulesCollector::new(
+            host,
+            self.expected,
+            self.max_modules,
+        )))
     }
 }
 
@@ -125,6 +121,20 @@ struct ModulesCollector {
     /// The files modprobe would load for the expected modules, by release and `modules.dep`'s
     /// stamp.
     files_to_load: Stamped<(String, FileStamp), Vec<String>>,
+}
+
+impl ModulesCollector {
+    fn new(host: &Host, expected: Vec<String>, max_modules: usize) -> ModulesCollector {
+        ModulesCollector {
+            procfs: host.procfs.clone(),
+            sysfs: host.sysfs.clone(),
+            rootfs: host.rootfs.clone(),
+            expected,
+            max_modules,
+            signatures: SignatureCache::default(),
+            files_to_load: Stamped::default(),
+        }
+    }
 }
 
 const TAINTED: Desc = Desc::gauge(

@@ -22,14 +22,7 @@ fn kernels_with_their_image_in_lib_modules_are_installed() {
     write("lib/modules/4.18.0-553.el8_10.x86_64/vmlinuz", "");
     write("lib/modules/4.18.0-553.el8_10.x86_64/build/Makefile", "");
     write("lib/modules/4.18.0-477.el8.x86_64/vmlinuz", "");
-    let collector = ModulesCollector {
-        procfs: root.path().join("proc"),
-        sysfs: root.path().join("sys"),
-        rootfs: root.path().to_path_buf(),
-        expected: Vec::new(),
-        max_modules: 10,
-        signatures: SignatureCache::default(),
-    };
+    let collector = ModulesCollector::new(&Host::of_tree(root.path()), Vec::new(), 10);
     let mut out = Output::default();
     collector.collect_unit(&Unit::Installed, &mut out);
     assert!(out.errors.is_empty(), "{:?}", out.errors);
