@@ -159,8 +159,8 @@ fn check_args() -> [Arg; 4] {
     [
         optional(FROM, "URL", "Read a running exporter's page (http:// or https://; /metrics when the URL names no path) instead of collecting in this process; the collection flags are then refused."),
         optional(FROM_CONFIG, "FILE", "With --from: a Prometheus scrape config's tls_config (ca_file, cert_file, key_file, server_name, insecure_skip_verify) and basic_auth (username, password_file) in YAML; needed for https."),
-        flag(FROM_TIMEOUT, "10s", "With --from: the longest the whole request may take, at most 50s (Slurm kills a health check at 60 s)."),
-        flag(CHECKS, config::DEFAULT_PATH, "Which checks count, their thresholds and the devices they ignore (YAML). The default path may be absent (every check as built in); a file given must exist."),
+        flag(FROM_TIMEOUT, "10s", "With --from: the longest the whole request may take, at most 50s (Slurm kills a health check at 60 s).").value_name("DURATION"),
+        flag(CHECKS, config::DEFAULT_PATH, "Which checks count, their thresholds and the devices they ignore (YAML). The default path may be absent (every check as built in); a file given must exist.").value_name("FILE"),
     ]
 }
 
