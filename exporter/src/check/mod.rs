@@ -243,7 +243,21 @@ impl CheckRun {
             .enable_all()
             .build()
             .map_err(CannotTell::Runtime)?;
-        match self.page {
+        let verdict = self.page.judge(&runtime, &chosen);
+        // Not waiting for what is still on the blocking pool: a name look-up past the timeout,
+        // a read hung in a driver past the scrape's deadline.
+        runtime.shutdown_background();
+        verdict
+    }
+}
+
+impl PageSource {
+    fn judge(
+        self,
+        runtime: &tokio::runtime::Runtime,
+        chosen: &[Chosen],
+    ) -> Result<Verdict, CheckError> {
+        match self {
             PageSource::Remote {
                 source,
                 config,
@@ -257,7 +271,7 @@ impl CheckRun {
                         err,
                     })?;
                 let samples = read_page(&text, &source.url)?;
-                Ok(judge(&samples, &chosen))
+                Ok(judge(&samples, chosen))
             }
             PageSource::Collect(collection) => {
                 let enabled = (collection.collectors.into_iter())
@@ -265,7 +279,7 @@ impl CheckRun {
                 let host = &collection.host;
                 let scraper = Scraper::start(enabled, host, collection.scrape_workers)
                     .map_err(CannotTell::from)?;
-                let verdict = collect_and_judge(&runtime, &scraper, &chosen, host.scrape_timeout);
+                let verdict = collect_and_judge(runtime, &scraper, chosen, host.scrape_timeout);
                 scraper.stop();
                 verdict
             }

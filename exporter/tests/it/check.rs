@@ -8,9 +8,10 @@ use crate::util;
 
 use std::os::unix::fs::PermissionsExt;
 use std::path::Path;
+use std::time::{Duration, Instant};
 
 use util::web::{bcrypt_hash, port, Pki};
-use util::{fixture_root, Exporter, TreeCopy};
+use util::{fixture_root, Exporter, HungTree, TreeCopy};
 
 /// The modules issue 4 expects on an RDMA and GPU node; `modules_rhel7` has all but vfio_pci.
 const EXPECTED: &str =
@@ -213,6 +214,33 @@ fn a_failed_collector_is_3_and_why() {
         stderr.contains(
             "the modules collector failed on this page (hpcnode_scrape_collector_success 0)"
         ),
+        "{stderr}"
+    );
+}
+
+/// A read hung in a driver (a FUSE file that never answers): the check still ends soon after
+/// its scrape's deadline, exit 3 (that collector did not finish), instead of waiting on the
+/// stuck thread as Slurm's 60 s run out.
+#[test]
+fn a_hung_read_ends_the_check_at_its_deadline() {
+    let Some(hung) = HungTree::mount("a_hung_read_ends_the_check_at_its_deadline") else {
+        return;
+    };
+    let started = Instant::now();
+    let (code, stdout, stderr) = check(&[
+        "--collector.disable-defaults",
+        "--collector.rdma",
+        &hung.tree.sys_arg(),
+        "--scrape.timeout=1s",
+    ]);
+    assert!(
+        started.elapsed() < Duration::from_secs(10),
+        "{:?}",
+        started.elapsed()
+    );
+    assert_eq!((code, stdout.as_str()), (3, ""), "{stderr}");
+    assert!(
+        stderr.contains("the rdma collector failed on this page"),
         "{stderr}"
     );
 }
