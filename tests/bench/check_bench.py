@@ -15,7 +15,6 @@ import argparse
 import collections
 import os
 import resource
-import shutil
 import statistics
 import subprocess
 import sys
@@ -47,12 +46,7 @@ def main():
     parser.add_argument("--warmup", type=int, default=3)
     parser.add_argument("--keep", action="store_true")
     args = parser.parse_args()
-    # What scrape_bench.Target reads from its arguments.
-    args.start_timeout, args.request_timeout = 20.0, 30.0
-    args.prometheus_headers, args.new_connection = False, False
-
-    if not os.path.exists(args.exporter):
-        print("no %s: build it first (cargo build --release)" % args.exporter)
+    if not scrape_bench.prepared(args):
         return 1
     workdir = tempfile.mkdtemp(prefix="check-bench-")
     target = None
@@ -112,12 +106,7 @@ def main():
         print("within 1 s: %s" % ("yes, every run" if max(walls) < 1.0 else "NO"))
         return 0
     finally:
-        if target is not None:
-            target.stop()
-        if args.keep:
-            print("tree kept in " + workdir)
-        else:
-            shutil.rmtree(workdir, ignore_errors=True)
+        scrape_bench.finish([target] if target else [], workdir, args.keep)
 
 
 if __name__ == "__main__":

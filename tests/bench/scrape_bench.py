@@ -346,6 +346,27 @@ def check_body(label, status, body, n_ports):
 # run
 
 
+def prepared(args):
+    """For a benchmark of one exporter whose own flags do not set them: gives `args` what Target
+    reads, and says whether `args.exporter` is built (False after saying how to build it)."""
+    args.start_timeout, args.request_timeout = 20.0, 30.0
+    args.prometheus_headers, args.new_connection = False, False
+    if not os.path.exists(args.exporter):
+        print("no %s: build it first (cargo build --release)" % args.exporter)
+        return False
+    return True
+
+
+def finish(targets, workdir, keep):
+    """Stops `targets`, and removes `workdir` unless `keep` (then says where it is)."""
+    for target in targets:
+        target.stop()
+    if keep:
+        print("tree kept in " + workdir)
+    else:
+        shutil.rmtree(workdir, ignore_errors=True)
+
+
 def percentile(values, q):
     s = sorted(values)
     return s[max(0, math.ceil(q * len(s)) - 1)]
