@@ -1,11 +1,12 @@
 //! Writes the man page, hpcnode_exporter(1), to stdout: `cargo run --example man [BINARY]`.
-//! Generated from the command lines the binary parses (the common flags, every collector's, and
-//! the `probe` subcommands), with the sections clap does not know. Its VERSION is what
+//! Generated from the command lines the binary parses (the common flags, every collector's, the
+//! `probe` subcommands and `check`), with the sections clap does not know. Its VERSION is what
 //! `BINARY --version` prints (packaging/build.sh names the binary it packages, whose build date
 //! and glibc floor differ from this example's), or without BINARY this build's own.
 use std::io::Write;
 use std::process::Command;
 
+use hpcnode_exporter::check;
 use hpcnode_exporter::collectors::ALL;
 use hpcnode_exporter::config;
 
@@ -25,6 +26,10 @@ A bad flag, or a value out of its range (never clamped); one line says which.
 \fB3\fR
 A listener could not be had: a \-\-web.listen\-address in use or not on this node, or
 \-\-web.systemd\-socket without a socket passed by systemd. Nothing else has started.
+.PP
+\fBcheck\fR exits 0 when every check passed, 1 when one failed (its lines on stdout), 2 for a
+bad flag, checks file or \-\-from.config, and 3 when it cannot tell (no page, a page it cannot
+read, a collector a check reads failed): never drain a node on 3.
 "#;
 
 /// What the packages install (README.md's "What the packages install").
@@ -41,6 +46,10 @@ The systemd unit: the exporter as the system user hpcnode_exporter
 The unit's hardening drop\-ins, one per systemd version; at boot and at every daemon\-reload
 \fIhpcnode_exporter\-generator\fR (in \fI/usr/lib/systemd/system\-generators/\fR) gives the
 running systemd those it understands.
+.TP
+\fI/etc/hpcnode_exporter/checks.yml\fR
+Which checks \fBhpcnode_exporter check\fR runs, their thresholds and the devices they ignore;
+kept on upgrade.
 .TP
 \fI/etc/hpcnode_exporter/\fR
 The site's own files: the \-\-web.config.file (e.g. \fIweb.yml\fR) and the verbs token file.
@@ -95,7 +104,7 @@ fn write_page() -> std::io::Result<()> {
     man.render_synopsis_section(&mut page)?;
     man.render_description_section(&mut page)?;
     man.render_options_section(&mut page)?;
-    render_probes(&mut page)?;
+    render_subcommands(&mut page)?;
     page.extend_from_slice(EXIT_STATUS.as_bytes());
     page.extend_from_slice(FILES.as_bytes());
     page.extend_from_slice(SEE_ALSO.as_bytes());
@@ -103,25 +112,53 @@ fn write_page() -> std::io::Result<()> {
     std::io::stdout().write_all(&page)
 }
 
-/// SUBCOMMANDS: each `probe <name>` with what it does and its options.
-fn render_probes(page: &mut Vec<u8>) -> std::io::Result<()> {
-    let probe = config::probe_command(&ALL);
+/// SUBCOMMANDS: `check` (its own options; the collection options are the ones above), then
+/// each `probe <name>`, with what it does and its options.
+fn render_subcommands(page: &mut Vec<u8>) -> std::io::Result<()> {
     page.extend_from_slice(b".SH SUBCOMMANDS\n");
+    let check = check::command(&ALL);
+    let own = config::with_collection_args(clap::Command::new("none"), &ALL);
+    let own: Vec<_> = (check.get_arguments())
+        .filter(|arg| {
+            own.get_arguments()
+                .all(|other| other.get_id() != arg.get_id())
+        })
+        .cloned()
+        .collect();
+    let about = "Run the node-readiness checks once, for Slurm's HealthCheckProgram and NHC (docs/slurm.md): one line per failure on stdout, nothing when the node is fine. Takes the collection options above (not \\-\\-web.*), and these:";
+    render_subcommand(
+        page,
+        check.get_name(),
+        about,
+        clap::Command::new("check").args(own),
+    )?;
+    let probe = config::probe_command(&ALL);
     for sub in probe.get_subcommands() {
         let name = format!("{} {}", probe.get_name(), sub.get_name());
         let about = sub.get_about().map(ToString::to_string).unwrap_or_default();
-        let head = format!(".SS \"{name} [OPTIONS]\"\n{}\n", escape(&about));
-        page.extend_from_slice(head.as_bytes());
-        let mut options = Vec::new();
-        clap_mangen::Man::new(sub.clone()).render_options_section(&mut options)?;
-        // The subcommand's options under its own heading, not a second OPTIONS section (the
-        // lines before it define a string the title's preamble already defined).
-        let options = String::from_utf8_lossy(&options);
-        let body = options
-            .split_once(".SH OPTIONS\n")
-            .map_or("", |(_, body)| body);
-        page.extend_from_slice(body.as_bytes());
+        render_subcommand(page, &name, &escape(&about), sub.clone())?;
     }
+    Ok(())
+}
+
+/// One subcommand: its name, `about` (roff) and the options of `command`.
+fn render_subcommand(
+    page: &mut Vec<u8>,
+    name: &str,
+    about: &str,
+    command: clap::Command,
+) -> std::io::Result<()> {
+    let head = format!(".SS \"{name} [OPTIONS]\"\n{about}\n");
+    page.extend_from_slice(head.as_bytes());
+    let mut options = Vec::new();
+    clap_mangen::Man::new(command).render_options_section(&mut options)?;
+    // The subcommand's options under its own heading, not a second OPTIONS section (the
+    // lines before it define a string the title's preamble already defined).
+    let options = String::from_utf8_lossy(&options);
+    let body = options
+        .split_once(".SH OPTIONS\n")
+        .map_or("", |(_, body)| body);
+    page.extend_from_slice(body.as_bytes());
     Ok(())
 }
 

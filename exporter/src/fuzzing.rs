@@ -32,7 +32,7 @@ use crate::netlink::route::link::{self, VfCounter};
 use crate::sysfs::{AttributeReader, SysDir};
 use crate::transceiver::{self, Memory, HALF_PAGE};
 use crate::web_config::WebConfigFile;
-use crate::{collectors, flags, rdma_port};
+use crate::{check, collectors, exposition, flags, rdma_port};
 
 /// The micras files, in the order a fuzz input's NUL-separated parts fill them.
 const MICRAS_FILES: [&str; 8] = [
@@ -434,6 +434,29 @@ pub fn ld_cache(data: &[u8]) {
     }
 }
 
+/// A `/metrics` page as `check` reads it, then judged by every check as built in: what it
+/// reads is bounded by the text, and a failure it finds is one line whatever the page held.
+pub fn exposition(data: &[u8]) {
+    let text = String::from_utf8_lossy(data);
+    let Ok(samples) = exposition::parse(&text) else {
+        return;
+    };
+    assert!(samples.len() <= text.lines().count());
+    for sample in &samples {
+        assert!(sample.labels.len() <= exposition::MAX_LABELS);
+        for (index, (name, _)) in sample.labels.iter().enumerate() {
+            assert!(sample.labels[..index]
+                .iter()
+                .all(|(other, _)| other != name));
+        }
+    }
+    let chosen =
+        check::config::parse(Path::new("checks.yml"), b"").expect("no file is the built-in checks");
+    for failure in check::judge(&samples, &chosen).failures {
+        assert!(!failure.to_string().contains(['\n', '\r']));
+    }
+}
+
 /// Values of the flags that take durations and listen addresses.
 pub fn flag_values(data: &[u8]) {
     let text = String::from_utf8_lossy(data);
@@ -454,7 +477,7 @@ mod tests {
     #[test]
     fn the_seed_corpus_runs_through_every_target() {
         type Target = (&'static str, fn(&[u8]));
-        let targets: [Target; 21] = [
+        let targets: [Target; 22] = [
             ("sysfs_attribute", sysfs_attribute),
             ("proc_modules", proc_modules),
             ("module_file", module_file),
@@ -476,6 +499,7 @@ mod tests {
             ("generic_netlink", generic_netlink),
             ("elf_versions", elf_versions),
             ("ld_cache", ld_cache),
+            ("exposition", exposition),
         ];
         let seeds = Path::new(env!("CARGO_MANIFEST_DIR")).join("../fuzz/seeds");
         for (name, target) in targets {

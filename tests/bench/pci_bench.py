@@ -15,7 +15,6 @@ import argparse
 import importlib.util
 import os
 import pwd
-import shutil
 import statistics
 import subprocess
 import sys
@@ -109,12 +108,7 @@ def main():
                         help="run the hpcnode exporters as this user (setpriv), as a site's "
                              "service user: without root, config space stops at 64 bytes")
     args = parser.parse_args()
-    # What scrape_bench.Target reads from its arguments.
-    args.start_timeout, args.request_timeout = 20.0, 30.0
-    args.prometheus_headers, args.new_connection = False, False
-
-    if not os.path.exists(args.exporter):
-        print("no %s: build it first (cargo build --release)" % args.exporter)
+    if not scrape_bench.prepared(args):
         return 1
     workdir = tempfile.mkdtemp(prefix="pci-bench-")
     as_user = []
@@ -205,12 +199,7 @@ def main():
                                                  "%d lines differ" % differ))
         return 0
     finally:
-        for target in targets:
-            target.stop()
-        if args.keep:
-            print("tree kept in " + workdir)
-        else:
-            shutil.rmtree(workdir, ignore_errors=True)
+        scrape_bench.finish(targets, workdir, args.keep)
 
 
 if __name__ == "__main__":

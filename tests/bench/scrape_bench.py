@@ -66,20 +66,22 @@ def _write(path, text):
 ROCE_GIDS = 255
 
 
-def make_tree(root, n_hcas, ports=2, ethernet=False):
+def make_tree(root, n_hcas, ports=2, ethernet=False, domain=0):
     """A sysfs root with n_hcas ConnectX-6-like devices in the real layout (class symlinks into
     devices/pci..., device and driver links); with `ethernet`, RoCE ports (link layer Ethernet,
-    a GID table of ROCE_GIDS entries). Returns the sysfs root path."""
+    a GID table of ROCE_GIDS entries). Their PCI functions are in PCI `domain`, so that a tree
+    another generator filled (check_bench.py: pci_bench.py's devices, domain 0) can have them
+    too. Returns the sysfs root path."""
     sysfs = os.path.join(root, "sys")
     cls = os.path.join(sysfs, "class", "infiniband")
     drv = os.path.join(sysfs, "bus", "pci", "drivers", "mlx5_core")
-    os.makedirs(cls)
-    os.makedirs(drv)
+    os.makedirs(cls, exist_ok=True)
+    os.makedirs(drv, exist_ok=True)
     for i in range(n_hcas):
         name = "mlx5_%d" % i
-        bridge = "0000:00:%02x.%d" % (1 + i // 8, i % 8)
-        addr = "0000:%02x:00.0" % (i + 1)
-        pci = os.path.join(sysfs, "devices", "pci0000:00", bridge, addr)
+        bridge = "%04x:00:%02x.%d" % (domain, 1 + i // 8, i % 8)
+        addr = "%04x:%02x:00.0" % (domain, i + 1)
+        pci = os.path.join(sysfs, "devices", "pci%04x:00" % domain, bridge, addr)
         dev = os.path.join(pci, "infiniband", name)
         os.makedirs(dev)
         _write(os.path.join(pci, "vendor"), "0x15b3\n")
@@ -342,6 +344,27 @@ def check_body(label, status, body, n_ports):
 
 # ---------------------------------------------------------------------------------------------
 # run
+
+
+def prepared(args):
+    """For a benchmark of one exporter whose own flags do not set them: gives `args` what Target
+    reads, and says whether `args.exporter` is built (False after saying how to build it)."""
+    args.start_timeout, args.request_timeout = 20.0, 30.0
+    args.prometheus_headers, args.new_connection = False, False
+    if not os.path.exists(args.exporter):
+        print("no %s: build it first (cargo build --release)" % args.exporter)
+        return False
+    return True
+
+
+def finish(targets, workdir, keep):
+    """Stops `targets`, and removes `workdir` unless `keep` (then says where it is)."""
+    for target in targets:
+        target.stop()
+    if keep:
+        print("tree kept in " + workdir)
+    else:
+        shutil.rmtree(workdir, ignore_errors=True)
 
 
 def percentile(values, q):

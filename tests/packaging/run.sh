@@ -4,10 +4,11 @@
 #   versions (none above 2.17) and --version; the .deb: lintian without errors, its file list
 #   and conffile, installed with dpkg into a fresh Debian 12 root (mmdebstrap) where the postinst
 #   creates the user and enables the unit, `systemd-analyze verify` on the installed unit, the
-#   flags file kept over a reinstall, and the installed binary run as the service user on a
-#   fixture tree, answering a scrape; each package's man page: its sections and a VERSION that
-#   is the packaged binary's --version; the .rpm: installed with `rpm --root` into an empty
-#   directory, its file list, config file and scriptlets checked, the binary run from there.
+#   flags and checks files kept over a reinstall, and the installed binary run as the service
+#   user on a fixture tree, answering a scrape and its check; each package's man page: its
+#   sections and a VERSION that is the packaged binary's --version; the .rpm: installed with
+#   `rpm --root` into an empty directory, its file list, config files and scriptlets checked,
+#   the binary run from there.
 #   The rules and dashboards packages: tests/packaging/rules.sh.
 #   Each package's unit names its own doc directory, and its generator gives systemd 252 the
 #   drop-ins tests/packaging/units.py proves for every target (which runs first).
@@ -74,6 +75,7 @@ check_man_page() {
     grep -qx ".SH $section" <<<"$page" || fail "man page: no $section section"
   done
   grep -q '^\.SS "hpcnode_exporter probe verbs' <<<"$page" || fail "man page: no probe verbs"
+  grep -q '^\.SS "hpcnode_exporter check' <<<"$page" || fail "man page: no check"
   version=$(groff -man -Tascii -ww -rcR=1 -P-cbou <<<"$page" 2>"$work/groff.log" \
     | awk '/^VERSION$/ {v = 1; next} v && /^$/ {exit} v {sub(/^ +/, ""); print}')
   [ ! -s "$work/groff.log" ] || fail "man page: groff: $(cat "$work/groff.log")"
@@ -122,12 +124,13 @@ for path in /usr/bin/hpcnode_exporter /usr/lib/systemd/system/hpcnode_exporter.s
   /usr/lib/systemd/system-generators/hpcnode_exporter-generator \
   $(ls packaging/systemd/dropins/*.conf | sed 's|^packaging/systemd/dropins|/usr/share/hpcnode_exporter/systemd|') \
   /usr/lib/sysusers.d/hpcnode_exporter.conf /etc/default/hpcnode_exporter \
-  /usr/share/man/man1/hpcnode_exporter.1.gz /usr/share/doc/hpcnode-exporter/copyright \
+  /etc/hpcnode_exporter/checks.yml /usr/share/man/man1/hpcnode_exporter.1.gz /usr/share/doc/hpcnode-exporter/copyright \
   $(ls README.md METRICS.md docs/*.md alerts/README.md dashboards/README.md | sed 's|^|/usr/share/doc/hpcnode-exporter/|') \
   /usr/share/lintian/overrides/hpcnode-exporter; do
   grep -qx "$path" <<<"$files" || fail "$deb lacks $path"
 done
-[ "$(dpkg-deb --ctrl-tarfile "$deb" | tar -xO ./conffiles)" = /etc/default/hpcnode_exporter ] || fail "conffiles"
+conffiles=$(printf '%s\n' /etc/default/hpcnode_exporter /etc/hpcnode_exporter/checks.yml)
+[ "$(dpkg-deb --ctrl-tarfile "$deb" | tar -xO ./conffiles | sort)" = "$conffiles" ] || fail "conffiles"
 mkdir "$work/deb" && dpkg-deb -x "$deb" "$work/deb"
 check_packaged_binary "$work/deb/usr/bin/hpcnode_exporter"
 check_man_page "$work/deb"
@@ -159,10 +162,23 @@ verified=$(chroot "$root" systemd-analyze verify --man=no --generators=yes /usr/
 ! grep hpcnode_exporter <<<"$verified" || fail "systemd-analyze verify: $verified"
 step "generator and systemd-analyze verify: no complaint (man page: in the file list above)"
 echo 'ARGS="--log.level=debug"' >"$root/etc/default/hpcnode_exporter"
+echo '# this site' >>"$root/etc/hpcnode_exporter/checks.yml"
 chroot "$root" dpkg -i "/tmp/$(basename "$deb")"
 grep -qx 'ARGS="--log.level=debug"' "$root/etc/default/hpcnode_exporter" || fail "/etc/default/hpcnode_exporter not kept over a reinstall"
+grep -qx '# this site' "$root/etc/hpcnode_exporter/checks.yml" || fail "/etc/hpcnode_exporter/checks.yml not kept over a reinstall"
 cp -r tests/fixtures/procfs "$root/fixture"
 scrape_fixture /fixture/sys chroot --userspec=hpcnode_exporter:hpcnode_exporter "$root" /usr/bin/hpcnode_exporter
+# The installed check with the installed checks file, as the service user: the fixture's ports
+# are up (exit 0, nothing on stdout); its first port taken down fails it (exit 1, its line).
+checked=$(chroot --userspec=hpcnode_exporter:hpcnode_exporter "$root" /usr/bin/hpcnode_exporter check \
+  --collector.disable-defaults --collector.rdma --path.sysfs=/fixture/sys) || fail "check on the fixture: $?"
+[ -z "$checked" ] || fail "check on the fixture printed: $checked"
+echo '1: DOWN' >"$root/fixture/sys/class/infiniband/mlx4_0/ports/1/state"
+code=0; checked=$(chroot --userspec=hpcnode_exporter:hpcnode_exporter "$root" /usr/bin/hpcnode_exporter check \
+  --collector.disable-defaults --collector.rdma --path.sysfs=/fixture/sys) || code=$?
+[ "$code" = 1 ] && [ "$checked" = 'ERROR: hpcnode: rdma_port_state mlx4_0/1: port state 1 (DOWN), not ACTIVE' ] \
+  || fail "check with a port down: exit $code: $checked"
+step "the installed check and checks file: 0 on the fixture, 1 and its line with a port down"
 check_rules_deb "$root"
 
 # --- .rpm ---
@@ -171,6 +187,8 @@ mkdir "$rpmroot"
 rpm --root "$rpmroot" --initdb
 rpm --root "$rpmroot" --install --nodeps --noscripts "$rpm"
 expected_rpm_files="/etc/sysconfig/hpcnode_exporter
+/etc/hpcnode_exporter
+/etc/hpcnode_exporter/checks.yml
 /usr/bin/hpcnode_exporter
 /usr/lib/systemd/system/hpcnode_exporter.service
 /usr/lib/systemd/system-generators/hpcnode_exporter-generator
@@ -185,10 +203,12 @@ $(ls README.md METRICS.md docs/*.md alerts/README.md dashboards/README.md | sed 
 /usr/share/licenses/hpcnode_exporter/LICENSE
 /usr/share/man/man1/hpcnode_exporter.1.gz"
 diff <(sort <<<"$expected_rpm_files") <(rpm --root "$rpmroot" -ql hpcnode_exporter | sort) || fail "rpm file list"
-[ "$(rpm --root "$rpmroot" -qc hpcnode_exporter)" = /etc/sysconfig/hpcnode_exporter ] || fail "rpm config files"
+[ "$(rpm --root "$rpmroot" -qc hpcnode_exporter | sort)" = "$(printf '%s\n' /etc/hpcnode_exporter/checks.yml /etc/sysconfig/hpcnode_exporter)" ] || fail "rpm config files"
 documented_in "$rpmroot/usr/lib/systemd/system/hpcnode_exporter.service" "$(rpm --root "$rpmroot" -ql hpcnode_exporter)"
 rpm --root "$rpmroot" -q --qf '[%{FILEFLAGS:fflags} %{FILENAMES}\n]' hpcnode_exporter | grep -qx 'cn /etc/sysconfig/hpcnode_exporter' \
   || fail "/etc/sysconfig/hpcnode_exporter is not %config(noreplace)"
+rpm --root "$rpmroot" -q --qf '[%{FILEFLAGS:fflags} %{FILENAMES}\n]' hpcnode_exporter | grep -qx 'cn /etc/hpcnode_exporter/checks.yml' \
+  || fail "/etc/hpcnode_exporter/checks.yml is not %config(noreplace)"
 rpm --root "$rpmroot" -V --nodeps hpcnode_exporter || fail "rpm -V: installed files differ from the package"
 scripts=$(rpm -qp --scripts "$rpm")
 for expected in 'systemd-sysusers hpcnode_exporter.conf' 'systemctl daemon-reload' 'systemctl --no-reload preset hpcnode_exporter.service' \

@@ -159,8 +159,8 @@ fn check_args() -> [Arg; 4] {
     [
         optional(FROM, "URL", "Read a running exporter's page (http:// or https://; /metrics when the URL names no path) instead of collecting in this process; the collection flags are then refused."),
         optional(FROM_CONFIG, "FILE", "With --from: a Prometheus scrape config's tls_config (ca_file, cert_file, key_file, server_name, insecure_skip_verify) and basic_auth (username, password_file) in YAML; needed for https."),
-        flag(FROM_TIMEOUT, "10s", "With --from: the longest the whole request may take, at most 50s (Slurm kills a health check at 60 s)."),
-        flag(CHECKS, config::DEFAULT_PATH, "Which checks count, their thresholds and the devices they ignore (YAML). The default path may be absent (every check as built in); a file given must exist."),
+        flag(FROM_TIMEOUT, "10s", "With --from: the longest the whole request may take, at most 50s (Slurm kills a health check at 60 s).").value_name("DURATION"),
+        flag(CHECKS, config::DEFAULT_PATH, "Which checks count, their thresholds and the devices they ignore (YAML). The default path may be absent (every check as built in); a file given must exist.").value_name("FILE"),
     ]
 }
 
@@ -243,7 +243,21 @@ impl CheckRun {
             .enable_all()
             .build()
             .map_err(CannotTell::Runtime)?;
-        match self.page {
+        let verdict = self.page.judge(&runtime, &chosen);
+        // Not waiting for what is still on the blocking pool: a name look-up past the timeout,
+        // a read hung in a driver past the scrape's deadline.
+        runtime.shutdown_background();
+        verdict
+    }
+}
+
+impl PageSource {
+    fn judge(
+        self,
+        runtime: &tokio::runtime::Runtime,
+        chosen: &[Chosen],
+    ) -> Result<Verdict, CheckError> {
+        match self {
             PageSource::Remote {
                 source,
                 config,
@@ -257,7 +271,7 @@ impl CheckRun {
                         err,
                     })?;
                 let samples = read_page(&text, &source.url)?;
-                Ok(judge(&samples, &chosen))
+                Ok(judge(&samples, chosen))
             }
             PageSource::Collect(collection) => {
                 let enabled = (collection.collectors.into_iter())
@@ -265,7 +279,7 @@ impl CheckRun {
                 let host = &collection.host;
                 let scraper = Scraper::start(enabled, host, collection.scrape_workers)
                     .map_err(CannotTell::from)?;
-                let verdict = collect_and_judge(&runtime, &scraper, &chosen, host.scrape_timeout);
+                let verdict = collect_and_judge(runtime, &scraper, chosen, host.scrape_timeout);
                 scraper.stop();
                 verdict
             }

@@ -11,7 +11,7 @@ use util::{Exporter, BINARY};
 /// Runs the binary to its exit. A run that should exit but serves instead (a bad value
 /// accepted, a taken port not noticed) fails after 30 s and is killed, rather than hanging
 /// the test run and leaving an exporter behind.
-fn run(args: &[&str]) -> (i32, String, String) {
+pub fn run(args: &[&str]) -> (i32, String, String) {
     let child = Command::new(BINARY)
         .args(args)
         .stdin(Stdio::null())

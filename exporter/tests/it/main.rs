@@ -6,6 +6,7 @@
 mod util;
 
 mod architecture;
+mod check;
 mod cli;
 mod ebpf;
 mod golden;

@@ -134,3 +134,55 @@ fn the_packaged_file_is_the_built_in_checks() {
         );
     }
 }
+
+mod proptests {
+    use proptest::prelude::*;
+
+    use super::*;
+    use crate::test_strategies::text;
+
+    const TOKENS: &[&str] = &[
+        "checks:",
+        "\n",
+        "  ",
+        "    ",
+        ":",
+        " ",
+        "enabled",
+        "threshold",
+        "ignore",
+        "true",
+        "0.5",
+        "[",
+        "]",
+        "'",
+        ",",
+        "{",
+        "}",
+        "-",
+        "#",
+        ".nan",
+        "(",
+        "*",
+        "pci_driver",
+        "pci_link_width",
+        "module_expected",
+    ];
+
+    proptest! {
+        /// Whatever the file, the checks as it chooses them or an error naming the file: never
+        /// a panic, and never a check missing or a threshold that is not a number.
+        #[test]
+        fn any_file_is_the_checks_or_an_error(yaml in text(TOKENS)) {
+            match parse(Path::new("checks.yml"), yaml.as_bytes()) {
+                Ok(chosen) => {
+                    prop_assert_eq!(chosen.len(), ALL.len());
+                    for choice in chosen {
+                        prop_assert!(choice.threshold.is_finite() == choice.check.threshold.is_some());
+                    }
+                }
+                Err(err) => prop_assert!(err.to_string().starts_with("checks.yml: ")),
+            }
+        }
+    }
+}

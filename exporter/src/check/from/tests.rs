@@ -208,3 +208,52 @@ fn the_password_file() {
     let err = error(files.load("http://n:1/", config));
     assert!(err.contains("no password in it"), "{err}");
 }
+
+mod proptests {
+    use proptest::prelude::*;
+
+    use super::*;
+    use crate::test_strategies::text;
+
+    const TOKENS: &[&str] = &[
+        "tls_config:",
+        "basic_auth:",
+        "\n",
+        "  ",
+        ":",
+        " ",
+        "ca_file",
+        "cert_file",
+        "key_file",
+        "server_name",
+        "insecure_skip_verify",
+        "username",
+        "password_file",
+        "true",
+        "false",
+        "password",
+        "'",
+        "[",
+        "]",
+        "{",
+        "}",
+        "#",
+        "-",
+    ];
+
+    proptest! {
+        #![proptest_config(ProptestConfig::with_cases(64))]
+
+        /// Whatever the file, a client or an error, never a panic; and never TLS settings for
+        /// a plain URL nor none for an https one.
+        #[test]
+        fn any_file_is_a_client_or_an_error(yaml in text(TOKENS)) {
+            let files = Files::new();
+            for url in ["http://n:1/", "https://n:1/"] {
+                if let Ok(client) = files.load(url, &yaml) {
+                    prop_assert_eq!(client.tls.is_some(), url.starts_with("https"));
+                }
+            }
+        }
+    }
+}
