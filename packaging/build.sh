@@ -53,6 +53,8 @@ for arch in "${@:-x86_64}"; do
   install -D -m 0644 packaging/sysusers.d/hpcnode_exporter.conf "$staging/usr/lib/sysusers.d/hpcnode_exporter.conf"
   install -D -m 0644 packaging/defaults "$staging/etc/sysconfig/hpcnode_exporter"
   install -D -m 0644 packaging/checks.yml "$staging/etc/hpcnode_exporter/checks.yml"
+  install -D -m 0755 -t "$staging/usr/share/hpcnode_exporter/slurm" contrib/slurm/hpcnode-healthcheck contrib/slurm/prolog-verbs-probe
+  install -D -m 0644 -t "$staging/usr/share/hpcnode_exporter/slurm" contrib/slurm/hpcnode.nhc
   install -D -m 0644 "$out/man/hpcnode_exporter.1.gz" "$staging/usr/share/man/man1/hpcnode_exporter.1.gz"
   # The documents keep the repository's layout, so their relative links hold.
   install -D -m 0644 -t "$staging/usr/share/doc/hpcnode_exporter" README.md METRICS.md

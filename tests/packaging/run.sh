@@ -125,6 +125,7 @@ for path in /usr/bin/hpcnode_exporter /usr/lib/systemd/system/hpcnode_exporter.s
   $(ls packaging/systemd/dropins/*.conf | sed 's|^packaging/systemd/dropins|/usr/share/hpcnode_exporter/systemd|') \
   /usr/lib/sysusers.d/hpcnode_exporter.conf /etc/default/hpcnode_exporter \
   /etc/hpcnode_exporter/checks.yml /usr/share/man/man1/hpcnode_exporter.1.gz /usr/share/doc/hpcnode-exporter/copyright \
+  $(ls contrib/slurm/* | sed 's|^contrib/slurm|/usr/share/hpcnode_exporter/slurm|') \
   $(ls README.md METRICS.md docs/*.md alerts/README.md dashboards/README.md | sed 's|^|/usr/share/doc/hpcnode-exporter/|') \
   /usr/share/lintian/overrides/hpcnode-exporter; do
   grep -qx "$path" <<<"$files" || fail "$deb lacks $path"
@@ -196,6 +197,8 @@ expected_rpm_files="/etc/sysconfig/hpcnode_exporter
 $(ls packaging/systemd/dropins/*.conf | sed 's|^packaging/systemd/dropins|/usr/share/hpcnode_exporter/systemd|')
 /usr/share/hpcnode_exporter
 /usr/share/hpcnode_exporter/systemd
+/usr/share/hpcnode_exporter/slurm
+$(ls contrib/slurm/* | sed 's|^contrib/slurm|/usr/share/hpcnode_exporter/slurm|')
 $(ls README.md METRICS.md docs/*.md alerts/README.md dashboards/README.md | sed 's|^|/usr/share/doc/hpcnode_exporter/|')
 /usr/share/doc/hpcnode_exporter/alerts
 /usr/share/doc/hpcnode_exporter/dashboards
