@@ -80,7 +80,10 @@ health_check_tests() {
 
   since=$SECONDS
   set_modules "$modules_faulty"
-  if wait_for $((2 * HEALTH_INTERVAL + 10)) node_is 'drain|hpcnode:*mlx5_core*'; then
+  # Within one HealthCheckInterval (slurmd's next run), and the few seconds the run itself and
+  # this poll take.
+  if wait_for $((2 * HEALTH_INTERVAL + 10)) node_is 'drain|hpcnode:*mlx5_core*' &&
+    [ $((SECONDS - since)) -le $((HEALTH_INTERVAL + 5)) ]; then
     pass "mlx5_core gone from the node's /proc/modules: drained in $((SECONDS - since)) s (HealthCheckInterval=$HEALTH_INTERVAL), reason '$(node_state | cut -d'|' -f2)'"
   else
     fail "mlx5_core gone: $node is $(node_state) after $((SECONDS - since)) s"
@@ -91,7 +94,8 @@ health_check_tests() {
 
   since=$SECONDS
   set_modules "$modules_healthy"
-  if wait_for $((2 * HEALTH_INTERVAL + 10)) node_is 'idle|none'; then
+  if wait_for $((2 * HEALTH_INTERVAL + 10)) node_is 'idle|none' &&
+    [ $((SECONDS - since)) -le $((HEALTH_INTERVAL + 5)) ]; then
     pass "mlx5_core back: $node resumed to idle in $((SECONDS - since)) s"
   else
     fail "mlx5_core back: $node is $(node_state) after $((SECONDS - since)) s"
