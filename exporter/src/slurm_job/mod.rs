@@ -11,6 +11,7 @@
 mod tree;
 
 use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
 
 use crate::sysfs::SysDir;
 
@@ -59,8 +60,8 @@ fn is_number(text: &str) -> bool {
 /// The jobs of the processes one scrape names. The cgroup tree is read once, and only when a
 /// process's `/proc/PID/cgroup` could not be.
 pub struct Jobs {
-    /// `--path.sysfs`'s `fs/cgroup`, absent where it cannot be opened.
-    cgroupfs: Option<SysDir>,
+    /// `--path.sysfs`, whose `fs/cgroup` is opened only when a process needs the tree.
+    sysfs: PathBuf,
     /// Pid to job from the tree, once read.
     from_tree: Option<BTreeMap<u32, String>>,
 }
@@ -85,9 +86,9 @@ impl Found {
 
 impl Jobs {
     /// For the cgroup file system under `sysfs` (`--path.sysfs`).
-    pub fn new(sysfs: &std::path::Path) -> Jobs {
+    pub fn new(sysfs: &Path) -> Jobs {
         Jobs {
-            cgroupfs: SysDir::open(sysfs, "fs/cgroup").ok(),
+            sysfs: sysfs.to_path_buf(),
             from_tree: None,
         }
     }
@@ -98,10 +99,13 @@ impl Jobs {
         if let Some(cgroup) = cgroup {
             return Found::Proc(from_cgroup(cgroup));
         }
-        let cgroupfs = &self.cgroupfs;
-        let tree = self
-            .from_tree
-            .get_or_insert_with(|| cgroupfs.as_ref().map(tree::pids_by_job).unwrap_or_default());
+        let sysfs = &self.sysfs;
+        let tree = self.from_tree.get_or_insert_with(|| {
+            let cgroupfs = SysDir::open(sysfs, "fs/cgroup");
+            cgroupfs
+                .map(|dir| tree::pids_by_job(&dir))
+                .unwrap_or_default()
+        });
         Found::Tree(tree.get(&pid).cloned())
     }
 }
