@@ -24,7 +24,7 @@ use crate::sync::lock;
 pub use before_start::read_before_start;
 use iommu_faults::{Fault, FaultCounts};
 pub use origin::kmsg_record_origin;
-pub use origin::{Origin, Origins};
+pub use origin::{KmsgReader, Origin, Origins};
 pub use patterns::EventKey;
 use patterns::{LineMatch, Matcher, PATTERNS};
 
@@ -97,7 +97,7 @@ impl KernelLogCounts {
 
     /// Counts one record the printk:console program forwarded, once [`Origins`] has said
     /// whose it is; a record that matches nothing is not looked up.
-    pub fn count_forwarded<R: Read>(&self, record: &str, origins: &mut Origins<R>) {
+    pub fn count_forwarded<R: KmsgReader>(&self, record: &str, origins: &mut Origins<R>) {
         if lines(record).any(|line| self.matcher.find(line).is_some()) {
             self.count_record(record, origins.of(record));
         }

@@ -27,6 +27,14 @@ impl Read for Kmsg {
     }
 }
 
+impl KmsgReader for Kmsg {
+    /// A record comes only if one is queued: an `EAGAIN` before it stands for a record the
+    /// writer has reserved but not yet committed.
+    fn wait_for_record(&mut self, _: std::time::Duration) -> bool {
+        !self.0.is_empty()
+    }
+}
+
 const REFUSED: &str = "Loading of unsigned module is rejected";
 /// As the kernel logs the refusal (module_sig_check: pr_notice, LOG_KERN) and as devkmsg_write
 /// logs `echo '<3>Loading of unsigned module is rejected' > /dev/kmsg` (facility LOG_USER,
@@ -63,6 +71,17 @@ fn a_forwarded_line_is_found_past_the_records_before_it() {
     // None left: unknown, and the reader is kept for the next line.
     assert_eq!(origins.of(REFUSED), Origin::Unknown);
     assert!(origins.kmsg.is_some());
+}
+
+#[test]
+fn a_line_seen_before_its_record_is_committed_waits_for_it() {
+    let mut origins = Origins::new(Kmsg::new(&[
+        Err(libc::EAGAIN),
+        Ok(OTHER),
+        Err(libc::EAGAIN),
+        Ok(WRITTEN_REFUSAL),
+    ]));
+    assert_eq!(origins.of(REFUSED), Origin::Process);
 }
 
 #[test]
