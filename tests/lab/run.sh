@@ -56,9 +56,14 @@ fi
 #   when=named only when named on the command line (measurements too long for every run)
 #   boot=      a name: groups with the same machine, cmdline and boot name share one boot (a long
 #              group gets a boot of its own, so that no kernel's boots end long after the others')
+#   kernels=   the kernels the group runs on (default all), for a group whose subject is not the kernel
+#   share=hostroot the host's / read-only over 9p (tag hostroot), for a Debian userspace the
+#              initramfs lacks; /lab/hostroot-repo names this repository's path there
 directive() { sed -n "s/^# lab: $2=//p" "$lab/scenarios/$1.sh" | head -n1; }
+# on_kernel GROUP KERNEL: whether GROUP runs on KERNEL.
+on_kernel() { local only; only=$(directive "$1" kernels); [ -z "$only" ] || [[ " $only " == *" $2 "* ]]; }
 # What a group's boot is known by: groups with the same key share one boot.
-boot_key() { echo "$(directive "$1" machine)|$(directive "$1" cmdline)|$(directive "$1" boot)"; }
+boot_key() { echo "$(directive "$1" machine)|$(directive "$1" share)|$(directive "$1" cmdline)|$(directive "$1" boot)"; }
 
 # --list: the groups this run would boot, one a line with its boot (machine|cmdline|boot), and no boot.
 if ((list)); then
@@ -239,6 +244,7 @@ prepare_kernel() {
     gcc -static -O2 -Wall -Wextra -Werror -o "$dir/share/bin/$helper" "$lab/helpers/$helper.c"
   done
   cp -r "$lab/guest" "$lab/scenarios" "$dir/share/"
+  echo "$repo" > "$dir/share/hostroot-repo"
   # The unit as Debian 12's systemd (252) runs it on a kernel with CAP_BPF: the base unit and the
   # drop-ins its generator gives there, for the capabilities they grant.
   cat "$repo/packaging/hpcnode_exporter.service" $("$repo/packaging/systemd/hpcnode_exporter-generator" \
@@ -252,20 +258,20 @@ prepare_kernel() {
   while IFS= read -r key; do
     local limit=90 guest_groups=()
     for group in "${runnable[@]}"; do
-      [ "$(boot_key "$group")" = "$key" ] || continue
+      [ "$(boot_key "$group")" = "$key" ] && on_kernel "$group" "$kernel" || continue
       group_timeout=$(directive "$group" timeout)
       guest_groups+=("$group:${group_timeout:=120}")
       limit=$((limit + group_timeout))
     done
     echo "$limit|${key%|*}|$(IFS=,; echo "${guest_groups[*]}")"
-  done < <(for group in "${runnable[@]}"; do boot_key "$group"; done | sort -u) > "$dir/boots"
+  done < <(for group in "${runnable[@]}"; do on_kernel "$group" "$kernel" && boot_key "$group"; done | sort -u) > "$dir/boots"
   echo "lab: $kver ready in $((SECONDS - kernel_start)) s (cache $(dirname "$root"))"
 }
 
 # Boots one prepared kernel once for one machine and command line, runs its groups and reports
 # them; run in a subshell per boot, so its failures are counted from its output.
 run_boot() {
-  local kernel=$1 limit=$2 machine=$3 cmdline=$4 guest_list=$5 root kver dir group boot_groups=()
+  local kernel=$1 limit=$2 machine=$3 share=$4 cmdline=$5 guest_list=$6 root kver dir group boot_groups=() share_args=()
   dir=$work/$kernel
   root=$(cat "$dir/root")
   kver=$(ls "$root/lib/modules")
@@ -288,6 +294,12 @@ run_boot() {
       cmdline="intel_iommu=on $cmdline" ;;
     *) fail "[$kernel] ${boot_groups[*]}: unknown machine $machine"; return ;;
   esac
+  case $share in
+    '') ;;
+    # multidevs=remap: / spans several host file systems, whose inode numbers would collide.
+    hostroot) share_args=(-virtfs "local,path=/,mount_tag=hostroot,security_model=none,readonly=on,multidevs=remap") ;;
+    *) fail "[$kernel] ${boot_groups[*]}: unknown share $share"; return ;;
+  esac
   names=$(IFS=,; echo "${boot_groups[*]}")
   serial=$dir/share/results/serial-${names//,/-}.log
   # A boot whose guest started no group at all (a kernel that died early: seen once in CI
@@ -295,7 +307,7 @@ run_boot() {
   # the serial log's end is shown, so a real early panic still reads in the output.
   for attempt in 1 2; do
     for group in "${boot_groups[@]}"; do rm -f "$dir/share/results/$group.result"; done
-    echo "lab: booting $kver (${machine:-pc}${cmdline:+, $cmdline}) for $names, limit $limit s"
+    echo "lab: booting $kver (${machine:-pc}${share:+, share $share}${cmdline:+, $cmdline}) for $names, limit $limit s"
     boot_start=$SECONDS
     # Two cores are shared: nice. The limit bounds the whole boot; qemu's exit status says nothing.
     # no_timer_check: on a loaded host TCG can miss the early timer check's ticks, and the kernel
@@ -307,7 +319,7 @@ run_boot() {
       -nographic -no-reboot -nic none "${machine_args[@]}" \
       -kernel "$root/boot/vmlinuz-$kver" -initrd "$dir/initramfs.cpio" \
       -append "console=ttyS0 quiet panic=-1 no_timer_check lab.groups=$guest_list $cmdline" \
-      -virtfs "local,path=$dir/share,mount_tag=lab,security_model=none" \
+      -virtfs "local,path=$dir/share,mount_tag=lab,security_model=none" "${share_args[@]}" \
       < /dev/null > "$serial" 2> "$dir/share/results/qemu-stderr-${names//,/-}.log" &
     qemu_pid=$!
     trap 'kill -TERM "$qemu_pid" 2> /dev/null; wait "$qemu_pid" || true; echo "lab: interrupted" >&2; exit 130' INT TERM
@@ -352,11 +364,11 @@ if ((${#runnable[@]})); then
     awk -v kernel="$kernel" '{ printf "%s|%s|%02d\n", $0, kernel, NR }' "$work/$kernel/boots"
   done | sort -t'|' -k1,1nr)
   for boot in "${boots[@]}"; do
-    IFS='|' read -r limit machine cmdline guest_list kernel number <<< "$boot"
+    IFS='|' read -r limit machine share cmdline guest_list kernel number <<< "$boot"
     while (($(jobs -rp | wc -l) >= parallel)); do wait -n || true; done
     out=$work/$kernel/boot-$number
     # times runs in the boot's own subshell: its children line is that boot's qemu and tools.
-    { run_boot "$kernel" "$limit" "$machine" "$cmdline" "$guest_list" > "$out.out" 2>&1; times > "$out.times"; } &
+    { run_boot "$kernel" "$limit" "$machine" "$share" "$cmdline" "$guest_list" > "$out.out" 2>&1; times > "$out.times"; } &
     pids+=($!)
   done
   wait

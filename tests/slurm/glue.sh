@@ -20,7 +20,7 @@ runs_ended() { (($(health_runs end) >= $1)); }
 wait_run() {
   local target=$(($(health_runs start) + 1))
   wait_for $((2 * HEALTH_INTERVAL + 15)) runs_ended "$target" ||
-    fail "slurmd ran no whole health check within $((2 * HEALTH_INTERVAL + 15)) s"
+    fail "slurmd ran no whole health check within $(((2 * HEALTH_INTERVAL + 15) * time_scale)) s"
 }
 
 # The node's /proc/modules, written whole (a rename) as the kernel would show it at once.
@@ -44,7 +44,7 @@ start_exporter() {
   exporter_pid=$!
   background+=("$exporter_pid")
   if ! wait_for 20 "$exporter" check --from "$exporter_url"; then
-    fail "the exporter on the test tree did not answer healthy within 20 s: $("$exporter" check --from "$exporter_url" 2>&1 | head -n 3 | tr '\n' ' ')"
+    fail "the exporter on the test tree did not answer healthy within $((20 * time_scale)) s: $("$exporter" check --from "$exporter_url" 2>&1 | head -n 3 | tr '\n' ' ')"
     return 1
   fi
   sed -i "s|^HPCNODE_URL=.*|HPCNODE_URL=$exporter_url|" "$tmp/healthcheck.defaults"

@@ -140,12 +140,22 @@ fn no_cgroup_file_system_is_no_job() {
     assert_eq!(tree_jobs(sysfs.path(), &[1]), [Found::Tree(None)]);
 }
 
-/// tests/slurm's capture of a real one-node cluster (Slurm 22.05.8, `cgroup/v1`; the header of
-/// each file says how): `/proc/PID/cgroup` of a process of every step of every kind of job,
-/// of each kind of slurmstepd, of slurmd and slurmctld, and the cgroup tree at that moment.
-const V1_PROC_CGROUP: &str =
-    include_str!("../../../tests/fixtures/slurm/cgroup_v1/proc_cgroup.txt");
-const V1_TREE: &str = include_str!("../../../tests/fixtures/slurm/cgroup_v1/tree.txt");
+/// tests/slurm's captures of a real one-node cluster (Slurm 22.05.8; the header of each file
+/// says how): `/proc/PID/cgroup` of a process of every step of every kind of job, of each kind
+/// of slurmstepd, of slurmd and slurmctld, and the cgroup tree at that moment. `cgroup/v1` on
+/// the CI machine, `cgroup/v2` in the kernel lab (tests/lab/scenarios/slurm_cgroup_v2.sh).
+const CAPTURES: [(&str, &str, &str); 2] = [
+    (
+        "cgroup/v1",
+        include_str!("../../../tests/fixtures/slurm/cgroup_v1/proc_cgroup.txt"),
+        include_str!("../../../tests/fixtures/slurm/cgroup_v1/tree.txt"),
+    ),
+    (
+        "cgroup/v2",
+        include_str!("../../../tests/fixtures/slurm/cgroup_v2/proc_cgroup.txt"),
+        include_str!("../../../tests/fixtures/slurm/cgroup_v2/tree.txt"),
+    ),
+];
 
 /// One `== PID JOB WHAT` block of a capture and the file below it; JOB is `squeue -o %A`'s.
 struct Captured {
@@ -178,54 +188,63 @@ fn captured(text: &str) -> Vec<Captured> {
 }
 
 #[test]
-fn the_real_v1_capture_has_every_kind_of_step() {
-    let blocks = captured(V1_PROC_CGROUP);
-    for step in ["step_0", "step_batch", "step_extern", "step_interactive"] {
+fn the_real_captures_have_every_kind_of_step() {
+    for (plugin, proc_cgroup, _) in CAPTURES {
+        let blocks = captured(proc_cgroup);
+        for step in ["step_0", "step_batch", "step_extern", "step_interactive"] {
+            assert!(
+                blocks
+                    .iter()
+                    .any(|b| b.cgroup.contains(&format!("/{step}"))),
+                "{plugin}: no {step} in the capture"
+            );
+        }
+        // An array task's cgroup is named by its own job id, not the array's: `3_1` is job 6.
         assert!(
             blocks
                 .iter()
-                .any(|b| b.cgroup.contains(&format!("/{step}"))),
-            "no {step} in the capture"
-        );
-    }
-    // An array task's cgroup is named by its own job id, not the array's: `3_1` is job 6.
-    assert!(blocks
-        .iter()
-        .any(|b| b.what.contains("array job 3_1") && b.job.as_deref() == Some("6")));
-}
-
-#[test]
-fn real_v1_cgroup_files_name_the_job_squeue_names() {
-    for block in captured(V1_PROC_CGROUP) {
-        assert_eq!(
-            from_cgroup(&block.cgroup),
-            block.job,
-            "pid {} ({}): {:?}",
-            block.pid,
-            block.what,
-            block.cgroup
+                .any(|b| b.what.contains("array job 3_1") && b.job.as_deref() == Some("6")),
+            "{plugin}"
         );
     }
 }
 
 #[test]
-fn the_real_v1_tree_names_the_same_jobs_for_hidden_processes() {
-    let sysfs = tempfile::tempdir().unwrap();
-    let root = sysfs.path().join("fs/cgroup");
-    for line in V1_TREE.lines().filter(|line| !line.starts_with('#')) {
-        let mut fields = line.split(' ');
-        let dir = fields.next().unwrap();
-        let pids: Vec<u32> = fields.map(|pid| pid.parse().unwrap()).collect();
-        cgroup(&root, dir, &pids);
+fn real_cgroup_files_name_the_job_squeue_names() {
+    for (plugin, proc_cgroup, _) in CAPTURES {
+        for block in captured(proc_cgroup) {
+            assert_eq!(
+                from_cgroup(&block.cgroup),
+                block.job,
+                "{plugin}: pid {} ({}): {:?}",
+                block.pid,
+                block.what,
+                block.cgroup
+            );
+        }
     }
-    let mut jobs = Jobs::new(sysfs.path());
-    for block in captured(V1_PROC_CGROUP) {
-        assert_eq!(
-            jobs.of(block.pid, None),
-            Found::Tree(block.job),
-            "pid {} ({})",
-            block.pid,
-            block.what
-        );
+}
+
+#[test]
+fn the_real_trees_name_the_same_jobs_for_hidden_processes() {
+    for (plugin, proc_cgroup, tree) in CAPTURES {
+        let sysfs = tempfile::tempdir().unwrap();
+        let root = sysfs.path().join("fs/cgroup");
+        for line in tree.lines().filter(|line| !line.starts_with('#')) {
+            let mut fields = line.split(' ');
+            let dir = fields.next().unwrap();
+            let pids: Vec<u32> = fields.map(|pid| pid.parse().unwrap()).collect();
+            cgroup(&root, dir, &pids);
+        }
+        let mut jobs = Jobs::new(sysfs.path());
+        for block in captured(proc_cgroup) {
+            assert_eq!(
+                jobs.of(block.pid, None),
+                Found::Tree(block.job),
+                "{plugin}: pid {} ({})",
+                block.pid,
+                block.what
+            );
+        }
     }
 }
