@@ -4,7 +4,7 @@
 # and munged, every kind of job step, each job's processes attributed by the exporter's own
 # code (the slurm_job example) as root and as an unprivileged user under hidepid; then the
 # scheduler glue of contrib/slurm against the real exporter and the real slurmd.
-#   tests/slurm/run.sh [--capture DIR] [--attribution-only]
+#   tests/slurm/run.sh [--capture DIR] [--attribution-only] [--rdma DEVICE]
 # (HPCNODE_SLURM_LOGS=DIR: the daemons' and jobs' logs are copied there at the end.
 # HPCNODE_SLURM_TIME_SCALE=N: every wait and HealthCheckInterval N times as long, for a slow
 # machine such as the kernel lab's emulated one.)
@@ -17,6 +17,7 @@ cd "$(dirname "$0")/../.."
 repo=$PWD
 capture=
 glue=1
+rdma_device=
 while (($#)); do
   case $1 in
     --capture)
@@ -28,8 +29,13 @@ while (($#)); do
       glue=0
       shift
       ;;
+    # ib_write_bw in a job on DEVICE, attributed by the exporter (rdma_job.sh).
+    --rdma)
+      rdma_device=${2:?--rdma needs an RDMA device}
+      shift 2
+      ;;
     *)
-      echo "usage: $0 [--capture DIR] [--attribution-only]" >&2
+      echo "usage: $0 [--capture DIR] [--attribution-only] [--rdma DEVICE]" >&2
       exit 2
       ;;
   esac
@@ -473,6 +479,10 @@ fi
 write_config "$plugin"
 start_slurm "CgroupPlugin=cgroup/$plugin"
 attribution "cgroup/$plugin"
+if [ -n "$rdma_device" ]; then
+  . "$repo/tests/slurm/rdma_job.sh"
+  rdma_job_tests "$rdma_device"
+fi
 if ((glue)); then
   . "$repo/tests/slurm/glue.sh"
   glue_tests

@@ -4,12 +4,14 @@
 # Debian userspace of its own, so it borrows the host's: the host's root filesystem, read-only
 # over 9p (share=hostroot), under a tmpfs overlay, is the root of a chroot with the guest's
 # /proc, /sys, /dev and cgroup2, and tests/slurm/run.sh --attribution-only runs there: every kind of job
-# step attributed as squeue names it, as root and as uid 65534 under hidepid=invisible (the
+# step attributed as squeue names it, as root and as uid 65534 under hidepid=invisible, and
+# ib_write_bw over Soft-RoCE in an srun job attributed by the exporter to that job (the
 # scheduler glue, which does not depend on the plugin, runs in tests/run.sh's slurm stage on the
 # host). PID 1 is not systemd: cgroup.conf says IgnoreSystemd=yes, and run.sh makes
 # system.slice with its controllers, as systemd would have. The layout it sees is written to
 # target/lab/6.12/share/results/slurm_cgroup_v2/cgroup_v2/ (tests/fixtures/slurm/cgroup_v2/).
-# lab: modules=overlay dummy
+# lab: modules=overlay dummy rdma_rxe ib_uverbs rdma_ucm crc32_generic crc32_pclmul
+# lab: tools=verbs
 # lab: share=hostroot
 # lab: boot=slurm
 # lab: kernels=6.12
@@ -45,11 +47,18 @@ lab_check "labnode resolves in the chroot" chroot "$root" getent ahostsv4 labnod
 lab_check "the chroot sees only cgroup2 ($(chroot "$root" cat /proc/self/cgroup))" \
   test "$(chroot "$root" cat /proc/self/cgroup)" = "0::/"
 lab_check "the repository at $repo with its build" test -x "$root$repo/target/debug/examples/slurm_job"
+# Soft-RoCE, and rdma-core's userspace from the initramfs where the host has none of it.
+lab_softroce_up
+for file in /usr/lib/x86_64-linux-gnu/lib* /etc/libibverbs.d /usr/bin/ib_write_bw; do
+  [ -e "$root$file" ] || [ -L "$root$file" ] || cp -a "$file" "$root$file"
+done
+# (perftest's --version exits 1 after printing it.)
+lab_check "ib_write_bw runs in the chroot" sh -c "chroot $root ib_write_bw --version | grep -q '^Version'"
 
 lab_scenario tests_slurm
 mkdir -p "$root/tmp/slurm-logs"
 chroot "$root" /usr/bin/env -i PATH=/usr/sbin:/usr/bin:/sbin:/bin HOME=/root LANG=C.UTF-8 \
-  HPCNODE_SLURM_LOGS=/tmp/slurm-logs HPCNODE_SLURM_TIME_SCALE=4 bash "$repo/tests/slurm/run.sh" --capture /tmp/slurm-logs --attribution-only > "$LAB_TMP/slurm.out" 2>&1
+  HPCNODE_SLURM_LOGS=/tmp/slurm-logs HPCNODE_SLURM_TIME_SCALE=4 bash "$repo/tests/slurm/run.sh" --capture /tmp/slurm-logs --attribution-only --rdma rxe0 > "$LAB_TMP/slurm.out" 2>&1
 rc=$?
 cat "$LAB_TMP/slurm.out"
 mkdir -p /lab/results/slurm_cgroup_v2
