@@ -2,8 +2,9 @@
 # (SC2154: run.sh's variables; SC2015: `A && pass || fail`, where pass cannot fail.)
 # RDMA traffic in a real Slurm job, attributed by the real exporter (sourced by run.sh for
 # --rdma DEVICE, which defines pass, fail, wait_for, free_port, $tmp, $exporter, $job_user and
-# $background): an `srun` of ib_write_bw's server as $job_user, its client as root outside
-# Slurm, both on DEVICE port 1; the exporter's rdma_netlink collector, as root, names the
+# $background): the prolog's probe of DEVICE passes and the job starts; an `srun` of
+# ib_write_bw's server as $job_user, its client as root outside Slurm, both on DEVICE port 1;
+# the exporter's rdma_netlink collector, as root, names the
 # server's job exactly as `squeue -o %A` does and the client's none, and the job's pinned bytes
 # are the server's. Needs ib_write_bw (perftest) and an ACTIVE port, as the kernel lab's
 # Soft-RoCE gives (tests/lab/scenarios/slurm_cgroup_v2.sh).
@@ -38,6 +39,15 @@ rdma_job_tests() {
     return
   fi
   gid=$(roce_v2_gid "$device")
+  # The prolog's success path: the real probe on the real port before the job starts, through
+  # a wrapper that records each call and its exit status. Under TCG a port carries a small
+  # share of its rate: the threshold is low, what is proven is that a passing probe lets the
+  # job start.
+  printf '%s\n' '#!/bin/sh' "echo \"call \$*\" >>$tmp/probe.calls" "$exporter \"\$@\"" 'rc=$?' \
+    "echo \"exit \$rc\" >>$tmp/probe.calls" 'exit $rc' >"$tmp/probe-recorder"
+  chmod 755 "$tmp/probe-recorder"
+  printf '%s\n' "HPCNODE_EXPORTER=$tmp/probe-recorder" "HPCNODE_SYSFS=/sys" "HPCNODE_MIN_RATIO=0.001" \
+    >"$tmp/prolog.defaults"
   # ib_write_bw registers its buffers: the job inherits srun's memlock limit.
   ulimit -l unlimited
   # shellcheck disable=SC2086 # $gid is an option and its value
@@ -49,6 +59,11 @@ rdma_job_tests() {
     return
   fi
   job=$(squeue -h -n rdma -o %A)
+  grep -q "^call probe verbs --path.sysfs /sys --device $device --port 1 --min-ratio 0.001" "$tmp/probe.calls" &&
+    grep -qx "exit 0" "$tmp/probe.calls" && grep -q "^$job " "$tmp/prolog.runs" &&
+    pass "rdma: the prolog probed $device port 1 for job $job, passed, and the job started" ||
+    fail "rdma: the prolog's probe for job $job: $(tr '\n' ';' <"$tmp/probe.calls" 2>/dev/null)"
+  printf '%s\n' "HPCNODE_SYSFS=$tmp/prolog-test/none" >"$tmp/prolog.defaults"
   server=$(scontrol listpids "$job" | awk '$3 == "0" { print $1 }' |
     while read -r pid; do [ "$(cat "/proc/$pid/comm" 2>/dev/null)" != ib_write_bw ] || echo "$pid"; done)
   # shellcheck disable=SC2086
