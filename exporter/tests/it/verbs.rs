@@ -886,6 +886,32 @@ fn probe_command_fails_cleanly() {
     assert!(stderr.contains("--min-ratio"), "{stderr}");
 }
 
+/// Whether process `pid` holds a TCP socket listening on `port` (IPv4): a LISTEN entry of
+/// `/proc/net/tcp` whose inode is one of its descriptors' `socket:[inode]`.
+fn listens_on(pid: u32, port: u16) -> bool {
+    let sockets: Vec<String> = std::fs::read_dir(format!("/proc/{pid}/fd"))
+        .unwrap()
+        .filter_map(|entry| std::fs::read_link(entry.ok()?.path()).ok())
+        .filter_map(|target| {
+            let target = target.to_string_lossy();
+            Some(
+                target
+                    .strip_prefix("socket:[")?
+                    .strip_suffix(']')?
+                    .to_string(),
+            )
+        })
+        .collect();
+    let tcp = std::fs::read_to_string(format!("/proc/{pid}/net/tcp")).unwrap();
+    tcp.lines().skip(1).any(|line| {
+        let fields: Vec<&str> = line.split_whitespace().collect();
+        let local_port = fields[1].rsplit(':').next().unwrap();
+        u16::from_str_radix(local_port, 16) == Ok(port)
+            && fields[3] == "0A"
+            && sockets.iter().any(|inode| inode == fields[9])
+    })
+}
+
 #[test]
 fn responder_without_a_device_says_why_it_is_not_listening() {
     let sysfs = tempfile::tempdir().unwrap();
@@ -904,7 +930,12 @@ fn responder_without_a_device_says_why_it_is_not_listening() {
         !text.contains("hpcnode_verbs_responder_sessions_total"),
         "{text}"
     );
-    assert!(TcpStream::connect(&address).is_err());
+    // Not a connection attempt: the port is free only for this test's own process, and a
+    // concurrent test's listener may take it once free_port() has let it go.
+    let port_of = |address: &str| address.rsplit(':').next().unwrap().parse().unwrap();
+    assert!(!listens_on(exporter.pid(), port_of(&address)));
+    // The same look finds the socket the exporter does listen on, its web port.
+    assert!(listens_on(exporter.pid(), port_of(&exporter.address)));
     let log = exporter.log();
     assert!(
         log.contains("verbs responder not started: no RDMA device"),
