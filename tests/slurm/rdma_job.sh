@@ -33,7 +33,7 @@ holder_has() {
 }
 
 rdma_job_tests() {
-  local device=$1 gid job server client port url
+  local device=$1 gid job server client port url exporter_pid
   if ! grep -q ACTIVE "/sys/class/infiniband/$device/ports/1/state" 2>/dev/null; then
     fail "rdma: $device port 1 is not ACTIVE"
     return
@@ -78,7 +78,8 @@ rdma_job_tests() {
   url=http://127.0.0.1:$port/metrics
   "$exporter" --web.listen-address="127.0.0.1:$port" --collector.disable-defaults \
     --collector.rdma_netlink >"$tmp/log/rdma-exporter.log" 2>&1 &
-  background+=($!)
+  exporter_pid=$!
+  background+=("$exporter_pid")
   if wait_for 60 holder_has "$url" "$server" "device=\"$device\"" 'comm="ib_write_bw"' "slurm_job=\"$job\""; then
     pass "rdma: ib_write_bw in job $job (squeue %A; pid $server, user $job_user, $(cut -d: -f3- "/proc/$server/cgroup")) holds $device, slurm_job=\"$job\""
   else
@@ -93,6 +94,6 @@ rdma_job_tests() {
   [ -n "$job_bytes" ] && [ "$job_bytes" = "$server_bytes" ] && ((${job_bytes%.*} >= 65536)) &&
     pass "rdma: job $job's pinned bytes are its ib_write_bw's ($job_bytes)" ||
     fail "rdma: job $job's pinned bytes '$job_bytes', its ib_write_bw's '$server_bytes'"
-  kill "$client" 2>/dev/null || true
+  kill "$client" "$exporter_pid" 2>/dev/null || true
   cancel_all "rdma"
 }

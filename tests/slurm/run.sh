@@ -465,8 +465,12 @@ if unified_only; then
   # IgnoreSystemd=yes: slurmd makes system.slice/<node>_slurmstepd.scope itself, but not its
   # parent, nor enables the controllers there: systemd would have done both.
   mkdir -p /sys/fs/cgroup/system.slice
+  # Only those the kernel offers: a write naming a missing one fails whole.
   for dir in /sys/fs/cgroup /sys/fs/cgroup/system.slice; do
-    echo "+cpuset +cpu +memory +pids" >"$dir/cgroup.subtree_control"
+    for controller in cpuset cpu memory pids; do
+      grep -qw "$controller" "$dir/cgroup.controllers" &&
+        echo "+$controller" >"$dir/cgroup.subtree_control" || true
+    done
   done
 else
   v1_mounted || {
