@@ -14,6 +14,7 @@ use crate::flags::{ConfigError, Flags};
 use crate::metrics::{Desc, Samples};
 pub use crate::roots::Root;
 use crate::sysfs::{Report, SysfsError};
+use crate::vfio_holder_events::HolderEvents;
 
 /// One row of the registry (`collectors::ALL`): everything the framework needs to know about a
 /// collector. Adding a collector is one module that defines its `REGISTRATION` and one row in
@@ -51,13 +52,15 @@ pub trait Settings: fmt::Debug + Send {
     }
 }
 
-/// What every collector's start may use: the roots all paths are under, and the deadline.
+/// What every collector's start may use: the roots all paths are under, the deadline, and the
+/// one channel between two collectors (the vfio holder probe's processes, `ebpf` to `pci`).
 #[derive(Debug, Clone)]
 pub struct Host {
     pub sysfs: PathBuf,
     pub procfs: PathBuf,
     pub rootfs: PathBuf,
     pub scrape_timeout: Duration,
+    pub vfio_holder_events: Arc<HolderEvents>,
 }
 
 impl Host {
@@ -69,6 +72,7 @@ impl Host {
             procfs: root.join("proc"),
             rootfs: root.to_path_buf(),
             scrape_timeout: Duration::from_secs(10),
+            vfio_holder_events: Arc::default(),
         }
     }
 }

@@ -437,6 +437,7 @@ fn validate_collection(raw: RawCollection) -> Result<Common, ConfigError> {
             procfs: path("path.procfs", raw.procfs)?,
             rootfs: path("path.rootfs", raw.rootfs)?,
             scrape_timeout,
+            vfio_holder_events: Default::default(),
         },
         scrape_workers,
         log_level: Level::parse(&raw.log_level).ok_or_else(|| {

@@ -30,6 +30,7 @@ pub mod slurm_job;
 pub(crate) mod sync;
 pub mod sysfs;
 pub mod transceiver;
+pub mod vfio_holder_events;
 pub mod web_config;
 
 #[cfg(test)]

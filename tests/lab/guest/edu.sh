@@ -25,3 +25,22 @@ edu_enable_dma() {
   printf "\\$(printf %o $((command | 6)))" | dd of="$edu/config" bs=1 seek=4 count=1 conv=notrunc 2>/dev/null
   dd if="$edu/config" bs=1 skip=4 count=1 2>/dev/null | od -An -tu1
 }
+
+# Binds edu to vfio-pci, checking each step; sets $address and $group (its IOMMU group, whose
+# /dev/vfio node a VMM opens). Fails at the first failed check.
+edu_bind_vfio() {
+  lab_check "edu device present" test -n "$edu" || return 1
+  address=$(basename "$edu")
+  group=$(basename "$(readlink "$edu/iommu_group")")
+  lab_check "modprobe vfio-pci" modprobe vfio-pci || return 1
+  echo vfio-pci > "$edu/driver_override"
+  [ -e "$edu/driver" ] || echo "$address" > /sys/bus/pci/drivers_probe
+  lab_check "edu bound to vfio-pci" lab_wait_until 10 test -e "/sys/bus/pci/drivers/vfio-pci/$address" || return 1
+  lab_check "/dev/vfio/$group exists" test -e "/dev/vfio/$group"
+}
+
+# Gives edu back to no driver, for the groups after.
+edu_unbind_vfio() {
+  echo "$address" > /sys/bus/pci/drivers/vfio-pci/unbind
+  echo > "$edu/driver_override"
+}

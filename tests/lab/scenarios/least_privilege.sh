@@ -27,9 +27,9 @@ run_exporter root
 run_exporter unit $UNIT_CAPS
 cut -d= -f1 "$LAB_TMP/unit.probes" > "$LAB_TMP/unit.names"
 cut -d= -f1 "$LAB_TMP/root.probes" > "$LAB_TMP/root.names"
-# vfio's probes are kprobes only (probes/vfio.rs): the one kind of probe with no other hook.
+# vfio's probes are kprobes only (probes/vfio.rs, probes/vfio_holders.rs): the one kind of probe with no other hook.
 # rdma_port_events is one too where ib_core was loaded by a group before this one in the boot.
-kprobe_only="vfio_aer vfio_enable"
+kprobe_only="vfio_aer vfio_enable vfio_holders"
 [ -d /sys/module/ib_core ] && kprobe_only="rdma_port_events $kprobe_only"
 lab_check "the probes root has and the unit lacks are the kprobe-only ones: $kprobe_only" \
   test "$(only_in root unit names)" = "$kprobe_only"

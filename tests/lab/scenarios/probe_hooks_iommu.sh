@@ -19,7 +19,7 @@ dmar_faults() {
   edu_dma 0x300000 0x40000 1 && lab_wait_until 10 dma_done &&
     edu_dma 0x40000 0x400000 3 && lab_wait_until 10 dma_done
 }
-others=module_load:none,module_sig_check:none,module_load_syscall:none,kernel_log:none,vfio_enable:none,vfio_aer:none,vfio_pin:none
+others=module_load:none,module_sig_check:none,module_load_syscall:none,kernel_log:none,vfio_enable:none,vfio_aer:none,vfio_pin:none,vfio_holders:none
 lab_hook_matrix hooks dmar_faults "dmar_fault=2 iommu_fault=0" "" \
   "--collector.disable-defaults --collector.ebpf" \
   "dmar_fault:fentry,iommu_fault:tp_btf,$others" "dmar_fault:kprobe,iommu_fault:raw_tp,$others"

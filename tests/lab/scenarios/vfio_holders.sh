@@ -11,19 +11,9 @@ holders=hpcnode_pci_vfio_device_holders
 # The vfio module's references beyond those of the modules that use it (each module linked
 # against vfio holds one, listed in holders/): one per open vfio file.
 vfio_file_refs() { echo $(($(cat /sys/module/vfio/refcnt) - $(ls /sys/module/vfio/holders | wc -l))); }
-edu=
-for dir in /sys/bus/pci/devices/*; do
-  [ "$(cat "$dir/vendor"):$(cat "$dir/device")" = 0x1234:0x11e8 ] && edu=$dir
-done
+. /lab/guest/edu.sh
 lab_scenario setup
-lab_check "edu device present" test -n "$edu" || exit 1
-address=$(basename "$edu")
-group=$(basename "$(readlink "$edu/iommu_group")")
-lab_check "modprobe vfio-pci" modprobe vfio-pci
-echo vfio-pci > "$edu/driver_override"
-[ -e "$edu/driver" ] || echo "$address" > /sys/bus/pci/drivers_probe
-lab_check "edu bound to vfio-pci" lab_wait_until 10 test -e "/sys/bus/pci/drivers/vfio-pci/$address"
-lab_check "/dev/vfio/$group exists" test -e "/dev/vfio/$group"
+edu_bind_vfio || exit 1
 
 # The holder: holds the group on fd 9 while it waits; its sleep does not inherit it.
 mkdir -p /tmp/vm
@@ -86,5 +76,4 @@ lab_expect "released: held by nobody" "$(lab_value released "$holders{device=\"$
 lab_info "released: references to vfio beyond its holder modules': $(vfio_file_refs)"
 lab_expect "no stale holder" "$(lab_series released hpcnode_pci_vfio_stale_holder_info)" == 0
 lab_exporter_stop
-echo "$address" > /sys/bus/pci/drivers/vfio-pci/unbind
-echo > "$edu/driver_override"
+edu_unbind_vfio

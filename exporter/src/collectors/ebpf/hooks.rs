@@ -63,7 +63,9 @@ pub enum Needs {
 }
 
 /// One way to attach a probe: a hook, the program in the probe's object (none for perf and
-/// kmsg), and the hook targets (tracepoints as `category/name`, or kernel functions).
+/// kmsg), and the hook targets (tracepoints as `category/name`, or kernel functions). A
+/// tracepoint program attaches to every target; a kprobe to the first, and to each later one
+/// the kernel has (a function newer kernels add).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Attempt {
     pub hook: Hook,
@@ -75,6 +77,11 @@ pub struct Attempt {
     /// this one where there is kernel BTF: it reads kernel structs through CO-RE. Without it the
     /// events are counted with `module="unknown"`.
     pub namer: Option<&'static Attempt>,
+    /// Programs of the same object that must run beside this one (other events the probe
+    /// needs), each loaded and attached with the object, before this one: the attempt fails
+    /// if one fails. They stay attached while this one detaches and attaches again with its
+    /// module, so they hook the core kernel only.
+    pub companions: &'static [Attempt],
 }
 
 pub const fn attempt(
@@ -89,6 +96,7 @@ pub const fn attempt(
         targets,
         needs,
         namer: None,
+        companions: &[],
     }
 }
 
@@ -97,6 +105,10 @@ pub const fn named(main: Attempt, namer: &'static Attempt) -> Attempt {
         namer: Some(namer),
         ..main
     }
+}
+
+pub const fn with_companions(main: Attempt, companions: &'static [Attempt]) -> Attempt {
+    Attempt { companions, ..main }
 }
 
 /// What the running kernel offers, found once at startup.

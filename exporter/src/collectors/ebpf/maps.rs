@@ -3,13 +3,17 @@
 //! it never names one.
 
 use std::collections::BTreeMap;
+use std::os::fd::AsFd;
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use aya::maps::{HashMap as BpfHashMap, RingBuf};
+use aya::maps::{HashMap as BpfHashMap, Map, MapData, MapError, PerCpuArray, RingBuf};
 use aya::Ebpf;
 use rustix::event::{PollFd, PollFlags};
 
-use super::error::{refused, SyscallError};
+use super::error::{one_line, refused, SyscallError};
+use crate::sync::lock;
+use crate::vfio_holder_events::CandidateSet;
 
 /// How long a ring buffer's drain waits before it looks again when poll(2) itself fails (it
 /// cannot, short of memory): the kernel log's holds about a thousand lines.
@@ -105,5 +109,77 @@ impl<'a> Maps<'a> {
     /// An `i32 -> u64` count hash of the kernel side (return values, errnos, unit numbers).
     pub fn i32_counts(&self, name: &str) -> Result<BTreeMap<i32, u64>, SyscallError> {
         Ok(self.keyed_counts(name)?.into_iter().collect())
+    }
+}
+
+/// `bpf_map_update_elem`'s flag: only where the key is absent.
+const BPF_NOEXIST: u64 = 1;
+
+/// The vfio holder probe's set as the `pci` collector reads it: handles of their own on the
+/// object's hash of processes and its drop counter (their fds duplicated), so they outlive the
+/// borrow of the object and stay valid across the probe's detach and reattach.
+struct BpfCandidates {
+    set: Mutex<BpfHashMap<MapData, u32, u64>>,
+    dropped: PerCpuArray<MapData, u64>,
+}
+
+impl CandidateSet for BpfCandidates {
+    fn entries(&self) -> Result<Vec<(u32, u64)>, String> {
+        let set = lock(&self.set);
+        let entries = set.iter().collect::<Result<_, _>>();
+        entries.map_err(|err| one_line(&err))
+    }
+
+    fn seed(&self, pid: u32) -> Result<(), String> {
+        match lock(&self.set).insert(pid, 0, BPF_NOEXIST) {
+            Err(MapError::SyscallError(err))
+                if err.io_error.raw_os_error() == Some(libc::EEXIST) =>
+            {
+                Ok(())
+            }
+            inserted => inserted.map_err(|err| one_line(&err)),
+        }
+    }
+
+    fn remove(&self, pid: u32) -> Result<(), String> {
+        match lock(&self.set).remove(&pid) {
+            // Removed since it was listed: by another scrape, or the kernel's own reuse.
+            Err(MapError::KeyNotFound) | Ok(()) => Ok(()),
+            Err(err) => Err(one_line(&err)),
+        }
+    }
+
+    fn dropped(&self) -> Result<u64, String> {
+        let counts = self.dropped.get(&0, 0).map_err(|err| one_line(&err))?;
+        Ok(counts.iter().sum())
+    }
+}
+
+impl Maps<'_> {
+    /// The set of processes in hash `set` (tgid keys) with its drop counter `dropped`.
+    pub fn candidate_set(
+        &self,
+        set: &str,
+        dropped: &str,
+    ) -> Result<Arc<dyn CandidateSet>, SyscallError> {
+        let set = BpfHashMap::try_from(self.owned(set)?).map_err(|e| refused(&e))?;
+        let dropped = PerCpuArray::try_from(self.owned(dropped)?).map_err(|e| refused(&e))?;
+        Ok(Arc::new(BpfCandidates {
+            set: Mutex::new(set),
+            dropped,
+        }))
+    }
+
+    /// A map of the object through a duplicate of its fd.
+    fn owned(&self, name: &str) -> Result<Map, SyscallError> {
+        let map = self.map(name)?.ok_or(SyscallError::NotBpf)?;
+        let data = match map {
+            Map::HashMap(data) | Map::PerCpuArray(data) => data,
+            _ => return Err(SyscallError::MissingMap(name.into())),
+        };
+        let fd = data.fd().as_fd().try_clone_to_owned();
+        let fd = fd.map_err(|err| SyscallError::Refused(one_line(&err)))?;
+        let data = MapData::from_fd(fd).map_err(|e| refused(&e))?;
+        Map::from_map_data(data).map_err(|e| refused(&e))
     }
 }

@@ -133,12 +133,7 @@ impl Settings for EbpfSettings {
     /// Attaches every probe, before serving, so `--collector.ebpf.strict` fails the start and not a
     /// later scrape.
     fn start(self: Box<Self>, host: &Host) -> Result<Started, StartError> {
-        let probes = Probes::attach(
-            &host.procfs,
-            &host.sysfs,
-            &self.hooks,
-            self.btf_path.as_deref(),
-        );
+        let probes = Probes::attach(host, &self.hooks, self.btf_path.as_deref());
         if self.strict {
             probes.require_all_attached().map_err(|err| StartError {
                 collector: REGISTRATION.name,
@@ -235,6 +230,28 @@ fn log_outcome(probe: &ProbeSpec, outcome: &Outcome<Attachment>, trigger: &str, 
     }
 }
 
+/// Tells a probe's follower ([`ProbeSpec::follow`]) whether its programs are attached now.
+fn announce(probe: &ProbeSpec, live: &LiveProbe, shared: &Shared) {
+    let Some(follow) = probe.follow else {
+        return;
+    };
+    let told = match &live.outcome {
+        Outcome::Attached { attachment, .. } if live.attached() => {
+            syscalls::with_maps(attachment, probe.lost_map, |maps| {
+                follow(Some(maps), shared)
+            })
+        }
+        _ => follow(None, shared),
+    };
+    if let Err(err) = told {
+        logging::log(
+            Level::Warn,
+            "eBPF probe attached, but what reads its maps cannot",
+            &[("probe", probe.name), ("err", &err.to_string())],
+        );
+    }
+}
+
 /// The kernel as the loader uses it: attach an attempt, or load it to attach later.
 trait Loader: hook_choice::Kernel<Attachment = Attachment, Error = SyscallError> {
     fn load_unattached(
@@ -294,7 +311,8 @@ pub struct Probes {
 }
 
 impl Probes {
-    fn attach(procfs: &Path, sysfs: &Path, choice: &HookChoice, btf_path: Option<&Path>) -> Probes {
+    fn attach(host: &Host, choice: &HookChoice, btf_path: Option<&Path>) -> Probes {
+        let (procfs, sysfs) = (host.procfs.as_path(), host.sysfs.as_path());
         let proc = SysDir::open(procfs, "").ok();
         let mut reader = AttributeReader::default();
         let mut proc_value = |name: &str| {
@@ -350,9 +368,12 @@ impl Probes {
                 (sysctl, None)
             }
         };
-        let shared = Shared::new(sysfs);
+        let shared = Shared::new(sysfs, host.vfio_holder_events.clone());
         let mut kernel = syscalls::AyaKernel::new(loader, btf.as_ref().ok(), &shared);
         let probes = start(probes::ALL, &mut kernel, &features, choice, sysfs, detail);
+        for state in &probes {
+            announce(state.probe, &lock(&state.live), &shared);
+        }
         // The BTF too (the kernel only borrowed it), before its heap is given back.
         drop(kernel);
         drop(btf);
@@ -479,6 +500,7 @@ impl Probes {
                     &[("probe", probe.name), ("reason", &reason), ("on", trigger)],
                 );
                 live.detached = Some(reason);
+                announce(probe, &live, &self.shared);
             }
             Step::Attach => {
                 // A probe whose program never loaded keeps its reason.
@@ -488,6 +510,7 @@ impl Probes {
                             live.detached = None;
                             live.module_attaches += 1;
                             log_outcome(probe, &live.outcome, trigger, Level::Warn);
+                            announce(probe, &live, &self.shared);
                         }
                         Err(err) => {
                             let reason = err.to_string();
@@ -649,6 +672,7 @@ pub(crate) mod tests {
             out.push(&TEST_METRIC, vec![("detail", "x".into())], Value::Int(7));
             Ok(())
         },
+        follow: None,
     };
 
     /// A kernel where every attempt attaches, as a /dev/kmsg reader does: nothing to load.
@@ -697,7 +721,7 @@ pub(crate) mod tests {
             ),
             module_support: false,
             sysfs: sysfs.to_path_buf(),
-            shared: Shared::new(sysfs),
+            shared: Shared::new(sysfs, Arc::default()),
             run_stats: false,
             _stats: None,
         };

@@ -12,6 +12,7 @@ use super::kernel_log::KernelLogCounts;
 use super::maps::{Attached, Maps};
 use super::module_events::ModuleNames;
 use crate::metrics::{Desc, Samples};
+use crate::vfio_holder_events::HolderEvents;
 
 /// One kernel probe: its object, its hooks in the order tried, and what its maps yield.
 pub struct ProbeSpec {
@@ -36,12 +37,17 @@ pub struct ProbeSpec {
     pub started: Option<Starter>,
     /// Reads its maps (or perf count) and pushes its samples.
     pub samples: Sampler,
+    /// Told each time its programs attach (with its maps) or detach (`None`): for a probe whose
+    /// maps another collector reads.
+    pub follow: Option<Follower>,
 }
 
 /// [`ProbeSpec::started`]: called once the probe attached, with what it attached.
 pub type Starter = fn(Attached<'_>, &Shared) -> Result<(), SyscallError>;
 /// [`ProbeSpec::samples`]: called at every scrape of an attached (or detached) probe.
 pub type Sampler = fn(&Maps<'_>, &Shared, &mut Samples) -> Result<(), SyscallError>;
+/// [`ProbeSpec::follow`].
+pub type Follower = fn(Option<&Maps<'_>>, &Shared) -> Result<(), SyscallError>;
 
 impl fmt::Display for ProbeSpec {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
@@ -62,19 +68,22 @@ impl PartialEq for ProbeSpec {
     }
 }
 
-/// What the probes' user-space sides share: the kernel log counts (fed by a thread) and the
-/// module names the module probes' labels are capped by.
+/// What the probes' user-space sides share: the kernel log counts (fed by a thread), the
+/// module names the module probes' labels are capped by, and where the vfio holder probe
+/// hands its set to the `pci` collector.
 pub struct Shared {
     pub kernel_log: Arc<KernelLogCounts>,
     pub module_names: Mutex<ModuleNames>,
+    pub vfio_holder_events: Arc<HolderEvents>,
 }
 
 impl Shared {
     /// Driver health events name their RDMA devices from `sysfs`.
-    pub fn new(sysfs: &Path) -> Shared {
+    pub fn new(sysfs: &Path, vfio_holder_events: Arc<HolderEvents>) -> Shared {
         Shared {
             kernel_log: KernelLogCounts::on(sysfs),
             module_names: Mutex::default(),
+            vfio_holder_events,
         }
     }
 }

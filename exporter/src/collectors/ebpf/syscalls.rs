@@ -101,6 +101,18 @@ impl<'a> AyaKernel<'a> {
         let program = program_of(&mut ebpf, attempt.program)?;
         load_program(program, attempt, self.btf)
             .map_err(|err| SyscallError::Refused(creation_failure(&*err)))?;
+        for companion in attempt.companions {
+            let program = program_of(&mut ebpf, companion.program)?;
+            load_program(program, companion, self.btf)
+                .and_then(|()| attach_program(program, companion))
+                .map_err(|err| {
+                    SyscallError::Refused(format!(
+                        "{}: {}",
+                        companion.program,
+                        creation_failure(&*err)
+                    ))
+                })?;
+        }
         Ok(ebpf)
     }
 
@@ -203,7 +215,12 @@ fn attach_program(program: &mut Program, attempt: &Attempt) -> Result<(), Box<dy
             <&mut RawTracePoint>::try_from(program)?.attach(target)?;
         }
         Hook::Kprobe | Hook::Kretprobe => {
-            <&mut KProbe>::try_from(program)?.attach(target, 0)?;
+            let kprobe = <&mut KProbe>::try_from(program)?;
+            kprobe.attach(target, 0)?;
+            for later in attempt.targets.iter().skip(1) {
+                // Not in this kernel (or not in this build of its module).
+                let _ = kprobe.attach(*later, 0);
+            }
         }
         Hook::Tracepoint => {
             let program = <&mut TracePoint>::try_from(program)?;

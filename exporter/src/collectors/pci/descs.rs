@@ -152,6 +152,11 @@ pub(super) const VFIO_HOLDER_SCAN_COMPLETE: Desc = Desc::gauge(
     "1: the vfio holder scan saw every process's open files, or had nothing to scan (no vfio file open anywhere); 0: it stopped at its budget of descriptors, so holders may be missing.",
     None,
 );
+pub(super) const VFIO_HOLDERS_FROM_EVENTS: Desc = Desc::gauge(
+    "hpcnode_pci_vfio_holders_from_events",
+    "1: this scrape read only the processes the vfio_holders eBPF probe recorded opening, receiving or inheriting a vfio file since a scan after it attached; 0: every process's open files were scanned, or none (no vfio file open).",
+    None,
+);
 pub(super) const VFIO_UNPROVEN_HOLDS: Desc = Desc::gauge(
     "hpcnode_pci_vfio_unproven_holds",
     "Open descriptors named like a vfio group or device node whose open file is not that device, by reason: not counted as holds.",
@@ -199,7 +204,7 @@ pub(super) const NOVA_SCHEDULER_PCI_FILTER: Desc = Desc::gauge(
 );
 
 /// Every metric this collector emits (for the METRICS.md check).
-pub const METRICS: [Desc; 39] = [
+pub const METRICS: [Desc; 40] = [
     DEVICE_INFO,
     DRIVER_BOUND,
     MEMORY_DECODE,
@@ -231,6 +236,7 @@ pub const METRICS: [Desc; 39] = [
     VFIO_STALE_HOLDER_INFO,
     VFIO_UNREADABLE_PROCESSES,
     VFIO_HOLDER_SCAN_COMPLETE,
+    VFIO_HOLDERS_FROM_EVENTS,
     VFIO_UNPROVEN_HOLDS,
     NOVA_CONFIG_VALID,
     NOVA_CONFIG_ERRORS,

@@ -44,6 +44,7 @@ use crate::sysfs::{
 };
 
 use crate::sysfs::Stamped;
+use crate::vfio_holder_events::HolderEvents;
 pub use descs::METRICS;
 use descs::*;
 use driver_modules::ModprobeRules;
@@ -146,6 +147,9 @@ impl Settings for PciSettings {
             logged_scan_stopped: AtomicBool::new(false),
             max_descriptors: vfio_holders::MAX_DESCRIPTORS,
             kept_scan: Mutex::default(),
+            vfio_holder_events: host.vfio_holder_events.clone(),
+            events: Mutex::default(),
+            logged_events_unusable: AtomicBool::new(false),
             logged_unproven: Unproven::log_filter(),
             aliases: Stamped::default(),
             modprobe_rules: Stamped::default(),
@@ -205,6 +209,12 @@ struct PciCollector {
     max_descriptors: usize,
     /// The last full holder scan, kept while no vfio file opened or closed since.
     kept_scan: Mutex<Option<vfio_holders::KeptScan>>,
+    /// The vfio_holders eBPF probe's set of processes, while it is attached.
+    vfio_holder_events: Arc<HolderEvents>,
+    /// What the processes in the probe's set held when last read.
+    events: Mutex<Option<vfio_holders::EventsState>>,
+    /// Whether the holder scan has logged that the probe's set cannot be used.
+    logged_events_unusable: AtomicBool,
     /// The reasons the vfio holder scan has logged for descriptors it did not count.
     logged_unproven: OncePerCause<Unproven>,
     /// `modules.alias` by kernel release, kept while its stamp stays the same.
@@ -291,6 +301,17 @@ impl PciCollector {
             None => self
                 .sysfs_dir(&format!("{DEVICES_DIR}/{address}"))
                 .map(Arc::new),
+        }
+    }
+
+    /// Says once, in the log, why the holder probe's set is not used (every process is scanned).
+    fn log_events_unusable(&self, reason: &str) {
+        if !self.logged_events_unusable.swap(true, Ordering::Relaxed) {
+            logging::log(
+                Level::Warn,
+                "vfio holders: the vfio_holders probe's set of processes cannot be used; every process's open files are scanned",
+                &[("reason", reason)],
+            );
         }
     }
 
@@ -475,6 +496,9 @@ fn collector_at(root: &std::path::Path) -> PciCollector {
         logged_scan_stopped: Default::default(),
         max_descriptors: vfio_holders::MAX_DESCRIPTORS,
         kept_scan: Mutex::default(),
+        vfio_holder_events: Default::default(),
+        events: Mutex::default(),
+        logged_events_unusable: Default::default(),
         logged_unproven: Unproven::log_filter(),
         aliases: Default::default(),
         modprobe_rules: Default::default(),

@@ -19,6 +19,7 @@ pub const SPEC: ProbeSpec = ProbeSpec {
     metrics: &[IOMMU_FAULT_INTERRUPTS],
     started: None,
     samples,
+    follow: None,
 };
 
 const ATTEMPTS: &[Attempt] = &[

@@ -18,6 +18,7 @@ pub const SPEC: ProbeSpec = ProbeSpec {
     metrics: &[IOMMU_FAULTS],
     started: None,
     samples,
+    follow: None,
 };
 
 /// No classic tracepoint: its dev_name() crashes on the NULL device of recent SMMUv2.

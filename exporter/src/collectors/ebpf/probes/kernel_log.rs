@@ -27,6 +27,7 @@ pub const SPEC: ProbeSpec = ProbeSpec {
     ],
     started: Some(started),
     samples,
+    follow: None,
 };
 
 const ATTEMPTS: &[Attempt] = &[

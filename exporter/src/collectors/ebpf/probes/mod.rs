@@ -10,6 +10,7 @@ pub mod module_load_syscall;
 pub mod module_sig_check;
 pub mod rdma_port_events;
 pub mod vfio;
+pub mod vfio_holders;
 
 use super::spec::ProbeSpec;
 
@@ -24,5 +25,6 @@ pub const ALL: &[&ProbeSpec] = &[
     &vfio::ENABLE,
     &vfio::AER,
     &vfio::PIN,
+    &vfio_holders::SPEC,
     &rdma_port_events::SPEC,
 ];

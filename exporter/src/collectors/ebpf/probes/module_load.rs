@@ -20,6 +20,7 @@ pub const SPEC: ProbeSpec = ProbeSpec {
     metrics: &[MODULE_LOADS, MODULE_TAINTED_LOADS],
     started: None,
     samples,
+    follow: None,
 };
 
 const ATTEMPTS: &[Attempt] = &[

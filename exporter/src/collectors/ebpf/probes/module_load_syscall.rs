@@ -24,6 +24,7 @@ pub const SPEC: ProbeSpec = ProbeSpec {
     metrics: &[LOAD_FAILURES],
     started: None,
     samples,
+    follow: None,
 };
 
 /// The per-syscall tracepoints run the program for the two module syscalls only; sys_exit

@@ -22,6 +22,7 @@ pub const SPEC: ProbeSpec = ProbeSpec {
     metrics: &[SIGNATURE_CHECKS],
     started: None,
     samples,
+    follow: None,
 };
 
 /// fexit reads the image under check from the function's arguments; a kretprobe sees only the

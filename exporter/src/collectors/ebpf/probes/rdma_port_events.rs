@@ -20,6 +20,7 @@ pub const SPEC: ProbeSpec = ProbeSpec {
     metrics: &[RDMA_PORT_EVENTS],
     started: None,
     samples,
+    follow: None,
 };
 
 const ATTEMPTS: &[Attempt] = &[

@@ -27,6 +27,7 @@ pub const ENABLE: ProbeSpec = ProbeSpec {
     metrics: &[VFIO_ENABLE_FAILURES],
     started: None,
     samples: |maps, _, out| push_errnos(&VFIO_ENABLE_FAILURES, maps, out),
+    follow: None,
 };
 
 pub const AER: ProbeSpec = ProbeSpec {
@@ -40,6 +41,7 @@ pub const AER: ProbeSpec = ProbeSpec {
     metrics: &[VFIO_AER_ERRORS],
     started: None,
     samples: aer_samples,
+    follow: None,
 };
 
 pub const PIN: ProbeSpec = ProbeSpec {
@@ -53,6 +55,7 @@ pub const PIN: ProbeSpec = ProbeSpec {
     metrics: &[VFIO_PIN_FAILURES],
     started: None,
     samples: |maps, _, out| push_errnos(&VFIO_PIN_FAILURES, maps, out),
+    follow: None,
 };
 
 const ENABLE_ATTEMPTS: &[Attempt] = &[

@@ -21,8 +21,7 @@ fn every_program_passes_the_verifier_here() {
         for attempt in probe
             .attempts
             .iter()
-            .flat_map(|a| [Some(a), a.namer])
-            .flatten()
+            .flat_map(|a| [Some(a), a.namer].into_iter().flatten().chain(a.companions))
         {
             let result = match attempt.hook {
                 Hook::Perf | Hook::Kmsg => continue,

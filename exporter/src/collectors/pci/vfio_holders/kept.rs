@@ -17,7 +17,7 @@ use super::{vfio_device_node, ProcessScan, Unproven};
 use crate::sysfs::SysDir;
 
 /// The longest a kept scan is used: what it cannot see is found this late at worst.
-const MAX_AGE: Duration = Duration::from_secs(600);
+pub(super) const MAX_AGE: Duration = Duration::from_secs(600);
 
 /// What a holder scan found, owned, to be kept.
 #[derive(Debug, Default)]
@@ -28,6 +28,33 @@ pub(super) struct Outcome {
     pub(super) unproven: BTreeMap<Unproven, u64>,
     /// Whether the scan stopped at its budget.
     pub(super) stopped: bool,
+}
+
+impl Outcome {
+    /// Adds another process's outcome to this one.
+    pub(super) fn add(&mut self, other: &Outcome) {
+        self.holding.extend(other.holding.iter().cloned());
+        self.unreadable += other.unreadable;
+        for (reason, count) in &other.unproven {
+            *self.unproven.entry(*reason).or_default() += count;
+        }
+        self.stopped |= other.stopped;
+    }
+}
+
+impl From<ProcessScan<'_>> for Outcome {
+    fn from(scan: ProcessScan) -> Outcome {
+        let holding = scan.holding.into_iter().map(|(pid, holds)| {
+            let devices = holds.devices.into_iter().map(str::to_string).collect();
+            (pid, devices, holds.stale)
+        });
+        Outcome {
+            holding: holding.collect(),
+            unreadable: scan.unreadable,
+            unproven: scan.unproven,
+            stopped: scan.stopped,
+        }
+    }
 }
 
 /// A full scan, with what tells whether it still holds.
@@ -43,22 +70,13 @@ pub(in crate::collectors::pci) struct KeptScan {
 }
 
 impl KeptScan {
-    pub(super) fn new(refs: u64, bound: &[String], scan: ProcessScan) -> KeptScan {
-        let holding = scan.holding.into_iter().map(|(pid, holds)| {
-            let devices = holds.devices.into_iter().map(str::to_string).collect();
-            (pid, devices, holds.stale)
-        });
+    pub(super) fn new(refs: u64, bound: &[String], mut scan: ProcessScan) -> KeptScan {
         KeptScan {
             refs,
             bound: bound.to_vec(),
             made: Instant::now(),
-            watched: scan.watched,
-            outcome: Outcome {
-                holding: holding.collect(),
-                unreadable: scan.unreadable,
-                unproven: scan.unproven,
-                stopped: scan.stopped,
-            },
+            watched: std::mem::take(&mut scan.watched),
+            outcome: Outcome::from(scan),
         }
     }
 
@@ -68,13 +86,19 @@ impl KeptScan {
         refs == self.refs
             && bound == self.bound
             && self.made.elapsed() < MAX_AGE
-            && self.watched.iter().all(|(pid, fds)| {
-                fds.iter().all(|(fd, target)| {
-                    proc.link_target(&format!("{pid}/fd/{fd}"))
-                        .is_ok_and(|now| &now == target)
-                })
-            })
+            && self
+                .watched
+                .iter()
+                .all(|(pid, fds)| watched_unchanged(proc, *pid, fds))
     }
+}
+
+/// Whether each of process `pid`'s descriptors `fds` still reads as it did.
+pub(super) fn watched_unchanged(proc: &SysDir, pid: u32, fds: &[(String, PathBuf)]) -> bool {
+    fds.iter().all(|(fd, target)| {
+        proc.link_target(&format!("{pid}/fd/{fd}"))
+            .is_ok_and(|now| &now == target)
+    })
 }
 
 /// Whether a descriptor whose link reads `target` is a vfio file: a group's or a cdev's node,

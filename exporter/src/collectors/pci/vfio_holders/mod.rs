@@ -34,6 +34,7 @@
 //! reference, so it is scanned). Otherwise a full scan is kept while the count stays as it was
 //! ([`kept`]), and stops after [`MAX_DESCRIPTORS`] descriptors and says so.
 
+mod events;
 mod kept;
 
 use std::collections::{BTreeMap, BTreeSet, HashMap};
@@ -48,12 +49,14 @@ use crate::metrics::Value;
 use crate::sync::lock;
 use crate::sysfs::{Entry, OpenFile, SysDir, SysfsError, UnitRead};
 
+pub(super) use events::EventsState;
 pub(super) use kept::KeptScan;
 use kept::Outcome;
 
 use super::{
-    Read, VFIO_DEVICE_HOLDERS, VFIO_HOLDER_INFO, VFIO_HOLDER_SCAN_COMPLETE, VFIO_STALE_HOLDER_INFO,
-    VFIO_UNPROVEN_HOLDS, VFIO_UNREADABLE_PROCESSES,
+    Read, VFIO_DEVICE_HOLDERS, VFIO_HOLDERS_FROM_EVENTS, VFIO_HOLDER_INFO,
+    VFIO_HOLDER_SCAN_COMPLETE, VFIO_STALE_HOLDER_INFO, VFIO_UNPROVEN_HOLDS,
+    VFIO_UNREADABLE_PROCESSES,
 };
 
 /// `/proc/<pid>/cmdline` is read up to this size: libvirt's QEMU command lines run to tens of
@@ -169,7 +172,14 @@ impl Read<'_> {
             .collect();
         let mut nodes = VfioNodes { bound, known: None };
         let refs = self.vfio_module_refs();
-        if refs.is_some_and(|(refcnt, holders)| refcnt <= holders) {
+        let none_open = refs.is_some_and(|(refcnt, holders)| refcnt <= holders);
+        if let Some(tracking) = collector.vfio_holder_events.tracking() {
+            if self.holders_from_events(devices, &mut nodes, &tracking, none_open) {
+                return;
+            }
+        }
+        self.push(&VFIO_HOLDERS_FROM_EVENTS, Vec::new(), Value::Int(0));
+        if none_open {
             // No vfio file open anywhere: nobody to find.
             *lock(&collector.kept_scan) = None;
             self.push_outcome(None, devices, &Outcome::default());
@@ -332,75 +342,87 @@ impl Read<'_> {
                 scan.stopped = true;
                 break;
             }
-            let fds = proc
-                .subdir(&format!("{pid}/fd"))
-                .and_then(|fds| fds.entries().map(|entries| (fds, entries)));
-            let (fds, entries) = match fds {
-                Ok(listing) => listing,
-                Err(err) if err.is_absent() => continue,
-                Err(err) if err.is_permission_denied() => {
-                    scan.unreadable += 1;
-                    continue;
-                }
-                Err(err) => {
-                    self.error(err);
-                    continue;
-                }
-            };
-            let mut holds = ProcessHolds::default();
-            let mut vfio_files = Vec::new();
-            let mut denied = false;
-            scan.descriptors += entries.len();
-            for fd in &entries {
-                let Ok(fd) = fd.name() else {
-                    continue;
-                };
-                let node = match fds.link_target(fd) {
-                    Ok(target) if kept::is_vfio_file(&target) => {
-                        let node = vfio_device_node(&target);
-                        vfio_files.push((fd.to_string(), target));
-                        node
-                    }
-                    Ok(_) => None,
-                    Err(err) if err.is_permission_denied() => {
-                        denied = true;
-                        break;
-                    }
-                    // Closed since the listing, or the process exited.
-                    Err(_) => None,
-                };
-                let Some(node) = node else {
-                    continue;
-                };
-                match self.hold(proc, &fds, pid, fd, &node, nodes) {
-                    Ok(Hold::Device(address)) => {
-                        holds.devices.insert(address);
-                    }
-                    Ok(Hold::Stale) => {
-                        holds.stale.insert(node);
-                    }
-                    Ok(Hold::Unproven(reason)) => {
-                        *scan.unproven.entry(reason).or_default() += 1;
-                        self.collector.log_unproven_hold(reason, pid);
-                    }
-                    Err(err) if err.is_permission_denied() => {
-                        denied = true;
-                        break;
-                    }
-                    // Closed since its link was read, or the process exited.
-                    Err(err) if err.is_absent() => {}
-                    Err(err) => self.error(err),
-                }
-            }
-            scan.unreadable += u64::from(denied);
-            if !holds.devices.is_empty() || !holds.stale.is_empty() {
-                scan.holding.push((pid, holds));
-            }
-            if !vfio_files.is_empty() {
-                scan.watched.push((pid, vfio_files));
-            }
+            self.scan_process(proc, pid, nodes, &mut scan);
         }
         scan
+    }
+
+    /// Adds process `pid`'s holds to `scan`; `false` when it is gone (no `/proc/<pid>/fd`).
+    fn scan_process<'a>(
+        &mut self,
+        proc: &SysDir,
+        pid: u32,
+        nodes: &mut VfioNodes<'a>,
+        scan: &mut ProcessScan<'a>,
+    ) -> bool {
+        let fds = proc
+            .subdir(&format!("{pid}/fd"))
+            .and_then(|fds| fds.entries().map(|entries| (fds, entries)));
+        let (fds, entries) = match fds {
+            Ok(listing) => listing,
+            Err(err) if err.is_absent() => return false,
+            Err(err) if err.is_permission_denied() => {
+                scan.unreadable += 1;
+                return true;
+            }
+            Err(err) => {
+                self.error(err);
+                return true;
+            }
+        };
+        let mut holds = ProcessHolds::default();
+        let mut vfio_files = Vec::new();
+        let mut denied = false;
+        scan.descriptors += entries.len();
+        for fd in &entries {
+            let Ok(fd) = fd.name() else {
+                continue;
+            };
+            let node = match fds.link_target(fd) {
+                Ok(target) if kept::is_vfio_file(&target) => {
+                    let node = vfio_device_node(&target);
+                    vfio_files.push((fd.to_string(), target));
+                    node
+                }
+                Ok(_) => None,
+                Err(err) if err.is_permission_denied() => {
+                    denied = true;
+                    break;
+                }
+                // Closed since the listing, or the process exited.
+                Err(_) => None,
+            };
+            let Some(node) = node else {
+                continue;
+            };
+            match self.hold(proc, &fds, pid, fd, &node, nodes) {
+                Ok(Hold::Device(address)) => {
+                    holds.devices.insert(address);
+                }
+                Ok(Hold::Stale) => {
+                    holds.stale.insert(node);
+                }
+                Ok(Hold::Unproven(reason)) => {
+                    *scan.unproven.entry(reason).or_default() += 1;
+                    self.collector.log_unproven_hold(reason, pid);
+                }
+                Err(err) if err.is_permission_denied() => {
+                    denied = true;
+                    break;
+                }
+                // Closed since its link was read, or the process exited.
+                Err(err) if err.is_absent() => {}
+                Err(err) => self.error(err),
+            }
+        }
+        scan.unreadable += u64::from(denied);
+        if !holds.devices.is_empty() || !holds.stale.is_empty() {
+            scan.holding.push((pid, holds));
+        }
+        if !vfio_files.is_empty() {
+            scan.watched.push((pid, vfio_files));
+        }
+        true
     }
 
     /// What descriptor `fd` of process `pid`, whose link reads `node`, holds: told by the file

@@ -2,6 +2,9 @@ use super::*;
 use crate::collectors::pci::{collector_at, LabelCache, PciCollector};
 use crate::metrics::{encode, Format};
 use crate::sysfs::{AttributeReader, HeldAttributes};
+use crate::vfio_holder_events::{CandidateSet, HolderEvents};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Mutex;
 
 /// A collector of a copy of the fixture tree `pci_host`, with `refcnt` as the `vfio`
 /// module's count, whose scan reads at most `max_descriptors`.
@@ -232,4 +235,164 @@ fn other_programs_are_not_qemu() {
     let line = cmdline(&["/usr/bin/dpdk-testpmd", "-name", "x"]);
     assert!(!is_qemu("dpdk-testpmd", &line));
     assert!(is_qemu("qemu-kvm", b""));
+}
+
+/// The probe's kernel side as the tests play it: pids with the time of their last event, and
+/// its drop count.
+#[derive(Default)]
+struct FakeSet {
+    pids: Mutex<BTreeMap<u32, u64>>,
+    dropped: AtomicU64,
+}
+
+impl FakeSet {
+    fn pids(&self) -> Vec<u32> {
+        lock(&self.pids).keys().copied().collect()
+    }
+
+    /// An event of process `pid` at `stamp` (ns of CLOCK_MONOTONIC), as the kernel side records it.
+    fn record(&self, pid: u32, stamp: u64) {
+        lock(&self.pids).insert(pid, stamp);
+    }
+}
+
+impl CandidateSet for FakeSet {
+    fn entries(&self) -> Result<Vec<(u32, u64)>, String> {
+        Ok(lock(&self.pids)
+            .iter()
+            .map(|(&pid, &at)| (pid, at))
+            .collect())
+    }
+    fn seed(&self, pid: u32) -> Result<(), String> {
+        lock(&self.pids).entry(pid).or_insert(0);
+        Ok(())
+    }
+    fn remove(&self, pid: u32) -> Result<(), String> {
+        lock(&self.pids).remove(&pid);
+        Ok(())
+    }
+    fn dropped(&self) -> Result<u64, String> {
+        Ok(self.dropped.load(Ordering::Relaxed))
+    }
+}
+
+/// `pci_host` with the probe attached and its set empty, as at an attach.
+fn pci_host_with_probe(refcnt: &str) -> (tempfile::TempDir, PciCollector, Arc<FakeSet>) {
+    let (tmp, mut collector) = pci_host(refcnt, MAX_DESCRIPTORS);
+    let set = Arc::new(FakeSet::default());
+    let events = Arc::new(HolderEvents::default());
+    events.attached(set.clone());
+    collector.vfio_holder_events = events;
+    (tmp, collector, set)
+}
+
+fn from_events(text: &str) -> bool {
+    text.contains("\nhpcnode_pci_vfio_holders_from_events 1\n")
+}
+
+#[test]
+fn with_the_probe_only_the_processes_it_recorded_are_read() {
+    let (tmp, collector, set) = pci_host_with_probe("5\n");
+    let root = tmp.path().join("pci_host");
+    // The attach's seeding scan reads every process, and records those with a vfio file open
+    // (the QEMUs 4211 and 5120), as it found them.
+    let seeded = holders_read(&collector);
+    assert!(!from_events(&seeded), "{seeded}");
+    assert_eq!(unproven(&seeded), "2");
+    assert_eq!(set.pids(), [4211, 5120]);
+    // A process the probe did not record (it opened nothing since) is not read...
+    let fd = root.join("proc/6000/fd");
+    std::fs::create_dir_all(&fd).unwrap();
+    std::os::unix::fs::symlink("/dev/vfio/14", fd.join("3")).unwrap();
+    let events = holders_read(&collector);
+    assert!(from_events(&events), "{events}");
+    assert_eq!(unproven(&events), "2");
+    // ...until it does, whatever vfio's count says.
+    set.record(6000, 1);
+    assert_eq!(unproven(&holders_read(&collector)), "3");
+    // A recorded process that exited is forgotten.
+    std::fs::remove_dir_all(root.join("proc/4211")).unwrap();
+    assert_eq!(unproven(&holders_read(&collector)), "2");
+    assert_eq!(set.pids(), [5120, 6000]);
+}
+
+#[test]
+fn no_process_is_read_to_seed_the_set_while_no_vfio_file_is_open() {
+    let (_tmp, collector, set) = pci_host_with_probe("0\n");
+    let seeded = holders_read(&collector);
+    assert!(
+        !seeded.contains("hpcnode_pci_vfio_unproven_holds"),
+        "{seeded}"
+    );
+    assert!(set.pids().is_empty());
+    // Seeded: the QEMUs are not read, as the probe recorded none of them opening a file.
+    let events = holders_read(&collector);
+    assert!(from_events(&events), "{events}");
+    assert!(
+        !events.contains("hpcnode_pci_vfio_unproven_holds"),
+        "{events}"
+    );
+}
+
+#[test]
+fn a_set_the_kernel_had_no_room_in_is_not_used() {
+    let (_tmp, collector, set) = pci_host_with_probe("5\n");
+    set.dropped.store(1, Ordering::Relaxed);
+    let scanned = holders_read(&collector);
+    assert!(!from_events(&scanned), "{scanned}");
+    assert_eq!(unproven(&scanned), "2");
+    assert!(set.pids().is_empty(), "not seeded");
+    assert!(!from_events(&holders_read(&collector)));
+}
+
+#[test]
+fn a_new_attach_is_seeded_again() {
+    let (tmp, collector, set) = pci_host_with_probe("5\n");
+    let root = tmp.path().join("pci_host");
+    holders_read(&collector);
+    // The vfio module reloaded while the exporter ran: files opened before the new attach
+    // (the look-alike of process 6000) are found by a new seeding scan.
+    let fd = root.join("proc/6000/fd");
+    std::fs::create_dir_all(&fd).unwrap();
+    std::os::unix::fs::symlink("/dev/vfio/14", fd.join("3")).unwrap();
+    collector.vfio_holder_events.detached();
+    collector.vfio_holder_events.attached(set.clone());
+    let reseeded = holders_read(&collector);
+    assert!(!from_events(&reseeded), "{reseeded}");
+    assert_eq!(unproven(&reseeded), "3");
+    assert_eq!(set.pids(), [4211, 5120, 6000]);
+}
+
+#[test]
+fn a_recorded_process_is_read_again_after_its_next_event_or_a_changed_vfio_descriptor() {
+    let (tmp, collector, set) = pci_host_with_probe("5\n");
+    let qemu = tmp.path().join("pci_host/proc/4211/fd");
+    let name_group = |fd: &str, group: &str| {
+        std::os::unix::fs::symlink(format!("/dev/vfio/{group}"), qemu.join(fd)).unwrap();
+    };
+    holders_read(&collector); // the seeding scan
+    assert_eq!(unproven(&holders_read(&collector)), "2");
+    // No event of QEMU 4211 and its vfio descriptors as they were: what it held stands, and
+    // a descriptor it opened without the probe seeing is not read.
+    name_group("40", "14");
+    assert_eq!(unproven(&holders_read(&collector)), "2");
+    // Its event: read again.
+    set.record(4211, 1);
+    assert_eq!(unproven(&holders_read(&collector)), "3");
+    name_group("41", "15");
+    assert_eq!(unproven(&holders_read(&collector)), "3");
+    // An event under SETTLE ago may precede its descriptor: read again at each scrape until
+    // it is older.
+    set.record(4211, events::monotonic_ns());
+    assert_eq!(unproven(&holders_read(&collector)), "4");
+    name_group("42", "16");
+    assert_eq!(unproven(&holders_read(&collector)), "5");
+    // A vfio descriptor of it closed: read again.
+    set.record(4211, 2);
+    holders_read(&collector);
+    name_group("43", "17");
+    name_group("44", "18");
+    assert_eq!(unproven(&holders_read(&collector)), "5");
+    std::fs::remove_file(qemu.join("28")).unwrap();
+    assert_eq!(unproven(&holders_read(&collector)), "6");
 }
