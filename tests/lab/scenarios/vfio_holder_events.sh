@@ -15,24 +15,33 @@ from_events=hpcnode_pci_vfio_holders_from_events
 lab_scenario setup
 edu_bind_vfio || exit 1
 
-# The VM holds the group on fd 9 and, when told, forks a child that keeps it.
-mkdir -p /tmp/vm
-cat > /tmp/vm/qemu-system-x86_64 <<EOF
+# The VM holds the group on fd 9 and, when told (a line in the fifo), forks a child that keeps
+# it; it forks nothing before (a forked child holds the group too, however briefly).
+dir=/tmp/holder_events
+rm -rf "$dir"
+mkdir -p "$dir"
+mkfifo "$dir/fork"
+cat > "$dir/qemu-system-x86_64" <<EOF
 #!/bin/sh
 exec 9< /dev/vfio/$group
-touch /tmp/vm/holding
-while [ ! -e /tmp/vm/fork ]; do sleep 0.2 9<&-; done
+: > $dir/holding
+read -r go < $dir/fork
 sleep 300 &
-echo \$! > /tmp/vm/child
+echo \$! > $dir/child
 wait
 EOF
-chmod +x /tmp/vm/qemu-system-x86_64
+chmod +x "$dir/qemu-system-x86_64"
+all_gone() { # PID...
+  for pid in "$@"; do
+    ! kill -0 "$pid" 2>/dev/null || return 1
+  done
+}
 holder_info() { # SCRAPE PID
   lab_series "$1" "hpcnode_pci_vfio_holder_info{device=\"$address\",pid=\"$2\"}"
 }
 # The exporter's CPU time in ns, all its threads (schedstat's first field: ns, where stat's
 # utime and stime count ticks of 10 ms).
-exporter_cpu_ns() { cat /proc/"$(cat /tmp/lab-exporter.pid)"/task/*/schedstat | awk '{ ns += $1 } END { printf "%d\n", ns }'; }
+exporter_cpu_ns() { cat /proc/"$(cat /tmp/lab-exporter.pid)"/task/*/schedstat | awk '{ ns += $1 } END { printf "%.0f\n", ns }'; }
 # cpu_per_scrape N: the exporter's CPU time per scrape over N scrapes, in µs.
 cpu_per_scrape() {
   local before i=0
@@ -58,18 +67,18 @@ lab_expect "only the recorded processes are read" "$(lab_value idle $from_events
 lab_expect "bound, held by nobody" "$(lab_value idle "$holders{device=\"$address\"}")" == 0
 
 lab_scenario opened
-/tmp/vm/qemu-system-x86_64 -name guest=instance-0000002b &
+"$dir/qemu-system-x86_64" -name guest=instance-0000002b &
 vm=$!
-lab_check "the VM holds /dev/vfio/$group" lab_wait_until 10 test -e /tmp/vm/holding
+lab_check "the VM holds /dev/vfio/$group" lab_wait_until 10 test -e $dir/holding
 lab_scrape opened
 lab_expect "read from events" "$(lab_value opened $from_events)" == 1
 lab_expect "held by the VM" "$(lab_value opened "$holders{device=\"$address\"}")" == 1
 lab_expect "the holder is the VM" "$(holder_info opened "$vm")" == 1
 
 lab_scenario forked
-touch /tmp/vm/fork
-lab_check "the VM forked a child that keeps the group" lab_wait_until 10 test -s /tmp/vm/child
-child=$(cat /tmp/vm/child)
+echo go > "$dir/fork"
+lab_check "the VM forked a child that keeps the group" lab_wait_until 10 test -s $dir/child
+child=$(cat $dir/child)
 lab_scrape forked
 lab_expect "held by the VM and its child" "$(lab_value forked "$holders{device=\"$address\"}")" == 2
 lab_expect "the child is a holder" "$(holder_info forked "$child")" == 1
@@ -77,15 +86,15 @@ lab_expect "the child is a holder" "$(holder_info forked "$child")" == 1
 lab_scenario received
 kill "$vm" "$child"
 lab_check "the VM and its child exited" lab_wait_until 10 sh -c "! kill -0 $vm 2>/dev/null && ! kill -0 $child 2>/dev/null"
-/lab/bin/fd_pass send /tmp/vm/sock "/dev/vfio/$group" &
+/lab/bin/fd_pass send $dir/sock "/dev/vfio/$group" &
 sender=$!
-lab_check "a process holds the group" lab_wait_until 10 test -e /tmp/vm/sock.opened
+lab_check "a process holds the group" lab_wait_until 10 test -e $dir/sock.opened
 lab_scrape sender
 lab_expect "held by the sender" "$(holder_info sender "$sender")" == 1
-/lab/bin/fd_pass receive /tmp/vm/sock &
+/lab/bin/fd_pass receive $dir/sock &
 receiver=$!
 lab_check "it handed the group to another process over a unix socket" \
-  lab_wait_until 10 test -e /tmp/vm/sock.received
+  lab_wait_until 10 test -e $dir/sock.received
 lab_scrape received
 lab_expect "held by the sender and the receiver" "$(lab_value received "$holders{device=\"$address\"}")" == 2
 lab_expect "the receiver is a holder" "$(holder_info received "$receiver")" == 1
@@ -94,17 +103,21 @@ lab_scenario million_descriptors
 # Ten processes with 100 000 descriptors each, the receiver still holding the group.
 without=$(cpu_per_scrape 50)
 i=0
+hoards=
 while [ $i -lt 10 ]; do
-  /lab/bin/fd_hoard 100000 "/tmp/vm/hoard.$i" &
+  /lab/bin/fd_hoard 100000 "$dir/hoard.$i" &
+  hoards="$hoards $!"
   i=$((i + 1))
 done
-lab_check "a million descriptors open" lab_wait_until 120 sh -c 'test $(ls /tmp/vm/hoard.* | wc -l) = 10'
+lab_check "a million descriptors open" lab_wait_until 120 sh -c "test \$(ls $dir/hoard.* | wc -l) = 10"
 with=$(cpu_per_scrape 50)
 lab_scrape hoard
 lab_expect "still read from events" "$(lab_value hoard $from_events)" == 1
 lab_expect "still held by the sender and the receiver" "$(lab_value hoard "$holders{device=\"$address\"}")" == 2
-pkill fd_hoard
-lab_wait_until 30 sh -c '! pgrep fd_hoard > /dev/null'
+# shellcheck disable=SC2086 # one pid a word
+kill $hoards
+# shellcheck disable=SC2086
+lab_check "the million descriptors closed" lab_wait_until 30 all_gone $hoards
 # An observation, not a check: under TCG a whole scrape's CPU varies by more than 1 ms.
 lab_info "exporter CPU a scrape (pci and ebpf collectors, TCG): ${with} µs with a million descriptors open, ${without} µs without"
 
