@@ -112,6 +112,14 @@ impl<'a> Maps<'a> {
     }
 }
 
+/// The errno of a map operation's failed system call.
+fn errno(err: &MapError) -> Option<i32> {
+    match err {
+        MapError::SyscallError(err) => err.io_error.raw_os_error(),
+        _ => None,
+    }
+}
+
 /// `bpf_map_update_elem`'s flag: only where the key is absent.
 const BPF_NOEXIST: u64 = 1;
 
@@ -132,20 +140,16 @@ impl CandidateSet for BpfCandidates {
 
     fn seed(&self, pid: u32) -> Result<(), String> {
         match lock(&self.set).insert(pid, 0, BPF_NOEXIST) {
-            Err(MapError::SyscallError(err))
-                if err.io_error.raw_os_error() == Some(libc::EEXIST) =>
-            {
-                Ok(())
-            }
+            Err(err) if errno(&err) == Some(libc::EEXIST) => Ok(()),
             inserted => inserted.map_err(|err| one_line(&err)),
         }
     }
 
     fn remove(&self, pid: u32) -> Result<(), String> {
         match lock(&self.set).remove(&pid) {
-            // Removed since it was listed: by another scrape, or the kernel's own reuse.
-            Err(MapError::KeyNotFound) | Ok(()) => Ok(()),
-            Err(err) => Err(one_line(&err)),
+            // Removed since it was listed, by another scrape.
+            Err(err) if errno(&err) == Some(libc::ENOENT) => Ok(()),
+            removed => removed.map_err(|err| one_line(&err)),
         }
     }
 

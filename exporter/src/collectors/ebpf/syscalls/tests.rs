@@ -4,7 +4,7 @@ use aya::maps::{HashMap as BpfHashMap, RingBuf};
 
 use super::*;
 use crate::collectors::ebpf::kernel_log;
-use crate::collectors::ebpf::probes::{self, iommu_fault, module_load_syscall};
+use crate::collectors::ebpf::probes::{self, iommu_fault, module_load_syscall, vfio_holders};
 use std::os::fd::{AsFd, AsRawFd};
 
 /// Every BPF program the probes can use passes this kernel's verifier, including those
@@ -358,4 +358,60 @@ fn load_only(probe: &ProbeSpec, attempt: &Attempt, btf: Option<&Btf>) -> Result<
         .map_err(|err| one_line(&err))?;
     let program = ebpf.program_mut(attempt.program).ok_or("missing")?;
     load_program(program, attempt, btf).map_err(|err| one_line(&*err))
+}
+
+/// The vfio holder probe's fork program, run by BPF_PROG_TEST_RUN from this process with
+/// made-up `sched_process_fork(parent, child)` arguments (the child a stand-in `struct
+/// task_struct` whose every 4-byte slot is its tgid, wherever this kernel keeps it): a child
+/// of a recorded process is recorded with the time of the fork, a child of another process
+/// or a thread of the parent is not, nor a child that cannot be read. Read back through the
+/// set the `pci` collector gets, whose seed keeps a time the kernel side wrote.
+#[test]
+fn fork_program_records_the_children_of_recorded_processes() {
+    if !crate::collectors::ebpf::tests::running_as_root(
+        "fork_program_records_the_children_of_recorded_processes",
+    ) {
+        return;
+    }
+    let btf = kernel_btf().unwrap();
+    let fork = vfio_holders::SPEC.attempts[0]
+        .companions
+        .iter()
+        .find(|a| a.hook == Hook::RawTp)
+        .unwrap();
+    let mut ebpf = EbpfLoader::new()
+        .btf(Some(&btf))
+        .load(vfio_holders::SPEC.object)
+        .unwrap();
+    let program = ebpf.program_mut(fork.program).unwrap();
+    load_program(program, fork, Some(&btf)).unwrap();
+    let fd = program.fd().unwrap().as_fd().as_raw_fd();
+    let set = Maps::of(&ebpf)
+        .candidate_set("vfio_candidates", vfio_holders::SPEC.lost_map)
+        .unwrap();
+    let task = |tgid: u32| vec![tgid; 4096];
+    let (stranger, own) = (task(4242), task(std::process::id()));
+    let run = |child: &[u32]| test_run_raw_tp(fd, &[0, child.as_ptr() as u64]);
+
+    run(&stranger);
+    assert_eq!(set.entries().unwrap(), [], "this process is not recorded");
+    set.seed(std::process::id()).unwrap();
+    run(&stranger);
+    run(&own);
+    test_run_raw_tp(fd, &[0, 0]);
+    let mut entries = set.entries().unwrap();
+    entries.sort();
+    assert_eq!(entries.len(), 2, "{entries:?}");
+    assert_eq!(entries[0].0, 4242);
+    assert!(entries[0].1 > 0, "the fork's time");
+    assert_eq!(entries[1], (std::process::id(), 0));
+    set.seed(4242).unwrap();
+    assert_eq!(
+        set.entries().unwrap().iter().find(|e| e.0 == 4242),
+        Some(&entries[0])
+    );
+    set.remove(4242).unwrap();
+    set.remove(4242).unwrap();
+    assert_eq!(set.entries().unwrap(), [(std::process::id(), 0)]);
+    assert_eq!(set.dropped().unwrap(), 0);
 }
