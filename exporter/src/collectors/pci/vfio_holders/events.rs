@@ -4,6 +4,11 @@
 //! changed, or [`MAX_AGE`] passed. A scrape then reads a few links per holder, however many
 //! descriptors the node has open.
 //!
+//! The set is seeded by a scan of every process after each attach, as the scan without the
+//! probe would read them, up to its budget a scrape: a node with more descriptors is seeded
+//! over several scrapes, each going on from the pid the last one stopped at, the recorded
+//! processes read all the while.
+//!
 //! The probe records an event as its system call begins, before the new descriptor is in the
 //! table: a read less than [`SETTLE`] after a process's event is done again at the next scrape.
 
@@ -28,6 +33,8 @@ pub(in crate::collectors::pci) struct EventsState {
     /// The devices bound to vfio-pci then.
     bound: Vec<String>,
     processes: HashMap<u32, ReadProcess>,
+    /// While the seeding scan is not over: the pid it goes on from.
+    seed_from: Option<u32>,
 }
 
 struct ReadProcess {
@@ -41,8 +48,9 @@ struct ReadProcess {
 }
 
 impl Read<'_> {
-    /// The holds of the processes the probe recorded, once a full scan after its attach (none
-    /// where no vfio file can be open) has added those that held before it; `false` when its
+    /// The holds of the processes the probe recorded, once the scan after its attach (none
+    /// where no vfio file can be open; over several scrapes where the node has more
+    /// descriptors than a scan's budget) has added those that held before it; `false` when its
     /// set cannot say (the kernel side had no room for a process, or a map operation failed),
     /// and every process must be scanned.
     pub(super) fn holders_from_events(
@@ -66,18 +74,27 @@ impl Read<'_> {
             return true;
         };
         let state = lock(&collector.events).take();
-        let read = match state.filter(|state| state.attach == tracking.attach) {
-            Some(state) => self.read_recorded(&proc, devices, nodes, tracking, state),
-            None => self.seed(&proc, devices, nodes, tracking, none_open),
+        let mut state = match state.filter(|state| state.attach == tracking.attach) {
+            Some(state) => state,
+            None => EventsState {
+                attach: tracking.attach,
+                bound: devices.to_vec(),
+                processes: HashMap::new(),
+                // Nothing to seed where no vfio file can be open.
+                seed_from: (!none_open).then_some(0),
+            },
         };
-        let (outcome, state, from_events) = match read {
+        let read = self.read_recorded(&proc, devices, nodes, tracking, &mut state);
+        let seeded =
+            read.and_then(|outcome| self.seed(&proc, nodes, tracking, &mut state, outcome));
+        let (outcome, from_events) = match seeded {
             Ok(read) => read,
             Err(reason) => {
                 collector.log_events_unusable(&reason);
                 return false;
             }
         };
-        *lock(&collector.events) = state;
+        *lock(&collector.events) = Some(state);
         *lock(&collector.kept_scan) = None;
         let from_events = Value::Int(u64::from(from_events));
         self.push(&VFIO_HOLDERS_FROM_EVENTS, Vec::new(), from_events);
@@ -85,34 +102,34 @@ impl Read<'_> {
         true
     }
 
-    /// The scan after an attach: every process (none while vfio's count proves no file open),
-    /// those with a vfio file open added to the set. A scan stopped at its budget seeds nothing.
+    /// The scan after an attach, of every process not recorded yet, in pid order and from
+    /// where the last scrape's stopped at its budget (a node with more descriptors than the
+    /// budget is seeded over several scrapes): those with a vfio file open are added to the
+    /// set. `recorded`: the recorded processes' outcome, to which the scan's is added; whether
+    /// it says all (the seeding is over).
     fn seed(
         &mut self,
         proc: &SysDir,
-        devices: &[String],
         nodes: &mut VfioNodes<'_>,
         tracking: &Tracking,
-        none_open: bool,
-    ) -> Result<(Outcome, Option<EventsState>, bool), String> {
-        let scan = if none_open {
-            ProcessScan::default()
-        } else {
-            self.scan_processes(proc, nodes)
+        state: &mut EventsState,
+        mut recorded: Outcome,
+    ) -> Result<(Outcome, bool), String> {
+        let Some(from) = state.seed_from else {
+            return Ok((recorded, true));
         };
+        let known = &state.processes;
+        let (scan, stopped_at) =
+            self.scan_processes_from(proc, nodes, from, |pid| known.contains_key(&pid));
         if scan.stopped {
             self.collector.log_scan_stopped(scan.descriptors);
-            return Ok((Outcome::from(scan), None, false));
         }
         for (pid, _) in &scan.watched {
             tracking.set.seed(*pid)?;
         }
-        let state = EventsState {
-            attach: tracking.attach,
-            bound: devices.to_vec(),
-            processes: HashMap::new(),
-        };
-        Ok((Outcome::from(scan), Some(state), false))
+        state.seed_from = stopped_at;
+        recorded.add(&Outcome::from(scan));
+        Ok((recorded, false))
     }
 
     /// Every recorded process's holds: as last read where that still stands, else read now. A
@@ -123,8 +140,8 @@ impl Read<'_> {
         devices: &[String],
         nodes: &mut VfioNodes<'_>,
         tracking: &Tracking,
-        mut state: EventsState,
-    ) -> Result<(Outcome, Option<EventsState>, bool), String> {
+        state: &mut EventsState,
+    ) -> Result<Outcome, String> {
         let collector = self.collector;
         let same_devices = state.bound == devices;
         let now = monotonic_ns();
@@ -171,7 +188,7 @@ impl Read<'_> {
         }
         state.bound = devices.to_vec();
         state.processes = processes;
-        Ok((outcome, Some(state), true))
+        Ok(outcome)
     }
 }
 

@@ -335,16 +335,30 @@ impl Read<'_> {
     /// descriptors named like vfio nodes that hold none. A process that exits during the scan
     /// is simply gone.
     fn scan_processes<'a>(&mut self, proc: &SysDir, nodes: &mut VfioNodes<'a>) -> ProcessScan<'a> {
+        self.scan_processes_from(proc, nodes, 0, |_| false).0
+    }
+
+    /// The scan of the processes from pid `from` on, `skip` left out, in pid order; with the
+    /// first pid left unread where it stopped at its budget.
+    fn scan_processes_from<'a>(
+        &mut self,
+        proc: &SysDir,
+        nodes: &mut VfioNodes<'a>,
+        from: u32,
+        skip: impl Fn(u32) -> bool,
+    ) -> (ProcessScan<'a>, Option<u32>) {
         let mut scan = ProcessScan::default();
         let entries = self.unit.reported(proc.entries()).unwrap_or_default();
-        for pid in entries.iter().filter_map(process_id) {
+        let mut pids: Vec<u32> = entries.iter().filter_map(process_id).collect();
+        pids.sort_unstable();
+        for pid in pids.into_iter().filter(|&pid| pid >= from && !skip(pid)) {
             if scan.descriptors >= self.collector.max_descriptors {
                 scan.stopped = true;
-                break;
+                return (scan, Some(pid));
             }
             self.scan_process(proc, pid, nodes, &mut scan);
         }
-        scan
+        (scan, None)
     }
 
     /// Adds process `pid`'s holds to `scan`; `false` when it is gone (no `/proc/<pid>/fd`).

@@ -396,3 +396,30 @@ fn a_recorded_process_is_read_again_after_its_next_event_or_a_changed_vfio_descr
     std::fs::remove_file(qemu.join("28")).unwrap();
     assert_eq!(unproven(&holders_read(&collector)), "6");
 }
+
+#[test]
+fn a_node_past_the_budget_is_seeded_over_several_scrapes() {
+    // A budget of 4 descriptors: systemd's 4, then QEMU 4211's 6, then 5120's 3.
+    let (_tmp, mut collector) = pci_host("5\n", 4);
+    let set = Arc::new(FakeSet::default());
+    let events = Arc::new(HolderEvents::default());
+    events.attached(set.clone());
+    collector.vfio_holder_events = events;
+    let incomplete = "\nhpcnode_pci_vfio_holder_scan_complete 0\n";
+    let first = holders_read(&collector);
+    assert!(first.contains(incomplete), "{first}");
+    assert!(set.pids().is_empty());
+    let second = holders_read(&collector);
+    assert!(second.contains(incomplete), "{second}");
+    assert_eq!(set.pids(), [4211]);
+    let third = holders_read(&collector);
+    assert!(
+        !third.contains(incomplete) && !from_events(&third),
+        "{third}"
+    );
+    assert_eq!(set.pids(), [4211, 5120]);
+    // Seeded: the recorded processes only, within the budget.
+    let events = holders_read(&collector);
+    assert!(from_events(&events), "{events}");
+    assert_eq!(unproven(&events), "2");
+}
