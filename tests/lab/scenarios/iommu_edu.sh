@@ -63,7 +63,11 @@ for probe in vfio_enable vfio_pin; do
   lab_expect "$probe on kretprobe" "$(lab_value probes "$attached{probe=\"$probe\",hook=\"kretprobe\"}")" == 1
 done
 lab_expect "vfio_aer on kprobe" "$(lab_value probes "$attached{probe=\"vfio_aer\",hook=\"kprobe\"}")" == 1
-lab_expect "one attach after start each" "$(lab_value probes hpcnode_ebpf_probe_module_attaches_total)" == 3
+lab_expect "vfio_holders on kprobe (vfio loaded with vfio-pci)" \
+  "$(lab_value probes "$attached{probe=\"vfio_holders\",hook=\"kprobe\"}")" == 1
+lab_check "vfio_holders attached on vfio's uevent" attached_on_uevent vfio_holders 1
+lab_expect "one attach after start each, the three above and vfio_holders" \
+  "$(lab_value probes hpcnode_ebpf_probe_module_attaches_total)" == 4
 
 lab_scenario bound_ready
 lab_scrape bound
@@ -123,6 +127,8 @@ for probe in $vfio_probes; do
   lab_expect "$probe detached" "$(lab_series vfio_unloaded "$attached{probe=\"$probe\",hook=\"none\"}")" == 1
 done
 lab_expect "vfio_pin waits again" "$(lab_series vfio_unloaded "$waiting")" == 1
+lab_expect "vfio_holders stays attached: vfio itself stays loaded" \
+  "$(lab_value vfio_unloaded "$attached{probe=\"vfio_holders\",hook=\"kprobe\"}")" == 1
 lab_expect "the pin failure is still counted" "$(lab_value vfio_unloaded "$pins")" == 1
 lab_check "modprobe again, edu bound" load_vfio_and_bind
 lab_check "vfio_pin attached again on the uevent" lab_wait_until 10 attached_on_uevent vfio_pin 2
